@@ -1,0 +1,52 @@
+# disttrain-operator: every target does its own set-up and is safe to run twice.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
+
+.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench crds clean
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[train,test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm)
+# built from their Go modules, cached by version under $(DISTTRAIN_CACHE).
+build-cluster:
+	bash localcluster/build/build-k8s.sh all
+
+up: venv build-cluster
+	$(VPY) -m localcluster up
+
+down: venv
+	$(VPY) -m localcluster down
+
+crds: venv
+	$(VPY) -m disttrain.crdgen > crds/disttrain.dev_disttrainingjobs.yaml
+
+demo: venv build-cluster
+	$(VPY) -m localcluster demo $(if $(SCENARIO),--scenario $(SCENARIO),)
+
+test: venv build-cluster
+	$(VPY) -m pytest -q -ra
+
+test-unit: venv
+	$(VPY) -m pytest -q -ra tests/unit
+
+test-probe: venv
+	$(VPY) -m pytest -q -ra tests/probe
+
+test-e2e: venv build-cluster
+	$(VPY) -m pytest -q -ra tests/e2e
+
+bench: venv build-cluster
+	$(VPY) benchmarks/bench_overhead.py
+
+clean: down
+	rm -rf $(VENV) .localcluster

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Build the proving ground's control plane from the official Go modules, once per version.
+#
+# Outputs (cached outside the work tree, reused by later runs):
+#   $DISTTRAIN_CACHE/k8s-$K8S_VERSION/bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+#   $DISTTRAIN_CACHE/etcd-$ETCD_VERSION/bin/etcd
+#   $DISTTRAIN_CACHE/helm-$HELM_VERSION/bin/helm
+#
+# k8s.io/kubernetes cannot be `go get`-ed alone: its go.mod replaces every staging module
+# k8s.io/* with ./staging/src/k8s.io/*. We write a throw-away module that requires it and
+# maps each of those staging modules to its published v0.x twin (v1.N.M -> v0.N.M).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/versions.env"
+CACHE="${DISTTRAIN_CACHE:-$HOME/.cache/disttrain}"
+export GOFLAGS="${GOFLAGS:--mod=mod}"
+export CGO_ENABLED=0
+
+log() { printf '[build] %s\n' "$*" >&2; }
+
+build_k8s() {
+  local out="$CACHE/k8s-$K8S_VERSION/bin"
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=0
+  for b in "${want[@]}"; do [ -x "$out/$b" ] || missing=1; done
+  if [ "$missing" = 0 ]; then log "kubernetes $K8S_VERSION: cached in $out"; return; fi
+  local staging_version="v0.${K8S_VERSION#v1.}"
+  local mod="$CACHE/k8s-$K8S_VERSION/src"
+  mkdir -p "$mod" "$out"
+  log "kubernetes $K8S_VERSION: downloading module"
+  local dir
+  dir="$(cd /tmp && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  {
+    echo "module disttrain.dev/localcluster/k8sbuild"
+    echo
+    grep -E '^go [0-9.]+$' "$dir/go.mod"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    grep -E '^\s+k8s.io/[a-z0-9-]+ => ./staging/src/' "$dir/go.mod" \
+      | awk -v v="$staging_version" '{print "\t" $1 " => " $1 " " v}'
+    echo ")"
+  } > "$mod/go.mod"
+  cat > "$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  (cd "$mod" && go mod tidy -e >/dev/null 2>&1 || true)
+  for b in "${want[@]}"; do
+    if [ ! -x "$out/$b" ]; then
+      log "kubernetes $K8S_VERSION: go build $b"
+      (cd "$mod" && go build -trimpath -ldflags "-s -w \
+        -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
+        -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION" \
+        -o "$out/$b.tmp" "k8s.io/kubernetes/cmd/$b") && mv "$out/$b.tmp" "$out/$b"
+    fi
+  done
+}
+
+build_etcd() {
+  # etcd's server module carries replace directives (to ../api etc.), so `go install m@v`
+  # refuses it; a wrapper module that requires it resolves each to its published twin.
+  local out="$CACHE/etcd-$ETCD_VERSION/bin"
+  if [ -x "$out/etcd" ]; then log "etcd $ETCD_VERSION: cached"; return; fi
+  local mod="$CACHE/etcd-$ETCD_VERSION/src"
+  mkdir -p "$out" "$mod"
+  printf 'module disttrain.dev/localcluster/etcdbuild\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" > "$mod/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' > "$mod/tools.go"
+  (cd "$mod" && go mod tidy -e >/dev/null 2>&1 || true)
+  log "etcd $ETCD_VERSION: go build"
+  (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/etcd.tmp" go.etcd.io/etcd/server/v3) && mv "$out/etcd.tmp" "$out/etcd"
+}
+
+build_helm() {
+  local out="$CACHE/helm-$HELM_VERSION/bin"
+  if [ -x "$out/helm" ]; then log "helm $HELM_VERSION: cached"; return; fi
+  mkdir -p "$out"
+  log "helm $HELM_VERSION: go install"
+  GOBIN="$out" go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+}
+
+what="${1:-all}"
+case "$what" in
+  k8s) build_k8s ;;
+  etcd) build_etcd ;;
+  helm) build_helm ;;
+  all) build_etcd; build_k8s; build_helm ;;
+  *) echo "usage: $0 [all|k8s|etcd|helm]" >&2; exit 2 ;;
+esac

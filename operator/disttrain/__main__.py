@@ -1,0 +1,42 @@
+"""Run the operator: ``python -m disttrain [--namespace NS ...]``.
+
+Uses the in-cluster service account when it runs in a pod, else the current kubeconfig
+(``KUBECONFIG``). Liveness is served by kopf at ``--liveness`` (default
+http://0.0.0.0:8080/healthz).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+import kopf
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m disttrain", description=__doc__)
+    parser.add_argument("--namespace", "-n", action="append", default=[],
+                        help="watch only this namespace (repeatable); default: all namespaces")
+    parser.add_argument("--liveness", default=os.environ.get("DISTTRAIN_LIVENESS", "http://0.0.0.0:8080/healthz"),
+                        help="kopf liveness endpoint URL ('' to disable)")
+    parser.add_argument("--probe-image", default=os.environ.get("DISTTRAIN_PROBE_IMAGE"),
+                        help="default probe image (spec.probe.image overrides it)")
+    parser.add_argument("--verbose", "-v", action="store_true")
+    args = parser.parse_args(argv)
+    if args.probe_image:
+        os.environ["DISTTRAIN_PROBE_IMAGE"] = args.probe_image
+    from . import handlers  # noqa: F401  (registers the handlers)
+
+    kopf.configure(verbose=args.verbose)
+    asyncio.run(
+        kopf.operator(
+            clusterwide=not args.namespace,
+            namespaces=args.namespace or None,
+            liveness_endpoint=args.liveness or None,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,343 @@
+"""Pure builders: DistTrainingJob spec -> desired child pod manifests.
+
+No I/O here. Each builder returns a plain dict (a core/v1 Pod) with labels and an
+ownerReference to the job, so deleting the job garbage-collects its children.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from . import constants as c
+from .api import DistTrainingJobSpec, Launcher, gpus_requested
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """Identity of the owning job: what a child needs to point back at it."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> "JobRef":
+        meta = body["metadata"]
+        return cls(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """Validated rendezvous for one pod: where the master is and which NIC to use."""
+
+    master_addr: str
+    master_port: int
+    socket_ifname: Optional[str] = None  # None: leave NCCL/GLOO to their defaults
+
+
+def probe_pod_name(job: str, rank: int) -> str:
+    return f"{job}-probe-{rank}"
+
+
+def worker_pod_name(job: str, rank: int) -> str:
+    return f"{job}-worker-{rank}"
+
+
+def nproc_per_node(spec: DistTrainingJobSpec) -> int:
+    """Processes per node: the explicit number, or for ``auto`` the GPUs the trainer
+    container requests (``nvidia.com/gpu``), or 1 without GPUs."""
+    if spec.num_proc_per_node != "auto":
+        return int(spec.num_proc_per_node)
+    return max(1, gpus_requested(spec.template.spec["containers"][0]))
+
+
+def probe_backend(spec: DistTrainingJobSpec) -> str:
+    """``nccl`` or ``gloo``; ``auto`` is nccl exactly when the trainer requests GPUs."""
+    if spec.probe.backend != "auto":
+        return str(spec.probe.backend)
+    return "nccl" if gpus_requested(spec.template.spec["containers"][0]) > 0 else "gloo"
+
+
+def _labels(job: JobRef, role: str, rank: int, attempt: int, extra: dict[str, str]) -> dict:
+    labels = dict(extra)
+    labels.update(
+        {
+            c.LABEL_JOB: job.name,
+            c.LABEL_ROLE: role,
+            c.LABEL_RANK: str(rank),
+            c.LABEL_ATTEMPT: str(attempt),
+        }
+    )
+    return labels
+
+
+def _env_var(name: str, value: Any) -> dict[str, Any]:
+    return {"name": name, "value": str(value)}
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def _merge_env(existing: list[dict[str, Any]], add: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    names = {e["name"] for e in add}
+    return [e for e in existing if e.get("name") not in names] + add
+
+
+def _base_pod(
+    job: JobRef, spec: DistTrainingJobSpec, name: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    tmpl_meta = spec.template.metadata or {}
+    pod_spec = copy.deepcopy(spec.template.spec)
+    pod_spec["restartPolicy"] = "Never"
+    if spec.network.host_network:
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.namespace,
+            "labels": labels,
+            "annotations": dict(tmpl_meta.get("annotations") or {}),
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": pod_spec,
+    }
+
+
+def _require_node_affinity(pod_spec: dict[str, Any], node: str) -> None:
+    """Pin to one node through the scheduler (nodeAffinity on kubernetes.io/hostname)."""
+    affinity = pod_spec.setdefault("affinity", {})
+    na = affinity.setdefault("nodeAffinity", {})
+    req = na.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    term = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+    terms = req.get("nodeSelectorTerms") or [{}]
+    # Terms are ORed: add the pin to every term so each still requires the node.
+    req["nodeSelectorTerms"] = [
+        {**t, "matchExpressions": list(t.get("matchExpressions") or []) + [term]} for t in terms
+    ]
+
+
+def _one_per_node(pod_spec: dict[str, Any], match_labels: dict[str, str]) -> None:
+    affinity = pod_spec.setdefault("affinity", {})
+    pa = affinity.setdefault("podAntiAffinity", {})
+    req = pa.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+    req.append(
+        {"labelSelector": {"matchLabels": match_labels}, "topologyKey": "kubernetes.io/hostname"}
+    )
+
+
+def build_probe_pod(
+    job: JobRef,
+    spec: DistTrainingJobSpec,
+    rank: int,
+    master_addr: Optional[str],
+    attempt: int,
+    probe_image: str = c.DEFAULT_PROBE_IMAGE,
+) -> dict[str, Any]:
+    """The probe pod for node rank ``rank``.
+
+    Same scheduling constraints and resources as training (the template's pod spec, its
+    first container's image, resources and mounts), one probe pod per node (required pod
+    anti-affinity on kubernetes.io/hostname), ``restartPolicy: Never``. With
+    ``probe.useTrainingImage`` an init container copies the probe program from the probe
+    image into an emptyDir and the probe runs inside the training image; otherwise it runs
+    in the probe image. ``master_addr`` is rank 0's address (its pod's hostIP); for rank 0
+    itself (None) it is its own status.hostIP, as it hosts the TCPStore on
+    ``rendezvous.port``.
+    """
+    tmpl_labels = (spec.template.metadata or {}).get("labels") or {}
+    labels = _labels(job, c.ROLE_PROBE, rank, attempt, tmpl_labels)
+    pod = _base_pod(job, spec, probe_pod_name(job.name, rank), labels)
+    pod_spec = pod["spec"]
+    trainer = copy.deepcopy(spec.template.spec["containers"][0])
+    image = spec.probe.image or probe_image
+    env = [
+        _env_var("RANK", rank),
+        _env_var("WORLD_SIZE", spec.num_nodes),
+        # Rank 0 hosts the store: its master address is its own node address.
+        _env_var("MASTER_ADDR", master_addr)
+        if master_addr
+        else _field_env("MASTER_ADDR", "status.hostIP"),
+        _env_var("MASTER_PORT", spec.rendezvous.port),
+        _field_env("NODE_NAME", "spec.nodeName"),
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("HOST_IP", "status.hostIP"),
+        _env_var("DISTTRAIN_PROBE_BACKEND", probe_backend(spec)),
+        _env_var("DISTTRAIN_PROBE_SOCKET_IFNAME", spec.network.socket_ifname),
+        _env_var("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES", spec.probe.message_size_bytes),
+        _env_var("DISTTRAIN_PROBE_ITERATIONS", spec.probe.iterations),
+        _env_var("DISTTRAIN_PROBE_TIMEOUT_SECONDS", spec.probe.timeout_seconds),
+        _env_var("DISTTRAIN_PROBE_MIN_BUSBW_GBPS", spec.probe.min_bus_bandwidth_gbps),
+        _env_var("DISTTRAIN_PROBE_REPORT_PATH", c.TERMINATION_MESSAGE_PATH),
+        _env_var("PYTHONUNBUFFERED", "1"),
+    ]
+    if spec.network.port_range:
+        env.append(_env_var("DISTTRAIN_PROBE_PORT_RANGE", spec.network.port_range))
+    probe = {
+        "name": "probe",
+        "image": trainer.get("image", image) if spec.probe.use_training_image else image,
+        "command": ["python", "-m", "disttrain_probe"],
+        "args": [],
+        "env": _merge_env(trainer.get("env") or [], env),
+        "resources": trainer.get("resources", {}),
+        "volumeMounts": list(trainer.get("volumeMounts") or []),
+        "terminationMessagePath": c.TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    for key in ("securityContext", "imagePullPolicy", "envFrom"):
+        if key in trainer:
+            probe[key] = trainer[key]
+    pod_spec["initContainers"] = []
+    if spec.probe.use_training_image:
+        volumes = list(pod_spec.get("volumes") or [])
+        volumes.append({"name": c.PROBE_VOLUME, "emptyDir": {}})
+        pod_spec["volumes"] = volumes
+        pod_spec["initContainers"] = [
+            {
+                "name": "install-probe",
+                "image": image,
+                "command": ["python", "-m", "disttrain_probe.install", c.PROBE_INSTALL_DIR],
+                "volumeMounts": [{"name": c.PROBE_VOLUME, "mountPath": c.PROBE_INSTALL_DIR}],
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+            }
+        ]
+        probe["volumeMounts"].append({"name": c.PROBE_VOLUME, "mountPath": c.PROBE_INSTALL_DIR})
+        probe["env"] = _merge_env(
+            probe["env"], [_env_var("PYTHONPATH", c.PROBE_INSTALL_DIR)]
+        )
+    pod_spec["containers"] = [probe]
+    # The probe must end on its own; this is the kubelet-enforced backstop.
+    pod_spec["activeDeadlineSeconds"] = spec.probe.timeout_seconds + 60
+    _one_per_node(
+        pod_spec,
+        {c.LABEL_JOB: job.name, c.LABEL_ROLE: c.ROLE_PROBE, c.LABEL_ATTEMPT: str(attempt)},
+    )
+    return pod
+
+
+def torchrun_command(
+    command: list[str],
+    args: list[str],
+    num_nodes: int,
+    nproc: int,
+    node_rank: int,
+    rdzv: Rendezvous,
+    backend: str,
+    run_id: str,
+) -> list[str]:
+    """Wrap a container command in torchrun with the validated rendezvous.
+
+    ``python train.py a`` -> ``torchrun <opts> train.py a``; ``python -m pkg a`` ->
+    ``torchrun <opts> -m pkg a``; anything else -> ``torchrun <opts> --no-python cmd ...``.
+    Options: ``--nnodes``, ``--nproc-per-node``, and for the static backend ``--node-rank``
+    ``--master-addr`` ``--master-port``; for c10d ``--rdzv-backend=c10d``
+    ``--rdzv-endpoint=addr:port`` ``--rdzv-id=<job uid>``.
+    """
+    full = list(command) + list(args)
+    opts = ["torchrun", f"--nnodes={num_nodes}", f"--nproc-per-node={nproc}"]
+    if backend == "c10d":
+        opts += [
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={rdzv.master_addr}:{rdzv.master_port}",
+            f"--rdzv-id={run_id}",
+        ]
+    else:
+        opts += [
+            f"--node-rank={node_rank}",
+            f"--master-addr={rdzv.master_addr}",
+            f"--master-port={rdzv.master_port}",
+        ]
+    if full and os.path.basename(full[0]).startswith("python") and len(full) > 1:
+        rest = full[1:]
+        if rest[0] == "-m" and len(rest) > 1:
+            return opts + rest
+        if not rest[0].startswith("-"):
+            return opts + rest
+    if full and os.path.basename(full[0]) == "torchrun":
+        raise ValueError(
+            "spec.template.spec.containers[0].command already starts torchrun; with "
+            "launcher torchrun give the script (python train.py), or use launcher env"
+        )
+    return opts + ["--no-python"] + full
+
+
+def build_worker_pod(
+    job: JobRef,
+    spec: DistTrainingJobSpec,
+    rank: int,
+    node: Optional[str],
+    rdzv: Rendezvous,
+    attempt: int,
+) -> dict[str, Any]:
+    """The training pod for node rank ``rank``.
+
+    Pinned to ``node`` (the node whose probe validated rank ``rank``) by a required
+    nodeAffinity, so the scheduler still checks resources and taints. The first container
+    gets MASTER_ADDR/MASTER_PORT, WORLD_SIZE/RANK/LOCAL_RANK (env launcher), PET_* (read by
+    torchrun and Kubeflow tooling), NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME; with the
+    torchrun launcher its command is wrapped by :func:`torchrun_command`.
+    Raises ValueError when the command cannot be wrapped.
+    """
+    tmpl_labels = (spec.template.metadata or {}).get("labels") or {}
+    labels = _labels(job, c.ROLE_WORKER, rank, attempt, tmpl_labels)
+    pod = _base_pod(job, spec, worker_pod_name(job.name, rank), labels)
+    pod_spec = pod["spec"]
+    if node:
+        _require_node_affinity(pod_spec, node)
+    nproc = nproc_per_node(spec)
+    world = spec.num_nodes * nproc
+    env = [
+        _env_var("MASTER_ADDR", rdzv.master_addr),
+        _env_var("MASTER_PORT", rdzv.master_port),
+        _env_var("PET_MASTER_ADDR", rdzv.master_addr),
+        _env_var("PET_MASTER_PORT", rdzv.master_port),
+        _env_var("PET_NNODES", spec.num_nodes),
+        _env_var("PET_NPROC_PER_NODE", nproc),
+        _env_var("PET_NODE_RANK", rank),
+        _env_var("NODE_RANK", rank),
+    ]
+    if spec.launcher == Launcher.env.value:
+        env += [
+            _env_var("WORLD_SIZE", world),
+            _env_var("RANK", rank * nproc),
+            _env_var("LOCAL_RANK", 0),
+            _env_var("LOCAL_WORLD_SIZE", nproc),
+        ]
+    if rdzv.socket_ifname:
+        env += [
+            _env_var("NCCL_SOCKET_IFNAME", rdzv.socket_ifname),
+            _env_var("GLOO_SOCKET_IFNAME", rdzv.socket_ifname),
+        ]
+    trainer = copy.deepcopy(pod_spec["containers"][0])
+    trainer["env"] = _merge_env(trainer.get("env") or [], env)
+    if spec.launcher == Launcher.torchrun.value:
+        trainer["command"] = torchrun_command(
+            trainer.get("command") or [],
+            trainer.get("args") or [],
+            spec.num_nodes,
+            nproc,
+            rank,
+            rdzv,
+            str(spec.rendezvous.backend),
+            job.uid,
+        )
+        trainer["args"] = []
+    trainer.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    pod_spec["containers"] = [trainer] + pod_spec["containers"][1:]
+    return pod

@@ -1,0 +1,106 @@
+"""metav1.Condition list handling (pure).
+
+Semantics borrowed from JobSet and the Kubernetes API conventions: a condition list is
+keyed by ``type``; ``lastTransitionTime`` moves only when ``status`` changes; reason and
+message may change in place; every write carries the ``observedGeneration`` it was
+computed from. ``phase`` is derived from the conditions, never stored as its own truth.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Iterable, Optional
+
+from . import constants as c
+
+TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+
+
+def now_rfc3339(now: Optional[datetime] = None) -> str:
+    """``now`` (default: the current UTC time) as RFC 3339 with second precision and ``Z``."""
+    now = now or datetime.now(timezone.utc)
+    return now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def get(conditions: Iterable[dict[str, Any]], ctype: str) -> Optional[dict[str, Any]]:
+    """The condition of type ``ctype``, or None."""
+    for cond in conditions:
+        if cond.get("type") == ctype:
+            return cond
+    return None
+
+
+def status_of(conditions: Iterable[dict[str, Any]], ctype: str) -> str:
+    """"True", "False" or "Unknown" (also when the condition is absent)."""
+    cond = get(conditions, ctype)
+    return cond["status"] if cond else UNKNOWN
+
+
+def is_true(conditions: Iterable[dict[str, Any]], ctype: str) -> bool:
+    return status_of(conditions, ctype) == TRUE
+
+
+def set_condition(
+    conditions: list[dict[str, Any]],
+    ctype: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: Optional[int],
+    now: str,
+) -> bool:
+    """Set one condition in place. Returns True when status, reason or message changed.
+
+    ``lastTransitionTime`` is set to ``now`` only when the status changes (or the condition
+    is new). Raises ValueError for a status other than True/False/Unknown.
+    """
+    if status not in (TRUE, FALSE, UNKNOWN):
+        raise ValueError(f"condition status must be True, False or Unknown, not {status!r}")
+    message = message[:32768]
+    cond = get(conditions, ctype)
+    if cond is None:
+        conditions.append(
+            {
+                "type": ctype,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastTransitionTime": now,
+                "observedGeneration": generation,
+            }
+        )
+        return True
+    changed = (cond["status"], cond.get("reason"), cond.get("message")) != (status, reason, message)
+    if cond["status"] != status:
+        cond["lastTransitionTime"] = now
+    cond.update(status=status, reason=reason, message=message, observedGeneration=generation)
+    return changed
+
+
+def initial(generation: Optional[int], now: str, probe_enabled: bool) -> list[dict[str, Any]]:
+    """Every condition type as Unknown, written on the first visit."""
+    conds: list[dict[str, Any]] = []
+    for ctype in c.ALL_CONDITIONS:
+        if ctype in c.CHECK_CONDITIONS and not probe_enabled:
+            reason, msg = c.REASON_PROBE_DISABLED, "spec.probe.enabled is false: not checked"
+        elif ctype in (c.SUCCEEDED, c.FAILED, c.TRAINING_STARTED):
+            reason, msg = c.REASON_TRAINING_PENDING, "training has not started"
+        else:
+            reason, msg = c.REASON_NOT_CHECKED, "waiting for the preflight probe"
+        set_condition(conds, ctype, UNKNOWN, reason, msg, generation, now)
+    return conds
+
+
+def phase(conditions: list[dict[str, Any]], probing: bool) -> str:
+    """The printer-column summary derived from the conditions."""
+    if is_true(conditions, c.SUCCEEDED):
+        return c.PHASE_SUCCEEDED
+    if is_true(conditions, c.FAILED):
+        return c.PHASE_FAILED
+    if is_true(conditions, c.TRAINING_STARTED):
+        return c.PHASE_RUNNING
+    if is_true(conditions, c.VALIDATED):
+        return c.PHASE_VALIDATED
+    if probing:
+        return c.PHASE_PROBING
+    return c.PHASE_PENDING

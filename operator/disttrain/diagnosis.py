@@ -1,0 +1,294 @@
+"""Diagnosis (pure): probe reports -> conditions, per-node results and the rendezvous.
+
+Input is one :class:`ProbeOutcome` per node rank: the parsed report (as its camelCase
+dict, the wire contract documented in docs/probe-report.md) or why there is none. Output
+is a :class:`Diagnosis`: the five check conditions plus the ``Validated`` summary, per-node
+results, the interface each rank must use, bandwidth, warnings.
+
+Rules:
+- the cause is the failure of the earliest check (DESIGN.md order: scheduling, master,
+  network, versions, collective); a specific reason from any rank beats a generic one
+  (rank 0's RendezvousTimeout is usually a peer's MasterAddrLoopback);
+- checks before the failing one are True, checks after it Unknown (not reached);
+- versions are compared across ranks here as well, so a probe that did not compare them
+  still gets a VersionsConsistent verdict;
+- warnings (latent faults a passing probe saw) keep their condition True but replace
+  its reason and message, and make Validated's reason PassedWithWarnings;
+- every false message names the node(s), what was seen and the fix.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from . import constants as c
+
+# Which check a probe warning reason belongs to (others go to NetworkValidated).
+WARNING_CONDITION = {
+    "HostnameResolvesToLoopback": c.NETWORK_VALIDATED,
+    "NCCLDefaultInterfaceDiffers": c.NETWORK_VALIDATED,
+    "RouteViaOtherInterface": c.NETWORK_VALIDATED,
+    "MixedAddressFamilies": c.NETWORK_VALIDATED,
+    "LoopbackOnly": c.NETWORK_VALIDATED,
+    "PortRangeOutsideAllowed": c.NETWORK_VALIDATED,
+}
+
+_VERSION_KEYS = (
+    ("nccl", c.REASON_NCCL_VERSION_MISMATCH, "NCCL"),
+    ("torch", c.REASON_TORCH_VERSION_MISMATCH, "torch"),
+    ("cuda", c.REASON_CUDA_VERSION_MISMATCH, "CUDA"),
+    ("driver", c.REASON_DRIVER_VERSION_MISMATCH, "driver"),
+)
+
+
+@dataclass
+class ProbeOutcome:
+    """What the operator observed for one probe pod.
+
+    ``report`` is the validated report as a camelCase dict, or None. ``error`` says why
+    there is none (invalid report, container failed without one).
+    """
+
+    rank: int
+    pod: str
+    node: Optional[str]
+    report: Optional[dict[str, Any]] = None
+    error: Optional[str] = None
+    error_reason: str = c.REASON_PROBE_REPORT_INVALID
+
+
+@dataclass
+class Verdict:
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Diagnosis:
+    """The result of :func:`diagnose`."""
+
+    conditions: dict[str, Verdict]
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    socket_ifnames: dict[int, Optional[str]] = field(default_factory=dict)
+    master_addr: Optional[str] = None
+    backend: Optional[str] = None
+    message_size_bytes: Optional[int] = None
+    alg_bandwidth_gbps: Optional[float] = None
+    bus_bandwidth_gbps: Optional[float] = None
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def validated(self) -> bool:
+        return self.conditions[c.VALIDATED].status == "True"
+
+
+def _node_label(o: ProbeOutcome) -> str:
+    return o.node or (o.report or {}).get("node") or o.pod
+
+
+def summarize_ifnames(names: list[Optional[str]]) -> Optional[str]:
+    """One NCCL_SOCKET_IFNAME for the printer column: the common name, or a sorted comma
+    list when nodes name their NIC differently (NCCL accepts a comma list of prefixes)."""
+    distinct = sorted({n for n in names if n})
+    if not distinct:
+        return None
+    return ",".join(distinct)
+
+
+def _is_loopback(addr: Optional[str]) -> bool:
+    try:
+        return addr is not None and ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def _failure_rank(reason: str) -> tuple[int, int]:
+    ctype = c.REASON_CONDITION.get(reason)
+    order = c.CHECK_CONDITIONS.index(ctype) if ctype else len(c.CHECK_CONDITIONS)
+    return (1 if reason in c.GENERIC_REASONS else 0, order)
+
+
+def _version_mismatch(outcomes: list[ProbeOutcome]) -> Optional[Verdict]:
+    reports = [(o, o.report) for o in outcomes if o.report]
+    for key, reason, label in _VERSION_KEYS:
+        seen = {}
+        for o, r in reports:
+            val = (r.get("versions") or {}).get(key)
+            if val:
+                seen[_node_label(o)] = str(val)
+        if len(set(seen.values())) > 1:
+            table = ", ".join(f"{n}={v}" for n, v in sorted(seen.items()))
+            return Verdict(
+                "False",
+                reason,
+                f"{label} differs between nodes: {table}; build every node's image with the "
+                f"same {label} (the probe runs in the training image, so this is what would "
+                "train)",
+            )
+    return None
+
+
+def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagnosis:
+    """Turn every rank's probe outcome into conditions (see the module docstring).
+
+    ``outcomes`` holds one entry per node rank (all ranks finished). ``master_addr`` is
+    the address the probes were given as MASTER_ADDR (rank 0's node address).
+    """
+    outcomes = sorted(outcomes, key=lambda o: o.rank)
+    conds: dict[str, Verdict] = {
+        c.PROBES_SCHEDULED: Verdict("True", c.REASON_PROBES_SCHEDULED, "every probe pod ran"),
+    }
+    diag = Diagnosis(conditions=conds, master_addr=master_addr)
+
+    # 1. Collect failures: invalid/missing reports, then probe-reported failures.
+    failures: list[tuple[str, str, str]] = []  # (reason, node, message)
+    for o in outcomes:
+        if o.report is None:
+            failures.append((o.error_reason, _node_label(o), o.error or "no report"))
+            continue
+        f = o.report.get("failure")
+        if not o.report.get("ok") and f:
+            failures.append((f.get("reason") or c.REASON_PROBE_FAILED, _node_label(o), f.get("message") or ""))
+        elif not o.report.get("ok"):
+            failures.append((c.REASON_PROBE_FAILED, _node_label(o), "probe reported not ok"))
+    if not failures and _is_loopback(master_addr):
+        failures.append(
+            (
+                c.REASON_MASTER_ADDR_LOOPBACK,
+                _node_label(outcomes[0]) if outcomes else "rank 0",
+                f"MASTER_ADDR {master_addr} is a loopback address; other nodes cannot reach it",
+            )
+        )
+    mismatch = _version_mismatch(outcomes)
+    if mismatch and not any(r == mismatch.reason for r, _, _ in failures):
+        failures.append((mismatch.reason, "", mismatch.message))
+
+    for reason, node, msg in failures:
+        diag.failures.append(f"{node}: {reason}: {msg}" if node and not msg.startswith(node) else f"{reason}: {msg}")
+
+    # 2. Warnings from passing reports.
+    warn_by_type: dict[str, list[tuple[str, str]]] = {}
+    for o in outcomes:
+        for w in (o.report or {}).get("warnings") or []:
+            reason = w.get("reason") or "Warning"
+            msg = w.get("message") or ""
+            text = msg if msg.startswith(_node_label(o)) else f"{_node_label(o)}: {msg}"
+            warn_by_type.setdefault(WARNING_CONDITION.get(reason, c.NETWORK_VALIDATED), []).append(
+                (reason, text)
+            )
+            if text not in diag.warnings:
+                diag.warnings.append(text)
+
+    # 3. Per-node results and interface choice (what training will use).
+    for o in outcomes:
+        r = o.report or {}
+        chosen = r.get("chosen") or {}
+        versions = r.get("versions") or {}
+        diag.nodes.append(
+            {
+                "rank": o.rank,
+                "name": o.node or r.get("node") or "",
+                "address": chosen.get("addr"),
+                "interface": chosen.get("ifname"),
+                "torch": versions.get("torch"),
+                "cuda": versions.get("cuda"),
+                "nccl": versions.get("nccl"),
+            }
+        )
+        diag.socket_ifnames[o.rank] = chosen.get("ifname")
+    ar = [(o.report or {}).get("allreduce") for o in outcomes]
+    ar = [a for a in ar if a]
+    if ar:
+        # The slowest rank bounds the collective: report the minimum bandwidth.
+        diag.bus_bandwidth_gbps = round(min(float(a.get("busbwGBps", 0.0)) for a in ar), 4)
+        diag.alg_bandwidth_gbps = round(min(float(a.get("algbwGBps", 0.0)) for a in ar), 4)
+        diag.message_size_bytes = int(ar[0].get("bytes", 0)) or None
+    backends = {(o.report or {}).get("backend") for o in outcomes} - {None}
+    diag.backend = ",".join(sorted(backends)) or None
+    for o in outcomes:
+        for phase, secs in ((o.report or {}).get("timings") or {}).items():
+            diag.phase_seconds[phase] = round(max(diag.phase_seconds.get(phase, 0.0), float(secs)), 3)
+
+    # 4. Conditions.
+    if failures:
+        failures.sort(key=lambda f: _failure_rank(f[0]))
+        cause_reason = failures[0][0]
+        cause_type = c.REASON_CONDITION.get(cause_reason)
+        same = [f for f in failures if f[0] == cause_reason]
+        message = "; ".join(
+            m if (not n or m.startswith(n)) else f"{n}: {m}" for _, n, m in same
+        )
+        if cause_type is None:
+            # Not tied to one check (invalid report, crashed probe): checks stay Unknown.
+            for ctype in c.CHECK_CONDITIONS[1:]:
+                conds[ctype] = Verdict("Unknown", c.REASON_NOT_REACHED, "no usable probe report")
+        else:
+            idx = c.CHECK_CONDITIONS.index(cause_type)
+            for ctype in c.CHECK_CONDITIONS[1:]:
+                i = c.CHECK_CONDITIONS.index(ctype)
+                if i < idx:
+                    conds[ctype] = Verdict("True", c.PASS_REASON[ctype], "passed on every node")
+                elif i == idx:
+                    conds[ctype] = Verdict("False", cause_reason, message)
+                else:
+                    conds[ctype] = Verdict(
+                        "Unknown", c.REASON_NOT_REACHED, f"not checked: {cause_type} is False"
+                    )
+        conds[c.VALIDATED] = Verdict("False", cause_reason, message)
+        return diag
+
+    ifnames = summarize_ifnames(list(diag.socket_ifnames.values()))
+    chosen_msgs = []
+    rejected = {}
+    for o in outcomes:
+        for rj in (o.report or {}).get("rejected") or []:
+            rejected.setdefault(rj.get("ifname"), rj.get("reason"))
+    subnets = sorted({((o.report or {}).get("chosen") or {}).get("subnet") or "?" for o in outcomes})
+    chosen_msgs.append(f"{ifnames} ({', '.join(subnets)}) chosen on every node")
+    if rejected:
+        chosen_msgs.append(
+            "rejected: " + ", ".join(f"{k} ({v})" for k, v in sorted(rejected.items()) if k)
+        )
+    versions0 = ((outcomes[0].report or {}).get("versions") or {}) if outcomes else {}
+    vmsg = ", ".join(
+        f"{label} {versions0.get(key)}"
+        for key, label in (("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"))
+        if versions0.get(key)
+    )
+    conds[c.MASTER_REACHABLE] = Verdict(
+        "True",
+        c.REASON_MASTER_REACHABLE,
+        f"every rank reached {master_addr}:{(outcomes[0].report or {}).get('master', {}).get('port') if outcomes else ''}",
+    )
+    conds[c.NETWORK_VALIDATED] = Verdict("True", c.REASON_INTERFACE_SELECTED, "; ".join(chosen_msgs))
+    conds[c.VERSIONS_CONSISTENT] = Verdict(
+        "True", c.REASON_VERSIONS_MATCH, f"same on every node: {vmsg or 'versions unknown'}"
+    )
+    conds[c.COLLECTIVE_VALIDATED] = Verdict(
+        "True",
+        c.REASON_ALLREDUCE_PASSED,
+        f"all-reduce correct over {len(outcomes)} ranks ({diag.backend}); busbw "
+        f"{diag.bus_bandwidth_gbps} GB/s, algbw {diag.alg_bandwidth_gbps} GB/s at "
+        f"{diag.message_size_bytes} bytes",
+    )
+    for ctype, warns in warn_by_type.items():
+        conds[ctype] = Verdict(
+            "True", warns[0][0], conds[ctype].message + "; warning: " + "; ".join(t for _, t in warns)
+        )
+    if diag.warnings:
+        conds[c.VALIDATED] = Verdict(
+            "True", c.REASON_PASSED_WITH_WARNINGS, "passed, but: " + "; ".join(diag.warnings)
+        )
+    else:
+        conds[c.VALIDATED] = Verdict(
+            "True",
+            c.REASON_ALL_CHECKS_PASSED,
+            f"{len(outcomes)} nodes validated; NCCL_SOCKET_IFNAME={ifnames}; "
+            f"MASTER_ADDR={master_addr}; busbw {diag.bus_bandwidth_gbps} GB/s",
+        )
+    return diag

@@ -1,0 +1,97 @@
+"""Small builders for unit tests: jobs, pods and probe reports as the API returns them."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Optional
+
+from disttrain import constants as c
+
+TEMPLATE = {
+    "spec": {
+        "containers": [
+            {
+                "name": "trainer",
+                "image": "example/train:1",
+                "command": ["python", "/workspace/train.py", "--epochs", "3"],
+                "resources": {"limits": {"cpu": "2"}},
+                "env": [{"name": "FOO", "value": "bar"}],
+            }
+        ],
+        "nodeSelector": {"pool": "gpu"},
+        "tolerations": [{"key": "gpu", "operator": "Exists"}],
+    }
+}
+
+
+def job(num_nodes: int = 2, status: Optional[dict] = None, generation: int = 1, **spec: Any) -> dict:
+    body = {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": generation},
+        "spec": {"numNodes": num_nodes, "template": copy.deepcopy(TEMPLATE), **spec},
+    }
+    if status is not None:
+        body["status"] = status
+    return body
+
+
+def report(rank: int, node: str, ok: bool = True, *, ifname: str = "eth1", addr: Optional[str] = None,
+           failure: Optional[dict] = None, warnings: Optional[list] = None, torch: str = "2.8.0",
+           nccl: Optional[str] = None, busbw: float = 1.5) -> dict:
+    return {
+        "v": 1,
+        "rank": rank,
+        "worldSize": 2,
+        "node": node,
+        "hostname": node,
+        "ok": ok,
+        "phase": "done" if ok else (failure or {}).get("phase", "rendezvous"),
+        "failure": failure,
+        "warnings": warnings or [],
+        "versions": {"python": "3.11.7", "torch": torch, "cuda": None, "nccl": nccl, "driver": None},
+        "master": {"addr": "10.100.0.10", "port": 29500, "resolved": ["10.100.0.10"], "route": None},
+        "portRange": [32768, 60999],
+        "interfaces": [],
+        "chosen": {"ifname": ifname, "addr": addr or f"10.101.0.{10 + rank}", "subnet": "10.101.0.0/24"} if ok else None,
+        "rejected": [{"ifname": "docker0", "reason": "DuplicateAddress", "message": "172.17.0.1 on every node"}],
+        "ncclDefaultIfname": "eth0",
+        "backend": "gloo",
+        "allreduce": {"bytes": 4194304, "iterations": 10, "seconds": 0.01, "algbwGBps": busbw, "busbwGBps": busbw, "correct": True} if ok else None,
+        "timings": {"inventory": 0.01, "rendezvous": 0.2},
+        "truncated": False,
+    }
+
+
+def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pending", node: Optional[str] = None,
+        host_ip: Optional[str] = None, message: Optional[str] = None, exit_code: Optional[int] = None,
+        container: str = "probe", unschedulable: Optional[str] = None, deleting: bool = False) -> dict:
+    p: dict[str, Any] = {
+        "metadata": {
+            "name": name,
+            "labels": {c.LABEL_JOB: "j", c.LABEL_ROLE: role, c.LABEL_RANK: str(rank), c.LABEL_ATTEMPT: str(attempt)},
+        },
+        "spec": {"nodeName": node, "containers": [{"name": container}]},
+        "status": {"phase": phase, "hostIP": host_ip, "conditions": []},
+    }
+    if deleting:
+        p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    if unschedulable:
+        p["status"]["conditions"].append(
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable})
+    if exit_code is not None or message is not None:
+        p["status"]["containerStatuses"] = [
+            {"name": container, "state": {"terminated": {"exitCode": exit_code, "message": message}}}]
+    return p
+
+
+def json_parser(raw: str) -> dict:
+    """A stand-in for the report parser where a test is about reconcile, not the schema."""
+    try:
+        data = json.loads(raw)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("v") != 1:
+        raise ValueError("not a v1 report")
+    return data

@@ -1,0 +1,109 @@
+"""Pure builders: spec -> probe and worker pods."""
+
+import pytest
+
+from disttrain import constants as c
+from disttrain.api import DistTrainingJobSpec
+from disttrain.builders import JobRef, Rendezvous, build_probe_pod, build_worker_pod, nproc_per_node, torchrun_command
+
+from .fixtures import job
+
+REF = JobRef("j", "ns", "uid-1")
+
+
+def spec_of(**kw):
+    return DistTrainingJobSpec.model_validate(job(**kw)["spec"])
+
+
+def env(ctr):
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr["env"]}
+
+
+def test_probe_pod_runs_in_training_image_with_same_constraints():
+    s = spec_of()
+    pod = build_probe_pod(REF, s, 1, "10.100.0.10", attempt=3, probe_image="probe:1")
+    ps = pod["spec"]
+    assert pod["metadata"]["name"] == "j-probe-1"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert pod["metadata"]["labels"][c.LABEL_ATTEMPT] == "3"
+    assert ps["nodeSelector"] == {"pool": "gpu"} and ps["tolerations"]
+    probe = ps["containers"][0]
+    assert probe["image"] == "example/train:1" and probe["resources"] == {"limits": {"cpu": "2"}}
+    assert probe["command"] == ["python", "-m", "disttrain_probe"]
+    assert ps["initContainers"][0]["image"] == "probe:1"
+    e = env(probe)
+    assert (e["RANK"], e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) == ("1", "2", "10.100.0.10", "29500")
+    assert e["PYTHONPATH"] == c.PROBE_INSTALL_DIR and e["FOO"] == "bar"
+    anti = ps["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    assert anti["labelSelector"]["matchLabels"][c.LABEL_ROLE] == c.ROLE_PROBE
+    assert ps["restartPolicy"] == "Never" and probe["terminationMessagePolicy"] == "FallbackToLogsOnError"
+
+
+def test_rank0_probe_uses_its_own_host_ip_as_master():
+    pod = build_probe_pod(REF, spec_of(), 0, None, attempt=1)
+    assert env(pod["spec"]["containers"][0])["MASTER_ADDR"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+
+
+def test_probe_in_probe_image_has_no_init_container():
+    s = spec_of(probe={"useTrainingImage": False, "image": "probe:2"})
+    pod = build_probe_pod(REF, s, 0, None, attempt=1)
+    assert pod["spec"]["initContainers"] == [] and pod["spec"]["containers"][0]["image"] == "probe:2"
+
+
+def test_worker_pinned_with_validated_rendezvous_torchrun():
+    s = spec_of()
+    pod = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.100.0.10", 29500, "eth1"), attempt=0)
+    ps = pod["spec"]
+    term = ps["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"][-1] == {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}
+    ctr = ps["containers"][0]
+    assert ctr["command"] == ["torchrun", "--nnodes=2", "--nproc-per-node=1", "--node-rank=1",
+                              "--master-addr=10.100.0.10", "--master-port=29500",
+                              "/workspace/train.py", "--epochs", "3"]
+    e = env(ctr)
+    assert e["NCCL_SOCKET_IFNAME"] == e["GLOO_SOCKET_IFNAME"] == "eth1"
+    assert e["PET_NODE_RANK"] == "1" and e["PET_NNODES"] == "2"
+    assert "RANK" not in e  # torchrun sets RANK per process
+
+
+def test_env_launcher_sets_ranks():
+    s = spec_of(launcher="env", numProcPerNode=1)
+    ctr = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.0.0.1", 29500), 0)["spec"]["containers"][0]
+    e = env(ctr)
+    assert (e["RANK"], e["WORLD_SIZE"], e["LOCAL_RANK"]) == ("1", "2", "0")
+    assert ctr["command"][0] == "python" and "NCCL_SOCKET_IFNAME" not in e
+
+
+def test_node_pin_is_added_to_every_existing_term():
+    tmpl = job()["spec"]["template"]
+    tmpl["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]},
+                              {"matchExpressions": [{"key": "b", "operator": "Exists"}]}]}}}
+    s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl})
+    terms = build_worker_pod(REF, s, 0, "node-a", Rendezvous("x", 1), 0)["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all(t["matchExpressions"][-1]["values"] == ["node-a"] for t in terms) and len(terms) == 2
+
+
+@pytest.mark.parametrize("cmd,tail", [
+    (["python", "-m", "pkg.train", "--x"], ["-m", "pkg.train", "--x"]),
+    (["python3", "train.py"], ["train.py"]),
+    (["/bin/sh", "-c", "echo hi"], ["--no-python", "/bin/sh", "-c", "echo hi"]),
+])
+def test_torchrun_wrapping(cmd, tail):
+    out = torchrun_command(cmd, [], 2, 4, 0, Rendezvous("m", 1), "static", "id")
+    assert out[-len(tail):] == tail and "--nproc-per-node=4" in out
+
+
+def test_torchrun_c10d_uses_endpoint():
+    out = torchrun_command(["python", "t.py"], [], 2, 1, 0, Rendezvous("m", 7), "c10d", "id")
+    assert "--rdzv-endpoint=m:7" in out and not any(a.startswith("--node-rank") for a in out)
+
+
+def test_nproc_auto_counts_gpus():
+    tmpl = job()["spec"]["template"]
+    tmpl["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl})
+    assert nproc_per_node(s) == 8
+    assert nproc_per_node(spec_of()) == 1
