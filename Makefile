@@ -25,13 +25,14 @@ up: venv build-cluster
 	$(VPY) -m localcluster up
 
 down: venv
+	-$(VPY) -m localcluster.operator_install stop
 	$(VPY) -m localcluster down
 
 crds: venv
 	$(VPY) -m disttrain.crdgen > crds/disttrain.dev_disttrainingjobs.yaml
 
 demo: venv build-cluster
-	$(VPY) -m localcluster demo $(if $(SCENARIO),--scenario $(SCENARIO),)
+	$(VPY) -m localcluster.demo
 
 test: venv build-cluster
 	$(VPY) -m pytest -q -ra

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     asyncio.run(
         kopf.operator(
             clusterwide=not args.namespace,
+            standalone=True,  # one replica (Deployment strategy Recreate), no peering
             namespaces=args.namespace or None,
             liveness_endpoint=args.liveness or None,
         )

@@ -1,0 +1,185 @@
+"""The probe's report, as the operator reads it (contract version ``v`` = 1).
+
+One report per rank, read from the probe pod's termination message (at most 4096 bytes;
+Kubernetes truncates there). Probe reports are untrusted input: :func:`parse_report`
+caps the size, checks the version and validates the shape, raising :class:`ReportInvalid`
+with a readable reason. Unknown fields are ignored, so the probe can add fields
+without breaking older operators. Units are in the field names and docstrings:
+seconds, bytes, Mb/s (link speed), GB/s with GB = 1e9 bytes (bandwidths).
+"""
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+REPORT_VERSION = 1
+MAX_REPORT_BYTES = 4096
+
+
+class ReportInvalid(ValueError):
+    """The termination message is not a usable probe report (garbage, oversize, wrong version)."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Failure(_Model):
+    """Why the probe failed: a CamelCase ``reason`` (disttrain_probe.reasons), the phase it
+    was in, and a message naming the node(s), what was seen and the fix."""
+
+    reason: str
+    phase: Optional[str] = None
+    message: str = ""
+
+
+class ProbeWarning(_Model):
+    """A latent fault (the probe still passed), e.g. HostnameLoopback, NCCLDefaultDiffers."""
+
+    reason: str
+    message: str = ""
+
+
+class Versions(_Model):
+    """Software on the node. ``cuda`` is torch's CUDA build; ``nccl`` only when CUDA is usable."""
+
+    python: Optional[str] = None
+    torch: Optional[str] = None
+    cuda: Optional[str] = None
+    nccl: Optional[str] = None
+    driver: Optional[str] = None
+    gpus: Optional[int] = Field(default=None, description="visible CUDA devices")
+
+
+class Route(_Model):
+    """The kernel's route: outgoing interface and source address."""
+
+    iface: Optional[str] = None
+    src: Optional[str] = None
+
+
+class Master(_Model):
+    """MASTER_ADDR/MASTER_PORT as this rank saw them."""
+
+    addr: Optional[str] = None
+    port: Optional[int] = None
+    resolved: List[str] = Field(default_factory=list, description="getaddrinfo answers")
+    route: Optional[Route] = None
+    connected: Optional[str] = Field(default=None, description="address the TCP dial reached")
+
+
+class Interface(_Model):
+    """A network interface of the node: addresses as ``addr/prefix``; speed in Mb/s."""
+
+    name: str
+    addrs: List[str] = Field(default_factory=list)
+    up: Optional[bool] = None
+    speed_mbps: Optional[int] = Field(default=None, description="link speed, Mb/s (/sys)")
+    mtu: Optional[int] = Field(default=None, description="bytes")
+
+
+class Chosen(_Model):
+    """The interface this rank should use (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME)."""
+
+    ifname: str
+    addr: Optional[str] = None
+    subnet: Optional[str] = None
+
+
+class Rejected(_Model):
+    """An interface not chosen, with a sub-reason: Loopback, DuplicateAddress, Unreachable,
+    Down, NoIPv4, NotRequested, NotOnAllNodes, MultipleOnNode, NotPreferred."""
+
+    ifname: str
+    reason: str
+    message: str = ""
+
+
+class AllReduce(_Model):
+    """Timed all-reduce (sum) of a float32 tensor; bandwidths per nccl-tests, GB = 1e9 bytes."""
+
+    bytes: Optional[int] = Field(default=None, description="message size, bytes")
+    iterations: Optional[int] = None
+    seconds: Optional[float] = Field(default=None, description="total over the timed iterations")
+    algbw_gbps: Optional[float] = Field(default=None, alias="algbwGBps",
+                                        description="bytes / seconds-per-iteration, GB/s")
+    busbw_gbps: Optional[float] = Field(default=None, alias="busbwGBps",
+                                        description="algbw * 2(n-1)/n, GB/s")
+    correct: Optional[bool] = None
+
+
+class MeshResult(_Model):
+    """One dial from this rank to a peer's listener (``r``: ok|wrong|refused|timeout|...)."""
+
+    peer: int
+    addr: str
+    r: str
+    ms: Optional[float] = Field(default=None, description="milliseconds")
+    src: Optional[str] = None
+
+
+class ProbeReport(_Model):
+    """One rank's probe report (the termination message of a probe pod)."""
+
+    v: int = Field(description="report contract version")
+    rank: Optional[int] = None
+    world_size: Optional[int] = None
+    node: Optional[str] = None
+    pod: Optional[str] = None
+    hostname: Optional[str] = None
+    host_ip: Optional[str] = None
+    ok: bool = Field(description="true only when every check passed")
+    phase: Optional[str] = Field(default=None, description="last phase reached")
+    failure: Optional[Failure] = None
+    warnings: List[ProbeWarning] = Field(default_factory=list)
+    versions: Optional[Versions] = None
+    master: Optional[Master] = None
+    port_range: Optional[List[int]] = Field(default=None,
+                                            description="net.ipv4.ip_local_port_range [lo, hi]")
+    port_range_allowed: Optional[List[int]] = None
+    interfaces: List[Interface] = Field(default_factory=list)
+    chosen: Optional[Chosen] = None
+    network: Optional[str] = Field(default=None, description="the chosen network (subnet)")
+    rejected: List[Rejected] = Field(default_factory=list)
+    nccl_default_ifname: Optional[str] = Field(
+        default=None, description="what NCCL would pick with NCCL_SOCKET_IFNAME unset")
+    socket_ifname: Optional[str] = None
+    backend: Optional[str] = Field(default=None, description="nccl | gloo")
+    allreduce: Optional[AllReduce] = None
+    timings: Dict[str, float] = Field(default_factory=dict, description="seconds per phase")
+    mesh: List[MeshResult] = Field(default_factory=list)
+    truncated: bool = False
+
+    @property
+    def failure_reason(self) -> Optional[str]:
+        return self.failure.reason if self.failure else None
+
+
+def parse_report(raw: Union[str, bytes]) -> ProbeReport:
+    """Parse and validate one termination message; raises :class:`ReportInvalid`."""
+    if raw is None:
+        raise ReportInvalid("empty report")
+    data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+    if len(data) > MAX_REPORT_BYTES:
+        raise ReportInvalid(f"report is {len(data)} bytes, over the {MAX_REPORT_BYTES}-byte cap")
+    if not data.strip():
+        raise ReportInvalid("empty report")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ReportInvalid(f"report is not JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ReportInvalid(f"report is a JSON {type(obj).__name__}, not an object")
+    v = obj.get("v")
+    if v != REPORT_VERSION:
+        raise ReportInvalid(f"report version {v!r} is not supported (want {REPORT_VERSION})")
+    try:
+        return ProbeReport.model_validate(obj)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first.get("loc", ()))
+        raise ReportInvalid(f"report does not match the schema: {loc}: {first.get('msg')} "
+                            f"({e.error_count()} error(s))") from None

@@ -1,0 +1,223 @@
+"""End to end: the operator on the real local cluster validates nodes, then trains.
+
+Every test runs in its own namespace; jobs run one at a time (they use hostNetwork and the
+same rendezvous port on the same two nodes).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster import operator_install
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
+
+
+@pytest.fixture(scope="module")
+def operator(cluster):
+    """The operator running as its chart ServiceAccount, stopped at the end."""
+    operator_install.stop()
+    operator_install.start()
+    yield operator_install
+    operator_install.stop()
+
+
+@pytest.fixture
+def ns(cluster):
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def example_docs(**spec_overrides):
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    for d in docs:
+        if d["kind"] == "DistTrainingJob":
+            for k, v in spec_overrides.items():
+                d["spec"][k] = v
+    return docs
+
+
+def apply(cluster, ns, docs, check=True):
+    return cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs), check=check)
+
+
+def get_job(cluster, ns, name="ddp-digits"):
+    return json.loads(cluster.kubectl("get", "dtj", name, "-n", ns, "-o", "json").stdout)
+
+
+def condition(job, ctype):
+    for c in (job.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return None
+
+
+def wait_for(fn, timeout, interval=0.5, what="condition"):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
+
+
+def pods(cluster, ns, selector="disttrain.dev/job-name=ddp-digits"):
+    out = cluster.kubectl("get", "pods", "-n", ns, "-l", selector, "-o", "json").stdout
+    return json.loads(out)["items"]
+
+
+def test_example_validates_then_trains(cluster, operator, ns):
+    t0 = time.monotonic()
+    apply(cluster, ns, example_docs())
+    # The user's way to wait: kubectl wait on the Validated condition.
+    cluster.kubectl("wait", "--for=condition=Validated", "dtj/ddp-digits", "-n", ns, "--timeout=120s", timeout=130)
+    validated_after = time.monotonic() - t0
+    cluster.kubectl("wait", "--for=condition=Succeeded", "dtj/ddp-digits", "-n", ns, "--timeout=300s", timeout=310)
+    job = get_job(cluster, ns)
+    st = job["status"]
+    assert st["phase"] == "Succeeded"
+    for ctype in ("ProbesScheduled", "MasterReachable", "NetworkValidated", "VersionsConsistent",
+                  "CollectiveValidated", "Validated", "TrainingStarted", "Succeeded"):
+        c = condition(job, ctype)
+        assert c and c["status"] == "True", (ctype, c)
+        assert c["observedGeneration"] == job["metadata"]["generation"] and c["lastTransitionTime"]
+    ifname = st["rendezvous"]["socketIfname"]
+    assert ifname and ifname not in ("docker0", "lo"), ifname
+    master = ipaddress.ip_address(st["rendezvous"]["masterAddr"])
+    assert not master.is_loopback and master not in ipaddress.ip_network("172.17.0.0/16")
+    assert len({n["name"] for n in st["nodes"]}) == 2
+    assert st["probe"]["busBandwidthGbps"] > 0 and st["probe"]["phaseSeconds"]
+    assert "docker0" in condition(job, "NetworkValidated")["message"]  # rejected decoy explained
+
+    # The training pods: one per validated node, pinned, with the validated settings.
+    workers = sorted(pods(cluster, ns, "disttrain.dev/role=worker"), key=lambda p: p["metadata"]["name"])
+    assert [p["metadata"]["name"] for p in workers] == ["ddp-digits-worker-0", "ddp-digits-worker-1"]
+    for rank, p in enumerate(workers):
+        assert p["spec"]["nodeName"] == st["nodes"][rank]["name"]
+        env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
+        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == st["nodes"][rank]["interface"]
+        assert env["MASTER_ADDR"] == st["rendezvous"]["masterAddr"]
+        assert f"--node-rank={rank}" in p["spec"]["containers"][0]["command"]
+        assert p["metadata"]["ownerReferences"][0]["kind"] == "DistTrainingJob"
+    # Probe pods are gone after a pass (keepPods: OnFailure).
+    wait_for(lambda: not pods(cluster, ns, "disttrain.dev/role=probe"), 30, what="probe pods deleted")
+
+    # Real training on real data: the accuracy line in the rank 0 log.
+    log = cluster.kubectl("logs", "ddp-digits-worker-0", "-n", ns).stdout
+    acc = float(re.search(r"test accuracy ([0-9.]+)", log).group(1))
+    assert acc >= 0.9, log
+
+    # kubectl shows the diagnosis: printer columns and events.
+    row = cluster.kubectl("get", "dtj", "ddp-digits", "-n", ns).stdout
+    assert "Succeeded" in row and ifname in row
+    events = cluster.kubectl("get", "events", "-n", ns, "--field-selector",
+                             "involvedObject.kind=DistTrainingJob", "-o", "json").stdout
+    reasons = {e["reason"] for e in json.loads(events)["items"]}
+    assert "AllChecksPassed" in reasons and "AllRanksSucceeded" in reasons
+    print(f"Validated after {validated_after:.1f}s, bus bandwidth {st['probe']['busBandwidthGbps']} GB/s")
+
+
+BAD = [
+    ({"numNodes": 0}, "spec.numNodes"),
+    ({"template": None}, "spec.template"),
+    ({"template": {"spec": {"containers": []}}}, "spec.template.spec.containers"),
+    ({"launcher": "mpirun"}, "spec.launcher"),
+    ({"network": {"portRange": "sixty-thousand"}}, "spec.network.portRange"),
+    ({"network": {"portRange": "61000-60000"}}, "spec.network.portRange"),
+    ({"launcher": "env", "numProcPerNode": 4}, "numProcPerNode"),
+    ({"numProcPerNode": "many"}, "spec.numProcPerNode"),
+]
+
+
+@pytest.mark.parametrize("override,field", BAD, ids=[f for _, f in BAD])
+def test_bad_manifest_rejected_at_apply_naming_the_field(cluster, operator, ns, override, field):
+    docs = [d for d in example_docs() if d["kind"] == "DistTrainingJob"]
+    for k, v in override.items():
+        if v is None:
+            docs[0]["spec"].pop(k)
+        else:
+            docs[0]["spec"][k] = v
+    p = apply(cluster, ns, docs, check=False)
+    assert p.returncode != 0, p.stdout
+    assert field in p.stderr, p.stderr
+    assert cluster.kubectl("get", "dtj", "-n", ns, "-o", "name").stdout.strip() == ""
+
+
+def test_reserved_env_rejected(cluster, operator, ns):
+    docs = [d for d in example_docs() if d["kind"] == "DistTrainingJob"]
+    docs[0]["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": "MASTER_ADDR", "value": "x"}]
+    p = apply(cluster, ns, docs, check=False)
+    assert p.returncode != 0 and "MASTER_ADDR" in p.stderr, p.stderr
+
+
+def test_garbage_probe_report_is_a_false_condition(cluster, operator, ns):
+    docs = example_docs(probe={"useTrainingImage": False, "image": "disttrain.dev/test/garbage-probe:v1",
+                               "timeoutSeconds": 30})
+    apply(cluster, ns, docs)
+    job = wait_for(lambda: (lambda j: j if (condition(j, "Validated") or {}).get("status") == "False" else None)(
+        get_job(cluster, ns)), 90, what="Validated=False")
+    v = condition(job, "Validated")
+    assert v["reason"] == "ProbeReportInvalid", v
+    assert "report invalid" in v["message"]
+    assert job["status"]["phase"] == "Failed"
+    assert not pods(cluster, ns, "disttrain.dev/role=worker")
+    # The operator survived the garbage and still answers.
+    assert operator.pid() is not None
+
+
+def test_not_enough_nodes_fails_in_seconds(cluster, operator, ns):
+    t0 = time.monotonic()
+    apply(cluster, ns, example_docs(numNodes=len(cluster.node_names) + 1))
+    job = wait_for(lambda: (lambda j: j if (condition(j, "Validated") or {}).get("status") == "False" else None)(
+        get_job(cluster, ns)), 60, what="Validated=False")
+    took = time.monotonic() - t0
+    ps = condition(job, "ProbesScheduled")
+    assert (ps["status"], ps["reason"]) == ("False", "NotEnoughNodes"), ps
+    assert f"numNodes={len(cluster.node_names) + 1}" in ps["message"]
+    assert took < 60  # well before the probe's 60 s timeout would fire
+    wait_for(lambda: not pods(cluster, ns), 60, what="probe pods cleaned up")
+
+
+def test_operator_restarts_mid_probe_and_mid_training_without_duplicates(cluster, operator, ns):
+    apply(cluster, ns, example_docs())
+    wait_for(lambda: pods(cluster, ns, "disttrain.dev/role=probe"), 60, what="probe pods")
+    operator.stop(signal.SIGKILL)
+    time.sleep(2)
+    operator.start()
+    cluster.kubectl("wait", "--for=condition=Validated", "dtj/ddp-digits", "-n", ns, "--timeout=120s", timeout=130)
+    wait_for(lambda: pods(cluster, ns, "disttrain.dev/role=worker"), 60, what="worker pods")
+    operator.stop(signal.SIGKILL)
+    time.sleep(2)
+    operator.start()
+    cluster.kubectl("wait", "--for=condition=Succeeded", "dtj/ddp-digits", "-n", ns, "--timeout=300s", timeout=310)
+    names = sorted(p["metadata"]["name"] for p in pods(cluster, ns))
+    assert names == ["ddp-digits-worker-0", "ddp-digits-worker-1"], names
+    all_pods = json.loads(cluster.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"]
+    assert all(p["metadata"].get("ownerReferences") for p in all_pods)
+    job = get_job(cluster, ns)
+    assert job["status"]["restarts"] == 0 and job["status"]["probe"]["attempt"] == 1
+
+
+def test_deleting_the_job_removes_its_pods(cluster, operator, ns):
+    apply(cluster, ns, example_docs())
+    wait_for(lambda: pods(cluster, ns), 60, what="pods")
+    cluster.kubectl("delete", "dtj", "ddp-digits", "-n", ns, "--timeout=30s", timeout=40)
+    wait_for(lambda: not pods(cluster, ns), 90, what="garbage collection of the job's pods")
+    # No finalizer kept the job alive.
+    assert cluster.kubectl("get", "dtj", "-n", ns, "-o", "name").stdout.strip() == ""
