@@ -83,7 +83,7 @@ def write_operator_kubeconfig() -> Path:
     """A kubeconfig holding a fresh token of the chart's ServiceAccount (24 h)."""
     p = _paths()
     token = kubectl("create", "token", SERVICE_ACCOUNT, "-n", NAMESPACE, "--duration=24h").stdout.strip()
-    cfg = kubectl("config", "view", "--raw", "--minify", "-o",
+    cfg = kubectl("config", "view", "--raw", "--minify", "--flatten", "-o",
                   "jsonpath={.clusters[0].cluster.server} {.clusters[0].cluster.certificate-authority-data}").stdout
     server, ca = cfg.split()
     p["kubeconfig"].write_text(

@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         kopf.operator(
             clusterwide=not args.namespace,
             standalone=True,  # one replica (Deployment strategy Recreate), no peering
-            namespaces=args.namespace or None,
+            namespaces=args.namespace,
             liveness_endpoint=args.liveness or None,
         )
     )

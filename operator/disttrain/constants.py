@@ -128,6 +128,7 @@ REASON_PROBE_INTERNAL_ERROR = "ProbeInternalError"
 # Training outcome
 REASON_TRAINING_PENDING = "TrainingPodsPending"
 REASON_ALL_RANKS_RUNNING = "AllRanksRunning"
+REASON_TRAINING_RUNNING = "TrainingRunning"
 REASON_ALL_RANKS_SUCCEEDED = "AllRanksSucceeded"
 REASON_RANK_FAILED = "RankFailed"
 REASON_BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"

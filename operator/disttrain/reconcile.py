@@ -191,6 +191,8 @@ def _finish(plan: Plan, old_status: dict, conds: list[dict], probing: bool) -> P
             continue
         if new["status"] == "Unknown" and (old is None or old["status"] == "Unknown"):
             continue
+        if new["type"] in (c.SUCCEEDED, c.FAILED) and new["status"] == "False":
+            continue  # the other outcome condition carries the event
         bad = (new["status"] == "False" and new["type"] not in (c.SUCCEEDED, c.FAILED)) or (
             new["type"] == c.FAILED and new["status"] == "True"
         )
@@ -328,6 +330,8 @@ def _probe_stage(plan, job, spec, conds, probes, now, ts, gen, parse_report, pro
         outcomes.append(o)
     diag = diagnose(outcomes, master)
     for ctype, v in diag.conditions.items():
+        if ctype == c.PROBES_SCHEDULED and cond.is_true(conds, ctype):
+            continue  # keep the rank:node placement message
         cond.set_condition(conds, ctype, v.status, v.reason, v.message, gen, ts)
     status["nodes"] = diag.nodes
     status["rendezvous"].update(
@@ -403,10 +407,13 @@ def _training_stage(plan, job, spec, conds, workers, all_pods, probes, now, ts, 
     phases = {r: _phase(p) for r, p in by_rank.items()}
     if len(by_rank) == n and all(ph in ("Running", "Succeeded", "Failed") for ph in phases.values()):
         if not cond.is_true(conds, c.TRAINING_STARTED):
+            placement = ", ".join(f"{r}:{_node(p)}" for r, p in sorted(by_rank.items()))
             cond.set_condition(
                 conds, c.TRAINING_STARTED, "True", c.REASON_ALL_RANKS_RUNNING,
-                f"{n} training pods started (attempt {attempt})", gen, ts,
+                f"{n} training pods started, attempt {attempt} (rank:node {placement})", gen, ts,
             )
+            for ctype in (c.SUCCEEDED, c.FAILED):
+                cond.set_condition(conds, ctype, "Unknown", c.REASON_TRAINING_RUNNING, "training is running", gen, ts)
     failed = [(r, p) for r, p in sorted(by_rank.items()) if _phase(p) == "Failed"]
     if failed:
         details = []
