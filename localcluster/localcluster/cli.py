@@ -1,0 +1,284 @@
+"""`python -m localcluster up|down|status|env`: bring the local cluster up and down."""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import controlplane, network, procs
+from .config import (FABRIC_NS, IMAGES_FILE, k8s_bin_dir, node_spec_by_name, node_specs, state_dir,
+                     venv_python)
+from .kubeapi import ApiError, KubeClient
+from .kubeconfig import SERVER
+
+
+# Modules a running agent has loaded (containerinit runs fresh for every container).
+AGENT_SOURCES = ["nodeagent.py", "podspec.py", "kubeapi.py"]
+
+
+def _say(msg: str) -> None:
+    print(f"[localcluster] {msg}", file=sys.stderr, flush=True)
+
+
+def admin_client(state: Path) -> KubeClient:
+    """A KubeClient authenticated as admin (system:masters)."""
+    p = state / "pki"
+    return KubeClient(SERVER, str(p / "ca.crt"), str(p / "admin.crt"), str(p / "admin.key"))
+
+
+def _load_cfg(state: Path) -> dict:
+    try:
+        return json.loads((state / "cluster.json").read_text())
+    except (OSError, ValueError):
+        return {"nodes": {}}
+
+
+def _save_cfg(state: Path, cfg: dict) -> None:
+    (state / "cluster.json").write_text(json.dumps(cfg, indent=2))
+
+
+def _agent_name(node: str) -> str:
+    return f"agent-{node}"
+
+
+def _node_ready(node: dict) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _kill_node_pods(ns: str) -> int:
+    """SIGKILL every process in our namespace ``ns``; returns how many were signalled."""
+    n = 0
+    for pid in network.netns_pids(ns):
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            n += 1
+        except ProcessLookupError:
+            pass
+    return n
+
+
+def _remove_node(state: Path, name: str) -> None:
+    procs.stop_tracked(state, _agent_name(name))
+    spec = node_spec_by_name(name)
+    _kill_node_pods(spec.netns)
+    network.delete_netns(spec.netns)
+    try:
+        admin_client(state).delete(f"/api/v1/nodes/{name}")
+    except (ApiError, OSError):
+        pass
+
+
+def agent_code_version() -> str:
+    """Hash of the node agent's source: `up` restarts agents that run older code."""
+    h = hashlib.sha256()
+    here = Path(__file__).parent
+    for name in AGENT_SOURCES:
+        h.update((here / name).read_bytes())
+    h.update(IMAGES_FILE.read_bytes() if IMAGES_FILE.exists() else b"")
+    return h.hexdigest()[:16]
+
+
+def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0) -> Path:
+    """Bring the cluster up (reusing whatever already runs healthily) and return the admin
+    kubeconfig path. Extra nodes from an earlier `up` are removed; agents whose GPU count
+    differs are restarted.
+
+    Raises ControlPlaneError, NetworkError, ValueError (bad --nodes) or TimeoutError.
+    """
+    t0 = time.monotonic()
+    if os.geteuid() != 0:
+        raise PermissionError("localcluster needs root (network namespaces, mounts)")
+    desired = node_specs(nodes)
+    state = state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    controlplane.ensure_control_plane(state, timeout=timeout)
+    _say(f"control plane ready ({time.monotonic() - t0:.1f}s)")
+    network.ensure_fabric()
+    cfg = _load_cfg(state)
+    code = agent_code_version()
+    want = {n.name for n in desired}
+    for name in list(cfg.get("nodes", {})):
+        if name not in want:
+            _say(f"removing node {name}")
+            _remove_node(state, name)
+            del cfg["nodes"][name]
+    for n in desired:
+        network.ensure_node(n)
+        agent = _agent_name(n.name)
+        running = procs.tracked_pid(state, agent)
+        prev = cfg.get("nodes", {}).get(n.name, {})
+        if running is not None and (prev.get("gpus") != gpus or prev.get("code") != code):
+            procs.stop_tracked(state, agent)
+            running = None
+        if running is None:
+            procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.nodeagent",
+                                                "--node", n.name, "--gpus", str(gpus),
+                                                "--state", str(state)])
+        cfg.setdefault("nodes", {})[n.name] = {"gpus": gpus, "internalIP": n.mgmt_ip,
+                                               "dataIP": n.data_ip, "code": code}
+    _save_cfg(state, cfg)
+    client = admin_client(state)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            items = client.get("/api/v1/nodes")["items"]
+            ready = {i["metadata"]["name"] for i in items if _node_ready(i)}
+            gpus_ok = all(i["status"].get("capacity", {}).get("nvidia.com/gpu") == str(gpus)
+                          for i in items if i["metadata"]["name"] in want)
+            client.get("/api/v1/namespaces/default/serviceaccounts/default")
+            if want <= ready and gpus_ok:
+                break
+        except (ApiError, OSError):
+            pass
+        for n in desired:
+            if procs.tracked_pid(state, _agent_name(n.name)) is None:
+                raise RuntimeError(f"node agent {n.name} exited; see {state}/logs/"
+                                   f"{_agent_name(n.name)}.log")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"nodes not Ready after {timeout:.0f}s")
+        time.sleep(0.3)
+    _say(f"{len(desired)} node(s) Ready ({time.monotonic() - t0:.1f}s)")
+    return state / "admin.kubeconfig"
+
+
+def _created_paths_cleanup(state: Path) -> None:
+    f = state / "created-paths"
+    try:
+        paths = [p for p in f.read_text().splitlines() if p.strip()]
+    except OSError:
+        return
+    # deepest first, each path once
+    for p in sorted(set(paths), key=lambda x: x.count("/"), reverse=True):
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                os.rmdir(p)  # only if empty
+            elif os.path.isfile(p) and os.path.getsize(p) == 0:
+                os.unlink(p)
+        except OSError:
+            pass
+    f.unlink(missing_ok=True)
+
+
+def _unmount_leftovers(state: Path) -> None:
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return
+    targets = [ln.split()[4] for ln in lines if len(ln.split()) > 4]
+    for t in sorted(targets, key=len, reverse=True):
+        if t.startswith(str(state)):
+            subprocess.run(["umount", "-l", t], capture_output=True)
+
+
+def down() -> None:
+    """Stop everything `up` started: node agents, pod processes, control plane (and the
+    operator if `localcluster.operator_install` started it); delete the namespaces, created
+    mount points and etcd data. Safe to run when nothing is up."""
+    state = state_dir()
+    try:  # the operator as `localcluster.operator_install` runs it: useless without the cluster
+        from . import operator_install
+        operator_install.stop(timeout=5.0)
+    except Exception as e:  # module absent or broken: not ours to fix here
+        _say(f"operator not stopped: {e}")
+    agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
+    procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
+    for pf in agents:
+        pf.unlink(missing_ok=True)
+    killed = 0
+    for ns in network.our_netns():
+        killed += _kill_node_pods(ns)
+    if killed:
+        _say(f"killed {killed} pod process(es)")
+    stopped = controlplane.stop_control_plane(state)
+    for pid in procs.stray_pids(state):
+        procs.stop_pid(pid, grace=2)
+    for ns in network.our_netns():
+        if ns != FABRIC_NS:
+            network.delete_netns(ns)
+    network.delete_netns(FABRIC_NS)
+    _unmount_leftovers(state)
+    _created_paths_cleanup(state)
+    for d in ("etcd", "pods", "run", "apiserver-certs", "controller-manager-certs",
+              "scheduler-certs"):
+        shutil.rmtree(state / d, ignore_errors=True)
+    (state / "cluster.json").unlink(missing_ok=True)
+    _say("down" + (f" (stopped {', '.join(stopped)})" if stopped else " (nothing was running)"))
+
+
+def status() -> int:
+    """Print component/node health; return 0 if everything is healthy, 1 otherwise."""
+    state = state_dir()
+    ok = True
+    print(f"state dir: {state}")
+    for name in controlplane.COMPONENTS:
+        h = controlplane.component_healthy(state, name)
+        ok &= h
+        print(f"  {name:26s} {'healthy' if h else 'DOWN'}")
+    cfg = _load_cfg(state)
+    api_nodes = {}
+    try:
+        api_nodes = {i["metadata"]["name"]: i for i in admin_client(state).get("/api/v1/nodes")["items"]}
+    except (ApiError, OSError):
+        pass
+    for name, info in sorted(cfg.get("nodes", {}).items()):
+        spec = node_spec_by_name(name)
+        net = network.node_healthy(spec)
+        agent = procs.tracked_pid(state, _agent_name(name)) is not None
+        ready = name in api_nodes and _node_ready(api_nodes[name])
+        ok &= net and agent and ready
+        print(f"  {name:26s} netns={'ok' if net else 'MISSING'} agent={'up' if agent else 'DOWN'} "
+              f"Ready={ready} eth0={info.get('internalIP')} eth1={info.get('dataIP')} "
+              f"gpus={info.get('gpus')}")
+    if not cfg.get("nodes"):
+        print("  (no nodes)")
+        ok = False
+    print(f"KUBECONFIG={state / 'admin.kubeconfig'}")
+    return 0 if ok else 1
+
+
+def env_lines() -> str:
+    """Shell lines that point kubectl at the cluster."""
+    state = state_dir()
+    return (f"export KUBECONFIG={state / 'admin.kubeconfig'}\n"
+            f"export PATH={k8s_bin_dir()}:$PATH\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the process exit code."""
+    ap = argparse.ArgumentParser(prog="python -m localcluster",
+                                 description="a local Kubernetes cluster with simulated nodes")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up", help="start (or reuse) the cluster; prints the KUBECONFIG path")
+    u.add_argument("--nodes", type=int, default=2)
+    u.add_argument("--gpus-per-node", type=int, default=0)
+    u.add_argument("--timeout", type=float, default=120.0)
+    sub.add_parser("down", help="stop everything and clean up")
+    sub.add_parser("status", help="show health")
+    sub.add_parser("env", help="print export lines for KUBECONFIG and PATH")
+    a = ap.parse_args(argv)
+    if a.cmd == "up":
+        try:
+            print(up(a.nodes, a.gpus_per_node, a.timeout))
+        except Exception as e:
+            _say(f"up failed: {e}")
+            return 1
+        return 0
+    if a.cmd == "down":
+        down()
+        return 0
+    if a.cmd == "status":
+        return status()
+    if a.cmd == "env":
+        sys.stdout.write(env_lines())
+        return 0
+    return 2

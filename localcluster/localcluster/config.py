@@ -1,0 +1,114 @@
+"""Paths, ports and names shared by every part of the local cluster."""
+from __future__ import annotations
+
+import os
+import string
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+VERSIONS_FILE = REPO_ROOT / "localcluster" / "build" / "versions.env"
+IMAGES_FILE = REPO_ROOT / "localcluster" / "images.yaml"
+
+ETCD_CLIENT_PORT = 23790
+ETCD_PEER_PORT = 23800
+APISERVER_PORT = 16443
+CONTROLLER_MANAGER_PORT = 16457
+SCHEDULER_PORT = 16459
+KUBELET_PORT_BASE = 16500  # node i serves its kubelet API on 127.0.0.1:(16500+i)
+
+SERVICE_CIDR = "10.96.0.0/16"
+MGMT_PREFIX = "10.100.0."
+DATA_PREFIX = "10.101.0."
+DECOY_DOCKER_ADDR = "172.17.0.1/16"
+FABRIC_NS = "dtj-fabric"
+NODE_NS_PREFIX = "dtj-"
+MAX_NODES = 26
+
+
+def versions() -> dict[str, str]:
+    """Read ``localcluster/build/versions.env`` into a dict (K8S_VERSION, ETCD_VERSION, ...)."""
+    out: dict[str, str] = {}
+    for line in VERSIONS_FILE.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def cache_dir() -> Path:
+    """The binary cache: $DISTTRAIN_CACHE or ~/.cache/disttrain."""
+    return Path(os.environ.get("DISTTRAIN_CACHE") or Path.home() / ".cache" / "disttrain")
+
+
+def k8s_bin_dir() -> Path:
+    """Directory holding kube-apiserver, kube-controller-manager, kube-scheduler, kubectl."""
+    return cache_dir() / f"k8s-{versions()['K8S_VERSION']}" / "bin"
+
+
+def etcd_bin() -> Path:
+    """Path of the etcd binary."""
+    return cache_dir() / f"etcd-{versions()['ETCD_VERSION']}" / "bin" / "etcd"
+
+
+def state_dir() -> Path:
+    """The state dir: $DISTTRAIN_STATE_DIR or ``<repo>/.localcluster``."""
+    return Path(os.environ.get("DISTTRAIN_STATE_DIR") or REPO_ROOT / ".localcluster").resolve()
+
+
+def venv_python() -> str:
+    """The Python interpreter that runs agents and containers (the one running us)."""
+    return sys.executable
+
+
+def venv_bin() -> str:
+    """The bin dir of the project's venv (first on containers' PATH)."""
+    return str(Path(sys.executable).parent)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """A simulated node: index i gives name node-<letter>, addresses 10.10{0,1}.0.(10+i)."""
+
+    index: int
+
+    @property
+    def name(self) -> str:
+        """node-a, node-b, ..."""
+        return f"node-{string.ascii_lowercase[self.index]}"
+
+    @property
+    def netns(self) -> str:
+        """The node's network namespace, dtj-<name>."""
+        return NODE_NS_PREFIX + self.name
+
+    @property
+    def mgmt_ip(self) -> str:
+        """eth0's address (the Node's InternalIP), 10.100.0.(11+index)."""
+        return f"{MGMT_PREFIX}{10 + self.index + 1}"
+
+    @property
+    def data_ip(self) -> str:
+        """eth1's address (fast data NIC), 10.101.0.(11+index)."""
+        return f"{DATA_PREFIX}{10 + self.index + 1}"
+
+    @property
+    def kubelet_port(self) -> int:
+        """Port of the agent's kubelet API on 127.0.0.1, 16500+index."""
+        return KUBELET_PORT_BASE + self.index
+
+
+def node_specs(n: int) -> list[NodeSpec]:
+    """Specs for nodes node-a .. node-<n>. Raises ValueError if n is not in 1..26."""
+    if not 1 <= n <= MAX_NODES:
+        raise ValueError(f"--nodes must be between 1 and {MAX_NODES}, got {n}")
+    return [NodeSpec(i) for i in range(n)]
+
+
+def node_spec_by_name(name: str) -> NodeSpec:
+    """Inverse of NodeSpec.name. Raises ValueError for a name not of the form node-<letter>."""
+    if not (name.startswith("node-") and len(name) == 6 and name[5] in string.ascii_lowercase):
+        raise ValueError(f"not a local node name: {name}")
+    return NodeSpec(string.ascii_lowercase.index(name[5]))

@@ -1,0 +1,131 @@
+"""Per-container setup, run as the container's first program.
+
+The node agent starts, for each container::
+
+    ip netns exec dtj-<node> unshare --mount --uts --propagation private \\
+        <venv>/bin/python -m localcluster.containerinit <spec.json>
+
+so this runs in the node's network namespace with a private mount and UTS namespace.
+It sets the hostname, bind-mounts /etc/hosts, the volumes and the termination-message
+file, changes to the working directory and execs the command with a clean environment.
+Mount points missing on the host are created and appended to the spec's
+``created_paths_file`` so that ``localcluster down`` can remove them.
+
+Spec (JSON): hostname, hosts_file, mounts [{source, target, read_only}], workingDir,
+command [argv], env {name: value}, created_paths_file. Exit code 127 if the command is
+not found, 126 if it cannot be executed, 128 on a setup error (message on stderr).
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import socket
+import sys
+
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_void_p]
+
+
+def bind_mount(source: str, target: str, read_only: bool = False) -> None:
+    """Bind-mount ``source`` on ``target`` (recursively); remount read-only if asked.
+
+    Raises OSError with the errno of mount(2).
+    """
+    if _libc.mount(source.encode(), target.encode(), None, MS_BIND | MS_REC, None) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount --bind {source} {target}: {os.strerror(e)}")
+    if read_only:
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        if _libc.mount(None, target.encode(), None, flags, None) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, f"remount ro {target}: {os.strerror(e)}")
+
+
+def _record(created_file: str | None, path: str) -> None:
+    if created_file:
+        with open(created_file, "a") as f:
+            f.write(path + "\n")
+
+
+def ensure_mount_point(target: str, is_dir: bool, created_file: str | None) -> None:
+    """Create ``target`` (directory or empty file) and missing parents on the host,
+    recording every path created. Raises OSError if it cannot."""
+    target = os.path.normpath(target)
+    missing = []
+    p = target if is_dir else os.path.dirname(target)
+    while p and p != "/" and not os.path.lexists(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    for d in reversed(missing):
+        try:
+            os.mkdir(d)
+        except FileExistsError:  # another container made it meanwhile
+            continue
+        _record(created_file, d)
+    if not is_dir and not os.path.lexists(target):
+        try:
+            fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return
+        os.close(fd)
+        _record(created_file, target)
+
+
+def setup(spec: dict) -> None:
+    """Apply hostname, /etc/hosts and mounts from ``spec`` in the current namespaces.
+
+    Raises OSError on failure.
+    """
+    if spec.get("hostname"):
+        socket.sethostname(spec["hostname"])
+    created = spec.get("created_paths_file")
+    mounts = list(spec.get("mounts") or [])
+    if spec.get("hosts_file"):
+        mounts.insert(0, {"source": spec["hosts_file"], "target": "/etc/hosts", "read_only": False})
+    # Parents before children, so nested mount paths land inside their parent volume.
+    mounts.sort(key=lambda m: os.path.normpath(m["target"]).count("/"))
+    for m in mounts:
+        is_dir = os.path.isdir(m["source"])
+        ensure_mount_point(m["target"], is_dir, created)
+        bind_mount(m["source"], m["target"], bool(m.get("read_only")))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Set up from the spec file argv[0] and exec the command; returns an exit code only
+    if that fails (126/127/128)."""
+    argv = sys.argv[1:] if argv is None else argv
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    try:
+        setup(spec)
+        wd = spec.get("workingDir")
+        if wd:
+            ensure_mount_point(wd, True, spec.get("created_paths_file"))
+        os.chdir(wd or "/")  # as a container runtime: the image's WORKDIR defaults to /
+    except OSError as e:
+        print(f"localcluster containerinit: setup failed: {e}", file=sys.stderr, flush=True)
+        return 128
+    cmd = spec["command"]
+    env = dict(spec.get("env") or {})
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except FileNotFoundError:
+        print(f"localcluster containerinit: exec: {cmd[0]!r}: executable file not found in $PATH",
+              file=sys.stderr, flush=True)
+        return 127
+    except OSError as e:
+        print(f"localcluster containerinit: exec {cmd[0]!r}: {e}", file=sys.stderr, flush=True)
+        return 126
+    return 126  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Detached processes tracked by pid files under ``<state>/run/``."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+
+OUR_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+
+def _pidfile(state: Path, name: str) -> Path:
+    return state / "run" / f"{name}.pid"
+
+
+def cmdline(pid: int) -> list[str]:
+    """argv of a live process, [] if it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def alive(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def tracked_pid(state: Path, name: str) -> int | None:
+    """PID of the tracked process ``name`` if it is still running (its command line must
+    still mention the state dir, so a recycled PID is never taken for ours)."""
+    pf = _pidfile(state, name)
+    try:
+        pid = int(pf.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    if alive(pid) and str(state) in " ".join(cmdline(pid)):
+        return pid
+    return None
+
+
+def start_detached(state: Path, name: str, argv: list[str], env: dict | None = None) -> int:
+    """Start ``argv`` in its own session (setsid), stdout+stderr appended to
+    ``<state>/logs/<name>.log``, and record its PID. Returns the PID.
+
+    Raises OSError if the program cannot be started.
+    """
+    (state / "run").mkdir(parents=True, exist_ok=True)
+    (state / "logs").mkdir(parents=True, exist_ok=True)
+    log = open(state / "logs" / f"{name}.log", "ab")
+    try:
+        p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True, close_fds=True, env=env)
+    finally:
+        log.close()
+    _pidfile(state, name).write_text(str(p.pid))
+    return p.pid
+
+
+def stop_pid(pid: int, grace: float = 5.0) -> None:
+    """SIGTERM ``pid``, wait up to ``grace`` seconds, then SIGKILL. No error if gone."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def stop_many(pids: list[int], grace: float = 3.0) -> None:
+    """SIGTERM all ``pids`` at once, wait up to ``grace`` seconds for all, SIGKILL the rest."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def stop_tracked(state: Path, name: str, grace: float = 5.0) -> bool:
+    """Stop the tracked process ``name`` and remove its pid file. True if one was running."""
+    pid = tracked_pid(state, name)
+    if pid is not None:
+        stop_pid(pid, grace)
+    _pidfile(state, name).unlink(missing_ok=True)
+    return pid is not None
+
+
+def stray_pids(state: Path) -> list[int]:
+    """PIDs of our control-plane binaries and node agents whose command line mentions the
+    state dir (e.g. after a lost pid file), excluding this process and its parent."""
+    me = {os.getpid(), os.getppid()}
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        pid = int(d.name)
+        if pid in me:
+            continue
+        argv = cmdline(pid)
+        if not argv or str(state) not in " ".join(argv):
+            continue
+        ours = os.path.basename(argv[0]) in OUR_BINARIES or "localcluster.nodeagent" in argv
+        if ours and alive(pid):
+            out.append(pid)
+    return out

@@ -1,0 +1,91 @@
+"""Fixtures for the end-to-end tests: a real local cluster (see localcluster/README.md).
+
+Set DISTTRAIN_KEEP_CLUSTER=1 to leave the cluster running after the session.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Cluster:
+    """A running local cluster, as the tests see it."""
+
+    kubeconfig: Path
+    kubectl_path: Path
+    env: dict
+    state_dir: Path
+    node_names: list[str] = field(default_factory=list)
+
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        """Run kubectl against the cluster (text mode). Raises CalledProcessError when
+        ``check`` and kubectl fails, TimeoutExpired past ``timeout`` seconds."""
+        p = subprocess.run([str(self.kubectl_path), *args], env=self.env, input=input,
+                           capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise subprocess.CalledProcessError(p.returncode, p.args, p.stdout, p.stderr)
+        return p
+
+
+def _localcluster(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localcluster", *args], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _other_live_sessions(sessions: Path) -> list[int]:
+    """PIDs of other pytest sessions that registered themselves as using the cluster."""
+    out = []
+    for f in sessions.glob("*"):
+        try:
+            pid = int(f.name)
+        except ValueError:
+            continue
+        if pid != os.getpid() and Path(f"/proc/{pid}").exists():
+            out.append(pid)
+        elif pid != os.getpid():
+            f.unlink(missing_ok=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Cluster:
+    """Bring the local cluster up (2 nodes, reused if already healthy) for the session.
+
+    At the end it runs `down`, unless DISTTRAIN_KEEP_CLUSTER=1 or another pytest session
+    on this machine is still using the cluster (sessions register in <state>/sessions/).
+    """
+    if os.geteuid() != 0:
+        pytest.skip("the local cluster needs root")
+    from localcluster.config import k8s_bin_dir, node_specs, state_dir
+
+    if not (k8s_bin_dir() / "kubectl").exists():
+        pytest.skip("control-plane binaries not built (make build-cluster)")
+    nodes = int(os.environ.get("DISTTRAIN_E2E_NODES", "2"))
+    p = _localcluster("up", "--nodes", str(nodes))
+    if p.returncode != 0:
+        pytest.fail(f"localcluster up failed:\n{p.stderr}\n{p.stdout}")
+    kubeconfig = Path(p.stdout.strip().splitlines()[-1])
+    env = dict(os.environ)
+    env["KUBECONFIG"] = str(kubeconfig)
+    env["PATH"] = f"{k8s_bin_dir()}:{env.get('PATH', '')}"
+    c = Cluster(kubeconfig=kubeconfig, kubectl_path=k8s_bin_dir() / "kubectl", env=env,
+                state_dir=state_dir(), node_names=[n.name for n in node_specs(nodes)])
+    sessions = c.state_dir / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True)
+    mine = sessions / str(os.getpid())
+    mine.touch()
+    try:
+        yield c
+    finally:
+        mine.unlink(missing_ok=True)
+        if os.environ.get("DISTTRAIN_KEEP_CLUSTER") != "1" and not _other_live_sessions(sessions):
+            _localcluster("down", timeout=120)

@@ -1,0 +1,1 @@
+"""A broken probe image for tests: shadows the real disttrain_probe and reports garbage."""
