@@ -30,6 +30,7 @@ down: venv
 
 crds: venv
 	$(VPY) -m disttrain.crdgen > crds/disttrain.dev_disttrainingjobs.yaml
+	cp crds/*.yaml charts/disttrain-operator/crds/
 
 demo: venv build-cluster
 	$(VPY) -m localcluster.demo

@@ -58,3 +58,10 @@ def test_cel_rules_present_for_cross_field_checks():
     assert any("oldSelf" in r for r in rules)
     pr = spec["properties"]["network"]["properties"]["portRange"]
     assert pr["pattern"] and pr["x-kubernetes-validations"]
+
+
+def test_chart_ships_the_same_crd():
+    chart_crd = ROOT / "charts" / "disttrain-operator" / "crds" / CRD.name
+    assert chart_crd.read_text() == CRD.read_text(), (
+        "charts/disttrain-operator/crds/ drifted from crds/: copy crds/*.yaml into the chart"
+    )
