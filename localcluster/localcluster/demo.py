@@ -22,7 +22,7 @@ from rich.console import Console
 from . import config, operator_install
 from .operator_install import kubectl
 
-console = Console(highlight=False)
+console = Console(highlight=False, soft_wrap=True)
 EXAMPLE = config.REPO_ROOT / "examples" / "ddp-digits.yaml"
 JOB = "ddp-digits"
 CONDITIONS_TEMPLATE = (
