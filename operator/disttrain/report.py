@@ -37,7 +37,8 @@ class Failure(_Model):
 
 
 class ProbeWarning(_Model):
-    """A latent fault (the probe still passed), e.g. HostnameLoopback, NCCLDefaultDiffers."""
+    """A latent fault (the probe still passed), e.g. HostnameResolvesToLoopback,
+    NCCLDefaultInterfaceDiffers, RouteViaOtherInterface."""
 
     reason: str
     message: str = ""

@@ -1,0 +1,194 @@
+"""Probe configuration from the environment, overridable by CLI flags (bare-node use)."""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
+
+DEFAULT_MESSAGE_SIZE = 4 * 1024 * 1024
+DEFAULT_ITERATIONS = 10
+DEFAULT_TIMEOUT = 60.0
+DEFAULT_REPORT_PATH = "/dev/termination-log"
+
+
+class ConfigError(ValueError):
+    """Bad or missing input; the message says which variable and what was seen."""
+
+
+@dataclass
+class Config:
+    rank: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    node_name: str
+    pod_name: Optional[str] = None
+    host_ip: Optional[str] = None
+    backend: str = "auto"            # auto | nccl | gloo (auto resolved in collective)
+    socket_ifname: str = "auto"      # auto | NCCL_SOCKET_IFNAME-style spec
+    message_size_bytes: int = DEFAULT_MESSAGE_SIZE
+    iterations: int = DEFAULT_ITERATIONS
+    timeout_seconds: float = DEFAULT_TIMEOUT
+    min_busbw_gbps: float = 0.0
+    port_range: Optional[Tuple[int, int]] = None
+    report_path: str = DEFAULT_REPORT_PATH
+    local_rank: int = 0
+
+    @property
+    def loopback_requested(self) -> bool:
+        """The user asked for ``lo`` explicitly: single-host mode (tests, laptops)."""
+        return self.socket_ifname.strip() in ("lo", "=lo")
+
+
+def _int(name: str, raw: Optional[str], minimum: int = 0) -> int:
+    try:
+        v = int(str(raw).strip())
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={raw!r} is not an integer")
+    if v < minimum:
+        raise ConfigError(f"{name}={v} must be >= {minimum}")
+    return v
+
+
+def _float(name: str, raw: Optional[str], minimum: float = 0.0) -> float:
+    try:
+        v = float(str(raw).strip())
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}={raw!r} is not a number")
+    if v < minimum:
+        raise ConfigError(f"{name}={v} must be >= {minimum}")
+    return v
+
+
+def parse_port_range(raw: Optional[str]) -> Optional[Tuple[int, int]]:
+    """``"lo-hi"`` -> (lo, hi); empty -> None."""
+    if raw is None or not str(raw).strip():
+        return None
+    parts = str(raw).replace(" ", "").split("-")
+    if len(parts) != 2:
+        raise ConfigError(f"DISTTRAIN_PROBE_PORT_RANGE={raw!r} is not 'lo-hi'")
+    lo = _int("DISTTRAIN_PROBE_PORT_RANGE", parts[0], 1)
+    hi = _int("DISTTRAIN_PROBE_PORT_RANGE", parts[1], 1)
+    if lo > hi or hi > 65535:
+        raise ConfigError(f"DISTTRAIN_PROBE_PORT_RANGE={raw!r}: need 1 <= lo <= hi <= 65535")
+    return (lo, hi)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m disttrain_probe",
+        description="Preflight probe for multi-node PyTorch training. Every flag overrides "
+                    "the environment variable named in its help.")
+    a = p.add_argument
+    a("--rank", help="RANK")
+    a("--world-size", help="WORLD_SIZE")
+    a("--master-addr", help="MASTER_ADDR")
+    a("--master-port", help="MASTER_PORT")
+    a("--node-name", help="NODE_NAME (default: hostname)")
+    a("--pod-name", help="POD_NAME")
+    a("--host-ip", help="HOST_IP")
+    a("--backend", help="DISTTRAIN_PROBE_BACKEND: auto|nccl|gloo")
+    a("--socket-ifname", help="DISTTRAIN_PROBE_SOCKET_IFNAME: auto or an NCCL_SOCKET_IFNAME value")
+    a("--message-size-bytes", help="DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES (default 4194304)")
+    a("--iterations", help="DISTTRAIN_PROBE_ITERATIONS (default 10)")
+    a("--timeout-seconds", help="DISTTRAIN_PROBE_TIMEOUT_SECONDS: total budget (default 60)")
+    a("--min-busbw-gbps", help="DISTTRAIN_PROBE_MIN_BUSBW_GBPS (default 0: no threshold)")
+    a("--port-range", help="DISTTRAIN_PROBE_PORT_RANGE: 'lo-hi' the firewall admits")
+    a("--report-path", help="DISTTRAIN_PROBE_REPORT_PATH (default /dev/termination-log)")
+    return p
+
+
+def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> str:
+    """Best-effort report path, usable even when the rest of the config is invalid."""
+    env = os.environ if env is None else env
+    argv = list(argv or [])
+    for i, tok in enumerate(argv):
+        if tok == "--report-path" and i + 1 < len(argv):
+            return argv[i + 1]
+        if tok.startswith("--report-path="):
+            return tok.split("=", 1)[1]
+    return env.get("DISTTRAIN_PROBE_REPORT_PATH") or DEFAULT_REPORT_PATH
+
+
+def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Config:
+    """Build the config; raises :class:`ConfigError` naming the bad input."""
+    env = dict(os.environ if env is None else env)
+    ns = _parser().parse_args(list(argv or []))
+
+    def get(flag: Optional[str], var: str, default: Optional[str] = None) -> Optional[str]:
+        if flag is not None:
+            return flag
+        v = env.get(var)
+        return v if v not in (None, "") else default
+
+    missing = [v for f, v in ((ns.rank, "RANK"), (ns.world_size, "WORLD_SIZE"),
+                              (ns.master_addr, "MASTER_ADDR"), (ns.master_port, "MASTER_PORT"))
+               if get(f, v) is None]
+    if missing:
+        raise ConfigError("missing required input: " + ", ".join(missing)
+                          + " (set the environment variables or --flags)")
+    world = _int("WORLD_SIZE", get(ns.world_size, "WORLD_SIZE"), 1)
+    rank = _int("RANK", get(ns.rank, "RANK"), 0)
+    if rank >= world:
+        raise ConfigError(f"RANK={rank} must be < WORLD_SIZE={world}")
+    port = _int("MASTER_PORT", get(ns.master_port, "MASTER_PORT"), 1)
+    if port > 65535:
+        raise ConfigError(f"MASTER_PORT={port} is not a TCP port")
+    backend = (get(ns.backend, "DISTTRAIN_PROBE_BACKEND", "auto") or "auto").strip().lower()
+    if backend not in ("auto", "nccl", "gloo"):
+        raise ConfigError(f"DISTTRAIN_PROBE_BACKEND={backend!r}: expected auto, nccl or gloo")
+    ifname = (get(ns.socket_ifname, "DISTTRAIN_PROBE_SOCKET_IFNAME", "auto") or "auto").strip()
+    size = _int("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
+                get(ns.message_size_bytes, "DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
+                    str(DEFAULT_MESSAGE_SIZE)), 4)
+    return Config(
+        rank=rank,
+        world_size=world,
+        master_addr=str(get(ns.master_addr, "MASTER_ADDR")).strip(),
+        master_port=port,
+        node_name=get(ns.node_name, "NODE_NAME") or socket.gethostname(),
+        pod_name=get(ns.pod_name, "POD_NAME"),
+        host_ip=get(ns.host_ip, "HOST_IP"),
+        backend=backend,
+        socket_ifname=ifname or "auto",
+        message_size_bytes=size - size % 4,
+        iterations=_int("DISTTRAIN_PROBE_ITERATIONS",
+                        get(ns.iterations, "DISTTRAIN_PROBE_ITERATIONS", str(DEFAULT_ITERATIONS)), 1),
+        timeout_seconds=_float("DISTTRAIN_PROBE_TIMEOUT_SECONDS",
+                               get(ns.timeout_seconds, "DISTTRAIN_PROBE_TIMEOUT_SECONDS",
+                                   str(DEFAULT_TIMEOUT)), 1.0),
+        min_busbw_gbps=_float("DISTTRAIN_PROBE_MIN_BUSBW_GBPS",
+                              get(ns.min_busbw_gbps, "DISTTRAIN_PROBE_MIN_BUSBW_GBPS", "0")),
+        port_range=parse_port_range(get(ns.port_range, "DISTTRAIN_PROBE_PORT_RANGE")),
+        report_path=get(ns.report_path, "DISTTRAIN_PROBE_REPORT_PATH", DEFAULT_REPORT_PATH)
+        or DEFAULT_REPORT_PATH,
+        local_rank=_int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0),
+    )
+
+
+def parse_ifname_spec(spec: str) -> Tuple[str, List[Tuple[str, bool]]]:
+    """Parse an NCCL_SOCKET_IFNAME-style value.
+
+    Returns (mode, patterns) with mode ``auto`` | ``include`` | ``exclude`` and
+    patterns as (text, exact): NCCL matches by prefix unless the list starts with ``=``.
+    """
+    s = (spec or "").strip()
+    if not s or s.lower() == "auto":
+        return "auto", []
+    mode = "include"
+    if s.startswith("^"):
+        mode, s = "exclude", s[1:]
+    exact = False
+    if s.startswith("="):
+        exact, s = True, s[1:]
+    pats = [(p.strip(), exact) for p in s.split(",") if p.strip()]
+    return mode, pats
+
+
+def ifname_matches(name: str, patterns: Sequence[Tuple[str, bool]]) -> bool:
+    for text, exact in patterns:
+        if (name == text) if exact else name.startswith(text):
+            return True
+    return False

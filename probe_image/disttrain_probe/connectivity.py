@@ -1,0 +1,230 @@
+"""Phase 3, connectivity: can every rank reach every peer, per address, on ephemeral ports?
+
+Each rank listens on every IPv4 address it has with port 0 (so the kernel picks an
+ephemeral port, exactly as NCCL's sockets do), publishes (iface, addr, prefix, port,
+nonce), and dials every peer's listeners. A listener answers with its rank and nonce,
+so a connection that lands on this machine (172.17.0.1 on the local docker0, the
+classic trap) is not counted as reaching the peer. Results are all-gathered.
+
+Result codes: ``ok`` (the right peer answered), ``wrong`` (someone else answered),
+``refused``, ``timeout``, ``unreachable``, ``error``.
+
+Listeners go on up interfaces only (a down one is rejected as Down anyway), at most
+:data:`MAX_ADDRS_PER_IFACE` addresses each (kube-ipvs0 can carry hundreds of service
+addresses). Up to :data:`FULL_MESH_MAX` ranks every rank dials every peer; beyond, the
+plan is ring neighbours (±1, ±2) plus two rounds of disjoint random pairs shared by all
+ranks, so the dials per rank stay constant (DESIGN.md, "Scale").
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import random
+import zlib
+import secrets
+import selectors
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import reasons as R
+from .deadline import Deadline
+from .inventory import ipv4_addrs, route_get
+
+MAX_ADDRS_PER_IFACE = 4
+SKIP_IFACES = ("kube-ipvs0",)
+FULL_MESH_MAX = 32
+
+
+def full_mesh_max() -> int:
+    try:
+        return max(2, int(os.environ.get("DISTTRAIN_PROBE_FULL_MESH_MAX", FULL_MESH_MAX)))
+    except ValueError:
+        return FULL_MESH_MAX
+
+
+def plan(world: int, seed: int, full_max: int = FULL_MESH_MAX) -> Dict[int, List[int]]:
+    """Which peers each rank dials (symmetric: j in plan[i] iff i in plan[j])."""
+    if world <= full_max:
+        return {r: [p for p in range(world) if p != r] for r in range(world)}
+    peers: Dict[int, set] = {r: set() for r in range(world)}
+    for r in range(world):
+        for d in (1, 2):
+            for p in ((r + d) % world, (r - d) % world):
+                if p != r:
+                    peers[r].add(p)
+                    peers[p].add(r)
+    rng = random.Random(seed)
+    for _ in range(2):
+        perm = list(range(world))
+        rng.shuffle(perm)
+        for a, b in zip(perm[0::2], perm[1::2]):
+            peers[a].add(b)
+            peers[b].add(a)
+    return {r: sorted(ps) for r, ps in peers.items()}
+
+
+def plan_seed(master_addr: str, master_port: int, world: int) -> int:
+    """The same seed on every rank, without another round trip."""
+    return zlib.crc32(f"{master_addr}:{master_port}:{world}".encode())
+
+
+class Listeners:
+    """Listening sockets on each local IPv4 address; answer ``{"rank","nonce"}\\n``."""
+
+    def __init__(self, rank: int, nonce: str, interfaces: List[Dict[str, Any]]):
+        self.rank, self.nonce = rank, nonce
+        self.entries: List[List[Any]] = []   # [iface, addr, prefix, port]
+        self.errors: List[Dict[str, str]] = []
+        self._socks: List[socket.socket] = []
+        self._sel = selectors.DefaultSelector()
+        self._stop = threading.Event()
+        reply = (json.dumps({"rank": rank, "nonce": nonce}) + "\n").encode()
+        self._reply = reply
+        for iface in interfaces:
+            if iface.get("name") in SKIP_IFACES or not iface.get("up"):
+                continue
+            for addr, prefix in ipv4_addrs(iface)[:MAX_ADDRS_PER_IFACE]:
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                try:
+                    s.bind((addr, 0))
+                    s.listen(128)
+                    s.setblocking(False)
+                except OSError as e:
+                    s.close()
+                    self.errors.append({"iface": iface["name"], "addr": addr, "error": str(e)})
+                    continue
+                self._socks.append(s)
+                self._sel.register(s, selectors.EVENT_READ)
+                self.entries.append([iface["name"], addr, prefix, s.getsockname()[1]])
+        self._thread = threading.Thread(target=self._serve, name="probe-listeners", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._sel.select(timeout=0.05):
+                try:
+                    c, _ = key.fileobj.accept()  # type: ignore[union-attr]
+                except OSError:
+                    continue
+                try:
+                    c.settimeout(1.0)
+                    c.sendall(self._reply)
+                except OSError:
+                    pass
+                finally:
+                    c.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+        for s in self._socks:
+            try:
+                self._sel.unregister(s)
+            except Exception:
+                pass
+            s.close()
+
+
+def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float) -> Dict[str, Any]:
+    """Connect and read the listener's identity. Returns {r, ms, src}."""
+    t0 = time.monotonic()
+    res: Dict[str, Any] = {"r": "error"}
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(timeout)
+    try:
+        s.connect((addr, port))
+        res["src"] = s.getsockname()[0]
+        buf = b""
+        while b"\n" not in buf and len(buf) < 512:
+            chunk = s.recv(512)
+            if not chunk:
+                break
+            buf += chunk
+        try:
+            who = json.loads(buf.decode("utf-8", "replace").strip() or "{}")
+        except ValueError:
+            who = {}
+        if who.get("nonce") == want_nonce and who.get("rank") == want_rank:
+            res["r"] = "ok"
+        else:
+            res["r"] = "wrong"
+            if "rank" in who:
+                res["got"] = who.get("rank")
+    except ConnectionRefusedError:
+        res["r"] = "refused"
+    except socket.timeout:
+        res["r"] = "timeout"
+    except OSError as e:
+        if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+            res["r"] = "unreachable"
+        elif e.errno == errno.ECONNREFUSED:
+            res["r"] = "refused"
+        else:
+            res["r"] = "error"
+            res["err"] = str(e)[:80]
+    finally:
+        s.close()
+    res["ms"] = round((time.monotonic() - t0) * 1000.0, 2)
+    return res
+
+
+def port_range_warning(node: str, kernel: Optional[List[int]],
+                       allowed: Optional[Tuple[int, int]]) -> Optional[Dict[str, str]]:
+    """Warn when the kernel's ephemeral range is not inside the range the firewall admits."""
+    if not allowed or not kernel:
+        return None
+    if allowed[0] <= kernel[0] and kernel[1] <= allowed[1]:
+        return None
+    return {"reason": R.PORT_RANGE_OUTSIDE_ALLOWED, "message": (
+        f"{node}: net.ipv4.ip_local_port_range is {kernel[0]}-{kernel[1]} but the open range "
+        f"(network.portRange) is {allowed[0]}-{allowed[1]}; NCCL's sockets take ports from the "
+        f"kernel range, so set the sysctl to {allowed[0]} {allowed[1]} (the operator does this in "
+        f"pod-network mode; with hostNetwork set it on the node)")}
+
+
+def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
+                 tracker: Any) -> Dict[str, Any]:
+    """Run the mesh. Returns {listeners, errors, mesh: {rank: {peer: {addr: result}}}}."""
+    nonce = secrets.token_hex(8)
+    lst = Listeners(cfg.rank, nonce, inv["interfaces"])
+    try:
+        tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' listeners")
+        bus.publish("listen", {"nonce": nonce, "l": lst.entries})
+        # Leave at least half the phase for the dialling itself.
+        allpeers = bus.gather("listen", deadline.sub(max(1.0, deadline.remaining() / 2)),
+                              R.RENDEZVOUS_TIMEOUT, "published their connectivity listeners")
+        tasks = []
+        dial_plan = plan(cfg.world_size, plan_seed(cfg.master_addr, cfg.master_port,
+                                                   cfg.world_size), full_mesh_max())
+        mine_peers = set(dial_plan.get(cfg.rank, []))
+        for peer, info in sorted(allpeers.items()):
+            if peer == cfg.rank or peer not in mine_peers:
+                continue
+            for iface, addr, _prefix, port in info.get("l", []):
+                tasks.append((peer, addr, port, info.get("nonce")))
+        per = max(0.3, min(2.0, deadline.remaining() / 3.0))
+        mine: Dict[str, Dict[str, Any]] = {}
+        tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: dialling peers")
+        if tasks:
+            with ThreadPoolExecutor(max_workers=min(64, len(tasks))) as ex:
+                futs = [(t, ex.submit(dial, t[1], t[2], t[0], t[3], per)) for t in tasks]
+                for (peer, addr, _port, _n), f in futs:
+                    res = f.result()
+                    if "src" not in res:
+                        rt = route_get(addr, inv["interfaces"], use_ip=False)
+                        if rt:
+                            res["src"] = rt.get("src")
+                    mine.setdefault(str(peer), {})[addr] = res
+        tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' mesh results")
+        bus.publish("mesh", mine)
+        allmesh = bus.gather("mesh", deadline, R.RENDEZVOUS_TIMEOUT,
+                             "published their connectivity results")
+    finally:
+        lst.close()
+    mesh = {int(r): {int(p): v for p, v in m.items()} for r, m in allmesh.items()}
+    return {"listeners": lst.entries, "errors": lst.errors, "mesh": mesh, "dialTimeout": per,
+            "plan": dial_plan}

@@ -1,0 +1,376 @@
+"""Phase 4, interface choice: a pure function of every rank's inventory and the mesh.
+
+Every rank runs :func:`choose` over the same all-gathered inputs, so all ranks agree.
+
+Networks are IPv4 subnets (plus, for routed pod networks where each node has its own
+subnet, interfaces of the same name on every node). A network is usable when it is on
+every node, with exactly one interface per node, a distinct address per node, up, and
+every rank reached every peer on it (nonce-checked). Rejections carry a sub-reason
+(``reasons.REJ_*``) and a message naming the nodes and the evidence.
+
+Preference among usable networks: highest minimum link speed, then the network that
+carries the nodes' HOST_IP / the kernel's route to the master, then name.
+"""
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import reasons as R
+from .config import ifname_matches, parse_ifname_spec
+
+NCCL_SKIP = ("lo", "docker", "virbr")
+
+
+def _entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """This rank's (ifname, addr, prefix, subnet, up, speed, loopback) per IPv4 address."""
+    out = []
+    for i in peer.get("interfaces") or []:
+        for a in i.get("addrs") or []:
+            ip, _, pl = a.partition("/")
+            if ":" in ip:
+                continue
+            try:
+                net = ipaddress.IPv4Network(f"{ip}/{pl or 32}", strict=False)
+            except ValueError:
+                continue
+            out.append({
+                "ifname": i["name"], "addr": ip, "prefix": int(pl or 32), "subnet": str(net),
+                "up": bool(i.get("up")), "speed": i.get("speedMbps"),
+                "loopback": bool(i.get("loopback")) or ipaddress.ip_address(ip).is_loopback,
+            })
+    return out
+
+
+def nccl_default(interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
+    """Predict NCCL's pick without NCCL_SOCKET_IFNAME: ib*, else the first interface
+    (IPv4 addresses first, in index order, as getifaddrs lists them) not lo/docker*/virbr*,
+    else docker*, else lo."""
+    v4 = [i["name"] for i in interfaces
+          if any(":" not in a.partition("/")[0] for a in i.get("addrs") or [])]
+    v6 = [i["name"] for i in interfaces if i["name"] not in v4 and any(
+        ":" in a.partition("/")[0] and a.partition("/")[0] != "::1" for a in i.get("addrs") or [])]
+    names = v4 + v6
+    for n in names:
+        if n.startswith("ib"):
+            return n
+    for n in names:
+        if not n.startswith(NCCL_SKIP):
+            return n
+    for n in names:
+        if n.startswith("docker"):
+            return n
+    for n in names:
+        if n.startswith("lo"):
+            return n
+    return None
+
+
+def _nodes(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
+    names = []
+    for r in sorted(ranks):
+        n = peers[r].get("node") or f"rank-{r}"
+        if n not in names:
+            names.append(n)
+    return ", ".join(names)
+
+
+class Network:
+    def __init__(self, key: str, label: str, members: Dict[int, List[Dict[str, Any]]]):
+        self.key = key            # "10.1.0.0/24" or "ifname:eth0"
+        self.label = label        # shown in messages
+        self.members = members    # rank -> entries
+        self.active = members    # rank -> entries socketIfname leaves in play
+        self.reason: Optional[str] = None
+        self.message = ""
+        self.pick: Dict[int, Dict[str, Any]] = {}
+
+    def ifnames(self) -> List[str]:
+        out: List[str] = []
+        for r in sorted(self.members):
+            for e in self.members[r]:
+                if e["ifname"] not in out:
+                    out.append(e["ifname"])
+        return out
+
+    def reject(self, reason: str, message: str) -> None:
+        if self.reason is None:
+            self.reason, self.message = reason, message
+
+
+def _networks(peers: Dict[int, Dict[str, Any]]) -> List[Network]:
+    by_subnet: Dict[str, Dict[int, List[Dict[str, Any]]]] = {}
+    by_name: Dict[str, Dict[int, List[Dict[str, Any]]]] = {}
+    for r, p in peers.items():
+        for e in _entries(p):
+            by_subnet.setdefault(e["subnet"], {}).setdefault(r, []).append(e)
+            by_name.setdefault(e["ifname"], {}).setdefault(r, [])
+            if not by_name[e["ifname"]][r]:
+                by_name[e["ifname"]][r].append(e)
+    nets = [Network(k, k, m) for k, m in sorted(by_subnet.items())]
+    # Routed networks (pod networks: one subnet per node) are grouped by interface name.
+    for name, m in sorted(by_name.items()):
+        if len(m) < 2 or len({es[0]["subnet"] for es in m.values()}) < 2:
+            continue
+        if any(es[0]["loopback"] for es in m.values()):
+            continue
+        nets.append(Network(f"ifname:{name}", f"{name} (routed, per-node subnets)", m))
+    return nets
+
+
+def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Any]],
+              mode: str, pats: List[Tuple[str, bool]], loopback_ok: bool,
+              dial_plan: Dict[int, List[int]], spec: str) -> None:
+    ranks = sorted(peers)
+    names = "/".join(net.ifnames())
+    if all(e["loopback"] for es in net.members.values() for e in es) and not loopback_ok:
+        net.reject(R.REJ_LOOPBACK, f"{names} is loopback ({net.label}): it never leaves the node")
+        return
+    # socketIfname narrows the interfaces considered on this network (so naming one of two
+    # NICs on a subnet resolves MultipleOnNode); what it filters out is NotRequested.
+    if mode != "auto":
+        keep = (lambda e: ifname_matches(e["ifname"], pats)) if mode == "include" else \
+            (lambda e: not ifname_matches(e["ifname"], pats))
+        active = {r: [e for e in es if keep(e)] for r, es in net.members.items()}
+        net.active = {r: es for r, es in active.items() if es}
+        if len(net.active) < len(net.members) or not net.active:
+            lost = [r for r in net.members if r not in net.active]
+            verb = "not named by" if mode == "include" else "excluded by"
+            net.reject(R.REJ_NOT_REQUESTED, (
+                f"{names} {verb} socketIfname={spec}"
+                + (f" on {_nodes(peers, lost)}" if net.active else "")))
+            return
+        names = "/".join(sorted({e["ifname"] for es in net.active.values() for e in es}))
+    members = net.active
+    missing = [r for r in ranks if r not in members]
+    if missing:
+        net.reject(R.REJ_NOT_ON_ALL_NODES,
+                   f"{names} on {net.label} is missing on {_nodes(peers, missing)}")
+        return
+    multi = [r for r, es in members.items() if len({e["ifname"] for e in es}) > 1]
+    if multi:
+        r = multi[0]
+        net.reject(R.REJ_MULTIPLE_ON_NODE, (
+            f"{_nodes(peers, multi)}: several interfaces on {net.label} "
+            f"({', '.join(sorted({e['ifname'] for e in members[r]}))}); traffic may leave by "
+            f"either; name one in network.socketIfname"))
+        return
+    net.pick = {r: es[0] for r, es in members.items()}
+    if not (loopback_ok and all(e["loopback"] for e in net.pick.values())):
+        owners: Dict[str, List[int]] = {}
+        for r, e in net.pick.items():
+            owners.setdefault(e["addr"], []).append(r)
+        for addr, rs in sorted(owners.items()):
+            nodes = {peers[r].get("node") for r in rs}
+            if len(nodes) > 1:
+                net.reject(R.REJ_DUPLICATE_ADDRESS, (
+                    f"{names} excluded (same address {addr} on {_nodes(peers, rs)}): a "
+                    f"node-local bridge, it cannot carry traffic between nodes"))
+                return
+    down = [r for r, e in net.pick.items() if not e["up"]]
+    if down:
+        net.reject(R.REJ_DOWN, f"{names} is down (no carrier) on {_nodes(peers, down)}")
+        return
+    fails = []
+    for i in ranks:
+        for j in dial_plan.get(i, []):
+            if i == j or j not in net.pick:
+                continue
+            addr = net.pick[j]["addr"]
+            res = (mesh.get(i) or {}).get(j, {}).get(addr)
+            code = res.get("r") if isinstance(res, dict) else None
+            if code != "ok":
+                fails.append((i, j, addr, code or "untested"))
+    if fails:
+        parts = [f"{peers[i].get('node')}->{peers[j].get('node')} {addr}: {code}"
+                 for i, j, addr, code in fails[:4]]
+        more = f" (+{len(fails) - 4} more)" if len(fails) > 4 else ""
+        tgt = sorted({j for _, j, _, _ in fails})
+        net.reject(R.REJ_UNREACHABLE, (
+            f"{names} on {net.label} unreachable: {'; '.join(parts)}{more}; "
+            f"unreachable peers: {_nodes(peers, tgt)}"))
+
+
+def _score(net: Network, peers: Dict[int, Dict[str, Any]]) -> Tuple[Any, ...]:
+    speeds = [e.get("speed") or 0 for e in net.pick.values()]
+    route = 0
+    for r, e in net.pick.items():
+        p = peers[r]
+        mr = p.get("masterRoute") or {}
+        if e["addr"] == p.get("hostIp") or (mr.get("src") and mr.get("src") == e["addr"]) \
+                or (mr.get("iface") and mr.get("iface") == e["ifname"] and not e["loopback"]):
+            route += 1
+    first = net.pick[min(net.pick)]["ifname"] if net.pick else ""
+    return (-(min(speeds) if speeds else 0), -route, first, net.key)
+
+
+def _blocked(nets: List[Network]) -> List[Network]:
+    """Structurally fine networks where not a single pair connected (firewalled ports)."""
+    out = []
+    for n in nets:
+        if n.reason == R.REJ_UNREACHABLE and n.pick:
+            out.append(n)
+    return out
+
+
+def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str, Any]]],
+           spec: str = "auto", master_port: Optional[int] = None,
+           dial_plan: Optional[Dict[int, List[int]]] = None) -> Dict[str, Any]:
+    """Choose the network and each rank's interface.
+
+    ``peers``: rank -> published summary (node, interfaces, hostIp, masterRoute, ...).
+    ``mesh``: rank -> peer -> addr -> {r, src, ms}.
+    ``dial_plan``: rank -> the peers it dialled (default: all pairs); reachability is
+    required on exactly those pairs.
+    Returns {failure, network, chosen{rank}, rejected{rank}, ncclDefault{rank}, warnings{rank}}.
+    """
+    mode, pats = parse_ifname_spec(spec)
+    loopback_ok = mode == "include" and any(ifname_matches("lo", [p]) for p in pats)
+    ranks = sorted(peers)
+    if dial_plan is None:
+        dial_plan = {i: [j for j in ranks if j != i] for i in ranks}
+    nets = _networks(peers)
+    for n in nets:
+        _evaluate(n, peers, mesh, mode, pats, loopback_ok, dial_plan, spec)
+    usable = sorted([n for n in nets if n.reason is None], key=lambda n: _score(n, peers))
+    best = usable[0] if usable else None
+    for n in usable[1:]:
+        n.reject(R.REJ_NOT_PREFERRED, f"{'/'.join(n.ifnames())} on {n.label} is usable, "
+                                      f"but {'/'.join(best.ifnames())} on {best.label} ranked higher")
+
+    failure: Optional[Dict[str, str]] = None
+    if mode == "include":
+        missing = {r: peers[r] for r in ranks if not any(
+            ifname_matches(i["name"], pats) for i in peers[r].get("interfaces") or [])}
+        if missing:
+            groups: Dict[str, List[int]] = {}
+            for r, p in missing.items():
+                have = ", ".join(i["name"] for i in p.get("interfaces") or []) or "none"
+                groups.setdefault(have, []).append(r)
+            failure = {"reason": R.INTERFACE_NOT_FOUND, "message": "; ".join(
+                f"{_nodes(peers, rs)}: no interface matches socketIfname={spec} "
+                f"({'it has' if len(rs) == 1 else 'they have'} {have})"
+                for have, rs in groups.items()) + "; set network.socketIfname to an interface "
+                "every node has, or auto"}
+    if best is None and failure is None:
+        blocked = _blocked(nets)
+        relevant = [n for n in nets if n.reason not in (R.REJ_NOT_REQUESTED, R.REJ_LOOPBACK)] \
+            or [n for n in nets if n.reason != R.REJ_NOT_REQUESTED] or nets
+        any_ok = any(isinstance(res, dict) and res.get("r") == "ok"
+                     for n in blocked for i in ranks for j in dial_plan.get(i, [])
+                     if i != j and j in n.pick
+                     for res in [(mesh.get(i) or {}).get(j, {}).get(n.pick[j]["addr"])])
+        detail = "; ".join(f"{n.reason}: {n.message}" for n in relevant[:4])
+        if blocked and not any_ok:
+            n = blocked[0]
+            failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
+                f"the master port{(' ' + str(master_port)) if master_port else ''} answered, but no "
+                f"connection to an ephemeral port got through on {'/'.join(n.ifnames())} "
+                f"({n.label}) ({n.message}); a firewall admits the master port but not the "
+                f"ephemeral range NCCL uses; open it between nodes, or set network.portRange to "
+                f"the open range")}
+        else:
+            hint = ""
+            if mode != "auto":
+                auto = choose(peers, mesh, "auto", master_port, dial_plan)
+                if auto.get("network"):
+                    hint = "; set network.socketIfname=" + ",".join(
+                        sorted({c["ifname"] for c in auto["chosen"].values()}))
+            if mode == "include":
+                failure = {"reason": R.INTERFACE_UNREACHABLE,
+                           "message": f"socketIfname={spec} is not usable: {detail}{hint}"}
+            else:
+                failure = {"reason": R.NO_COMMON_INTERFACE, "message": (
+                    f"no network joins all {len(ranks)} nodes ({_nodes(peers, ranks)}): {detail}"
+                    + (hint or "; give the nodes a common reachable network and name it in "
+                               "network.socketIfname"))}
+
+    chosen: Dict[int, Dict[str, Any]] = {}
+    if best is not None and failure is None:
+        chosen = {r: {"ifname": e["ifname"], "addr": e["addr"], "subnet": e["subnet"]}
+                  for r, e in best.pick.items()}
+
+    rejected: Dict[int, List[Dict[str, str]]] = {r: [] for r in ranks}
+    for r in ranks:
+        for i in peers[r].get("interfaces") or []:
+            if not any(":" not in a.partition("/")[0] for a in i.get("addrs") or []):
+                rejected[r].append({"ifname": i["name"], "reason": R.REJ_NO_IPV4,
+                                    "message": f"{i['name']} has no IPv4 address"})
+        for n in nets:
+            if r not in n.members:
+                continue
+            in_play = {e["ifname"] for e in n.active.get(r, [])}
+            for ifn in sorted({e["ifname"] for e in n.members[r]}):
+                if n.reason == R.REJ_NOT_REQUESTED or (n.active is not n.members
+                                                       and ifn not in in_play):
+                    rejected[r].append({"ifname": ifn, "reason": R.REJ_NOT_REQUESTED,
+                                        "message": f"{ifn} not selected by socketIfname={spec}"})
+                elif n.reason is not None:
+                    rejected[r].append({"ifname": ifn, "reason": n.reason, "message": n.message})
+
+    defaults = {r: nccl_default(peers[r].get("interfaces") or []) for r in ranks}
+    warnings: Dict[int, List[Dict[str, str]]] = {r: [] for r in ranks}
+    if chosen:
+        _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best)
+    return {
+        "failure": failure,
+        "network": best.label if (best is not None and failure is None) else None,
+        "chosen": chosen,
+        "rejected": rejected,
+        "ncclDefault": defaults,
+        "warnings": warnings,
+    }
+
+
+def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) -> None:
+    ranks = sorted(peers)
+    for r in ranks:
+        node = peers[r].get("node")
+        c = chosen[r]
+        d = defaults.get(r)
+        if loopback_ok:
+            warnings[r].append({"reason": R.LOOPBACK_ONLY, "message": (
+                f"{node}: validated on loopback ({c['ifname']}) only; this proves nothing about "
+                f"traffic between nodes")})
+        elif d != c["ifname"]:
+            why = next((x["message"] for x in rejected[r] if x["ifname"] == d), "")
+            warnings[r].append({"reason": R.NCCL_DEFAULT_DIFFERS, "message": (
+                f"{node}: NCCL left alone would use {d or 'nothing'} (ib* first, else the first "
+                f"interface not lo/docker*/virbr*) but the validated interface is {c['ifname']}"
+                + (f" ({why})" if why else "")
+                + f"; keep NCCL_SOCKET_IFNAME={c['ifname']} (the operator sets it)")})
+        mr = peers[r].get("masterRoute") or {}
+        if r != 0 and not loopback_ok and mr.get("iface") and mr.get("iface") != c["ifname"]:
+            warnings[r].append({"reason": R.MASTER_ROUTE_DIFFERS, "message": (
+                f"{node}: the kernel reaches the master via {mr.get('iface')} (src "
+                f"{mr.get('src')}), not the validated {c['ifname']}; rendezvous and collective "
+                f"traffic take different interfaces")})
+        if not loopback_ok:
+            for p in ranks:
+                if p == r:
+                    continue
+                res = (mesh.get(r) or {}).get(p, {}).get(chosen[p]["addr"]) or {}
+                src = res.get("src") if isinstance(res, dict) else None
+                if src and src != c["addr"]:
+                    warnings[r].append({"reason": R.PEER_ROUTE_DIFFERS, "message": (
+                        f"{node}: connections to {peers[p].get('node')} ({chosen[p]['addr']}) "
+                        f"leave from {src}, not {c['ifname']}'s {c['addr']}: two interfaces on one "
+                        f"subnet, or a route that sends traffic out another NIC")})
+                    break
+    # IPv4/IPv6 mix: some nodes have a global IPv6 on the chosen interface, others not,
+    # or the master name resolves to IPv6 somewhere.
+    has6 = {}
+    for r in ranks:
+        ifs = {i["name"]: i for i in peers[r].get("interfaces") or []}
+        i = ifs.get(chosen[r]["ifname"]) or {}
+        has6[r] = any(":" in a.partition("/")[0] and not a.startswith("fe80")
+                      for a in i.get("addrs") or [])
+    master6 = [r for r in ranks if any(":" in a for a in peers[r].get("masterResolved") or [])]
+    if len(set(has6.values())) > 1 or master6:
+        with6 = [r for r in ranks if has6[r]]
+        msg = (f"IPv4/IPv6 mix: global IPv6 on the chosen interface on "
+               f"{_nodes(peers, with6) or 'no node'}"
+               + (f"; MASTER_ADDR resolves to IPv6 on {_nodes(peers, master6)}" if master6 else "")
+               + "; NCCL may pick different families per node: set NCCL_SOCKET_FAMILY=AF_INET")
+        for r in ranks:
+            warnings[r].append({"reason": R.MIXED_ADDRESS_FAMILIES, "message": msg})

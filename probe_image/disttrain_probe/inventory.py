@@ -1,0 +1,267 @@
+"""Phase 1, inventory: what this node has (interfaces, versions, ports, names).
+
+Interfaces come from ``ip -j addr`` when iproute2 is installed, else from
+``socket.if_nameindex()`` + ioctl (IPv4) + /proc/net/if_inet6 (IPv6). The order is
+the kernel's interface index order, which is also the order NCCL walks them in.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import struct
+import subprocess
+from typing import Any, Dict, List, Optional, Tuple
+
+from .deadline import Deadline
+
+Iface = Dict[str, Any]
+
+SIOCGIFFLAGS = 0x8913
+SIOCGIFADDR = 0x8915
+SIOCGIFNETMASK = 0x891B
+SIOCGIFMTU = 0x8921
+IFF_UP = 0x1
+IFF_LOOPBACK = 0x8
+IFF_RUNNING = 0x40
+
+
+def _run(cmd: List[str], timeout: float) -> Optional[str]:
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             timeout=max(0.2, timeout), check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.decode("utf-8", "replace")
+
+
+def _speed(name: str) -> Optional[int]:
+    try:
+        with open(f"/sys/class/net/{name}/speed") as f:
+            v = int(f.read().strip())
+        return v if v > 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def _from_ip_json(text: str) -> List[Iface]:
+    out: List[Iface] = []
+    for link in json.loads(text):
+        flags = link.get("flags") or []
+        addrs = []
+        for a in link.get("addr_info") or []:
+            if a.get("family") in ("inet", "inet6") and a.get("local"):
+                addrs.append(f"{a['local']}/{a.get('prefixlen', 32 if a['family'] == 'inet' else 128)}")
+        name = link.get("ifname", "?")
+        out.append({
+            "name": name,
+            "index": link.get("ifindex"),
+            "addrs": addrs,
+            "up": "UP" in flags and "LOWER_UP" in flags,
+            "speedMbps": _speed(name),
+            "mtu": link.get("mtu"),
+            "loopback": "LOOPBACK" in flags or link.get("link_type") == "loopback",
+        })
+    return out
+
+
+def _ioctl(sock: socket.socket, req: int, name: str) -> bytes:
+    import fcntl  # POSIX only
+    return fcntl.ioctl(sock.fileno(), req, struct.pack("256s", name[:15].encode()))
+
+
+def _from_ioctl() -> List[Iface]:
+    v6: Dict[str, List[str]] = {}
+    try:
+        with open("/proc/net/if_inet6") as f:
+            for line in f:
+                p = line.split()
+                if len(p) >= 6:
+                    addr = str(ipaddress.IPv6Address(bytes.fromhex(p[0])))
+                    v6.setdefault(p[5], []).append(f"{addr}/{int(p[2], 16)}")
+    except OSError:
+        pass
+    out: List[Iface] = []
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for index, name in socket.if_nameindex():
+            flags, mtu, addrs = 0, None, []
+            try:
+                flags = struct.unpack("H", _ioctl(s, SIOCGIFFLAGS, name)[16:18])[0]
+                mtu = struct.unpack("i", _ioctl(s, SIOCGIFMTU, name)[16:20])[0]
+            except OSError:
+                pass
+            try:
+                addr = socket.inet_ntoa(_ioctl(s, SIOCGIFADDR, name)[20:24])
+                mask = socket.inet_ntoa(_ioctl(s, SIOCGIFNETMASK, name)[20:24])
+                addrs.append(f"{addr}/{ipaddress.IPv4Network('0.0.0.0/' + mask).prefixlen}")
+            except OSError:
+                pass
+            addrs.extend(v6.get(name, []))
+            out.append({
+                "name": name, "index": index, "addrs": addrs,
+                "up": bool(flags & IFF_UP) and bool(flags & IFF_RUNNING),
+                "speedMbps": _speed(name), "mtu": mtu, "loopback": bool(flags & IFF_LOOPBACK),
+            })
+    finally:
+        s.close()
+    return out
+
+
+def list_interfaces(timeout: float = 5.0) -> List[Iface]:
+    text = _run(["ip", "-j", "addr"], timeout)
+    if text:
+        try:
+            ifs = _from_ip_json(text)
+            ifs.sort(key=lambda i: i.get("index") or 0)
+            return ifs
+        except (ValueError, KeyError, TypeError):
+            pass
+    return _from_ioctl()
+
+
+def ipv4_addrs(iface: Iface) -> List[Tuple[str, int]]:
+    out = []
+    for a in iface.get("addrs") or []:
+        ip, _, pl = a.partition("/")
+        if ":" not in ip:
+            out.append((ip, int(pl or 32)))
+    return out
+
+
+def ipv6_global(iface: Iface) -> List[str]:
+    out = []
+    for a in iface.get("addrs") or []:
+        ip = a.partition("/")[0]
+        if ":" in ip:
+            try:
+                x = ipaddress.IPv6Address(ip)
+            except ValueError:
+                continue
+            if not (x.is_link_local or x.is_loopback):
+                out.append(ip)
+    return out
+
+
+def iface_of_addr(interfaces: List[Iface], addr: str) -> Optional[str]:
+    for i in interfaces:
+        for a in i.get("addrs") or []:
+            if a.partition("/")[0] == addr:
+                return i["name"]
+    return None
+
+
+def route_get(addr: str, interfaces: List[Iface], timeout: float = 2.0,
+              use_ip: bool = True) -> Optional[Dict[str, Optional[str]]]:
+    """The kernel's route to ``addr``: {iface, src}. ``ip -j route get`` else a UDP connect."""
+    if use_ip:
+        text = _run(["ip", "-j", "route", "get", addr], timeout)
+        if text:
+            try:
+                r = json.loads(text)[0]
+                return {"iface": r.get("dev"), "src": r.get("prefsrc")}
+            except (ValueError, IndexError, KeyError, TypeError):
+                pass
+    fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    s = socket.socket(fam, socket.SOCK_DGRAM)
+    try:
+        s.connect((addr, 9))  # no packet is sent for UDP connect
+        src = s.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        s.close()
+    return {"iface": iface_of_addr(interfaces, src), "src": src}
+
+
+def port_range() -> Optional[List[int]]:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = f.read().split()[:2]
+        return [int(lo), int(hi)]
+    except (OSError, ValueError):
+        return None
+
+
+def resolve(name: str) -> List[str]:
+    """All addresses ``name`` resolves to (both families), in resolver order, deduplicated."""
+    seen: List[str] = []
+    for fam, _, _, _, sa in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM):
+        if sa[0] not in seen:
+            seen.append(sa[0])
+    return seen
+
+
+def is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _driver_version(timeout: float) -> Optional[str]:
+    try:
+        with open("/proc/driver/nvidia/version") as f:
+            m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9][0-9.]+)", f.read())
+            if m:
+                return m.group(1)
+    except OSError:
+        pass
+    text = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], timeout)
+    if text and text.strip():
+        return text.strip().splitlines()[0].strip()
+    return None
+
+
+def versions(timeout: float = 5.0) -> Dict[str, Any]:
+    """python, torch, cuda (torch's build), nccl (only if CUDA is usable), driver, gpus."""
+    import torch  # the slow import; the caller has registered a step for it
+
+    v: Dict[str, Any] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": getattr(torch.version, "cuda", None),
+        "nccl": None,
+        "driver": None,
+        "gpus": 0,
+    }
+    try:
+        if torch.cuda.is_available():
+            v["gpus"] = torch.cuda.device_count()
+            nv = torch.cuda.nccl.version()
+            v["nccl"] = ".".join(str(x) for x in nv) if isinstance(nv, tuple) else str(nv)
+            v["driver"] = _driver_version(timeout)
+    except Exception as e:  # a broken CUDA install is data, not a crash
+        v["cudaError"] = str(e)[:200]
+    return v
+
+
+def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]:
+    """Everything this node knows about itself. Fields are report-ready (camelCase)."""
+    hostname = socket.gethostname()
+    try:
+        host_resolves = resolve(hostname)
+    except (OSError, UnicodeError):
+        host_resolves = []
+    interfaces = list_interfaces(min(5.0, deadline.remaining()))
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}
+    if tracker is not None:
+        tracker.step("ProbeInternalError", "importing torch took too long")
+    ver = versions(min(5.0, deadline.remaining()))
+    return {
+        "hostname": hostname,
+        "hostResolves": host_resolves,
+        "interfaces": interfaces,
+        "portRange": port_range(),
+        "env": env,
+        "versions": ver,
+        "kernel": platform.release(),
+    }

@@ -1,0 +1,240 @@
+"""Phase 2, rendezvous: resolve and reach MASTER_ADDR:MASTER_PORT, join the TCPStore.
+
+Rank 0 hosts a ``torch.distributed.TCPStore`` on MASTER_PORT (the port training will
+use); every other rank resolves MASTER_ADDR, refuses a loopback answer, dials the port
+with plain TCP until the phase deadline (so the last error can be classified), and
+then joins the store. All ranks then publish their inventory and wait for each other.
+The :class:`Bus` wrapper is the all-gather used by every later phase.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import socket
+import time
+from datetime import timedelta
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import reasons as R
+from .deadline import Deadline, ProbeFailure
+from .inventory import is_loopback, resolve, route_get
+
+POLL = 0.02
+PREFIX = "dtp/"
+
+
+class Bus:
+    """Publish/gather JSON values per rank through the TCPStore (an all-gather)."""
+
+    def __init__(self, store: Any, rank: int, world_size: int, node: str):
+        self.store = store
+        self.rank = rank
+        self.world = world_size
+        self.node = node
+        self.nodes: Dict[int, str] = {rank: node}
+        # Every waiting rank polls rank 0's store: slow down with scale (20 ms up to 16 ranks).
+        self.poll = POLL * max(1.0, world_size / 16.0)
+
+    def _k(self, key: str) -> str:
+        return PREFIX + key
+
+    def publish(self, topic: str, value: Any) -> None:
+        self.store.set(self._k(f"{topic}/{self.rank}"), json.dumps(value, separators=(",", ":")))
+        self.store.add(self._k(f"{topic}/count"), 1)
+
+    def abort(self, phase: str, reason: str, message: str) -> None:
+        """Tell peers this rank failed, so they stop waiting and report it."""
+        try:
+            self.store.set(self._k("abort"), json.dumps(
+                {"rank": self.rank, "node": self.node, "phase": phase, "reason": reason,
+                 "message": message}))
+        except Exception:
+            pass
+
+    def check_abort(self) -> None:
+        if self.store.check([self._k("abort")]):
+            a = json.loads(self.store.get(self._k("abort")))
+            if a.get("rank") != self.rank:
+                raise ProbeFailure(a.get("reason") or R.PROBE_INTERNAL_ERROR,
+                                   f"peer {a.get('node')} (rank {a.get('rank')}) failed in "
+                                   f"{a.get('phase')}: {a.get('message')}", a.get("phase"),
+                                   relayed=True)
+
+    def gather(self, topic: str, deadline: Deadline, timeout_reason: str, what: str,
+               fix: str = "") -> Dict[int, Any]:
+        """Wait until every rank published ``topic``; raise ``timeout_reason`` naming the missing."""
+        last_abort = 0.0
+        while True:
+            n = self.store.add(self._k(f"{topic}/count"), 0)
+            if n >= self.world:
+                break
+            now = time.monotonic()
+            if now - last_abort > 0.1:
+                self.check_abort()
+                last_abort = now
+            if deadline.expired():
+                missing = [r for r in range(self.world)
+                           if not self.store.check([self._k(f"{topic}/{r}")])]
+                for r in range(self.world):
+                    if r not in missing and r not in self.nodes:
+                        try:
+                            v = json.loads(self.store.get(self._k(f"{topic}/{r}")))
+                            if isinstance(v, dict) and v.get("node"):
+                                self.nodes[r] = v["node"]
+                        except Exception:
+                            pass
+                seen = [f"{r} ({self.nodes.get(r, '?')})" for r in range(self.world)
+                        if r not in missing]
+                raise ProbeFailure(
+                    timeout_reason,
+                    f"{self.node}: rank(s) {', '.join(str(r) for r in missing)} never {what} "
+                    f"within the deadline; present: {', '.join(seen) or 'none'}"
+                    + (f"; {fix}" if fix else ""))
+            time.sleep(self.poll)
+        out: Dict[int, Any] = {}
+        for r in range(self.world):
+            out[r] = json.loads(self.store.get(self._k(f"{topic}/{r}")))
+        return out
+
+    def barrier(self, topic: str, deadline: Deadline) -> bool:
+        """Count-only barrier; returns False on deadline instead of raising."""
+        self.store.add(self._k(f"{topic}/count"), 1)
+        while self.store.add(self._k(f"{topic}/count"), 0) < self.world:
+            if deadline.expired():
+                return False
+            time.sleep(self.poll)
+        return True
+
+
+def _resolve_retry(addr: str, deadline: Deadline) -> Tuple[List[str], Optional[str]]:
+    err = None
+    while True:
+        try:
+            res = resolve(addr)
+            if res:
+                return res, None
+            err = "no addresses"
+        except (OSError, UnicodeError) as e:
+            err = str(e)
+        if deadline.remaining() < 0.6:
+            return [], err
+        time.sleep(0.5)
+
+
+def _order(addrs: List[str]) -> List[str]:
+    return [a for a in addrs if ":" not in a] + [a for a in addrs if ":" in a]
+
+
+def _dial(addrs: List[str], port: int, deadline: Deadline) -> Tuple[Optional[str], str, float]:
+    """TCP-connect until one succeeds or the deadline. Returns (addr, last_error, seconds)."""
+    t0 = time.monotonic()
+    last = "timeout"
+    while True:
+        for a in _order(addrs):
+            rem = deadline.remaining()
+            if rem <= 0:
+                return None, last, time.monotonic() - t0
+            try:
+                s = socket.create_connection((a, port), timeout=min(2.0, max(0.05, rem)))
+                s.close()
+                return a, "", time.monotonic() - t0
+            except ConnectionRefusedError:
+                last = "refused"
+            except socket.timeout:
+                last = "timeout"
+            except OSError as e:
+                if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
+                    last = "unreachable"
+                elif e.errno == errno.ECONNREFUSED:
+                    last = "refused"
+                else:
+                    last = f"error: {e}"
+        if deadline.remaining() <= 0:
+            return None, last, time.monotonic() - t0
+        time.sleep(min(0.25, deadline.remaining()))
+
+
+def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+               state: Dict[str, Any]) -> Tuple[Any, Bus]:
+    """Join the store; fills ``state['master']``; returns (store, bus) with ``bus.peers`` set."""
+    import torch.distributed as dist
+
+    node = cfg.node_name
+    where = f"{node} (rank {cfg.rank})"
+    master: Dict[str, Any] = {"addr": cfg.master_addr, "port": cfg.master_port,
+                              "resolved": [], "route": None}
+    state["master"] = master
+    tracker.step(R.MASTER_ADDR_UNRESOLVABLE, f"{where}: resolving MASTER_ADDR={cfg.master_addr} hung")
+    resolved, rerr = _resolve_retry(cfg.master_addr, deadline if cfg.rank else deadline.sub(2.0))
+    master["resolved"] = resolved
+    if resolved:
+        master["route"] = route_get(_order(resolved)[0], inv["interfaces"],
+                                    timeout=min(2.0, deadline.remaining()))
+    local_addrs = {a.partition("/")[0] for i in inv["interfaces"] for a in i.get("addrs") or []}
+
+    if cfg.rank == 0:
+        if resolved and not (set(resolved) & local_addrs):
+            state["warnings"].append({"reason": R.MASTER_ADDR_NOT_LOCAL, "message": (
+                f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(resolved)}, none of "
+                f"which is an address of this node; other ranks may reach another host")})
+        tracker.step(R.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
+        try:
+            store = dist.TCPStore(host_name=cfg.master_addr, port=cfg.master_port,
+                                  world_size=cfg.world_size, is_master=True,
+                                  timeout=timedelta(seconds=max(1.0, deadline.remaining())),
+                                  wait_for_workers=False)
+        except Exception as e:
+            raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
+                f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
+                f"set rendezvous.port to a free port"))
+    else:
+        if not resolved:
+            raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
+                f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}); use rank 0's "
+                f"node IP or a headless Service name that exists before the probe starts"))
+        loop = [a for a in resolved if is_loopback(a)]
+        if loop and not cfg.loopback_requested:
+            raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
+                f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(loop)} (loopback), "
+                f"so this rank would dial itself instead of rank 0; set MASTER_ADDR to rank 0's "
+                f"node address, not localhost or a hostname mapped to 127.0.0.1 in /etc/hosts"))
+        tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: connecting to {cfg.master_addr}:{cfg.master_port}")
+        addr, last, took = _dial(resolved, cfg.master_port, deadline)
+        if addr is None:
+            shown = f"{cfg.master_addr}:{cfg.master_port}" + (
+                f" ({', '.join(resolved)})" if resolved != [cfg.master_addr] else "")
+            if last == "refused":
+                raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                    f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s: nothing "
+                    f"listens there (rank 0 not started, MASTER_PORT wrong, or MASTER_ADDR names "
+                    f"another host); make MASTER_ADDR rank 0's address and rendezvous.port its port"))
+            raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
+                f"{where}: connection to MASTER_ADDR {shown} {last} for {took:.1f}s: a firewall "
+                f"drops TCP {cfg.master_port} or the address is not routable from this node; open "
+                f"TCP {cfg.master_port} between nodes or fix MASTER_ADDR"))
+        master["connected"] = addr
+        tracker.step(R.MASTER_PORT_TIMEOUT,
+                     f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore did not answer")
+        try:
+            store = dist.TCPStore(host_name=addr, port=cfg.master_port, world_size=cfg.world_size,
+                                  is_master=False,
+                                  timeout=timedelta(seconds=max(1.0, deadline.remaining())))
+        except Exception as e:
+            raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
+                f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore handshake failed "
+                f"({str(e).splitlines()[0][:160]}); another service may own that port; change "
+                f"rendezvous.port"))
+    store.set_timeout(timedelta(seconds=max(5.0, cfg.timeout_seconds)))
+    bus = Bus(store, cfg.rank, cfg.world_size, node)
+    state["bus"] = bus  # the caller needs it to abort peers even if the gather below fails
+    tracker.step(R.RENDEZVOUS_TIMEOUT, f"{where}: waiting for peers at the rendezvous")
+    bus.publish("inv", state["self_summary"]())
+    peers = bus.gather("inv", deadline, R.RENDEZVOUS_TIMEOUT,
+                       f"arrived at the rendezvous {cfg.master_addr}:{cfg.master_port}",
+                       "check that their pods were scheduled and started, and that they can reach "
+                       "MASTER_ADDR")
+    for r, p in peers.items():
+        bus.nodes[r] = p.get("node", "?")
+    bus.peers = peers  # type: ignore[attr-defined]
+    return store, bus

@@ -1,0 +1,199 @@
+"""The report: one JSON object per rank, compact camelCase, versioned, <= 4096 bytes.
+
+The capped form goes to the Kubernetes termination message (DISTTRAIN_PROBE_REPORT_PATH,
+default /dev/termination-log, which Kubernetes truncates at 4096 bytes); the full form
+and a readable summary go to stdout. When the report does not fit, detail is dropped
+in a fixed order (mesh detail first) and ``truncated`` is set; it never exceeds the cap.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+VERSION = 1
+MAX_BYTES = 4096
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=True, sort_keys=False)
+
+
+def _cut(s: Any, n: int) -> Any:
+    if isinstance(s, str) and len(s) > n:
+        return s[: max(0, n - 3)] + "..."
+    return s
+
+
+def _drop(key: str) -> Callable[[Dict[str, Any]], None]:
+    def f(r: Dict[str, Any]) -> None:
+        r.pop(key, None)
+    return f
+
+
+def _msgs(key: str, n: int) -> Callable[[Dict[str, Any]], None]:
+    def f(r: Dict[str, Any]) -> None:
+        for x in r.get(key) or []:
+            if isinstance(x, dict) and "message" in x:
+                x["message"] = _cut(x["message"], n)
+    return f
+
+
+def _rejected_cap(n: int) -> Callable[[Dict[str, Any]], None]:
+    def f(r: Dict[str, Any]) -> None:
+        rej = r.get("rejected") or []
+        # NoIPv4 rejections are the least informative: they go first.
+        rej.sort(key=lambda x: x.get("reason") == "NoIPv4")
+        r["rejected"] = rej[:n]
+    return f
+
+
+def _ifaces_v4_only(r: Dict[str, Any]) -> None:
+    for i in r.get("interfaces") or []:
+        i["addrs"] = [a for a in i.get("addrs") or [] if ":" not in a]
+
+
+def _ifaces_cap(n: int) -> Callable[[Dict[str, Any]], None]:
+    def f(r: Dict[str, Any]) -> None:
+        ifs = r.get("interfaces") or []
+        keep = {(r.get("chosen") or {}).get("ifname"), r.get("ncclDefaultIfname")}
+        keep |= {x.get("ifname") for x in r.get("rejected") or []}
+        ranked = sorted(ifs, key=lambda i: (i.get("name") not in keep, not i.get("addrs")))
+        names = {i.get("name") for i in ranked[:n]}
+        r["interfaces"] = [i for i in ifs if i.get("name") in names]
+    return f
+
+
+def _failure_cut(n: int) -> Callable[[Dict[str, Any]], None]:
+    def f(r: Dict[str, Any]) -> None:
+        if isinstance(r.get("failure"), dict):
+            r["failure"]["message"] = _cut(r["failure"].get("message"), n)
+    return f
+
+
+def _warnings_cap(n: int) -> Callable[[Dict[str, Any]], None]:
+    def f(r: Dict[str, Any]) -> None:
+        r["warnings"] = (r.get("warnings") or [])[:n]
+    return f
+
+
+STEPS: List[Callable[[Dict[str, Any]], None]] = [
+    _drop("mesh"),
+    _drop("env"),
+    _drop("listenErrors"),
+    _drop("hostResolves"),
+    _msgs("rejected", 160),
+    _msgs("warnings", 300),
+    _ifaces_v4_only,
+    _rejected_cap(12),
+    _msgs("rejected", 60),
+    _ifaces_cap(16),
+    _msgs("warnings", 160),
+    _failure_cut(600),
+    _ifaces_cap(6),
+    _rejected_cap(4),
+    _msgs("rejected", 0),
+    _warnings_cap(4),
+    _failure_cut(300),
+    _msgs("warnings", 80),
+]
+
+ESSENTIAL = ("v", "rank", "worldSize", "node", "hostname", "ok", "phase", "failure", "warnings",
+             "versions", "master", "chosen", "backend", "allreduce", "ncclDefaultIfname")
+
+
+def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
+    """Compact JSON of ``report`` within ``limit`` bytes; returns (text, truncated)."""
+    text = dumps(report)
+    if len(text) <= limit:
+        return text, False
+    r = copy.deepcopy(report)
+    r["truncated"] = True
+    for step in STEPS:
+        step(r)
+        text = dumps(r)
+        if len(text) <= limit:
+            return text, True
+    # Last resort: only the essentials, then shrink whatever is still too long.
+    r = {k: r.get(k) for k in ESSENTIAL if k in r}
+    r["truncated"] = True
+    for n in (200, 100, 40):
+        _failure_cut(n)(r)
+        _msgs("warnings", n)(r)
+        r["warnings"] = (r.get("warnings") or [])[:2]
+        text = dumps(r)
+        if len(text) <= limit:
+            return text, True
+    keep = {"v": r.get("v", VERSION), "rank": r.get("rank"), "worldSize": r.get("worldSize"),
+            "node": _cut(r.get("node"), 63), "ok": r.get("ok"), "phase": r.get("phase"),
+            "failure": r.get("failure"), "warnings": [], "truncated": True}
+    _failure_cut(40)(keep)
+    text = dumps(keep)
+    if len(text) > limit:  # absurd inputs (a 4 KiB node name): keep the verdict only
+        text = dumps({"v": VERSION, "ok": bool(r.get("ok")), "truncated": True})
+    return text, True
+
+
+def write(path: str, text: str) -> Optional[str]:
+    """Write the capped report; returns an error string instead of raising."""
+    try:
+        d = os.path.dirname(path)
+        if d and not os.path.isdir(d):
+            os.makedirs(d, exist_ok=True)
+        with open(path, "w") as f:
+            f.write(text)
+            f.flush()
+        return None
+    except OSError as e:
+        return str(e)
+
+
+def summary(r: Dict[str, Any]) -> str:
+    """A few human-readable lines for the pod log."""
+    lines = []
+    verdict = "PASS" if r.get("ok") else "FAIL"
+    lines.append(f"disttrain-probe {verdict}: rank {r.get('rank')}/{r.get('worldSize')} on "
+                 f"{r.get('node')} (phase {r.get('phase')}, backend {r.get('backend')})")
+    f = r.get("failure")
+    if f:
+        lines.append(f"  failure {f.get('reason')} in {f.get('phase')}: {f.get('message')}")
+    m = r.get("master") or {}
+    lines.append(f"  master {m.get('addr')}:{m.get('port')} -> {', '.join(m.get('resolved') or []) or '?'}"
+                 f" route {m.get('route')}")
+    c = r.get("chosen")
+    if c:
+        lines.append(f"  chosen {c.get('ifname')} {c.get('addr')} on {c.get('subnet')}"
+                     f" (NCCL default would be {r.get('ncclDefaultIfname')})")
+    for x in r.get("rejected") or []:
+        if x.get("reason") != "NoIPv4":
+            lines.append(f"  rejected {x.get('ifname')}: {x.get('reason')}: {x.get('message')}")
+    a = r.get("allreduce")
+    if a and a.get("seconds") is not None:
+        lines.append(f"  all-reduce {a.get('bytes')} B x {a.get('iterations')} in {a.get('seconds')}s: "
+                     f"algbw {a.get('algbwGBps')} GB/s, busbw {a.get('busbwGBps')} GB/s, "
+                     f"correct={a.get('correct')}")
+    for w in r.get("warnings") or []:
+        lines.append(f"  warning {w.get('reason')}: {w.get('message')}")
+    lines.append(f"  timings {r.get('timings')}")
+    return "\n".join(lines)
+
+
+def emit(report: Dict[str, Any], path: Optional[str], stream: Any = None) -> Tuple[str, bool]:
+    """Write the capped report to ``path`` and the summary + full JSON to stdout.
+
+    The last stdout line is the full report as one JSON object.
+    """
+    text, truncated = cap(report)
+    err = write(path, text) if path else None
+    out = stream or sys.stdout
+    try:
+        out.write(summary(report) + "\n")
+        if err:
+            out.write(f"  (could not write report to {path}: {err})\n")
+        out.write(dumps(report) + "\n")
+        out.flush()
+    except Exception:
+        pass
+    return text, truncated

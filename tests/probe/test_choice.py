@@ -1,0 +1,266 @@
+"""Interface choice (pure): table-driven over inventories + mesh results."""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+import pytest
+
+from disttrain_probe import reasons as R
+from disttrain_probe.interfaces import choose, nccl_default
+
+
+def iface(name: str, *addrs: str, up: bool = True, speed: Optional[int] = None) -> dict:
+    return {"name": name, "addrs": list(addrs), "up": up, "speedMbps": speed, "mtu": 1500,
+            "loopback": name == "lo"}
+
+
+LO = iface("lo", "127.0.0.1/8", "::1/128")
+DOCKER = iface("docker0", "172.17.0.1/16", up=False)
+
+
+def peer(rank: int, *ifaces: dict, node: Optional[str] = None, host_ip: Optional[str] = None,
+         route: Optional[dict] = None, master_resolved: Optional[List[str]] = None) -> dict:
+    return {"rank": rank, "node": node or f"node-{chr(ord('a') + rank)}",
+            "interfaces": list(ifaces), "hostIp": host_ip, "masterRoute": route,
+            "masterResolved": master_resolved or ["10.0.0.1"]}
+
+
+def mesh_of(peers: Dict[int, dict], ok: Callable[[int, int, str], str] = lambda i, j, a: "ok"
+            ) -> Dict[int, Dict[int, Dict[str, dict]]]:
+    """Every rank dials every peer's every IPv4 address; ``ok`` decides the result code."""
+    out: Dict[int, Dict[int, Dict[str, dict]]] = {}
+    for i in peers:
+        for j in peers:
+            if i == j:
+                continue
+            for f in peers[j]["interfaces"]:
+                for a in f["addrs"]:
+                    ip = a.split("/")[0]
+                    if ":" in ip:
+                        continue
+                    out.setdefault(i, {}).setdefault(j, {})[ip] = {"r": ok(i, j, ip)}
+    return out
+
+
+def not_docker(i: int, j: int, addr: str) -> str:
+    # Dialling 172.17.0.1 lands on the local docker0: nobody listens on the peer's port.
+    return "refused" if addr.startswith("172.17.") or addr.startswith("127.") else "ok"
+
+
+def rej(res: dict, rank: int, ifname: str) -> Optional[dict]:
+    return next((x for x in res["rejected"][rank] if x["ifname"] == ifname), None)
+
+
+THREE_WITH_DOCKER = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24", speed=10000), DOCKER)
+                     for r in range(3)}
+
+CASES = [
+    # id, peers, mesh-result function, spec, expected failure reason, {rank: chosen ifname}
+    ("docker0-duplicate", THREE_WITH_DOCKER, not_docker, "auto", None,
+     {0: "eth0", 1: "eth0", 2: "eth0"}),
+    ("names-differ-per-node",
+     {0: peer(0, LO, iface("enp6s0", "10.1.0.1/24"), DOCKER),
+      1: peer(1, LO, iface("enp4s0", "10.1.0.2/24"), DOCKER)},
+     not_docker, "auto", None, {0: "enp6s0", 1: "enp4s0"}),
+    ("user-choice-missing", THREE_WITH_DOCKER, not_docker, "eth9", R.INTERFACE_NOT_FOUND, {}),
+    ("user-choice-docker0", THREE_WITH_DOCKER, not_docker, "docker0", R.INTERFACE_UNREACHABLE, {}),
+    ("user-choice-honoured",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24", speed=1000),
+              iface("eth1", f"10.9.0.{r + 1}/24", speed=100000)) for r in range(2)},
+     not_docker, "eth0", None, {0: "eth0", 1: "eth0"}),
+    ("exclusion-list",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.9.0.{r + 1}/24"))
+      for r in range(2)},
+     not_docker, "^eth1,docker", None, {0: "eth0", 1: "eth0"}),
+    ("fastest-wins",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24", speed=1000),
+              iface("eth1", f"10.9.0.{r + 1}/24", speed=100000)) for r in range(2)},
+     not_docker, "auto", None, {0: "eth1", 1: "eth1"}),
+    ("host-ip-breaks-tie",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.9.0.{r + 1}/24"),
+              host_ip=f"10.9.0.{r + 1}") for r in range(2)},
+     not_docker, "auto", None, {0: "eth1", 1: "eth1"}),
+    ("one-unreachable-network",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.1.0.{r + 1}/24"))
+      for r in range(2)},
+     lambda i, j, a: "timeout" if a.startswith("10.1.") and j == 1 else not_docker(i, j, a),
+     "auto", None, {0: "eth0", 1: "eth0"}),
+    ("partially-reachable-only",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(3)},
+     lambda i, j, a: "timeout" if j == 2 else not_docker(i, j, a),
+     "auto", R.NO_COMMON_INTERFACE, {}),
+    ("ephemeral-ports-blocked",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), DOCKER) for r in range(2)},
+     lambda i, j, a: "refused", "auto", R.EPHEMERAL_PORTS_BLOCKED, {}),
+    ("down-interface",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"),
+              iface("eth1", f"10.1.0.{r + 1}/24", up=r == 0, speed=100000)) for r in range(2)},
+     not_docker, "auto", None, {0: "eth0", 1: "eth0"}),
+    ("loopback-only-auto", {r: peer(r, LO, node="host") for r in range(2)},
+     lambda i, j, a: "ok", "auto", R.NO_COMMON_INTERFACE, {}),
+    ("loopback-requested", {r: peer(r, LO, node="host") for r in range(2)},
+     lambda i, j, a: "ok", "lo", None, {0: "lo", 1: "lo"}),
+    ("routed-pod-network",
+     {0: peer(0, LO, iface("eth0", "10.244.1.5/24")), 1: peer(1, LO, iface("eth0", "10.244.2.7/24"))},
+     not_docker, "auto", None, {0: "eth0", 1: "eth0"}),
+    ("two-nics-one-subnet",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.0.0.{r + 11}/24"))
+      for r in range(2)},
+     not_docker, "auto", R.NO_COMMON_INTERFACE, {}),
+    ("single-rank", {0: peer(0, LO, iface("eth0", "10.0.0.1/24"), DOCKER)},
+     not_docker, "auto", None, {0: "eth0"}),
+]
+
+
+@pytest.mark.parametrize("name,peers,ok,spec,failure,chosen", CASES, ids=[c[0] for c in CASES])
+def test_choice_table(name, peers, ok, spec, failure, chosen):
+    res = choose(peers, mesh_of(peers, ok), spec, master_port=29500)
+    if failure is None:
+        assert res["failure"] is None, res["failure"]
+        assert {r: c["ifname"] for r, c in res["chosen"].items()} == chosen
+    else:
+        assert res["failure"] is not None and res["failure"]["reason"] == failure
+        assert res["chosen"] == {}
+        assert res["failure"]["message"]
+    # Every rank computes the same answer from the same inputs.
+    assert choose(peers, mesh_of(peers, ok), spec, 29500) == res
+
+
+def test_docker0_rejected_as_duplicate_with_message():
+    res = choose(THREE_WITH_DOCKER, mesh_of(THREE_WITH_DOCKER, not_docker))
+    for r in range(3):
+        d = rej(res, r, "docker0")
+        assert d and d["reason"] == R.REJ_DUPLICATE_ADDRESS
+        assert "172.17.0.1" in d["message"] and "node-a" in d["message"]
+        assert rej(res, r, "lo")["reason"] == R.REJ_LOOPBACK
+    assert res["chosen"][1] == {"ifname": "eth0", "addr": "10.0.0.2", "subnet": "10.0.0.0/24"}
+
+
+def test_interface_not_found_lists_the_nodes_interfaces():
+    res = choose(THREE_WITH_DOCKER, mesh_of(THREE_WITH_DOCKER, not_docker), "eth9")
+    msg = res["failure"]["message"]
+    assert "node-a" in msg and "node-c" in msg and "eth9" in msg
+    assert "lo, eth0, docker0" in msg
+
+
+def test_requested_docker0_suggests_the_working_interface():
+    res = choose(THREE_WITH_DOCKER, mesh_of(THREE_WITH_DOCKER, not_docker), "docker0")
+    assert "DuplicateAddress" in res["failure"]["message"]
+    assert res["failure"]["message"].endswith("set network.socketIfname=eth0")
+
+
+def test_unreachable_names_the_peer():
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.1.0.{r + 1}/24"))
+             for r in range(2)}
+    res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout" if a == "10.1.0.2" else "ok"))
+    e = rej(res, 0, "eth1")
+    assert e["reason"] == R.REJ_UNREACHABLE
+    assert "node-a->node-b 10.1.0.2: timeout" in e["message"] and "node-b" in e["message"]
+
+
+def test_not_preferred_and_nccl_default_warning():
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24", speed=1000),
+                     iface("eth1", f"10.9.0.{r + 1}/24", speed=100000)) for r in range(2)}
+    res = choose(peers, mesh_of(peers, not_docker))
+    assert rej(res, 0, "eth0")["reason"] == R.REJ_NOT_PREFERRED
+    assert res["ncclDefault"] == {0: "eth0", 1: "eth0"}
+    ws = [w["reason"] for w in res["warnings"][0]]
+    assert R.NCCL_DEFAULT_DIFFERS in ws
+
+
+def test_down_rejected():
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"),
+                     iface("eth1", f"10.1.0.{r + 1}/24", up=r == 0)) for r in range(2)}
+    res = choose(peers, mesh_of(peers, not_docker))
+    assert rej(res, 0, "eth1")["reason"] == R.REJ_DOWN
+    assert "node-b" in rej(res, 0, "eth1")["message"]
+
+
+def test_loopback_requested_warns():
+    peers = {r: peer(r, LO, node="host") for r in range(2)}
+    res = choose(peers, mesh_of(peers), "lo")
+    assert [w["reason"] for w in res["warnings"][1]] == [R.LOOPBACK_ONLY]
+
+
+def test_master_route_and_peer_route_warnings():
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.1.0.{r + 1}/24"),
+                     route={"iface": "eth1", "src": f"10.1.0.{r + 1}"}) for r in range(2)}
+    mesh = mesh_of(peers, lambda i, j, a: "timeout" if a.startswith("10.1.") else "ok")
+    mesh[0][1]["10.0.0.2"]["src"] = "10.0.0.99"  # traffic leaves by another address
+    res = choose(peers, mesh)
+    assert res["chosen"][1]["ifname"] == "eth0"
+    w1 = [w["message"] for w in res["warnings"][1] if w["reason"] == R.ROUTE_VIA_OTHER_INTERFACE]
+    w0 = [w["message"] for w in res["warnings"][0] if w["reason"] == R.ROUTE_VIA_OTHER_INTERFACE]
+    assert any("reaches the master via eth1" in m for m in w1)
+    assert not any("master" in m for m in w0)  # rank 0 is the master
+    assert any("leave from 10.0.0.99" in m for m in w0)
+
+
+def test_mixed_families_warning():
+    peers = {0: peer(0, LO, iface("eth0", "10.0.0.1/24", "2001:db8::1/64")),
+             1: peer(1, LO, iface("eth0", "10.0.0.2/24", "fe80::2/64"))}
+    res = choose(peers, mesh_of(peers))
+    assert R.MIXED_ADDRESS_FAMILIES in [w["reason"] for w in res["warnings"][0]]
+
+
+@pytest.mark.parametrize("ifaces,expected", [
+    ([LO, iface("eth0", "10.0.0.1/24"), iface("ib0", "10.5.0.1/24")], "ib0"),
+    ([LO, DOCKER, iface("virbr0", "192.168.122.1/24"), iface("enp6s0", "10.0.0.1/24")], "enp6s0"),
+    ([LO, DOCKER], "docker0"),
+    ([LO], "lo"),
+    ([LO, iface("eth1", "fd00::1/64"), iface("eth0", "10.0.0.1/24")], "eth0"),  # IPv4 listed first
+    ([], None),
+])
+def test_nccl_default(ifaces, expected):
+    assert nccl_default(ifaces) == expected
+
+
+def test_scale_plan_is_symmetric_and_bounded():
+    from disttrain_probe.connectivity import plan
+    assert plan(3, 1) == {0: [1, 2], 1: [0, 2], 2: [0, 1]}
+    for world in (33, 64, 257):
+        p = plan(world, 12345)
+        assert set(p) == set(range(world))
+        for i, peers in p.items():
+            assert i not in peers and len(peers) <= 6  # ring +-1, +-2 and two random partners
+            for j in peers:
+                assert i in p[j]
+        assert plan(world, 12345) == p  # every rank computes the same plan
+
+
+def test_choice_with_partial_plan_checks_only_planned_pairs():
+    from disttrain_probe.connectivity import plan
+    world = 40
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.{r // 200}.{r % 200 + 1}/16"), DOCKER)
+             for r in range(world)}
+    dial = plan(world, 7)
+    full = mesh_of(peers, not_docker)
+    mesh = {i: {j: full[i][j] for j in dial[i]} for i in range(world)}
+    res = choose(peers, mesh, "auto", 29500, dial)
+    assert res["failure"] is None and res["chosen"][39]["ifname"] == "eth0"
+    # A planned pair that failed still rejects the network.
+    j = dial[5][0]
+    mesh[5][j][f"10.0.0.{j + 1}"] = {"r": "timeout"}
+    res = choose(peers, mesh, "auto", 29500, dial)
+    assert res["failure"]["reason"] == R.NO_COMMON_INTERFACE
+    assert f"node-{chr(ord('a') + 5)}" in res["failure"]["message"]
+
+
+def test_naming_one_of_two_nics_on_a_subnet_resolves_it():
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.0.0.{r + 11}/24"))
+             for r in range(2)}
+    res = choose(peers, mesh_of(peers), "auto")
+    assert res["failure"]["reason"] == R.NO_COMMON_INTERFACE
+    assert "MultipleOnNode" in res["failure"]["message"]
+    res = choose(peers, mesh_of(peers), "=eth1")
+    assert res["failure"] is None and res["chosen"][0]["ifname"] == "eth1"
+    assert rej(res, 0, "eth0")["reason"] == R.REJ_NOT_REQUESTED
+
+
+def test_interface_not_found_groups_nodes():
+    peers = {0: peer(0, LO, iface("eth0", "10.0.0.1/24")),
+             1: peer(1, LO, iface("eth0", "10.0.0.2/24")),
+             2: peer(2, LO, iface("eth9", "10.0.0.3/24"))}
+    res = choose(peers, mesh_of(peers), "eth9")
+    assert res["failure"]["message"].startswith(
+        "node-a, node-b: no interface matches socketIfname=eth9 (they have lo, eth0)")

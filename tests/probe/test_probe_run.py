@@ -1,0 +1,128 @@
+"""The real probe, as subprocesses on loopback: the contract with the operator and failures."""
+from __future__ import annotations
+
+import pytest
+
+from disttrain.report import parse_report
+from disttrain_probe import reasons as R
+
+from probe_helpers import free_port, probe_env, run_ranks
+
+
+@pytest.fixture(scope="module")
+def loopback_run(tmp_path_factory):
+    port = free_port()
+    tmp = tmp_path_factory.mktemp("lo")
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo", NODE_NAME="host-a",
+                      POD_NAME=f"probe-{r}") for r in range(2)]
+    return run_ranks(envs, tmp, timeout=60)
+
+
+def test_contract_every_rank_report_parses(loopback_run):
+    for run in loopback_run:
+        assert run.rc == 0, run.stdout + run.stderr
+        assert 0 < len(run.report_text.encode()) <= 4096
+        rep = parse_report(run.report_text)
+        assert rep.v == 1 and rep.ok and rep.rank == run.rank and rep.world_size == 2
+        assert rep.failure is None and rep.phase == "report"
+        assert rep.node == "host-a" and rep.pod == f"probe-{run.rank}"
+        assert rep.versions and rep.versions.torch and rep.versions.python
+        assert rep.master and rep.master.port and rep.master.resolved == ["127.0.0.1"]
+        assert rep.port_range and rep.port_range[0] <= rep.port_range[1]
+        assert any(i.name == "lo" for i in rep.interfaces)
+        assert set(rep.timings) >= {"inventory", "rendezvous", "connectivity", "choice",
+                                    "versions", "collective", "total"}
+        # The full report (last stdout line) is a superset and parses as well once capped.
+        full = run.full
+        assert full["rank"] == run.rank and "mesh" in full
+
+
+def test_loopback_allreduce(loopback_run):
+    for run in loopback_run:
+        rep = parse_report(run.report_text)
+        assert rep.backend == "gloo"
+        assert rep.chosen and rep.chosen.ifname == "lo" and rep.chosen.addr == "127.0.0.1"
+        a = rep.allreduce
+        assert a.correct is True and a.bytes == 4 * 2**20 and a.iterations == 5
+        assert a.seconds > 0 and a.algbw_gbps > 0 and a.busbw_gbps > 0
+        assert a.busbw_gbps == pytest.approx(a.algbw_gbps * 1.0, rel=0.01)  # n=2: factor 1
+        assert R.LOOPBACK_ONLY in [w.reason for w in rep.warnings]
+        assert "PASS" in run.stdout
+
+
+def test_wrong_master_port_is_refused_within_deadline(tmp_path):
+    port = free_port()  # nobody listens here
+    [run] = run_ranks([probe_env(1, 2, port, DISTTRAIN_PROBE_TIMEOUT_SECONDS="8",
+                                 DISTTRAIN_PROBE_SOCKET_IFNAME="lo")], tmp_path, timeout=30)
+    assert run.rc == 1
+    assert run.seconds < 8 + 3
+    rep = parse_report(run.report_text)
+    assert not rep.ok and rep.failure.reason == R.MASTER_PORT_REFUSED
+    assert rep.failure.phase == "rendezvous" and str(port) in rep.failure.message
+
+
+def test_master_addr_loopback_on_nonzero_rank(tmp_path):
+    [run] = run_ranks([probe_env(1, 2, free_port(), MASTER_ADDR="localhost",
+                                 DISTTRAIN_PROBE_TIMEOUT_SECONDS="8")], tmp_path, timeout=30)
+    rep = parse_report(run.report_text)
+    assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_LOOPBACK
+    assert "localhost" in rep.failure.message
+
+
+def test_peers_never_come(tmp_path):
+    [run] = run_ranks([probe_env(0, 3, free_port(), DISTTRAIN_PROBE_TIMEOUT_SECONDS="6")], tmp_path,
+                      timeout=30)
+    assert run.rc == 1 and run.seconds < 6 + 3
+    rep = parse_report(run.report_text)
+    assert rep.failure.reason == R.RENDEZVOUS_TIMEOUT and rep.phase == "rendezvous"
+    assert "rank(s) 1, 2 never arrived" in rep.failure.message
+
+
+def test_hung_peer_in_collective_does_not_hang_the_probe(tmp_path):
+    """Rank 1 stalls before init_process_group; rank 0 blocks in gloo's C++ and the watchdog
+    (or gloo's own timeout) still ends it, with a report, inside the total budget."""
+    port = free_port()
+    envs = [probe_env(0, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo", DISTTRAIN_PROBE_TIMEOUT_SECONDS="12"),
+            probe_env(1, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo", DISTTRAIN_PROBE_TIMEOUT_SECONDS="12",
+                      DISTTRAIN_PROBE_TEST_STALL_PHASE="collective")]
+    runs = run_ranks(envs, tmp_path, timeout=40)
+    for run in runs:
+        assert run.rc == 1 and run.seconds < 12 + 3, (run.rank, run.seconds)
+        rep = parse_report(run.report_text)
+        assert rep.phase == "collective" and not rep.ok
+    assert parse_report(runs[0].report_text).failure.reason in (R.PROCESS_GROUP_INIT_FAILED,
+                                                                 R.ALL_REDUCE_TIMEOUT)
+    # The stalled rank is killed by its own watchdog with the step's reason.
+    assert parse_report(runs[1].report_text).failure.reason == R.PROCESS_GROUP_INIT_FAILED
+
+
+def test_bad_input_still_writes_a_report(tmp_path):
+    [run] = run_ranks([{"RANK": "0", "WORLD_SIZE": "x"}], tmp_path, timeout=20)
+    rep = parse_report(run.report_text)
+    assert run.rc == 1 and rep.failure.reason == R.PROBE_INTERNAL_ERROR and rep.phase == "config"
+
+
+def test_bandwidth_threshold(tmp_path):
+    port = free_port()
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo",
+                      DISTTRAIN_PROBE_MIN_BUSBW_GBPS="100000",
+                      DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES="65536") for r in range(2)]
+    for run in run_ranks(envs, tmp_path, timeout=60):
+        rep = parse_report(run.report_text)
+        assert run.rc == 1 and rep.failure.reason == R.BANDWIDTH_BELOW_THRESHOLD
+        assert rep.allreduce.correct is True and rep.allreduce.bytes == 65536
+
+
+def test_install_copies_the_package(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "disttrain_probe.install", str(tmp_path)],
+                         capture_output=True, text=True, check=True)
+    dest = tmp_path / "disttrain_probe"
+    assert out.stdout.strip() == str(dest)
+    for name in ("__init__.py", "__main__.py", "interfaces.py", "report.py", "reasons.py"):
+        assert (dest / name).is_file()
+    # It runs from there with only PYTHONPATH (what the init container arranges).
+    r = subprocess.run([sys.executable, "-c", "import disttrain_probe, os; print(disttrain_probe.__file__)"],
+                       capture_output=True, text=True, cwd="/", env={"PYTHONPATH": str(tmp_path)})
+    assert r.stdout.strip().startswith(str(dest))

@@ -1,0 +1,206 @@
+"""Report cap, reasons, bandwidth formula, config parsing, deadlines, operator-side parsing."""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from disttrain.report import ProbeReport, ReportInvalid, parse_report
+from disttrain_probe import reasons as R
+from disttrain_probe import report as REP
+from disttrain_probe.collective import bandwidth, busbw_factor
+from disttrain_probe.config import ConfigError, load, parse_ifname_spec, parse_port_range
+from disttrain_probe.deadline import Tracker
+from disttrain_probe.versions import check as check_versions
+
+
+def big_report(n_ifaces: int = 64) -> dict:
+    ifs = [{"name": f"enp{i}s0f1np1", "addrs": [f"10.{i}.0.1/24", f"fd00:{i:x}::1/64",
+                                                  f"fe80::{i:x}:ff:fe00:1/64"],
+            "up": True, "speedMbps": 100000, "mtu": 9000} for i in range(n_ifaces)]
+    return {
+        "v": 1, "rank": 3, "worldSize": 64, "node": "gpu-node-0003.example.internal",
+        "pod": "job-probe-3", "hostname": "gpu-node-0003", "hostIp": "10.0.0.4", "ok": False,
+        "phase": "choice",
+        "failure": {"reason": R.NO_COMMON_INTERFACE, "phase": "choice", "message": "x" * 3000},
+        "warnings": [{"reason": R.HOSTNAME_LOOPBACK, "message": "w" * 500}] * 6,
+        "versions": {"python": "3.11.7", "torch": "2.8.0", "cuda": "12.8", "nccl": "2.27.3",
+                     "driver": "570.1", "gpus": 8},
+        "master": {"addr": "job-master.ns.svc", "port": 29500, "resolved": ["10.0.0.1"],
+                   "route": {"iface": "enp0s0f1np1", "src": "10.0.0.4"}},
+        "portRange": [32768, 60999], "portRangeAllowed": None,
+        "interfaces": ifs,
+        "chosen": None, "network": None,
+        "rejected": [{"ifname": i["name"], "reason": "Unreachable", "message": "m" * 300} for i in ifs],
+        "ncclDefaultIfname": "enp0s0f1np1", "socketIfname": "auto", "backend": None,
+        "allreduce": None, "timings": {"inventory": 1.2, "rendezvous": 0.3, "total": 9.9},
+        "hostResolves": ["127.0.1.1"] * 5,
+        "mesh": [{"peer": p, "addr": f"10.{i}.0.{p}", "r": "timeout", "ms": 2000.0}
+                 for p in range(64) for i in range(8)],
+        "env": {f"NCCL_VAR_{i}": "v" * 40 for i in range(40)},
+        "truncated": False,
+    }
+
+
+def test_small_report_is_untouched():
+    r = {"v": 1, "ok": True, "rank": 0, "warnings": []}
+    text, truncated = REP.cap(r)
+    assert not truncated and json.loads(text) == r
+
+
+def test_truncation_with_64_interfaces_stays_under_cap_and_parses():
+    text, truncated = REP.cap(big_report(64))
+    assert truncated
+    assert len(text.encode()) <= 4096
+    obj = json.loads(text)
+    assert obj["truncated"] is True and "mesh" not in obj  # mesh detail goes first
+    assert obj["failure"]["reason"] == R.NO_COMMON_INTERFACE
+    rep = parse_report(text)
+    assert rep.truncated and rep.rank == 3 and rep.versions.nccl == "2.27.3"
+
+
+@pytest.mark.parametrize("n", [0, 1, 8, 64, 300])
+def test_truncation_never_exceeds_cap(n):
+    r = big_report(n)
+    r["node"] = "n" * (50 * n)
+    text, _ = REP.cap(r)
+    assert len(text.encode()) <= REP.MAX_BYTES
+    parse_report(text)
+
+
+def test_mesh_dropped_before_anything_else():
+    r = big_report(4)
+    r["failure"]["message"] = "short"
+    r["warnings"] = []
+    r["env"] = {}
+    r["rejected"] = r["rejected"][:2]
+    text, truncated = REP.cap(r)
+    obj = json.loads(text)
+    assert truncated and "mesh" not in obj
+    assert obj["interfaces"] == r["interfaces"] and obj["rejected"] == r["rejected"]
+
+
+def test_reasons_are_unique_camelcase_and_cover_the_design_table():
+    design = {"MasterAddrLoopback", "MasterAddrUnresolvable", "MasterPortRefused",
+              "MasterPortTimeout", "InterfaceNotFound", "InterfaceUnreachable",
+              "NoCommonInterface", "EphemeralPortsBlocked", "NCCLVersionMismatch",
+              "TorchVersionMismatch", "CUDAVersionMismatch", "DriverVersionMismatch",
+              "AllReduceTimeout", "AllReduceWrongResult", "BandwidthBelowThreshold",
+              "ProcessGroupInitFailed", "RendezvousTimeout", "ProbeInternalError"}
+    assert set(R.FAILURES) == design
+    for group in (R.FAILURES, R.WARNINGS, R.REJECTIONS):
+        assert len(set(group)) == len(group)
+        for x in group:
+            assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", x), x
+    assert not set(R.FAILURES) & set(R.WARNINGS)
+    assert set(R.CONDITION_OF) == set(R.FAILURES)
+
+
+def test_busbw_formula():
+    assert busbw_factor(1) == 0.0
+    assert busbw_factor(2) == 1.0
+    assert busbw_factor(4) == 1.5
+    assert busbw_factor(8) == 1.75
+    bw = bandwidth(4 * 2**20, 0.002, 4)  # 4 MiB in 2 ms over 4 ranks
+    assert bw["algbwGBps"] == pytest.approx(4 * 2**20 / 0.002 / 1e9)
+    assert bw["busbwGBps"] == pytest.approx(bw["algbwGBps"] * 1.5)
+    assert bandwidth(100, 0.0, 2) == {"algbwGBps": 0.0, "busbwGBps": 0.0}
+
+
+def test_versions_mismatch_order_and_message():
+    peers = {0: {"node": "a", "versions": {"nccl": "2.21.5", "torch": "2.4.0", "cuda": "12.4"}},
+             1: {"node": "b", "versions": {"nccl": "2.27.5", "torch": "2.8.0", "cuda": "12.9"}}}
+    v = check_versions(peers)
+    assert v["reason"] == R.NCCL_VERSION_MISMATCH
+    assert "2.21.5 on a" in v["message"] and "2.27.5 on b" in v["message"]
+    peers[1]["versions"]["nccl"] = "2.21.5"
+    assert check_versions(peers)["reason"] == R.TORCH_VERSION_MISMATCH
+    peers[1]["versions"]["torch"] = "2.4.0"
+    assert check_versions(peers)["reason"] == R.CUDA_VERSION_MISMATCH
+    peers[1]["versions"]["cuda"] = "12.4"
+    peers[0]["versions"]["driver"] = "550.1"
+    assert check_versions(peers)["reason"] == R.DRIVER_VERSION_MISMATCH
+    peers[1]["versions"]["driver"] = "550.1"
+    assert check_versions(peers) is None
+
+
+BASE_ENV = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+
+
+def test_config_env_and_flags():
+    c = load([], dict(BASE_ENV, DISTTRAIN_PROBE_PORT_RANGE="40000-41000", NODE_NAME="n1"))
+    assert (c.rank, c.world_size, c.master_port, c.node_name) == (1, 2, 29500, "n1")
+    assert c.port_range == (40000, 41000) and c.backend == "auto" and c.socket_ifname == "auto"
+    assert c.message_size_bytes == 4 * 2**20 and c.iterations == 10 and c.timeout_seconds == 60
+    assert c.report_path == "/dev/termination-log"
+    c = load(["--rank", "0", "--socket-ifname", "lo", "--timeout-seconds", "5"], BASE_ENV)
+    assert c.rank == 0 and c.loopback_requested and c.timeout_seconds == 5
+
+
+@pytest.mark.parametrize("env,needle", [
+    ({}, "RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"),
+    (dict(BASE_ENV, RANK="2"), "must be < WORLD_SIZE"),
+    (dict(BASE_ENV, MASTER_PORT="x"), "MASTER_PORT"),
+    (dict(BASE_ENV, DISTTRAIN_PROBE_BACKEND="mpi"), "auto, nccl or gloo"),
+    (dict(BASE_ENV, DISTTRAIN_PROBE_PORT_RANGE="9-1"), "lo <= hi"),
+])
+def test_config_errors(env, needle):
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load([], env)
+
+
+def test_ifname_spec():
+    assert parse_ifname_spec("auto") == ("auto", [])
+    assert parse_ifname_spec("^docker,lo") == ("exclude", [("docker", False), ("lo", False)])
+    assert parse_ifname_spec("=eth0") == ("include", [("eth0", True)])
+    assert parse_port_range("") is None
+
+
+def test_tracker_splits_budget_and_watchdog_fires():
+    fired = []
+    t = Tracker(10.0, on_overrun=lambda p, r, m: fired.append((p, r, m)), watchdog=False)
+    d = t.begin("inventory")
+    assert 5.5 < d.remaining() <= 6.0  # min(10 s, 60 %) of a 10 s total
+    d = t.begin("rendezvous", R.RENDEZVOUS_TIMEOUT, "waiting")
+    assert 3.0 < d.remaining() < 5.0
+    t.hard = time.monotonic() - 1  # pretend the phase overran
+    assert t.check() and fired[0][0] == "rendezvous" and fired[0][1] == R.RENDEZVOUS_TIMEOUT
+    assert "waiting" in fired[0][2]
+    assert not t.check()  # fires once
+    t.finish()
+
+
+def test_watchdog_thread_fires_on_its_own():
+    fired = []
+    t = Tracker(1.0, on_overrun=lambda p, r, m: fired.append(p))
+    t.begin("collective", R.ALL_REDUCE_TIMEOUT)
+    time.sleep(1.3)
+    assert fired == ["collective"]
+    t.finish()
+
+
+@pytest.mark.parametrize("raw,needle", [
+    (b"", "empty"),
+    ("not json", "not JSON"),
+    ("[1,2]", "not an object"),
+    ('{"v":2,"ok":true}', "version 2"),
+    ('{"ok":true}', "version None"),
+    ('{"v":1}', "ok"),
+    ('{"v":1,"ok":true,"allreduce":{"bytes":"many"}}', "allreduce.bytes"),
+    ("{" + '"v":1,"ok":true,"x":"' + "a" * 5000 + '"}', "4096"),
+    (b"\xff\xfe", "not JSON"),
+])
+def test_parse_report_rejects(raw, needle):
+    with pytest.raises(ReportInvalid, match=re.escape(needle)):
+        parse_report(raw)
+
+
+def test_parse_report_accepts_names_and_ignores_extras():
+    rep = parse_report('{"v":1,"ok":true,"rank":0,"worldSize":2,"futureField":{"a":1},'
+                       '"allreduce":{"bytes":8,"busbwGBps":1.5},"chosen":{"ifname":"eth0"}}')
+    assert isinstance(rep, ProbeReport)
+    assert rep.world_size == 2 and rep.allreduce.busbw_gbps == 1.5 and rep.chosen.ifname == "eth0"
+    assert rep.failure_reason is None
+    assert ProbeReport(v=1, ok=False, world_size=3).world_size == 3  # populate_by_name
