@@ -187,8 +187,8 @@ class ProbeSpec(_Model):
     min_bus_bandwidth_gbps: float = Field(
         0.0,
         ge=0,
-        description="Fail when the measured all-reduce busbw (GB/s, GB = 1e9 bytes) is below. "
-        "0 disables the threshold.",
+        description="Fail when the measured all-reduce busbw is below this many GB/s "
+        "(gigabytes, 1e9 bytes, per second; not gigabits). 0 disables the threshold.",
     )
     timeout_seconds: int = Field(
         60, ge=5, le=3600, description="Budget for the whole probe, in seconds."

@@ -46,6 +46,9 @@ class Rendezvous:
     master_addr: str
     master_port: int
     socket_ifname: Optional[str] = None  # None: leave NCCL/GLOO to their defaults
+    # True when socket_ifname is one interface the probe chose: NCCL then gets "=name",
+    # its exact-match syntax (a plain "eth1" is a prefix and would also match eth10).
+    exact: bool = False
 
 
 def probe_pod_name(job: str, rank: int) -> str:
@@ -320,8 +323,9 @@ def build_worker_pod(
             _env_var("LOCAL_WORLD_SIZE", nproc),
         ]
     if rdzv.socket_ifname:
+        nccl = f"={rdzv.socket_ifname}" if rdzv.exact else rdzv.socket_ifname
         env += [
-            _env_var("NCCL_SOCKET_IFNAME", rdzv.socket_ifname),
+            _env_var("NCCL_SOCKET_IFNAME", nccl),
             _env_var("GLOO_SOCKET_IFNAME", rdzv.socket_ifname),
         ]
     trainer = copy.deepcopy(pod_spec["containers"][0])

@@ -205,23 +205,30 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
     ar = [a for a in ar if a]
     if ar:
         # The slowest rank bounds the collective: report the minimum bandwidth.
-        diag.bus_bandwidth_gbps = round(min(float(a.get("busbwGBps", 0.0)) for a in ar), 4)
-        diag.alg_bandwidth_gbps = round(min(float(a.get("algbwGBps", 0.0)) for a in ar), 4)
+        diag.bus_bandwidth_gbps = round(min(float(a.get("busbwGBps") or 0.0) for a in ar), 4)
+        diag.alg_bandwidth_gbps = round(min(float(a.get("algbwGBps") or 0.0) for a in ar), 4)
         diag.message_size_bytes = int(ar[0].get("bytes", 0)) or None
     backends = {(o.report or {}).get("backend") for o in outcomes} - {None}
     diag.backend = ",".join(sorted(backends)) or None
     for o in outcomes:
         for phase, secs in ((o.report or {}).get("timings") or {}).items():
-            diag.phase_seconds[phase] = round(max(diag.phase_seconds.get(phase, 0.0), float(secs)), 3)
+            if secs is not None:
+                diag.phase_seconds[phase] = round(max(diag.phase_seconds.get(phase, 0.0), float(secs)), 3)
 
     # 4. Conditions.
     if failures:
         failures.sort(key=lambda f: _failure_rank(f[0]))
         cause_reason = failures[0][0]
         cause_type = c.REASON_CONDITION.get(cause_reason)
-        same = [f for f in failures if f[0] == cause_reason]
+        # Global verdicts (choice, versions) arrive identically from every rank: say them
+        # once, unprefixed; a message seen on one node only is prefixed with that node.
+        by_msg: dict[str, list[str]] = {}
+        for r, n, m in failures:
+            if r == cause_reason:
+                by_msg.setdefault(m, []).append(n)
         message = "; ".join(
-            m if (not n or m.startswith(n)) else f"{n}: {m}" for _, n, m in same
+            m if (len(nodes) > 1 or not nodes[0] or m.startswith(nodes[0])) else f"{nodes[0]}: {m}"
+            for m, nodes in by_msg.items()
         )
         if cause_type is None:
             # Not tied to one check (invalid report, crashed probe): checks stay Unknown.

@@ -397,7 +397,7 @@ def _training_stage(plan, job, spec, conds, workers, all_pods, probes, now, ts, 
                 if r in by_rank:
                     continue
                 info = nodes.get(r, {})
-                rv = Rendezvous(rdzv["masterAddr"], spec.rendezvous.port, info.get("interface"))
+                rv = Rendezvous(rdzv["masterAddr"], spec.rendezvous.port, info.get("interface"), exact=True)
                 plan.creates.append(build_worker_pod(job, spec, r, info.get("name"), rv, attempt))
         else:
             _unprobed_workers(plan, job, spec, by_rank, attempt)

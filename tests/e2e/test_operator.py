@@ -111,7 +111,8 @@ def test_example_validates_then_trains(cluster, operator, ns):
     for rank, p in enumerate(workers):
         assert p["spec"]["nodeName"] == st["nodes"][rank]["name"]
         env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0]["env"]}
-        assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == st["nodes"][rank]["interface"]
+        assert env["GLOO_SOCKET_IFNAME"] == st["nodes"][rank]["interface"]
+        assert env["NCCL_SOCKET_IFNAME"] == "=" + st["nodes"][rank]["interface"]  # exact match
         assert env["MASTER_ADDR"] == st["rendezvous"]["masterAddr"]
         assert f"--node-rank={rank}" in p["spec"]["containers"][0]["command"]
         assert p["metadata"]["ownerReferences"][0]["kind"] == "DistTrainingJob"

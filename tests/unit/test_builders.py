@@ -53,7 +53,7 @@ def test_probe_in_probe_image_has_no_init_container():
 
 def test_worker_pinned_with_validated_rendezvous_torchrun():
     s = spec_of()
-    pod = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.100.0.10", 29500, "eth1"), attempt=0)
+    pod = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.100.0.10", 29500, "eth1", exact=True), attempt=0)
     ps = pod["spec"]
     term = ps["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"][-1] == {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}
@@ -62,9 +62,16 @@ def test_worker_pinned_with_validated_rendezvous_torchrun():
                               "--master-addr=10.100.0.10", "--master-port=29500",
                               "/workspace/train.py", "--epochs", "3"]
     e = env(ctr)
-    assert e["NCCL_SOCKET_IFNAME"] == e["GLOO_SOCKET_IFNAME"] == "eth1"
+    # NCCL reads a plain name as a prefix (eth1 would match eth10): "=" makes it exact.
+    assert (e["NCCL_SOCKET_IFNAME"], e["GLOO_SOCKET_IFNAME"]) == ("=eth1", "eth1")
     assert e["PET_NODE_RANK"] == "1" and e["PET_NNODES"] == "2"
     assert "RANK" not in e  # torchrun sets RANK per process
+
+
+def test_user_ifname_value_passed_through_as_nccl_reads_it():
+    s = spec_of(probe={"enabled": False}, network={"socketIfname": "^docker0,lo"})
+    ctr = build_worker_pod(REF, s, 0, None, Rendezvous("m", 1, "^docker0,lo"), 0)["spec"]["containers"][0]
+    assert env(ctr)["NCCL_SOCKET_IFNAME"] == "^docker0,lo"
 
 
 def test_env_launcher_sets_ranks():

@@ -41,6 +41,19 @@ def test_network_failure_marks_master_true():
     assert d.conditions[c.COLLECTIVE_VALIDATED].status == "Unknown"
 
 
+def test_global_failure_reported_by_every_rank_appears_once():
+    f = {"reason": "NoCommonInterface", "phase": "choice", "message": "no interface reaches every node; fix X"}
+    d = diagnose(outcomes(report(0, "node-a", ok=False, failure=f), report(1, "node-b", ok=False, failure=f)), "10.1.1.1")
+    assert d.conditions[c.VALIDATED].message.count("no interface reaches every node") == 1
+
+
+def test_null_bandwidth_does_not_crash():
+    r = report(0, "node-a")
+    r["allreduce"]["busbwGBps"] = None
+    d = diagnose(outcomes(r, report(1, "node-b")), "10.1.1.1")
+    assert d.bus_bandwidth_gbps == 0.0
+
+
 def test_version_mismatch_detected_across_reports():
     d = diagnose(outcomes(report(0, "node-a", nccl="2.21.5"), report(1, "node-b", nccl="2.27.5")), "10.1.1.1")
     v = d.conditions[c.VERSIONS_CONSISTENT]
