@@ -30,6 +30,7 @@ SERVICE_ACCOUNT = "disttrain-operator"
 CHART = config.REPO_ROOT / "charts" / "disttrain-operator"
 CRD_DIR = config.REPO_ROOT / "crds"
 LIVENESS_PORT = 18080
+METRICS_PORT = 18090
 
 
 def _paths() -> dict[str, Path]:
@@ -129,7 +130,8 @@ def start(wait_seconds: float = 30.0) -> int:
     env = dict(os.environ, KUBECONFIG=str(p["kubeconfig"]), PYTHONUNBUFFERED="1")
     with open(p["log"], "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "disttrain", f"--liveness=http://127.0.0.1:{LIVENESS_PORT}/healthz"],
+            [sys.executable, "-m", "disttrain", f"--liveness=http://127.0.0.1:{LIVENESS_PORT}/healthz",
+             f"--metrics-port={METRICS_PORT}"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True, cwd=str(config.REPO_ROOT),
         )

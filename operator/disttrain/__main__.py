@@ -22,11 +22,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="kopf liveness endpoint URL ('' to disable)")
     parser.add_argument("--probe-image", default=os.environ.get("DISTTRAIN_PROBE_IMAGE"),
                         help="default probe image (spec.probe.image overrides it)")
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("DISTTRAIN_METRICS_PORT", "9090")),
+                        help="serve Prometheus /metrics on this port (0 disables)")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
     if args.probe_image:
         os.environ["DISTTRAIN_PROBE_IMAGE"] = args.probe_image
     from . import handlers  # noqa: F401  (registers the handlers)
+    from . import metrics
+
+    if args.metrics_port:
+        metrics.serve(args.metrics_port)
 
     kopf.configure(verbose=args.verbose)
     asyncio.run(

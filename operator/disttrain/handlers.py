@@ -21,6 +21,7 @@ from kubernetes import config as kube_config
 
 from . import conditions as cond
 from . import constants as c
+from . import metrics
 from .kube import Kube
 from .reconcile import reconcile
 from .report import parse_report as _parse_report_model
@@ -46,6 +47,7 @@ def step(namespace: str, name: str) -> None:
     job = _kube.get_job(namespace, name)
     if job is None or job["metadata"].get("deletionTimestamp"):
         _active.discard((namespace, name))
+        metrics.forget(namespace, name)
         return
     pods = _kube.list_pods(namespace, name)
     plan = reconcile(
@@ -56,6 +58,7 @@ def step(namespace: str, name: str) -> None:
         probe_image=os.environ.get("DISTTRAIN_PROBE_IMAGE", c.DEFAULT_PROBE_IMAGE),
     )
     _kube.apply(job, plan)
+    metrics.observe(namespace, name, job.get("status"), plan.status)
     conds = plan.status.get("conditions") or []
     terminal = cond.is_true(conds, c.SUCCEEDED) or cond.is_true(conds, c.FAILED)
     # Terminal jobs are still visited by events (cleanup), not by the sweep.
