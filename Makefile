@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench crds clean
+.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench crds chart-readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -31,6 +31,9 @@ down: venv
 crds: venv
 	$(VPY) -m disttrain.crdgen > crds/disttrain.dev_disttrainingjobs.yaml
 	cp crds/*.yaml charts/disttrain-operator/crds/
+
+chart-readme: venv
+	$(VPY) charts/generate_readme.py > charts/disttrain-operator/README.md
 
 demo: venv build-cluster
 	$(VPY) -m localcluster.demo

@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="default probe image (spec.probe.image overrides it)")
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("DISTTRAIN_METRICS_PORT", "9090")),
                         help="serve Prometheus /metrics on this port (0 disables)")
+    parser.add_argument("--log-format", choices=["plain", "full", "json"],
+                        default=os.environ.get("DISTTRAIN_LOG_FORMAT", "plain"),
+                        help="json gives structured logs for log pipelines")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
     if args.probe_image:
@@ -34,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.metrics_port:
         metrics.serve(args.metrics_port)
 
-    kopf.configure(verbose=args.verbose)
+    kopf.configure(verbose=args.verbose, log_format=kopf.LogFormat[args.log_format.upper()])
     asyncio.run(
         kopf.operator(
             clusterwide=not args.namespace,
