@@ -19,6 +19,8 @@ SCHEDULER_PORT = 16459
 KUBELET_PORT_BASE = 16500  # node i serves its kubelet API on 127.0.0.1:(16500+i)
 
 SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service ClusterIP (see serviceproxy.py)
+KUBERNETES_SERVICE_PORT = 443
 MGMT_PREFIX = "10.100.0."
 DATA_PREFIX = "10.101.0."
 DECOY_DOCKER_ADDR = "172.17.0.1/16"

@@ -68,9 +68,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     subprocess.run([sys.executable, "-m", "localcluster", "up"], check=True)
     console.print(kubectl("get", "nodes", "-o", "wide").stdout)
 
-    console.rule("[bold]2. Operator (CRD + the chart's RBAC; runs as its ServiceAccount)")
-    pid = operator_install.start()
-    console.print(f"operator pid {pid}; log {config.state_dir() / 'logs' / 'operator.log'}")
+    console.rule("[bold]2. helm install disttrain charts/disttrain-operator (the operator runs as a pod)")
+    console.print(operator_install.helm_install(), markup=False)
+    console.print(kubectl("get", "pods", "-n", operator_install.NAMESPACE, "-o", "wide").stdout, markup=False)
 
     console.rule(f"[bold]3. kubectl apply -f examples/{EXAMPLE.name}")
     kubectl("delete", "-f", str(EXAMPLE), "--ignore-not-found", "--wait=true", check=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import subprocess
 
-from .config import DECOY_DOCKER_ADDR, FABRIC_NS, NODE_NS_PREFIX, NodeSpec
+from .config import DECOY_DOCKER_ADDR, FABRIC_NS, KUBERNETES_SERVICE_IP, NODE_NS_PREFIX, NodeSpec
 
 
 class NetworkError(RuntimeError):
@@ -64,6 +64,9 @@ def ensure_node(node: NodeSpec) -> None:
     if ns not in list_netns():
         _ip("netns", "add", ns)
     _ip("-n", ns, "link", "set", "lo", "up")
+    # The `kubernetes` Service ClusterIP, served by the node agent (serviceproxy.py).
+    if KUBERNETES_SERVICE_IP not in _ip("-n", ns, "addr", "show", "dev", "lo").stdout:
+        _ip("-n", ns, "addr", "add", f"{KUBERNETES_SERVICE_IP}/32", "dev", "lo")
     # Decoy docker0 first, so it is listed before the real NICs (lower ifindex). Its port is
     # a veth pair inside the node (as Docker's container veths are), which keeps it UP.
     if not _link_exists(ns, "docker0"):

@@ -30,9 +30,19 @@ import urllib.parse
 from pathlib import Path
 
 from . import pki, podspec
-from .config import NodeSpec, node_spec_by_name, venv_bin, venv_python, versions
+from .config import (
+    APISERVER_PORT,
+    KUBERNETES_SERVICE_IP,
+    KUBERNETES_SERVICE_PORT,
+    NodeSpec,
+    node_spec_by_name,
+    venv_bin,
+    venv_python,
+    versions,
+)
 from .kubeapi import ApiError, KubeClient
 from .kubeconfig import SERVER, write_kubeconfig
+from .serviceproxy import ServiceProxy
 
 log = logging.getLogger("nodeagent")
 
@@ -942,6 +952,8 @@ class Agent:
         log.info("node %s registered (InternalIP %s, kubelet port %d, gpus %d)", self.node.name,
                  self.node.mgmt_ip, self.node.kubelet_port, self.gpus)
         self.serve_logs()
+        ServiceProxy(self.node.netns, KUBERNETES_SERVICE_IP, KUBERNETES_SERVICE_PORT,
+                     ("127.0.0.1", APISERVER_PORT)).start()
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         threading.Thread(target=self._event_loop, name="events", daemon=True).start()
         threading.Thread(target=self._watch_loop, name="pod-watch", daemon=True).start()

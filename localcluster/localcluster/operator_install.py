@@ -25,7 +25,10 @@ from typing import Optional
 from . import config
 
 NAMESPACE = "disttrain-system"
-RELEASE = "disttrain"
+RELEASE = "disttrain"  # the Helm release (make demo, tests/e2e/test_helm.py)
+# The host-process operator gets the chart's RBAC rendered under another release name, so
+# its objects never collide with a Helm release's.
+LOCAL_RELEASE = "disttrain-local"
 SERVICE_ACCOUNT = "disttrain-operator"
 CHART = config.REPO_ROOT / "charts" / "disttrain-operator"
 CRD_DIR = config.REPO_ROOT / "crds"
@@ -68,7 +71,7 @@ def render_rbac() -> str:
     versions = config.versions()
     out = subprocess.run(
         [
-            str(helm_bin()), "template", RELEASE, str(CHART),
+            str(helm_bin()), "template", LOCAL_RELEASE, str(CHART),
             "--namespace", NAMESPACE,
             "--kube-version", versions["K8S_VERSION"],
             "--set", f"serviceAccount.name={SERVICE_ACCOUNT}",
@@ -106,6 +109,31 @@ def install() -> None:
     write_operator_kubeconfig()
 
 
+def helm(*args: str, check: bool = True, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run the project's helm as cluster admin. Raises CalledProcessError on failure."""
+    env = dict(os.environ, KUBECONFIG=str(_paths()["admin"]))
+    return subprocess.run([str(helm_bin()), *args], text=True, capture_output=True, check=check,
+                          env=env, timeout=timeout)
+
+
+def helm_install(*sets: str) -> str:
+    """`helm upgrade --install` the chart as release `disttrain` in disttrain-system and wait
+    for the operator Deployment; stops a host-process operator first (never two at once).
+    Returns `helm status`. Raises CalledProcessError on failure."""
+    stop()
+    args = ["upgrade", "--install", RELEASE, str(CHART), "-n", NAMESPACE, "--create-namespace",
+            "--wait", "--timeout", "180s"]
+    for s in sets:
+        args += ["--set", s]
+    helm(*args, timeout=240)
+    return helm("status", RELEASE, "-n", NAMESPACE).stdout
+
+
+def helm_uninstall() -> None:
+    """`helm uninstall` the release (and wait); no error if it is not installed."""
+    helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)
+
+
 def pid() -> Optional[int]:
     """The running operator's pid, or None."""
     try:
@@ -124,6 +152,7 @@ def start(wait_seconds: float = 30.0) -> int:
     running = pid()
     if running:
         return running
+    helm_uninstall()  # never two operators at once
     install()
     p = _paths()
     p["log"].parent.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from typing import Callable
 
 import yaml
 
-from .config import IMAGES_FILE, REPO_ROOT
+from .config import IMAGES_FILE, KUBERNETES_SERVICE_IP, KUBERNETES_SERVICE_PORT, REPO_ROOT
 
 _SUFFIX = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
@@ -199,6 +199,13 @@ def container_process_env(container_env: dict[str, str], image: dict, venv_bin: 
     env), overridden by the container's env; the image's PYTHONPATH entries are appended
     to any PYTHONPATH the container sets; HOSTNAME is the node name."""
     env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOSTNAME": hostname}
+    # As kubelet does for every container: where the `kubernetes` Service is.
+    env.update({
+        "KUBERNETES_SERVICE_HOST": KUBERNETES_SERVICE_IP,
+        "KUBERNETES_SERVICE_PORT": str(KUBERNETES_SERVICE_PORT),
+        "KUBERNETES_SERVICE_PORT_HTTPS": str(KUBERNETES_SERVICE_PORT),
+        "KUBERNETES_PORT": f"tcp://{KUBERNETES_SERVICE_IP}:{KUBERNETES_SERVICE_PORT}",
+    })
     env.update({k: str(v) for k, v in (image.get("env") or {}).items()})
     env.update(container_env)
     pp = image.get("pythonpath") or []
