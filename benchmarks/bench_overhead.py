@@ -70,7 +70,7 @@ def run_once(core, custom, probe: bool, timeout: float = 300.0) -> dict:
         "phase": status.get("phase"),
         "probe_phase_s": (status.get("probe") or {}).get("phaseSeconds") or {},
         "probe_duration_s": (status.get("probe") or {}).get("durationSeconds"),
-        "busbw_gbps": (status.get("probe") or {}).get("busBandwidthGbps"),
+        "busbw_gbps": (status.get("probe") or {}).get("busBandwidthGBps"),
     }
 
 

@@ -50,7 +50,7 @@ def watch(timeout: float) -> Optional[dict]:
                 colour = {"True": "green", "False": "red"}.get(cnd["status"], "yellow")
                 console.print(
                     f"  [dim]{time.monotonic() - start:6.1f}s[/dim] {cnd['type']:<20} "
-                    f"[{colour}]{cnd['status']:<7}[/{colour}] {cnd['reason']}: {cnd.get('message', '')[:160]}"
+                    f"[{colour}]{cnd['status']:<7}[/{colour}] {cnd['reason']}: {cnd.get('message', '')}"
                 )
         phase = ((job or {}).get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
@@ -81,8 +81,13 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     console.rule("[bold]4. Result")
     console.print(kubectl("get", "dtj", JOB, "-o", "wide").stdout)
-    console.print("[bold]Conditions[/bold] (kubectl get dtj ddp-digits -o go-template=...):")
-    console.print(kubectl("get", "dtj", JOB, "-o", f"go-template={CONDITIONS_TEMPLATE}").stdout, markup=False)
+    console.print("[bold]Conditions[/bold] (kubectl get dtj ddp-digits -o go-template=..., aligned):")
+    rows = [ln.split("\t") for ln in kubectl("get", "dtj", JOB, "-o", f"go-template={CONDITIONS_TEMPLATE}").stdout.splitlines()]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)] if rows else []
+    for r in rows:
+        console.print("  ".join(r[i].ljust(widths[i]) for i in range(3)) + "  " + r[3], markup=False)
+    console.print(f"\nkubectl describe dtj {JOB} shows the same conditions with the operator's Events "
+                  f"(kubectl get events --sort-by=.lastTimestamp).")
     logs = kubectl("logs", f"{JOB}-worker-0", check=False)
     acc = [ln for ln in (logs.stdout or "").splitlines() if "accuracy" in ln]
     if acc:

@@ -186,6 +186,7 @@ class ProbeSpec(_Model):
     iterations: int = Field(10, ge=1, le=1000, description="Timed all-reduce iterations.")
     min_bus_bandwidth_gbps: float = Field(
         0.0,
+        alias="minBusBandwidthGBps",
         ge=0,
         description="Fail when the measured all-reduce busbw is below this many GB/s "
         "(gigabytes, 1e9 bytes, per second; not gigabits). 0 disables the threshold.",
@@ -343,9 +344,11 @@ class ProbeStatus(_Model):
     duration_seconds: Optional[float] = None
     backend: Optional[str] = None
     message_size_bytes: Optional[int] = None
-    alg_bandwidth_gbps: Optional[float] = Field(None, description="algbw in GB/s (1e9 B/s).")
+    alg_bandwidth_gbps: Optional[float] = Field(
+        None, alias="algBandwidthGBps", description="algbw in GB/s (1e9 B/s)."
+    )
     bus_bandwidth_gbps: Optional[float] = Field(
-        None, description="busbw = algbw * 2(n-1)/n in GB/s (nccl-tests definition)."
+        None, alias="busBandwidthGBps", description="busbw = algbw * 2(n-1)/n in GB/s (nccl-tests definition)."
     )
     phase_seconds: dict[str, float] = Field(
         default_factory=dict, description="Slowest rank's seconds per probe phase."

@@ -206,7 +206,7 @@ def build_crd() -> dict[str, Any]:
                             "type": "number",
                             "format": "float",
                             "description": "all-reduce busbw in GB/s",
-                            "jsonPath": ".status.probe.busBandwidthGbps",
+                            "jsonPath": ".status.probe.busBandwidthGBps",
                         },
                         {
                             "name": "Age",

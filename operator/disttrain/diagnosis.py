@@ -252,15 +252,19 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
     ifnames = summarize_ifnames(list(diag.socket_ifnames.values()))
     chosen_msgs = []
     rejected = {}
+    why_not = {}
     for o in outcomes:
         for rj in (o.report or {}).get("rejected") or []:
             rejected.setdefault(rj.get("ifname"), rj.get("reason"))
+            if rj.get("reason") == "NotPreferred" and rj.get("message"):
+                why_not.setdefault(rj.get("ifname"), rj["message"])
     subnets = sorted({((o.report or {}).get("chosen") or {}).get("subnet") or "?" for o in outcomes})
     chosen_msgs.append(f"{ifnames} ({', '.join(subnets)}) chosen on every node")
     if rejected:
         chosen_msgs.append(
             "rejected: " + ", ".join(f"{k} ({v})" for k, v in sorted(rejected.items()) if k)
         )
+    chosen_msgs.extend(why_not.values())  # usable alternatives: say why they lost
     versions0 = ((outcomes[0].report or {}).get("versions") or {}) if outcomes else {}
     vmsg = ", ".join(
         f"{label} {versions0.get(key)}"

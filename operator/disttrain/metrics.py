@@ -64,7 +64,7 @@ def observe(namespace: str, name: str, old: Optional[dict], new: dict) -> None:
         duration = (new.get("probe") or {}).get("durationSeconds")
         if duration is not None:
             PROBE_DURATION.observe(float(duration))
-    busbw = (new.get("probe") or {}).get("busBandwidthGbps")
+    busbw = (new.get("probe") or {}).get("busBandwidthGBps")
     if busbw is not None:
         BUS_BANDWIDTH.labels(namespace, name).set(float(busbw))
 

@@ -345,12 +345,15 @@ def _probe_stage(plan, job, spec, conds, probes, now, ts, gen, parse_report, pro
         durationSeconds=round((now - started).total_seconds(), 3),
         backend=diag.backend,
         messageSizeBytes=diag.message_size_bytes,
-        algBandwidthGbps=diag.alg_bandwidth_gbps,
-        busBandwidthGbps=diag.bus_bandwidth_gbps,
+        algBandwidthGBps=diag.alg_bandwidth_gbps,
+        busBandwidthGBps=diag.bus_bandwidth_gbps,
         phaseSeconds=diag.phase_seconds,
-        failures=diag.failures[:16],
-        warnings=diag.warnings[:16],
     )
+    for key, items in (("failures", diag.failures), ("warnings", diag.warnings)):
+        if items:
+            pst[key] = items[:16]
+        else:
+            pst.pop(key, None)
     if not diag.validated:
         v = diag.conditions[c.VALIDATED]
         _verdict_failed(plan, conds, v.reason, v.message, gen, ts, now)
@@ -410,7 +413,8 @@ def _training_stage(plan, job, spec, conds, workers, all_pods, probes, now, ts, 
             placement = ", ".join(f"{r}:{_node(p)}" for r, p in sorted(by_rank.items()))
             cond.set_condition(
                 conds, c.TRAINING_STARTED, "True", c.REASON_ALL_RANKS_RUNNING,
-                f"{n} training pods started, attempt {attempt} (rank:node {placement})", gen, ts,
+                f"{n} training pods started (rank:node {placement})"
+                + (f" after {attempt} gang restart(s)" if attempt else ""), gen, ts,
             )
             for ctype in (c.SUCCEEDED, c.FAILED):
                 cond.set_condition(conds, ctype, "Unknown", c.REASON_TRAINING_RUNNING, "training is running", gen, ts)

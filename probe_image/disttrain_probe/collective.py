@@ -137,6 +137,6 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
     if cfg.min_busbw_gbps and n > 1 and bw["busbwGBps"] < cfg.min_busbw_gbps:
         raise ProbeFailure(R.BANDWIDTH_BELOW_THRESHOLD, (
             f"{node}: all-reduce bus bandwidth {bw['busbwGBps']:.3f} GB/s over {n} ranks on "
-            f"{chosen_ifname} ({nbytes} bytes) is below probe.minBusBandwidthGbps="
+            f"{chosen_ifname} ({nbytes} bytes) is below probe.minBusBandwidthGBps="
             f"{cfg.min_busbw_gbps:g}; check that the fast NIC is the one chosen and its link speed"))
     return result

@@ -204,6 +204,18 @@ def _score(net: Network, peers: Dict[int, Dict[str, Any]]) -> Tuple[Any, ...]:
     return (-(min(speeds) if speeds else 0), -route, first, net.key)
 
 
+def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]]) -> str:
+    """Which ranking criterion of :func:`_score` decided between two usable networks."""
+    b, o = _score(best, peers), _score(other, peers)
+    if b[0] != o[0]:
+        return f"faster (slowest link {-b[0]} vs {-o[0]} Mb/s)"
+    if b[1] != o[1]:
+        return (f"equal speed ({-b[0]} Mb/s); it carries the nodes' own address / route to the "
+                f"master on {-b[1]} of {len(best.pick)} nodes vs {-o[1]}; set "
+                f"network.socketIfname to choose the other")
+    return "equal on speed and routing; first by name (set network.socketIfname to choose)"
+
+
 def _blocked(nets: List[Network]) -> List[Network]:
     """Structurally fine networks where not a single pair connected (firewalled ports)."""
     out = []
@@ -236,7 +248,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     best = usable[0] if usable else None
     for n in usable[1:]:
         n.reject(R.REJ_NOT_PREFERRED, f"{'/'.join(n.ifnames())} on {n.label} is usable, "
-                                      f"but {'/'.join(best.ifnames())} on {best.label} ranked higher")
+                                      f"but {'/'.join(best.ifnames())} on {best.label} ranked higher: "
+                                      f"{_why_better(best, n, peers)}")
 
     failure: Optional[Dict[str, str]] = None
     if mode == "include":

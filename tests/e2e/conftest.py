@@ -72,6 +72,8 @@ def cluster() -> Cluster:
     if not (k8s_bin_dir() / "kubectl").exists():
         unmet("control-plane binaries not built (make build-cluster)")
     nodes = int(os.environ.get("DISTTRAIN_E2E_NODES", "2"))
+    # A cluster that was already up (say, from `make demo`) is left running at the end.
+    was_up = _localcluster("status", timeout=60).returncode == 0
     p = _localcluster("up", "--nodes", str(nodes))
     if p.returncode != 0:
         pytest.fail(f"localcluster up failed:\n{p.stderr}\n{p.stdout}")
@@ -89,5 +91,6 @@ def cluster() -> Cluster:
         yield c
     finally:
         mine.unlink(missing_ok=True)
-        if os.environ.get("DISTTRAIN_KEEP_CLUSTER") != "1" and not _other_live_sessions(sessions):
+        keep = was_up or os.environ.get("DISTTRAIN_KEEP_CLUSTER") == "1"
+        if not keep and not _other_live_sessions(sessions):
             _localcluster("down", timeout=120)

@@ -102,7 +102,7 @@ def test_example_validates_then_trains(cluster, operator, ns):
     master = ipaddress.ip_address(st["rendezvous"]["masterAddr"])
     assert not master.is_loopback and master not in ipaddress.ip_network("172.17.0.0/16")
     assert len({n["name"] for n in st["nodes"]}) == 2
-    assert st["probe"]["busBandwidthGbps"] > 0 and st["probe"]["phaseSeconds"]
+    assert st["probe"]["busBandwidthGBps"] > 0 and st["probe"]["phaseSeconds"]
     assert "docker0" in condition(job, "NetworkValidated")["message"]  # rejected decoy explained
 
     # The training pods: one per validated node, pinned, with the validated settings.
@@ -131,7 +131,7 @@ def test_example_validates_then_trains(cluster, operator, ns):
                              "involvedObject.kind=DistTrainingJob", "-o", "json").stdout
     reasons = {e["reason"] for e in json.loads(events)["items"]}
     assert "AllChecksPassed" in reasons and "AllRanksSucceeded" in reasons
-    print(f"Validated after {validated_after:.1f}s, bus bandwidth {st['probe']['busBandwidthGbps']} GB/s")
+    print(f"Validated after {validated_after:.1f}s, bus bandwidth {st['probe']['busBandwidthGBps']} GB/s")
 
 
 BAD = [

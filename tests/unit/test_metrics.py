@@ -11,7 +11,7 @@ def status(phase, validated=None, reason="AllChecksPassed", busbw=None, duration
     conds = []
     if validated:
         conds.append({"type": "Validated", "status": validated, "reason": reason})
-    return {"phase": phase, "conditions": conds, "probe": {"busBandwidthGbps": busbw, "durationSeconds": duration}}
+    return {"phase": phase, "conditions": conds, "probe": {"busBandwidthGBps": busbw, "durationSeconds": duration}}
 
 
 def test_outcome_counted_once_and_gauges_follow_phase():

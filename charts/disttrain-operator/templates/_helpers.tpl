@@ -1,5 +1,8 @@
+{{- /* fullnameOverride, else the release name when it already says "disttrain", else <release>-<chart>. */ -}}
 {{- define "disttrain.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- if .Values.fullnameOverride -}}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains "disttrain" .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
 {{- end -}}
 {{- define "disttrain.serviceAccountName" -}}
 {{- default (include "disttrain.fullname" .) .Values.serviceAccount.name -}}
