@@ -33,9 +33,11 @@ from . import pki, podspec
 from .config import (
     APISERVER_PORT,
     KUBERNETES_SERVICE_IP,
+    MAX_NODES,
     KUBERNETES_SERVICE_PORT,
     NodeSpec,
     node_spec_by_name,
+    node_specs,
     venv_bin,
     venv_python,
     versions,
@@ -621,7 +623,16 @@ class Agent:
         self.allocatable = dict(self.capacity)
         self.image_map = podspec.load_image_map()
         self.hosts_file = state / "nodes" / f"{node.name}.hosts"
-        self.hosts_file.write_text(f"127.0.0.1 localhost\n{node.mgmt_ip} {node.name}\n")
+        # Every node resolves every node's names, as cluster DNS / a cloud's resolver would.
+        # c10d's TCPStore accepts on a dual-stack socket and reverse-resolves the peer's
+        # v4-mapped address (::ffff:a.b.c.d); glibc does not map those to the IPv4 lines,
+        # so they are listed too (else: "hostname of the client socket cannot be retrieved").
+        peers = "".join(
+            f"{ip} {name}\n::ffff:{ip} {name}\n"
+            for n in node_specs(MAX_NODES)
+            for ip, name in ((n.mgmt_ip, n.name), (n.data_ip, f"{n.name}-data"))
+        )
+        self.hosts_file.write_text(f"127.0.0.1 localhost\n{peers}")
         self.workers: dict[str, PodWorker] = {}
         self.events: "queue.Queue[dict]" = queue.Queue(maxsize=1000)
         self.finished_uids: set[str] = set()
