@@ -131,6 +131,14 @@ def test_example_validates_then_trains(cluster, operator, ns):
                              "involvedObject.kind=DistTrainingJob", "-o", "json").stdout
     reasons = {e["reason"] for e in json.loads(events)["items"]}
     assert "AllChecksPassed" in reasons and "AllRanksSucceeded" in reasons
+    # Prometheus metrics from the running operator.
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{operator_install.METRICS_PORT}/metrics", timeout=5) as r:
+        metrics = r.read().decode()
+    assert re.search(r'disttrain_probe_outcomes_total\{reason="AllChecksPassed"\} [1-9]', metrics), metrics
+    assert f'disttrain_job_bus_bandwidth_gbps{{job="ddp-digits",namespace="{ns}"}}' in metrics
+    assert "disttrain_probe_duration_seconds_count" in metrics
     print(f"Validated after {validated_after:.1f}s, bus bandwidth {st['probe']['busBandwidthGBps']} GB/s")
 
 
