@@ -11,8 +11,8 @@ file, changes to the working directory and execs the command with a clean enviro
 Mount points missing on the host are created and appended to the spec's
 ``created_paths_file`` so that ``localcluster down`` can remove them.
 
-Spec (JSON): hostname, hosts_file, mounts [{source, target, read_only}], workingDir,
-command [argv], env {name: value}, created_paths_file. Exit code 127 if the command is
+Spec (JSON): hostname, hosts_file, mounts [{source, target, read_only}], preserve [paths
+that must stay visible; default the repository and this venv], workingDir, command [argv], env {name: value}, created_paths_file. Exit code 127 if the command is
 not found, 126 if it cannot be executed, 128 on a setup error (message on stderr).
 """
 from __future__ import annotations
@@ -23,6 +23,8 @@ import json
 import os
 import socket
 import sys
+
+from .config import REPO_ROOT
 
 MS_RDONLY = 1
 MS_REMOUNT = 32
@@ -79,10 +81,19 @@ def ensure_mount_point(target: str, is_dir: bool, created_file: str | None) -> N
         _record(created_file, target)
 
 
+def _under(parent: str, path: str) -> bool:
+    parent, path = os.path.normpath(parent), os.path.normpath(path)
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
 def setup(spec: dict) -> None:
     """Apply hostname, /etc/hosts and mounts from ``spec`` in the current namespaces.
 
-    Raises OSError on failure.
+    Every mount source (and every ``preserve`` path: the project and its venv, which the
+    container's programs run from) is opened with O_PATH before the first mount, and
+    mounted from ``/proc/self/fd/N``: a volume mounted over an ancestor (an emptyDir on
+    /tmp while the state dir lives under /tmp) cannot hide a later source. Preserved paths
+    hidden by a volume are bound back at their own path. Raises OSError on failure.
     """
     if spec.get("hostname"):
         socket.sethostname(spec["hostname"])
@@ -92,10 +103,23 @@ def setup(spec: dict) -> None:
         mounts.insert(0, {"source": spec["hosts_file"], "target": "/etc/hosts", "read_only": False})
     # Parents before children, so nested mount paths land inside their parent volume.
     mounts.sort(key=lambda m: os.path.normpath(m["target"]).count("/"))
+    sources = {m["source"]: (os.open(m["source"], os.O_PATH), os.path.isdir(m["source"]))
+               for m in mounts}
+    preserve = spec.get("preserve") or [str(REPO_ROOT), sys.prefix]  # the project, its venv
+    keep = {p: os.open(p, os.O_PATH) for p in preserve if os.path.isdir(p)}
     for m in mounts:
-        is_dir = os.path.isdir(m["source"])
+        fd, is_dir = sources[m["source"]]
         ensure_mount_point(m["target"], is_dir, created)
-        bind_mount(m["source"], m["target"], bool(m.get("read_only")))
+        bind_mount(f"/proc/self/fd/{fd}", m["target"], bool(m.get("read_only")))
+    for path, fd in keep.items():
+        if any(_under(m["target"], path) and os.path.normpath(m["target"]) != os.path.normpath(path)
+               for m in mounts):
+            ensure_mount_point(path, True, None)  # inside the volume: not a host path
+            bind_mount(f"/proc/self/fd/{fd}", path)
+    for fd, _ in sources.values():
+        os.close(fd)
+    for fd in keep.values():
+        os.close(fd)
 
 
 def main(argv: list[str] | None = None) -> int:

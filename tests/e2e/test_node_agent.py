@@ -322,3 +322,23 @@ def test_active_deadline_fails_pod(cluster):
     assert pod["status"]["phase"] == "Failed"
     assert pod["status"]["reason"] == "DeadlineExceeded"
     assert "terminated" in _cstatus(pod, "main")["state"]
+
+
+def test_volume_over_an_ancestor_of_the_project_does_not_hide_it(cluster):
+    """An emptyDir on the directory holding the repo (e.g. /tmp when CI clones under /tmp,
+    as the chart's operator pod mounts /tmp) must not hide the venv the container runs from,
+    nor the state dir the other volumes come from."""
+    from localcluster.config import REPO_ROOT
+
+    parent = str(REPO_ROOT.parent)
+    cluster.kubectl("create", "configmap", "ancestor-cm", "-n", NS, "--from-literal=k=v", check=False)
+    _apply(cluster, _pod("ancestor", [{
+        "name": "main",
+        "command": _py("import os,sys; print('cm:', open('/etc/cfg/k').read()); "
+                       "print('scratch empty:', sorted(os.listdir(sys.argv[1]) if len(sys.argv) > 1 else []))"),
+        "volumeMounts": [{"name": "scratch", "mountPath": parent},
+                         {"name": "cfg", "mountPath": "/etc/cfg"}]}],
+        volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "cfg", "configMap": {"name": "ancestor-cm"}}]))
+    pod = _wait(cluster, "ancestor", _phase_in("Succeeded", "Failed"))
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    assert "cm: v" in cluster.kubectl("logs", "ancestor", "-n", NS).stdout
