@@ -35,8 +35,14 @@ crds: venv
 chart-readme: venv
 	$(VPY) charts/generate_readme.py > charts/disttrain-operator/README.md
 
+# make demo SCENARIO=<name in scenarios/ | path>: build that scenario's cluster, run its job,
+# check its expected outcome (DISTTRAIN_CLUSTER_INSTANCE=N picks a separate local cluster).
 demo: venv build-cluster
+ifdef SCENARIO
+	$(VPY) -m localcluster.scenariorun $(SCENARIO)
+else
 	$(VPY) -m localcluster.demo
+endif
 
 test: venv build-cluster
 	$(VPY) -m pytest -q -ra

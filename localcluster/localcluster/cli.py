@@ -20,7 +20,7 @@ from .kubeconfig import SERVER
 
 
 # Modules a running agent has loaded (containerinit runs fresh for every container).
-AGENT_SOURCES = ["nodeagent.py", "podspec.py", "kubeapi.py"]
+AGENT_SOURCES = ["nodeagent.py", "podspec.py", "kubeapi.py", "scenario.py"]
 
 
 def _say(msg: str) -> None:
@@ -88,22 +88,45 @@ def agent_code_version() -> str:
     return h.hexdigest()[:16]
 
 
-def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0) -> Path:
+def _topology_doc(topo, peers: list[str]) -> dict:
+    return {"topology": topo.to_json(), "peerHosts": peers}
+
+
+def _digest(doc: dict) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> Path:
     """Bring the cluster up (reusing whatever already runs healthily) and return the admin
     kubeconfig path. Extra nodes from an earlier `up` are removed; agents whose GPU count
     differs are restarted.
 
-    Raises ControlPlaneError, NetworkError, ValueError (bad --nodes) or TimeoutError.
+    ``scenario`` (a ``scenario.Scenario``) decides the nodes and their interfaces, hosts
+    lines, firewall, env and GPUs instead of ``nodes``/``gpus``; a node whose topology
+    changed since the last `up` is rebuilt (its pods killed, its namespace recreated).
+
+    Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes) or
+    TimeoutError.
     """
+    from . import scenario as scn
     t0 = time.monotonic()
     if os.geteuid() != 0:
         raise PermissionError("localcluster needs root (network namespaces, mounts)")
+    if scenario is not None:
+        nodes = scenario.nodes
+        topos = scn.topology(scenario)
+        peers = scn.peer_hosts(topos)
+        segments = list(scenario.segments)
+    else:
+        topos = scn.default_topology(nodes)
+        peers = scn.peer_hosts(scn.default_topology(26))
+        segments = list(scn.DEFAULT_SEGMENTS)
     desired = node_specs(nodes)
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)
     controlplane.ensure_control_plane(state, timeout=timeout)
     _say(f"control plane ready ({time.monotonic() - t0:.1f}s)")
-    network.ensure_fabric()
+    network.ensure_fabric(segments)
     cfg = _load_cfg(state)
     code = agent_code_version()
     want = {n.name for n in desired}
@@ -112,20 +135,38 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0) -> Path:
             _say(f"removing node {name}")
             _remove_node(state, name)
             del cfg["nodes"][name]
-    for n in desired:
-        network.ensure_node(n)
-        agent = _agent_name(n.name)
-        running = procs.tracked_pid(state, agent)
+    (state / "nodes").mkdir(parents=True, exist_ok=True)
+    rebuilt = False
+    for n, topo in zip(desired, topos):
+        node_gpus = gpus if topo.gpus is None else topo.gpus
+        doc = _topology_doc(topo, peers)
+        digest = _digest(doc)
         prev = cfg.get("nodes", {}).get(n.name, {})
-        if running is not None and (prev.get("gpus") != gpus or prev.get("code") != code):
+        agent = _agent_name(n.name)
+        if prev and prev.get("topology", digest) != digest:
+            _say(f"{n.name}: topology changed; rebuilding the node")
+            procs.stop_tracked(state, agent)
+            _kill_node_pods(n.netns)
+            network.delete_netns(n.netns)
+            rebuilt = True
+        (state / "nodes" / f"{n.name}.topology.json").write_text(json.dumps(doc, indent=1))
+        network.ensure_node(n, topo)
+        running = procs.tracked_pid(state, agent)
+        if running is not None and (prev.get("gpus") != node_gpus or prev.get("code") != code):
             procs.stop_tracked(state, agent)
             running = None
         if running is None:
             procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.nodeagent",
-                                                "--node", n.name, "--gpus", str(gpus),
+                                                "--node", n.name, "--gpus", str(node_gpus),
                                                 "--state", str(state)])
-        cfg.setdefault("nodes", {})[n.name] = {"gpus": gpus, "internalIP": n.mgmt_ip,
-                                               "dataIP": n.data_ip, "code": code}
+        data = [a for ln in topo.links[1:] if ln.segment for a in ln.addresses[:1]]
+        cfg.setdefault("nodes", {})[n.name] = {"gpus": node_gpus, "internalIP": topo.internal_ip,
+                                               "dataIP": data[0].split("/")[0] if data else None,
+                                               "code": code, "topology": digest}
+        _save_cfg(state, cfg)
+    if rebuilt:  # a rebuilt node's NICs have new MACs: peers must not use cached ones
+        for n in desired:
+            network.flush_neighbours(n.netns)
     _save_cfg(state, cfg)
     client = admin_client(state)
     deadline = time.monotonic() + timeout
@@ -133,7 +174,8 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0) -> Path:
         try:
             items = client.get("/api/v1/nodes")["items"]
             ready = {i["metadata"]["name"] for i in items if _node_ready(i)}
-            gpus_ok = all(i["status"].get("capacity", {}).get("nvidia.com/gpu") == str(gpus)
+            gpus_ok = all(i["status"].get("capacity", {}).get("nvidia.com/gpu")
+                          == str(cfg["nodes"][i["metadata"]["name"]]["gpus"])
                           for i in items if i["metadata"]["name"] in want)
             client.get("/api/v1/namespaces/default/serviceaccounts/default")
             if want <= ready and gpus_ok:
@@ -176,7 +218,7 @@ def _unmount_leftovers(state: Path) -> None:
         return
     targets = [ln.split()[4] for ln in lines if len(ln.split()) > 4]
     for t in sorted(targets, key=len, reverse=True):
-        if t.startswith(str(state)):
+        if t == str(state) or t.startswith(str(state) + "/"):
             subprocess.run(["umount", "-l", t], capture_output=True)
 
 
@@ -215,6 +257,15 @@ def down() -> None:
     _say("down" + (f" (stopped {', '.join(stopped)})" if stopped else " (nothing was running)"))
 
 
+def _stored_topology(state: Path, name: str):
+    from . import scenario as scn
+    try:
+        doc = json.loads((state / "nodes" / f"{name}.topology.json").read_text())
+        return scn.NodeTopology.from_json(doc["topology"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def status() -> int:
     """Print component/node health; return 0 if everything is healthy, 1 otherwise."""
     state = state_dir()
@@ -232,7 +283,7 @@ def status() -> int:
         pass
     for name, info in sorted(cfg.get("nodes", {}).items()):
         spec = node_spec_by_name(name)
-        net = network.node_healthy(spec)
+        net = network.node_healthy(spec, _stored_topology(state, name))
         agent = procs.tracked_pid(state, _agent_name(name)) is not None
         ready = name in api_nodes and _node_ready(api_nodes[name])
         ok &= net and agent and ready
@@ -262,13 +313,18 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--nodes", type=int, default=2)
     u.add_argument("--gpus-per-node", type=int, default=0)
     u.add_argument("--timeout", type=float, default=120.0)
+    u.add_argument("--scenario", help="build the nodes a scenario describes (name in scenarios/ or path)")
     sub.add_parser("down", help="stop everything and clean up")
     sub.add_parser("status", help="show health")
     sub.add_parser("env", help="print export lines for KUBECONFIG and PATH")
     a = ap.parse_args(argv)
     if a.cmd == "up":
         try:
-            print(up(a.nodes, a.gpus_per_node, a.timeout))
+            sc = None
+            if a.scenario:
+                from . import scenario as scn
+                sc = scn.load(a.scenario)
+            print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc))
         except Exception as e:
             _say(f"up failed: {e}")
             return 1

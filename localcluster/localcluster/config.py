@@ -11,12 +11,33 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO_ROOT / "localcluster" / "build" / "versions.env"
 IMAGES_FILE = REPO_ROOT / "localcluster" / "images.yaml"
 
-ETCD_CLIENT_PORT = 23790
-ETCD_PEER_PORT = 23800
-APISERVER_PORT = 16443
-CONTROLLER_MANAGER_PORT = 16457
-SCHEDULER_PORT = 16459
-KUBELET_PORT_BASE = 16500  # node i serves its kubelet API on 127.0.0.1:(16500+i)
+MAX_INSTANCE = 9
+
+
+def cluster_instance() -> int:
+    """$DISTTRAIN_CLUSTER_INSTANCE (0..9, default 0): several local clusters side by side.
+
+    Instance 0 is the default cluster (namespaces dtj-*, apiserver :16443, state dir
+    .localcluster). Instance N > 0 shifts every host port by N*1000 and uses namespaces
+    dtjN-* and the state dir .localcluster-N. Raises ValueError for anything else.
+    """
+    raw = os.environ.get("DISTTRAIN_CLUSTER_INSTANCE", "").strip() or "0"
+    if not raw.isdigit() or not 0 <= int(raw) <= MAX_INSTANCE:
+        raise ValueError(f"DISTTRAIN_CLUSTER_INSTANCE must be 0..{MAX_INSTANCE}, got {raw!r}")
+    return int(raw)
+
+
+INSTANCE = cluster_instance()
+_PORT_OFFSET = 1000 * INSTANCE
+
+ETCD_CLIENT_PORT = 23790 + _PORT_OFFSET
+ETCD_PEER_PORT = 23800 + _PORT_OFFSET
+APISERVER_PORT = 16443 + _PORT_OFFSET
+CONTROLLER_MANAGER_PORT = 16457 + _PORT_OFFSET
+SCHEDULER_PORT = 16459 + _PORT_OFFSET
+KUBELET_PORT_BASE = 16500 + _PORT_OFFSET  # node i serves its kubelet API on 127.0.0.1:(base+i)
+OPERATOR_LIVENESS_PORT = 18080 + _PORT_OFFSET  # localcluster.operator_install's host process
+OPERATOR_METRICS_PORT = 18090 + _PORT_OFFSET
 
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service ClusterIP (see serviceproxy.py)
@@ -24,8 +45,8 @@ KUBERNETES_SERVICE_PORT = 443
 MGMT_PREFIX = "10.100.0."
 DATA_PREFIX = "10.101.0."
 DECOY_DOCKER_ADDR = "172.17.0.1/16"
-FABRIC_NS = "dtj-fabric"
-NODE_NS_PREFIX = "dtj-"
+NODE_NS_PREFIX = "dtj-" if INSTANCE == 0 else f"dtj{INSTANCE}-"
+FABRIC_NS = NODE_NS_PREFIX + "fabric"
 MAX_NODES = 26
 
 
@@ -56,8 +77,10 @@ def etcd_bin() -> Path:
 
 
 def state_dir() -> Path:
-    """The state dir: $DISTTRAIN_STATE_DIR or ``<repo>/.localcluster``."""
-    return Path(os.environ.get("DISTTRAIN_STATE_DIR") or REPO_ROOT / ".localcluster").resolve()
+    """The state dir: $DISTTRAIN_STATE_DIR or ``<repo>/.localcluster`` (instance N > 0:
+    ``<repo>/.localcluster-N``)."""
+    default = REPO_ROOT / (".localcluster" if INSTANCE == 0 else f".localcluster-{INSTANCE}")
+    return Path(os.environ.get("DISTTRAIN_STATE_DIR") or default).resolve()
 
 
 def venv_python() -> str:

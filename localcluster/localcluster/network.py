@@ -12,8 +12,12 @@ route, so a node can only reach the cluster's own addresses)::
 from __future__ import annotations
 
 import subprocess
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from .config import DECOY_DOCKER_ADDR, FABRIC_NS, KUBERNETES_SERVICE_IP, NODE_NS_PREFIX, NodeSpec
+
+if TYPE_CHECKING:
+    from .scenario import NodeTopology
 
 
 class NetworkError(RuntimeError):
@@ -42,24 +46,46 @@ def _link_exists(ns: str, dev: str) -> bool:
     return _ip("-n", ns, "link", "show", dev, check=False).returncode == 0
 
 
-def ensure_fabric() -> None:
-    """Create netns dtj-fabric with bridges br-mgmt and br-data (idempotent).
-
-    Raises NetworkError if an `ip` command fails.
-    """
+def ensure_fabric(segments: Iterable[str] = ("mgmt", "data")) -> None:
+    """Create the fabric namespace with one bridge ``br-<segment>`` per segment
+    (idempotent; default: br-mgmt and br-data). Raises NetworkError if `ip` fails."""
     if FABRIC_NS not in list_netns():
         _ip("netns", "add", FABRIC_NS)
     _ip("-n", FABRIC_NS, "link", "set", "lo", "up")
-    for br in ("br-mgmt", "br-data"):
+    for seg in segments:
+        br = f"br-{seg}"
         if not _link_exists(FABRIC_NS, br):
             _ip("-n", FABRIC_NS, "link", "add", br, "type", "bridge", "forward_delay", "0",
                 "stp_state", "0")
         _ip("-n", FABRIC_NS, "link", "set", br, "up")
 
 
-def ensure_node(node: NodeSpec) -> None:
-    """Create the node's namespace and NICs (idempotent): decoy docker0 first, then eth0
-    on br-mgmt and eth1 on br-data. Raises NetworkError on failure."""
+def _add_addrs(ns: str, dev: str, addrs: list[str]) -> None:
+    have = _ip("-n", ns, "-o", "addr", "show", "dev", dev).stdout
+    for a in addrs:
+        if f" {a} " in have:
+            continue
+        extra = ["nodad"] if ":" in a else []  # IPv6: usable at once, no duplicate detection
+        _ip("-n", ns, "addr", "add", a, "dev", dev, *extra)
+
+
+def _decoy_port(name: str, k: int) -> str:
+    return f"veth-{name}" if len(name) <= 9 else f"vdecoy{k}"
+
+
+def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
+    """Create the node's namespace and interfaces (idempotent), as ``topo`` says (default:
+    decoy docker0 first, then eth0 on br-mgmt and eth1 on br-data), and load its firewall.
+
+    Decoys are bridges kept UP by a veth port pair inside the node (as Docker's container
+    veths are), created first so they are listed before the real NICs (lower ifindex);
+    each NIC is a veth whose other end is on its segment's bridge in the fabric.
+    Raises NetworkError (or firewall.FirewallError) on failure.
+    """
+    from . import firewall
+    from .scenario import default_topology
+
+    topo = topo or default_topology(node.index + 1)[node.index]
     ns = node.netns
     if ns not in list_netns():
         _ip("netns", "add", ns)
@@ -67,39 +93,53 @@ def ensure_node(node: NodeSpec) -> None:
     # The `kubernetes` Service ClusterIP, served by the node agent (serviceproxy.py).
     if KUBERNETES_SERVICE_IP not in _ip("-n", ns, "addr", "show", "dev", "lo").stdout:
         _ip("-n", ns, "addr", "add", f"{KUBERNETES_SERVICE_IP}/32", "dev", "lo")
-    # Decoy docker0 first, so it is listed before the real NICs (lower ifindex). Its port is
-    # a veth pair inside the node (as Docker's container veths are), which keeps it UP.
-    if not _link_exists(ns, "docker0"):
-        _ip("-n", ns, "link", "add", "docker0", "type", "bridge", "forward_delay", "0",
-            "stp_state", "0")
-        _ip("-n", ns, "addr", "add", DECOY_DOCKER_ADDR, "dev", "docker0")
-    if not _link_exists(ns, "veth-docker0"):
-        _ip("-n", ns, "link", "add", "veth-docker0", "type", "veth", "peer", "name", "veth-docker0p")
-    _ip("-n", ns, "link", "set", "veth-docker0", "master", "docker0")
-    for dev in ("veth-docker0", "veth-docker0p", "docker0"):
-        _ip("-n", ns, "link", "set", dev, "up")
-    for dev, br, prefix, ip in (
-        ("eth0", "br-mgmt", "mgmt", node.mgmt_ip),
-        ("eth1", "br-data", "data", node.data_ip),
-    ):
-        peer = f"{prefix}-{node.name}"
-        if not _link_exists(ns, dev):
+    for k, link in enumerate(ln for ln in topo.links if ln.segment is None):
+        port = _decoy_port(link.name, k)
+        if not _link_exists(ns, link.name):
+            _ip("-n", ns, "link", "add", link.name, "type", "bridge", "forward_delay", "0",
+                "stp_state", "0")
+        _add_addrs(ns, link.name, link.addresses)
+        if not _link_exists(ns, port):
+            _ip("-n", ns, "link", "add", port, "type", "veth", "peer", "name", port + "p")
+        _ip("-n", ns, "link", "set", port, "master", link.name)
+        if link.mtu:
+            _ip("-n", ns, "link", "set", link.name, "mtu", str(link.mtu))
+        for dev in (port, port + "p", link.name):
+            _ip("-n", ns, "link", "set", dev, "up")
+    for link in (ln for ln in topo.links if ln.segment is not None):
+        peer = link.fabric_peer
+        if not _link_exists(ns, link.name):
             if _link_exists(FABRIC_NS, peer):
                 _ip("-n", FABRIC_NS, "link", "del", peer)
-            _ip("-n", FABRIC_NS, "link", "add", peer, "type", "veth", "peer", "name", dev,
+            _ip("-n", FABRIC_NS, "link", "add", peer, "type", "veth", "peer", "name", link.name,
                 "netns", ns)
-            _ip("-n", ns, "addr", "add", f"{ip}/24", "dev", dev)
-        _ip("-n", FABRIC_NS, "link", "set", peer, "master", br)
+        _add_addrs(ns, link.name, link.addresses)
+        if link.mtu:
+            _ip("-n", FABRIC_NS, "link", "set", peer, "mtu", str(link.mtu))
+            _ip("-n", ns, "link", "set", link.name, "mtu", str(link.mtu))
+        _ip("-n", FABRIC_NS, "link", "set", peer, "master", f"br-{link.segment}")
         _ip("-n", FABRIC_NS, "link", "set", peer, "up")
-        _ip("-n", ns, "link", "set", dev, "up")
+        _ip("-n", ns, "link", "set", link.name, "up")
+    if topo.firewall:
+        firewall.apply(ns, topo.firewall)
+    else:
+        firewall.clear(ns)
 
 
-def node_healthy(node: NodeSpec) -> bool:
-    """True if the node's namespace exists with eth0/eth1 carrying their addresses."""
+def node_healthy(node: NodeSpec, topo: Optional[NodeTopology] = None) -> bool:
+    """True if the node's namespace exists and its NICs carry their addresses."""
+    from .scenario import default_topology
+
+    topo = topo or default_topology(node.index + 1)[node.index]
     if node.netns not in list_netns():
         return False
-    out = _ip("-n", node.netns, "-4", "-o", "addr", "show", check=False).stdout
-    return f"{node.mgmt_ip}/24" in out and f"{node.data_ip}/24" in out
+    out = _ip("-n", node.netns, "-o", "addr", "show", check=False).stdout
+    return all(f" {a} " in out for ln in topo.links if ln.segment for a in ln.addresses)
+
+
+def flush_neighbours(ns: str) -> None:
+    """Forget the namespace's ARP/NDP cache (after a peer's NICs were recreated)."""
+    _ip("-n", ns, "neigh", "flush", "all", check=False)
 
 
 def netns_pids(ns: str) -> list[int]:
@@ -114,6 +154,6 @@ def delete_netns(ns: str) -> None:
 
 
 __all__ = [
-    "NetworkError", "list_netns", "our_netns", "ensure_fabric", "ensure_node", "node_healthy",
+    "NetworkError", "flush_neighbours", "list_netns", "our_netns", "ensure_fabric", "ensure_node", "node_healthy",
     "netns_pids", "delete_netns",
 ]

@@ -29,7 +29,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from . import pki, podspec
+from . import pki, podspec, scenario
 from .config import (
     APISERVER_PORT,
     KUBERNETES_SERVICE_IP,
@@ -290,7 +290,7 @@ class PodWorker(threading.Thread):
         logf = self.dir / f"{c.name}.log"
         term = self.dir / f"{c.name}.termination-log"
         try:
-            env = podspec.build_env(self.pod, spec, agent.node.mgmt_ip, agent.allocatable,
+            env = podspec.build_env(self.pod, spec, agent.internal_ip, agent.allocatable,
                                     self._get_object)
             image = podspec.image_entry(spec.get("image", ""), agent.image_map)
             if image.get("pullError"):
@@ -307,7 +307,8 @@ class PodWorker(threading.Thread):
             if not argv:
                 raise ValueError("no command: the image map has no entrypoint for "
                                  f"{spec.get('image')!r}; set container.command")
-            proc_env = podspec.container_process_env(env, image, venv_bin(), agent.node.name)
+            proc_env = podspec.container_process_env(env, agent.node_image(image), venv_bin(),
+                                                     agent.node.name)
             mounts = self._mounts(spec)
         except Exception as e:  # as kubelet: stay waiting, retry
             if c.state.get("waiting", {}).get("reason") != "CreateContainerConfigError":
@@ -441,7 +442,7 @@ class PodWorker(threading.Thread):
     def _project_downward(self, dest: Path, src: dict) -> None:
         for it in src.get("items") or []:
             if "fieldRef" in it:
-                val = podspec.field_ref(self.pod, it["fieldRef"]["fieldPath"], self.agent.node.mgmt_ip)
+                val = podspec.field_ref(self.pod, it["fieldRef"]["fieldPath"], self.agent.internal_ip)
             else:
                 cname = it["resourceFieldRef"].get("containerName")
                 c = next((x.spec for x in self.mains + self.inits if x.name == cname),
@@ -521,7 +522,7 @@ class PodWorker(threading.Thread):
             self._cond("Ready", ready, not_ready_reason),
             self._cond("ContainersReady", ready, not_ready_reason),
         ]
-        ip = self.agent.node.mgmt_ip
+        ip = self.agent.internal_ip
         st = {
             "phase": phase,
             "conditions": conds,
@@ -612,7 +613,7 @@ class Agent:
         self.gpus = gpus
         self.state = state
         p = state / "pki"
-        certs = pki.ensure_node_pki(p, node.name, node.mgmt_ip)
+        certs = pki.ensure_node_pki(p, node.name, self._internal_ip(node, state))
         self.certs = certs
         self.client = KubeClient(SERVER, str(p / "ca.crt"), str(certs["client_crt"]),
                                  str(certs["client_key"]))
@@ -627,18 +628,46 @@ class Agent:
         # c10d's TCPStore accepts on a dual-stack socket and reverse-resolves the peer's
         # v4-mapped address (::ffff:a.b.c.d); glibc does not map those to the IPv4 lines,
         # so they are listed too (else: "hostname of the client socket cannot be retrieved").
-        peers = "".join(
-            f"{ip} {name}\n::ffff:{ip} {name}\n"
-            for n in node_specs(MAX_NODES)
-            for ip, name in ((n.mgmt_ip, n.name), (n.data_ip, f"{n.name}-data"))
-        )
-        self.hosts_file.write_text(f"127.0.0.1 localhost\n{peers}")
+        # A scenario (`up` writes <state>/nodes/<node>.topology.json) may put its own lines
+        # first (e.g. "127.0.1.1 node-a") and give per-node env and library paths.
+        topo_file = state / "nodes" / f"{node.name}.topology.json"
+        if topo_file.exists():
+            doc = json.loads(topo_file.read_text())
+            self.topology = scenario.NodeTopology.from_json(doc["topology"])
+            peers = doc.get("peerHosts") or []
+        else:
+            self.topology = scenario.default_topology(node.index + 1)[node.index]
+            peers = scenario.peer_hosts(scenario.default_topology(MAX_NODES))
+        self.internal_ip = self.topology.internal_ip
+        lines = ["127.0.0.1 localhost", *self.topology.hosts, *peers]
+        self.hosts_file.write_text("".join(f"{ln}\n" for ln in lines))
         self.workers: dict[str, PodWorker] = {}
         self.events: "queue.Queue[dict]" = queue.Queue(maxsize=1000)
         self.finished_uids: set[str] = set()
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.boot_time = now_rfc3339()
+
+    def node_image(self, image: dict) -> dict:
+        """The image map entry with the node's scenario env and paths added."""
+        t = self.topology
+        if not (t.env or t.library_paths or t.pythonpath):
+            return image
+        out = dict(image)
+        out["env"] = {**t.env, **(image.get("env") or {})}
+        if t.library_paths:
+            prev = out["env"].get("LD_LIBRARY_PATH", "")
+            out["env"]["LD_LIBRARY_PATH"] = ":".join([p for p in prev.split(":") if p] + t.library_paths)
+        out["pythonpath"] = list(image.get("pythonpath") or []) + t.pythonpath
+        return out
+
+    @staticmethod
+    def _internal_ip(node: NodeSpec, state: Path) -> str:
+        try:
+            doc = json.loads((state / "nodes" / f"{node.name}.topology.json").read_text())
+            return doc["topology"]["internal_ip"]
+        except (OSError, ValueError, KeyError):
+            return node.mgmt_ip
 
     # -- node and lease -----------------------------------------------------------------
     def node_status(self) -> dict:
@@ -658,7 +687,7 @@ class Agent:
             "capacity": self.capacity,
             "allocatable": self.allocatable,
             "conditions": conds,
-            "addresses": [{"type": "InternalIP", "address": self.node.mgmt_ip},
+            "addresses": [{"type": "InternalIP", "address": self.internal_ip},
                           {"type": "Hostname", "address": self.node.name},
                           # how the apiserver reaches our /containerLogs (see README)
                           {"type": "InternalDNS", "address": "localhost"}],
@@ -961,7 +990,7 @@ class Agent:
                 log.warning("registration failed (%s); retrying", e)
                 time.sleep(1)
         log.info("node %s registered (InternalIP %s, kubelet port %d, gpus %d)", self.node.name,
-                 self.node.mgmt_ip, self.node.kubelet_port, self.gpus)
+                 self.internal_ip, self.node.kubelet_port, self.gpus)
         self.serve_logs()
         ServiceProxy(self.node.netns, KUBERNETES_SERVICE_IP, KUBERNETES_SERVICE_PORT,
                      ("127.0.0.1", APISERVER_PORT)).start()

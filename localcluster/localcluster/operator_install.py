@@ -32,8 +32,8 @@ LOCAL_RELEASE = "disttrain-local"
 SERVICE_ACCOUNT = "disttrain-operator"
 CHART = config.REPO_ROOT / "charts" / "disttrain-operator"
 CRD_DIR = config.REPO_ROOT / "crds"
-LIVENESS_PORT = 18080
-METRICS_PORT = 18090
+LIVENESS_PORT = config.OPERATOR_LIVENESS_PORT  # 18080 (+1000 per DISTTRAIN_CLUSTER_INSTANCE)
+METRICS_PORT = config.OPERATOR_METRICS_PORT  # 18090
 
 
 def _paths() -> dict[str, Path]:

@@ -41,9 +41,16 @@ def tracked_pid(state: Path, name: str) -> int | None:
         pid = int(pf.read_text().strip())
     except (OSError, ValueError):
         return None
-    if alive(pid) and str(state) in " ".join(cmdline(pid)):
+    if alive(pid) and mentions(cmdline(pid), state):
         return pid
     return None
+
+
+def mentions(argv: list[str], state: Path) -> bool:
+    """True if some argument is the state dir or a path inside it (``.localcluster`` does
+    not match ``.localcluster-1``: another instance's state dir)."""
+    s = str(state)
+    return any(a == s or a.endswith("=" + s) or s + "/" in a for a in argv)
 
 
 def start_detached(state: Path, name: str, argv: list[str], env: dict | None = None) -> int:
@@ -120,7 +127,7 @@ def stray_pids(state: Path) -> list[int]:
         if pid in me:
             continue
         argv = cmdline(pid)
-        if not argv or str(state) not in " ".join(argv):
+        if not argv or not mentions(argv, state):
             continue
         ours = os.path.basename(argv[0]) in OUR_BINARIES or "localcluster.nodeagent" in argv
         if ours and alive(pid):

@@ -87,6 +87,11 @@ class Diagnosis:
         return self.conditions[c.VALIDATED].status == "True"
 
 
+# Rejections whose reason is worth a sentence in a passing NetworkValidated message (a decoy
+# bridge, a NIC that is down or unreachable); Loopback/NoIPv4/NotRequested speak for themselves.
+EXPLAINED_REJECTIONS = ("DuplicateAddress", "Unreachable", "Down", "MultipleOnNode", "NotOnAllNodes")
+
+
 def _node_label(o: ProbeOutcome) -> str:
     return o.node or (o.report or {}).get("node") or o.pod
 
@@ -230,6 +235,14 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
             m if (len(nodes) > 1 or not nodes[0] or m.startswith(nodes[0])) else f"{nodes[0]}: {m}"
             for m, nodes in by_msg.items()
         )
+        if cause_reason in (c.REASON_MASTER_PORT_TIMEOUT, c.REASON_MASTER_PORT_REFUSED) and outcomes:
+            # The dialling ranks report; the fault (a firewall, nothing listening) is on the
+            # master's node, which their messages only know by address: name it.
+            master_node = outcomes[0].node or (outcomes[0].report or {}).get("node")
+            if master_node and outcomes[0].rank == 0 and master_node not in message:
+                where = f"MASTER_ADDR {master_addr}" if master_addr else "MASTER_ADDR"
+                message += (f"; {where} is {master_node} (rank 0, where the rendezvous "
+                            f"listens): check {master_node}'s firewall for the master port")
         if cause_type is None:
             # Not tied to one check (invalid report, crashed probe): checks stay Unknown.
             for ctype in c.CHECK_CONDITIONS[1:]:
@@ -253,17 +266,22 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
     chosen_msgs = []
     rejected = {}
     why_not = {}
+    explained = {}  # decoys and broken NICs: say why each was not used
     for o in outcomes:
         for rj in (o.report or {}).get("rejected") or []:
             rejected.setdefault(rj.get("ifname"), rj.get("reason"))
             if rj.get("reason") == "NotPreferred" and rj.get("message"):
                 why_not.setdefault(rj.get("ifname"), rj["message"])
+            elif rj.get("reason") in EXPLAINED_REJECTIONS and rj.get("message"):
+                explained.setdefault(rj.get("ifname"), rj["message"])
     subnets = sorted({((o.report or {}).get("chosen") or {}).get("subnet") or "?" for o in outcomes})
     chosen_msgs.append(f"{ifnames} ({', '.join(subnets)}) chosen on every node")
     if rejected:
         chosen_msgs.append(
             "rejected: " + ", ".join(f"{k} ({v})" for k, v in sorted(rejected.items()) if k)
         )
+    # each rejected decoy / broken NIC once, in the probe's words, then usable alternatives
+    chosen_msgs.extend(dict.fromkeys(explained[k] for k in sorted(explained) if k))
     chosen_msgs.extend(why_not.values())  # usable alternatives: say why they lost
     versions0 = ((outcomes[0].report or {}).get("versions") or {}) if outcomes else {}
     vmsg = ", ".join(

@@ -225,6 +225,44 @@ def _blocked(nets: List[Network]) -> List[Network]:
     return out
 
 
+def _dial_ok(mesh: Dict[int, Dict[int, Any]], i: int, j: int, addr: str) -> bool:
+    res = (mesh.get(i) or {}).get(j, {}).get(addr)
+    return isinstance(res, dict) and res.get("r") == "ok"
+
+
+def _inbound_blocked(blocked: List[Network], ranks: Sequence[int],
+                     mesh: Dict[int, Dict[int, Any]], dial_plan: Dict[int, List[int]]) -> List[int]:
+    """Ranks that no peer reached on any blocked network although their own connections
+    out worked there: a firewall on those nodes drops/rejects new inbound connections to
+    ephemeral ports (the master port passed, or we would not be here). [] if the failures
+    do not fit that pattern (then the path itself may be broken)."""
+    if not blocked:
+        return []
+    pairs = [(n, i, j) for n in blocked for i in ranks for j in dial_plan.get(i, [])
+             if i != j and i in n.pick and j in n.pick]
+    dead = [j for j in ranks if any(jj == j for _, _, jj in pairs)
+            and not any(_dial_ok(mesh, i, jj, n.pick[jj]["addr"]) for n, i, jj in pairs if jj == j)]
+    if not dead or len(dead) == len(ranks):
+        return []
+    for n, i, j in pairs:
+        ok = _dial_ok(mesh, i, j, n.pick[j]["addr"])
+        if not ok and j not in dead:
+            return []  # a failure elsewhere: not (only) an inbound filter on `dead`
+        if i in dead and j not in dead and not ok:
+            return []
+    # each dead rank's own dials out must have worked on every blocked network
+    for d in dead:
+        outs = [(n, j) for n, i, j in pairs if i == d and j not in dead]
+        if not outs or not all(_dial_ok(mesh, d, j, n.pick[j]["addr"]) for n, j in outs):
+            return []
+    return dead
+
+
+def _range_text(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
+    rngs = sorted({tuple(peers[r]["portRange"]) for r in ranks if peers[r].get("portRange")})
+    return ", ".join(f"{lo}-{hi}" for lo, hi in rngs) or "(unknown)"
+
+
 def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str, Any]]],
            spec: str = "auto", master_port: Optional[int] = None,
            dial_plan: Optional[Dict[int, List[int]]] = None) -> Dict[str, Any]:
@@ -274,13 +312,28 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                      if i != j and j in n.pick
                      for res in [(mesh.get(i) or {}).get(j, {}).get(n.pick[j]["addr"])])
         detail = "; ".join(f"{n.reason}: {n.message}" for n in relevant[:4])
-        if blocked and not any_ok:
+        inbound = _inbound_blocked(blocked, ranks, mesh, dial_plan)
+        port_s = f" {master_port}" if master_port else ""
+        if inbound:
+            others = [r for r in ranks if r not in inbound]
+            where = _nodes(peers, inbound)
+            failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
+                f"{where}: inbound TCP to ephemeral ports is blocked: no connection from "
+                f"{_nodes(peers, others)} to {where} got through on "
+                f"{', '.join('/'.join(n.ifnames()) + ' (' + n.label + ')' for n in blocked)}, while "
+                f"{where}'s own connections out and the master port{port_s} worked; a firewall on "
+                f"{where} admits the master port but not the kernel's ephemeral range "
+                f"(net.ipv4.ip_local_port_range {_range_text(peers, inbound)}) where NCCL and gloo "
+                f"listen; open that TCP range from the other nodes on {where}, or set "
+                f"network.portRange to the range its firewall admits")}
+        elif blocked and not any_ok:
             n = blocked[0]
             failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
-                f"the master port{(' ' + str(master_port)) if master_port else ''} answered, but no "
+                f"the master port{port_s} answered, but no "
                 f"connection to an ephemeral port got through on {'/'.join(n.ifnames())} "
                 f"({n.label}) ({n.message}); a firewall admits the master port but not the "
-                f"ephemeral range NCCL uses; open it between nodes, or set network.portRange to "
+                f"ephemeral range NCCL uses (net.ipv4.ip_local_port_range "
+                f"{_range_text(peers, ranks)}); open it between nodes, or set network.portRange to "
                 f"the open range")}
         else:
             hint = ""

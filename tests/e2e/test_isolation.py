@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from localcluster.config import node_spec_by_name
+from localcluster.config import NODE_NS_PREFIX, node_spec_by_name
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +70,7 @@ def test_root_namespace_has_no_cluster_interface(cluster):
 
 @pytest.mark.parametrize("node_index", [0, 1])
 def test_no_default_route_in_node(cluster, node_index):
-    ns = f"dtj-{cluster.node_names[node_index]}"
+    ns = f"{NODE_NS_PREFIX}{cluster.node_names[node_index]}"
     for fam in ("-4", "-6"):
         out = subprocess.run(["ip", "-n", ns, fam, "route", "show", "default"],
                              capture_output=True, text=True, check=True).stdout
@@ -78,7 +78,7 @@ def test_no_default_route_in_node(cluster, node_index):
 
 
 def test_outside_addresses_have_no_route(cluster, targets):
-    ns = f"dtj-{cluster.node_names[0]}"
+    ns = f"{NODE_NS_PREFIX}{cluster.node_names[0]}"
     assert targets, "expected at least the public test addresses"
     for addr in targets:
         p = _in_ns(ns, "ip", "route", "get", addr)
@@ -87,7 +87,7 @@ def test_outside_addresses_have_no_route(cluster, targets):
 
 
 def test_outside_addresses_connect_fails_immediately(cluster, targets):
-    ns = f"dtj-{cluster.node_names[0]}"
+    ns = f"{NODE_NS_PREFIX}{cluster.node_names[0]}"
     p = _in_ns(ns, sys.executable, "-c", PROBE, json.dumps(targets), timeout=60)
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
@@ -98,7 +98,7 @@ def test_outside_addresses_connect_fails_immediately(cluster, targets):
 
 
 def test_peer_node_nics_reachable(cluster):
-    a, b = (f"dtj-{n}" for n in cluster.node_names[:2])
+    a, b = (f"{NODE_NS_PREFIX}{n}" for n in cluster.node_names[:2])
     server = subprocess.Popen(
         ["ip", "netns", "exec", b, sys.executable, "-c",
          "import socket\n"
@@ -128,7 +128,7 @@ def test_peer_node_nics_reachable(cluster):
 def test_decoy_docker0_listed_first_with_same_address(cluster):
     seen = []
     for n in cluster.node_names[:2]:
-        out = json.loads(subprocess.run(["ip", "-n", f"dtj-{n}", "-j", "addr", "show"],
+        out = json.loads(subprocess.run(["ip", "-n", f"{NODE_NS_PREFIX}{n}", "-j", "addr", "show"],
                                         capture_output=True, text=True, check=True).stdout)
         names = [link["ifname"] for link in out if link["ifname"] in ("docker0", "eth0", "eth1")]
         assert names == ["docker0", "eth0", "eth1"], names

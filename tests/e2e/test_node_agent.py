@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from localcluster.config import node_spec_by_name
+from localcluster.config import NODE_NS_PREFIX, node_spec_by_name
 
 pytestmark = pytest.mark.e2e
 
@@ -227,7 +227,7 @@ def _pids_with_marker(marker: str) -> list[int]:
     ns_list = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     for line in ns_list.splitlines():
         ns = line.split()[0]
-        if not ns.startswith("dtj-node-"):
+        if not ns.startswith(f"{NODE_NS_PREFIX}node-"):
             continue
         pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
         for pid in pids.split():

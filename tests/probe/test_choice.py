@@ -85,9 +85,15 @@ CASES = [
       for r in range(2)},
      lambda i, j, a: "timeout" if a.startswith("10.1.") and j == 1 else not_docker(i, j, a),
      "auto", None, {0: "eth0", 1: "eth0"}),
+    # Dials to rank 2 fail while rank 2's own dials out work: only an inbound filter on
+    # node 2 does that (a broken path fails both ways), so it is a firewall verdict.
     ("partially-reachable-only",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(3)},
      lambda i, j, a: "timeout" if j == 2 else not_docker(i, j, a),
+     "auto", R.EPHEMERAL_PORTS_BLOCKED, {}),
+    ("partially-reachable-both-ways",
+     {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(3)},
+     lambda i, j, a: "timeout" if 2 in (i, j) else not_docker(i, j, a),
      "auto", R.NO_COMMON_INTERFACE, {}),
     ("ephemeral-ports-blocked",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), DOCKER) for r in range(2)},
@@ -264,3 +270,30 @@ def test_interface_not_found_groups_nodes():
     res = choose(peers, mesh_of(peers), "eth9")
     assert res["failure"]["message"].startswith(
         "node-a, node-b: no interface matches socketIfname=eth9 (they have lo, eth0)")
+
+
+def test_inbound_firewall_on_one_node_is_ephemeral_ports_blocked():
+    """Node 1 admits only the master port: every dial to it times out on every network,
+    its own dials out work. That is a firewall on node 1, not a missing network."""
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.1.0.{r + 1}/24"),
+                     DOCKER) for r in range(3)}
+    for r in peers:
+        peers[r]["portRange"] = [32768, 60999]
+    res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout" if j == 1 else not_docker(i, j, a)),
+                 "auto", master_port=29500)
+    f = res["failure"]
+    assert f["reason"] == R.EPHEMERAL_PORTS_BLOCKED
+    assert f["message"].startswith("node-b: inbound TCP to ephemeral ports is blocked")
+    assert "net.ipv4.ip_local_port_range 32768-60999" in f["message"]
+    assert "node-a, node-c" in f["message"] and "29500" in f["message"]
+
+
+def test_one_node_unreachable_both_ways_stays_no_common_interface():
+    """If the node's own dials out fail too, the path is broken: not a firewall verdict."""
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(2)}
+    res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout"), "auto", master_port=29500)
+    assert res["failure"]["reason"] == R.EPHEMERAL_PORTS_BLOCKED  # all blocked: the old rule
+    peers3 = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(3)}
+    res = choose(peers3, mesh_of(peers3, lambda i, j, a: "timeout" if 2 in (i, j) else "ok"),
+                 "auto", master_port=29500)
+    assert res["failure"]["reason"] == R.NO_COMMON_INTERFACE

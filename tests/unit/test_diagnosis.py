@@ -18,6 +18,8 @@ def test_all_pass():
     assert d.bus_bandwidth_gbps == 1.5  # the slowest rank bounds the collective
     assert d.socket_ifnames == {0: "eth1", 1: "eth1"}
     assert "docker0 (DuplicateAddress)" in d.conditions[c.NETWORK_VALIDATED].message
+    # each rejected decoy is explained once, in the probe's words
+    assert d.conditions[c.NETWORK_VALIDATED].message.count("172.17.0.1 on every node") == 1
 
 
 def test_specific_reason_beats_generic_and_earlier_checks_true():
@@ -87,3 +89,16 @@ def test_summarize_ifnames():
     assert summarize_ifnames(["eth1", "eth1"]) == "eth1"
     assert summarize_ifnames(["enp6s0", "enp4s0", None]) == "enp4s0,enp6s0"
     assert summarize_ifnames([None]) is None
+
+
+def test_master_port_failure_names_the_master_node():
+    """Rank 1 only knows MASTER_ADDR; the firewall is on rank 0's node: the message says so."""
+    drop = {"reason": "MasterPortTimeout", "phase": "rendezvous",
+            "message": "node-a (rank 1): connection to MASTER_ADDR 10.100.0.12:29500 timeout for 24.5s"}
+    waited = {"reason": "RendezvousTimeout", "phase": "rendezvous", "message": "node-b: rank(s) 1 never arrived"}
+    d = diagnose(outcomes(report(0, "node-b", ok=False, failure=waited),
+                          report(1, "node-a", ok=False, failure=drop)), "10.100.0.12")
+    v = d.conditions[c.MASTER_REACHABLE]
+    assert (v.status, v.reason) == ("False", "MasterPortTimeout")
+    assert v.message.startswith("node-a (rank 1)")
+    assert "MASTER_ADDR 10.100.0.12 is node-b (rank 0" in v.message and "node-b's firewall" in v.message

@@ -1,0 +1,75 @@
+"""nftables firewalls for simulated nodes: an input filter in table ``inet disttrain``.
+
+:func:`render` (pure) turns a scenario's firewall (``{policy, input: [rules]}``, see
+``scenario.FirewallRule``) into an ``nft -f`` script; :func:`apply` loads it inside a
+node's namespace (replacing an earlier one); :func:`clear` removes it.
+"""
+from __future__ import annotations
+
+import subprocess
+from typing import Optional
+
+TABLE = "disttrain"
+
+
+class FirewallError(RuntimeError):
+    """nft refused the rules."""
+
+
+def render_rule(rule: dict) -> str:
+    """One rule as nft syntax, e.g. ``tcp dport 29500 ct state new drop``."""
+    parts = []
+    if rule.get("iifname"):
+        parts.append(f'iifname "{rule["iifname"]}"')
+    if rule.get("saddr"):
+        fam = "ip6" if ":" in rule["saddr"] else "ip"
+        parts.append(f"{fam} saddr {rule['saddr']}")
+    if rule.get("proto"):
+        if rule.get("dport") is not None:
+            parts.append(f"{rule['proto']} dport {rule['dport']}")
+        else:
+            parts.append(f"meta l4proto {rule['proto']}")
+    if rule.get("state"):
+        parts.append("ct state " + ",".join(rule["state"]))
+    action = rule["action"]
+    if action == "reject" and rule.get("proto") == "tcp":
+        action = "reject with tcp reset"  # what a closed port answers: ECONNREFUSED
+    parts.append(action)
+    return " ".join(parts)
+
+
+def render(fw: Optional[dict]) -> str:
+    """The nft script for a firewall dict (None: only the flush of an earlier table)."""
+    lines = [f"table inet {TABLE}", f"delete table inet {TABLE}"]
+    if fw:
+        lines += [f"table inet {TABLE} {{",
+                  "  chain input {",
+                  f"    type filter hook input priority 0; policy {fw.get('policy', 'accept')};"]
+        lines += [f"    {render_rule(r)}" for r in fw.get("input") or []]
+        lines += ["  }", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def apply(netns: str, fw: Optional[dict]) -> None:
+    """Load ``fw`` into ``netns`` atomically (an earlier disttrain table is replaced).
+    Raises FirewallError with nft's complaint."""
+    p = subprocess.run(["ip", "netns", "exec", netns, "nft", "-f", "-"], input=render(fw),
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise FirewallError(f"nft in {netns}: {p.stderr.strip()}")
+
+
+def check(fw: Optional[dict]) -> None:
+    """Ask nft whether the script is valid without loading it (``nft -c``).
+    Raises FirewallError with nft's complaint."""
+    p = subprocess.run(["nft", "-c", "-f", "-"], input=render(fw), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise FirewallError(f"nft: {p.stderr.strip()}")
+
+
+def clear(netns: str) -> None:
+    """Remove our table from ``netns`` (no error if absent)."""
+    apply(netns, None)
+
+
+__all__ = ["FirewallError", "render", "render_rule", "apply", "check", "clear", "TABLE"]

@@ -1,0 +1,449 @@
+"""Scenarios: a declarative YAML file that describes the simulated cluster and the job.
+
+A scenario (``scenarios/<name>.yaml``) gives the number of nodes, each node's NICs
+(name, IPv4/IPv6 addresses, MTU, the fabric segment it is plugged into), node-local decoy
+bridges, extra hosts-file lines, an nftables input firewall, extra environment and
+library paths for every container, GPU capacity, overrides of the example job's spec
+(``examples/ddp-digits.yaml``), and the expected outcome. Example::
+
+    description: node A's firewall admits only the master port
+    nodes: 2
+    defaults:                      # every node (each field: see NodeConfig)
+      nics:
+        - {name: eth0, segment: mgmt}
+        - {name: eth1, segment: data}
+    nodeOverrides:
+      node-a:                      # a field given here replaces the default's
+        firewall:
+          input:
+            - {iifname: lo, action: accept}
+            - {state: [established, related], action: accept}
+            - {proto: tcp, dport: 29500, action: accept}
+            - {proto: tcp, state: [new], action: drop}
+    job: {network: {socketIfname: auto}}      # deep-merged into the example's spec
+    expect:
+      condition: NetworkValidated
+      status: "False"
+      reason: EphemeralPortsBlocked
+      messageContains: [node-a, ip_local_port_range]
+
+Everything here is pure (no I/O but reading the file): :func:`load` returns a validated
+:class:`Scenario` or raises :class:`ScenarioError` naming the file, line and field.
+:func:`topology` turns it into one :class:`NodeTopology` per node (what ``network.py``
+builds and the node agent reads).
+"""
+from __future__ import annotations
+
+import copy
+import ipaddress
+import re
+import string
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .config import REPO_ROOT
+
+SCENARIO_DIR = REPO_ROOT / "scenarios"
+IFNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$"
+SEGMENT_PATTERN = r"^[a-z][a-z0-9]{0,6}$"  # br-<segment> and <segment>N-node-x fit in 15 chars
+NODE_NAME_PATTERN = r"^node-[a-z]$"
+DEFAULT_SEGMENTS = {"mgmt": {"subnet": "10.100.0.0/24"}, "data": {"subnet": "10.101.0.0/24"}}
+DEFAULT_DECOYS = [{"name": "docker0", "addresses": ["172.17.0.1/16"]}]
+DEFAULT_NICS = [{"name": "eth0", "segment": "mgmt"}, {"name": "eth1", "segment": "data"}]
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be used; the message names file, line and field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Segment(_Strict):
+    """A network segment: a bridge ``br-<name>`` in the fabric namespace."""
+
+    subnet: str = Field(description="IPv4 subnet; node i gets host .(11+i) unless a NIC names addresses")
+    subnet6: Optional[str] = Field(None, description="IPv6 subnet; node i gets host ::(11+i)")
+
+    @field_validator("subnet")
+    @classmethod
+    def _v4(cls, v: str) -> str:
+        net = ipaddress.ip_network(v, strict=True)
+        if net.version != 4 or net.prefixlen > 28:
+            raise ValueError("must be an IPv4 subnet of at least /28")
+        return str(net)
+
+    @field_validator("subnet6")
+    @classmethod
+    def _v6(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        net = ipaddress.ip_network(v, strict=True)
+        if net.version != 6:
+            raise ValueError("must be an IPv6 subnet")
+        return str(net)
+
+
+def _check_cidrs(v: list[str]) -> list[str]:
+    for a in v:
+        ipaddress.ip_interface(a)
+        if "/" not in a:
+            raise ValueError(f"{a!r}: give the prefix length (addr/prefix)")
+    return v
+
+
+class Nic(_Strict):
+    """A NIC: a veth whose other end is on the segment's bridge."""
+
+    name: str = Field(pattern=IFNAME_PATTERN)
+    segment: str = Field(pattern=SEGMENT_PATTERN)
+    addresses: Optional[list[str]] = Field(
+        None, description="addr/prefix list (v4 and v6); default: the segment's host for this node")
+    mtu: Optional[int] = Field(None, ge=68, le=65535)
+
+    @field_validator("addresses")
+    @classmethod
+    def _cidrs(cls, v):
+        return v if v is None else _check_cidrs(v)
+
+
+class Decoy(_Strict):
+    """A node-local bridge (like docker0, virbr0): up, with addresses, reaching nothing."""
+
+    name: str = Field(pattern=IFNAME_PATTERN)
+    addresses: list[str] = Field(default_factory=list)
+    mtu: Optional[int] = Field(None, ge=68, le=65535)
+
+    @field_validator("addresses")
+    @classmethod
+    def _cidrs(cls, v):
+        return _check_cidrs(v)
+
+
+class FirewallRule(_Strict):
+    """One nftables rule of the node's input chain (all given matches must hold)."""
+
+    proto: Optional[Literal["tcp", "udp"]] = None
+    dport: Optional[Union[int, str]] = Field(None, description="port or 'lo-hi'; needs proto")
+    saddr: Optional[str] = Field(None, description="source address or subnet")
+    iifname: Optional[str] = Field(None, pattern=IFNAME_PATTERN)
+    state: Optional[list[Literal["new", "established", "related", "invalid"]]] = None
+    action: Literal["accept", "drop", "reject"]
+
+    @field_validator("dport")
+    @classmethod
+    def _port(cls, v):
+        if v is None:
+            return v
+        parts = str(v).split("-")
+        if len(parts) > 2 or not all(p.isdigit() and 1 <= int(p) <= 65535 for p in parts) \
+                or (len(parts) == 2 and int(parts[0]) > int(parts[1])):
+            raise ValueError(f"{v!r} is not a port (1-65535) or a range 'lo-hi'")
+        return v
+
+    @field_validator("saddr")
+    @classmethod
+    def _addr(cls, v):
+        if v is not None:
+            ipaddress.ip_network(v, strict=False)
+        return v
+
+    @model_validator(mode="after")
+    def _dport_needs_proto(self):
+        if self.dport is not None and self.proto is None:
+            raise ValueError("dport needs proto (tcp or udp)")
+        return self
+
+
+class Firewall(_Strict):
+    """The node's nftables input filter (table ``inet disttrain``)."""
+
+    policy: Literal["accept", "drop"] = "accept"
+    input: list[FirewallRule] = Field(default_factory=list)
+
+
+class NodeConfig(_Strict):
+    """What one node looks like; every field is optional (unset = the default's)."""
+
+    nics: Optional[list[Nic]] = Field(None, min_length=1)
+    decoys: Optional[list[Decoy]] = None
+    hosts: Optional[list[str]] = Field(
+        None, description="extra /etc/hosts lines, put first; {node} = the node's name")
+    firewall: Optional[Firewall] = None
+    env: Optional[dict[str, str]] = None
+    libraryPaths: Optional[list[str]] = Field(None, description="appended to LD_LIBRARY_PATH")
+    pythonpath: Optional[list[str]] = Field(None, description="appended to PYTHONPATH")
+    gpus: Optional[int] = Field(None, ge=0, le=64)
+
+
+class Expect(_Strict):
+    """The expected outcome: condition ``condition`` reaches ``status``/``reason`` and its
+    message contains every ``messageContains`` string ({node:N} = the node of probe rank
+    N) and none of ``messageLacks``; ``phase`` (e.g. Succeeded) must be reached too."""
+
+    condition: str = "Validated"
+    status: Literal["True", "False", "Unknown"]
+    reason: Optional[str] = None
+    messageContains: list[str] = Field(default_factory=list)
+    messageLacks: list[str] = Field(default_factory=list, description="strings the message must not contain")
+    phase: Optional[Literal["Validated", "Running", "Succeeded", "Failed"]] = None
+    withinSeconds: float = Field(60.0, gt=0, le=1800)
+
+
+class Scenario(_Strict):
+    """A whole scenario file."""
+
+    description: str = ""
+    nodes: int = Field(2, ge=1, le=26)
+    segments: dict[str, Segment] = Field(default_factory=lambda: {
+        k: Segment(**v) for k, v in DEFAULT_SEGMENTS.items()})
+    defaults: NodeConfig = Field(default_factory=NodeConfig)
+    nodeOverrides: dict[str, NodeConfig] = Field(default_factory=dict)
+    job: dict[str, Any] = Field(default_factory=dict, description="deep-merged into the example job's spec")
+    expect: Expect
+    name: str = Field("", exclude=True)
+
+    @model_validator(mode="after")
+    def _cross(self):
+        for k in self.segments:
+            if not re.match(SEGMENT_PATTERN, k):
+                raise ValueError(f"segments.{k}: segment names match {SEGMENT_PATTERN}")
+        names = {f"node-{string.ascii_lowercase[i]}" for i in range(self.nodes)}
+        for k, cfg in self.nodeOverrides.items():
+            if k not in names:
+                raise ValueError(f"nodeOverrides.{k}: no such node (nodes: {', '.join(sorted(names))})")
+        for where, cfg in [("defaults", self.defaults)] + [(f"nodeOverrides.{k}", v) for k, v in
+                                                          self.nodeOverrides.items()]:
+            for i, nic in enumerate(cfg.nics or []):
+                if nic.segment not in self.segments:
+                    raise ValueError(f"{where}.nics.{i}.segment: unknown segment {nic.segment!r} "
+                                     f"(segments: {', '.join(sorted(self.segments))})")
+        return self
+
+
+# -- topology: what network.py builds and the agent reads -------------------------------
+@dataclass
+class Link:
+    """One interface to create in a node namespace."""
+
+    name: str
+    addresses: list[str]
+    mtu: Optional[int] = None
+    segment: Optional[str] = None  # None: a decoy bridge
+    fabric_peer: Optional[str] = None  # the veth end on the segment's bridge
+
+
+@dataclass
+class NodeTopology:
+    """Everything about one node that the scenario decides."""
+
+    name: str
+    index: int
+    links: list[Link]  # decoys first (lower ifindex), then the NICs, in order
+    internal_ip: str  # the Node's InternalIP: the first NIC's first IPv4 address
+    hosts: list[str] = field(default_factory=list)  # extra hosts lines (first)
+    firewall: Optional[dict] = None
+    env: dict[str, str] = field(default_factory=dict)
+    library_paths: list[str] = field(default_factory=list)
+    pythonpath: list[str] = field(default_factory=list)
+    gpus: Optional[int] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "NodeTopology":
+        d = dict(d)
+        d["links"] = [Link(**x) for x in d.get("links") or []]
+        return cls(**d)
+
+
+def _host(subnet: str, index: int) -> str:
+    net = ipaddress.ip_network(subnet)
+    return f"{net.network_address + 11 + index}/{net.prefixlen}"
+
+
+def node_config(sc: Scenario, node: str) -> NodeConfig:
+    """The defaults with the node's overrides applied (field by field)."""
+    merged = sc.defaults.model_dump(exclude_none=True)
+    if node in sc.nodeOverrides:
+        merged.update(sc.nodeOverrides[node].model_dump(exclude_none=True))
+    return NodeConfig(**merged)
+
+
+def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> list[NodeTopology]:
+    """One NodeTopology per node. Raises ScenarioError for a node without an IPv4 NIC."""
+    segs = segments or sc.segments
+    out = []
+    for i in range(sc.nodes):
+        name = f"node-{string.ascii_lowercase[i]}"
+        cfg = node_config(sc, name)
+        decoys = cfg.decoys if cfg.decoys is not None else [Decoy(**d) for d in DEFAULT_DECOYS]
+        nics = cfg.nics if cfg.nics is not None else [Nic(**n) for n in DEFAULT_NICS]
+        links = [Link(d.name, list(d.addresses), d.mtu) for d in decoys]
+        used: dict[str, int] = {}
+        internal = None
+        for nic in nics:
+            seg = segs[nic.segment]
+            if nic.addresses is not None:
+                addrs = list(nic.addresses)
+            else:
+                addrs = [_host(seg.subnet, i)] + ([_host(seg.subnet6, i)] if seg.subnet6 else [])
+            k = used.get(nic.segment, 0)
+            used[nic.segment] = k + 1
+            peer = f"{nic.segment}{k if k else ''}-{name}"
+            links.append(Link(nic.name, addrs, nic.mtu, nic.segment, peer))
+            if internal is None:
+                internal = next((a.split("/")[0] for a in addrs
+                                 if ipaddress.ip_interface(a).version == 4), None)
+        names = [ln.name for ln in links]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup or "lo" in names:
+            raise ScenarioError(f"{sc.name or 'scenario'}: {name}: interface name(s) "
+                                f"{', '.join(sorted(dup or {'lo'}))} used twice")
+        if internal is None:
+            raise ScenarioError(f"{sc.name or 'scenario'}: {name}: no NIC with an IPv4 address "
+                                "(the first one is the Node's InternalIP)")
+        out.append(NodeTopology(
+            name=name, index=i, links=links, internal_ip=internal,
+            hosts=[h.replace("{node}", name) for h in cfg.hosts or []],
+            firewall=cfg.firewall.model_dump() if cfg.firewall else None,
+            env=dict(cfg.env or {}), library_paths=list(cfg.libraryPaths or []),
+            pythonpath=list(cfg.pythonpath or []), gpus=cfg.gpus))
+    return out
+
+
+def default_topology(nodes: int) -> list[NodeTopology]:
+    """The plain cluster of ``localcluster up``: docker0 decoy, eth0 mgmt, eth1 data."""
+    return topology(Scenario(nodes=nodes, expect=Expect(status="True")))
+
+
+def peer_hosts(topos: list[NodeTopology]) -> list[str]:
+    """Hosts lines naming every node's NIC addresses: first NIC = the node's name, others
+    ``<node>-<segment>``; IPv4 also as v4-mapped IPv6 (c10d reverse-resolves those)."""
+    out = []
+    for t in topos:
+        first = True
+        for ln in t.links:
+            if ln.segment is None:
+                continue
+            alias = t.name if first else f"{t.name}-{ln.segment}"
+            first = False
+            for a in ln.addresses:
+                ip = ipaddress.ip_interface(a).ip
+                out.append(f"{ip} {alias}")
+                if ip.version == 4:
+                    out.append(f"::ffff:{ip} {alias}")
+    return out
+
+
+# -- loading ------------------------------------------------------------------------------
+def _lines(node: yaml.Node, path: tuple = (), out: Optional[dict] = None) -> dict:
+    """Map every path (tuple of keys/indexes) in the composed YAML to its 1-based line."""
+    out = {} if out is None else out
+    out.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            out[path + (k.value,)] = k.start_mark.line + 1  # a field's line is its key's
+            _lines(v, path + (k.value,), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _lines(v, path + (i,), out)
+    return out
+
+
+def _line_for(lines: dict, loc: tuple) -> int:
+    loc = tuple(loc)
+    while loc and loc not in lines:
+        loc = loc[:-1]
+    return lines.get(loc, 1)
+
+
+def resolve(name_or_path: str) -> Path:
+    """A scenario name (``scenarios/<name>.yaml``) or a path to a file anywhere.
+    Raises ScenarioError if neither exists."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
+        if p.is_file():
+            return p.resolve()
+        raise ScenarioError(f"{name_or_path}: no such file")
+    cand = SCENARIO_DIR / f"{name_or_path}.yaml"
+    if cand.is_file():
+        return cand
+    known = ", ".join(sorted(x.stem for x in SCENARIO_DIR.glob("*.yaml")))
+    raise ScenarioError(f"no scenario {name_or_path!r} in {SCENARIO_DIR} (known: {known})")
+
+
+def parse(text: str, source: str = "<scenario>") -> Scenario:
+    """Parse and validate scenario YAML. Raises ScenarioError ``source:line: field: why``."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = mark.line + 1 if mark else 1
+        raise ScenarioError(f"{source}:{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    if root is None or not isinstance(root, yaml.MappingNode):
+        raise ScenarioError(f"{source}:1: a scenario is a mapping (description, nodes, expect, ...)")
+    lines = _lines(root)
+    data = yaml.safe_load(text)
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as e:
+        msgs = []
+        for err in e.errors():
+            loc = tuple(err["loc"])
+            msg = err["msg"]
+            if not loc and msg.startswith("Value error, ") and ": " in msg:
+                # cross-field errors name their own field path: "nodeOverrides.node-z: ..."
+                fpath, _, rest = msg[len("Value error, "):].partition(": ")
+                loc = tuple(int(x) if x.isdigit() else x for x in fpath.split("."))
+                field_s, msg = fpath, rest
+            else:
+                field_s = ".".join(str(x) for x in loc) or "(top level)"
+            if msg.startswith("Value error, "):
+                msg = msg[len("Value error, "):]
+            msgs.append(f"{source}:{_line_for(lines, loc)}: {field_s}: {msg}")
+        raise ScenarioError("\n".join(msgs)) from None
+    sc.name = Path(source).stem
+    try:
+        topology(sc)
+    except ScenarioError as e:
+        raise ScenarioError(f"{source}:{_line_for(lines, ('nodeOverrides',))}: {e}") from None
+    return sc
+
+
+def load(name_or_path: str) -> Scenario:
+    """Load a scenario by name or path. Raises ScenarioError."""
+    p = resolve(name_or_path)
+    return parse(p.read_text(), str(p))
+
+
+def all_names() -> list[str]:
+    """Names of the scenarios in ``scenarios/``."""
+    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """``over`` merged into a copy of ``base`` (mappings recursively; anything else replaces)."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def job_documents(sc: Scenario, example: Optional[Path] = None) -> list[dict]:
+    """The example's documents with the scenario's ``job`` merged into the job's spec."""
+    example = example or REPO_ROOT / "examples" / "ddp-digits.yaml"
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    for d in docs:
+        if d.get("kind") == "DistTrainingJob":
+            d["spec"] = deep_merge(d.get("spec") or {}, sc.job)
+    return docs

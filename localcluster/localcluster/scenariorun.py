@@ -1,0 +1,189 @@
+"""Run one scenario: build its cluster, start the operator, apply its job, check the outcome.
+
+``python -m localcluster.scenariorun <name|path> [--keep]`` (``make demo SCENARIO=...``)
+prints the conditions as they change and exits 0 when the scenario's ``expect`` holds.
+The cluster is the one of $DISTTRAIN_CLUSTER_INSTANCE (0 by default); an `up` that fails
+halfway is undone with `down`, so nothing is left half-created. :func:`check` (pure)
+decides whether a job's status meets an expectation.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Optional
+
+import yaml
+
+from . import config, scenario as scn
+
+JOB = "ddp-digits"
+
+
+@dataclass
+class Outcome:
+    """The result of a run: ``ok``, why not, seconds from apply to the expected
+    condition (None if never), and the job as last seen."""
+
+    ok: bool
+    why: str = ""
+    seconds: Optional[float] = None
+    total_seconds: float = 0.0
+    job: Optional[dict] = None
+    conditions: list = field(default_factory=list)
+
+
+def _condition(job: Optional[dict], ctype: str) -> Optional[dict]:
+    for c in ((job or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def substitute(text: str, rank_nodes: dict[int, str]) -> str:
+    """Replace ``{node:N}`` with the node of probe rank N (left as is while unknown)."""
+    for r, n in rank_nodes.items():
+        text = text.replace(f"{{node:{r}}}", n)
+    return text
+
+
+def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -> tuple[Optional[bool], str]:
+    """(True, '') when the expected condition is met, (False, why) when it can no longer
+    be, (None, what is awaited) otherwise. ``phase`` is checked after the condition."""
+    c = _condition(job, expect.condition)
+    phase = ((job or {}).get("status") or {}).get("phase")
+    if c is None or (c.get("status") == "Unknown" and expect.status != "Unknown"):
+        if phase in ("Succeeded", "Failed"):
+            return False, f"job {phase} but {expect.condition} is {c and c.get('status')}"
+        return None, f"{expect.condition} not yet decided"
+    got = (c.get("status"), c.get("reason"))
+    if c.get("status") != expect.status or (expect.reason and c.get("reason") != expect.reason):
+        return False, (f"{expect.condition} is {got[0]}/{got[1]}, expected {expect.status}/"
+                       f"{expect.reason or '*'}: {c.get('message', '')}")
+    missing = [s for s in (substitute(x, rank_nodes) for x in expect.messageContains)
+               if s not in (c.get("message") or "")]
+    if missing:
+        if any("{node:" in m for m in missing):
+            return None, "waiting for probe placement"
+        return False, f"{expect.condition} message lacks {missing}: {c.get('message', '')}"
+    extra = [s for s in (substitute(x, rank_nodes) for x in expect.messageLacks)
+             if s in (c.get("message") or "")]
+    if extra:
+        return False, f"{expect.condition} message should not name {extra}: {c.get('message', '')}"
+    if expect.phase and phase != expect.phase:
+        if phase in ("Succeeded", "Failed"):
+            return False, f"job {phase}, expected {expect.phase}"
+        return None, f"condition met; waiting for phase {expect.phase} (now {phase})"
+    return True, ""
+
+
+def _kubectl(*args: str, input: Optional[str] = None, check_: bool = True):
+    from .operator_install import kubectl
+    return kubectl(*args, input=input, check=check_)
+
+
+def _rank_nodes(ns: str) -> dict[int, str]:
+    out = _kubectl("get", "pods", "-n", ns, "-l", f"disttrain.dev/job-name={JOB}", "-o", "json",
+                   check_=False)
+    res = {}
+    if out.returncode == 0:
+        for p in json.loads(out.stdout).get("items", []):
+            name = p["metadata"]["name"]
+            node = (p.get("spec") or {}).get("nodeName")
+            if node and f"{JOB}-probe-" in name:
+                try:
+                    res[int(name.rsplit("-", 1)[1])] = node
+                except ValueError:
+                    pass
+    return res
+
+
+def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.0) -> Outcome:
+    """Apply the scenario's job in namespace ``ns`` (created) and wait for ``expect``."""
+    _kubectl("create", "namespace", ns, check_=False)
+    docs = scn.job_documents(sc)
+    t0 = time.monotonic()
+    _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+    seen: dict[str, tuple] = {}
+    met_at = None
+    deadline = t0 + sc.expect.withinSeconds
+    job = None
+    while True:
+        out = _kubectl("get", "dtj", JOB, "-n", ns, "-o", "json", check_=False)
+        job = json.loads(out.stdout) if out.returncode == 0 else None
+        now = time.monotonic() - t0
+        for cnd in ((job or {}).get("status") or {}).get("conditions") or []:
+            key = (cnd.get("status"), cnd.get("reason"))
+            if seen.get(cnd["type"]) != key:
+                seen[cnd["type"]] = key
+                say(f"  {now:6.1f}s {cnd['type']:<20} {cnd.get('status'):<7} {cnd.get('reason')}: "
+                    f"{cnd.get('message', '')}")
+        rank_nodes = _rank_nodes(ns)
+        cond_only = sc.expect.model_copy(update={"phase": None})
+        if met_at is None and check(job, cond_only, rank_nodes)[0]:
+            met_at = now
+            if sc.expect.phase:
+                deadline = t0 + met_at + training_timeout
+        verdict, why = check(job, sc.expect, rank_nodes)
+        if verdict is not None:
+            conds = ((job or {}).get("status") or {}).get("conditions") or []
+            return Outcome(bool(verdict), why, met_at, now, job, conds)
+        if time.monotonic() > deadline:
+            return Outcome(False, f"timed out after {now:.0f}s: {why}", met_at, now, job,
+                           ((job or {}).get("status") or {}).get("conditions") or [])
+        time.sleep(0.5)
+
+
+def prepare(sc: scn.Scenario, say=print) -> None:
+    """Cluster up as the scenario says, and the operator running. On a failed `up` the
+    cluster is taken down (nothing half-created) and the error re-raised."""
+    from . import cli, firewall, operator_install
+    for t in scn.topology(sc):
+        if t.firewall:
+            firewall.check(t.firewall)
+    try:
+        cli.up(scenario=sc)
+    except Exception:
+        say("up failed; taking the cluster down")
+        operator_install.stop(timeout=5.0)
+        cli.down()
+        raise
+    operator_install.stop()  # a fresh operator: the one running may be older code
+    operator_install.start()
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m localcluster.scenariorun", description=__doc__)
+    ap.add_argument("scenario", help="a name in scenarios/ or a path to a scenario file")
+    ap.add_argument("--keep", action="store_true", help="keep the job's namespace afterwards")
+    a = ap.parse_args(argv)
+    try:
+        sc = scn.load(a.scenario)
+    except scn.ScenarioError as e:
+        print(f"scenario error:\n{e}", file=sys.stderr)
+        return 2
+    print(f"scenario {sc.name}: {sc.description.strip()}")
+    print(f"cluster instance {config.INSTANCE} (state {config.state_dir()})")
+    prepare(sc)
+    ns = f"sc-{sc.name[:40]}-{uuid.uuid4().hex[:5]}".lower()
+    try:
+        o = run_job(sc, ns)
+    finally:
+        if not a.keep:
+            _kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check_=False)
+    e = sc.expect
+    want = f"{e.condition}={e.status}" + (f" ({e.reason})" if e.reason else "") + \
+        (f", phase {e.phase}" if e.phase else "")
+    if o.ok:
+        print(f"PASS {sc.name}: {want} after {o.seconds:.1f}s (total {o.total_seconds:.1f}s)")
+        return 0
+    print(f"FAIL {sc.name}: expected {want}: {o.why}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,62 @@
+"""Every scenario in scenarios/ on the real local cluster: the cluster is rebuilt as the
+scenario says, the operator runs the scenario's job, and its ``expect`` must hold (healthy
+scenarios also reach Succeeded).
+
+Run on your own cluster instance when others use the default one:
+``DISTTRAIN_CLUSTER_INSTANCE=1 .venv/bin/python -m pytest -q tests/e2e/test_scenarios.py``.
+Nodes are rebuilt per scenario, so this module brings the cluster up itself (after it,
+the default 2-node topology is restored for the other e2e tests).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from localcluster import cli, operator_install, scenario as scn, scenariorun
+
+pytestmark = pytest.mark.e2e
+
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def scenario_cluster(cluster):
+    operator_install.stop()
+    yield cluster
+    operator_install.stop()
+    cli.up(nodes=2)  # the default topology again, for the tests that follow
+    if TIMINGS:
+        print("\nseconds from apply to the expected condition:")
+        for k, v in TIMINGS.items():
+            print(f"  {k:32s} {v:6.1f}")
+
+
+@pytest.mark.parametrize("name", scn.all_names())
+def test_scenario(scenario_cluster, name):
+    sc = scn.load(name)
+    scenariorun.prepare(sc, say=lambda *_: None)
+    ns = f"sc-{name[:40]}-{uuid.uuid4().hex[:5]}"
+    lines: list[str] = []
+    try:
+        outcome = scenariorun.run_job(sc, ns, say=lines.append)
+    finally:
+        operator_install.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+    assert outcome.ok, f"{name}: {outcome.why}\n" + "\n".join(lines)
+    TIMINGS[name] = outcome.seconds
+    if sc.expect.status == "False":
+        assert outcome.seconds < 60, f"{name}: diagnosed only after {outcome.seconds:.0f}s"
+
+
+def test_bad_scenario_names_line_and_field_and_creates_nothing(tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("nodes: 2\nnodeOverrides:\n  node-a:\n    nics:\n      - {name: eth0, segment: mgmt, mtu: 5}\n"
+                 "expect: {status: 'True'}\n")
+    before = sorted(cli.network.list_netns())
+    p = subprocess.run([sys.executable, "-m", "localcluster.scenariorun", str(f)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert f"{f}:5: nodeOverrides.node-a.nics.0.mtu" in p.stderr
+    assert sorted(cli.network.list_netns()) == before

@@ -1,0 +1,182 @@
+"""Scenario files (localcluster/scenario.py), nft rendering (firewall.py), the expectation
+check (scenariorun.check) and the cluster instance settings (config.py): all pure."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from localcluster import firewall, scenario as scn, scenariorun
+from localcluster.config import REPO_ROOT
+
+
+def parse(text: str) -> scn.Scenario:
+    return scn.parse(textwrap.dedent(text), "t.yaml")
+
+
+@pytest.mark.parametrize("name", scn.all_names())
+def test_every_checked_in_scenario_loads(name):
+    sc = scn.load(name)
+    assert sc.name == name and sc.description
+    topos = scn.topology(sc)
+    assert len(topos) == sc.nodes
+    assert scn.job_documents(sc)
+    if sc.expect.status == "True":  # a healthy cluster must still train
+        assert sc.expect.phase == "Succeeded", f"{name}: expect.phase: Succeeded"
+
+
+def test_minimal_scenario_is_the_default_cluster():
+    sc = parse("expect: {status: 'True'}\n")
+    topos = scn.topology(sc)
+    a, b = topos
+    assert [ln.name for ln in a.links] == ["docker0", "eth0", "eth1"]
+    assert a.links[0].addresses == ["172.17.0.1/16"] and a.links[0].segment is None
+    assert a.links[1].addresses == ["10.100.0.11/24"] and a.links[1].fabric_peer == "mgmt-node-a"
+    assert b.links[2].addresses == ["10.101.0.12/24"] and b.links[2].fabric_peer == "data-node-b"
+    assert (a.internal_ip, b.internal_ip) == ("10.100.0.11", "10.100.0.12")
+    hosts = scn.peer_hosts(topos)
+    assert "10.100.0.11 node-a" in hosts and "::ffff:10.101.0.12 node-b-data" in hosts
+
+
+def test_overrides_replace_fields_per_node_and_ipv6_and_mtu():
+    sc = parse("""
+        nodes: 2
+        segments:
+          mgmt: {subnet: 10.100.0.0/24, subnet6: "fd00:100::/64"}
+        defaults:
+          nics: [{name: eth0, segment: mgmt, mtu: 9000}]
+          env: {NCCL_DEBUG: INFO}
+          hosts: ["127.0.1.1 {node}"]
+        nodeOverrides:
+          node-b:
+            nics: [{name: enp4s0, segment: mgmt, addresses: [10.100.0.99/24]}]
+            gpus: 4
+        expect: {status: 'True'}
+        """)
+    a, b = scn.topology(sc)
+    assert a.links[1].addresses == ["10.100.0.11/24", "fd00:100::b/64"] and a.links[1].mtu == 9000
+    assert b.links[1].name == "enp4s0" and b.internal_ip == "10.100.0.99"
+    assert (a.gpus, b.gpus) == (None, 4)
+    assert a.hosts == ["127.0.1.1 node-a"] and b.env == {"NCCL_DEBUG": "INFO"}
+    assert scn.NodeTopology.from_json(b.to_json()) == b
+
+
+@pytest.mark.parametrize("text,where", [
+    ("nodes: 2\nexpect:\n  status: 'True'\n  colour: red\n", "t.yaml:4: expect.colour: Extra inputs"),
+    ("nodes: 0\nexpect: {status: 'True'}\n", "t.yaml:1: nodes:"),
+    ("expect: {status: 'True'}\ndefaults:\n  nics:\n    - {name: eth0, segment: mgmt}\n"
+     "    - {name: eth1, segment: mgmt, mtu: 10}\n", "t.yaml:5: defaults.nics.1.mtu"),
+    ("expect: {status: 'True'}\ndefaults:\n  nics:\n    - {name: eth0, segment: nowhere}\n",
+     "defaults.nics.0.segment: unknown segment 'nowhere'"),
+    ("expect: {status: 'True'}\nnodeOverrides:\n  node-z: {gpus: 1}\n",
+     "t.yaml:3: nodeOverrides.node-z: no such node"),
+    ("expect: {status: 'True'}\ndefaults:\n  firewall:\n    input:\n      - {dport: 29500, action: drop}\n",
+     "t.yaml:5: defaults.firewall.input.0: dport needs proto"),
+    ("expect: {status: 'True'}\ndefaults:\n  firewall:\n    input:\n      - {proto: tcp, dport: 70000, action: drop}\n",
+     "t.yaml:5: defaults.firewall.input.0.dport"),
+    ("expect: {status: 'True'}\ndefaults:\n  nics: [{name: eth0, segment: mgmt, addresses: [10.1.2.3]}]\n",
+     "t.yaml:3: defaults.nics.0.addresses"),
+    ("nodes: 2\n", "t.yaml:1: expect: Field required"),
+    ("nodes: [1\n", "t.yaml:2: not valid YAML"),
+    ("expect: {status: 'True'}\ndefaults:\n  decoys: []\n  nics: [{name: eth0, segment: mgmt, addresses: ['fd00::1/64']}]\n",
+     "no NIC with an IPv4 address"),
+])
+def test_errors_name_line_and_field(text, where):
+    with pytest.raises(scn.ScenarioError) as e:
+        scn.parse(text, "t.yaml")
+    assert where in str(e.value)
+
+
+def test_resolve_by_name_or_path(tmp_path):
+    assert scn.resolve("healthy") == scn.SCENARIO_DIR / "healthy.yaml"
+    f = tmp_path / "mine.yaml"
+    f.write_text("expect: {status: 'True'}\n")
+    assert scn.load(str(f)).name == "mine"
+    with pytest.raises(scn.ScenarioError, match="known: .*healthy"):
+        scn.resolve("no-such-scenario")
+
+
+def test_job_overrides_deep_merge():
+    sc = parse("expect: {status: 'True'}\njob: {numNodes: 3, network: {socketIfname: eth2}}\n")
+    job = [d for d in scn.job_documents(sc) if d["kind"] == "DistTrainingJob"][0]
+    assert job["spec"]["numNodes"] == 3
+    assert job["spec"]["network"] == {"hostNetwork": True, "socketIfname": "eth2"}
+
+
+def test_firewall_render():
+    fw = {"policy": "accept", "input": [
+        {"iifname": "lo", "action": "accept"},
+        {"state": ["established", "related"], "action": "accept"},
+        {"proto": "tcp", "dport": 29500, "action": "accept"},
+        {"proto": "tcp", "state": ["new"], "action": "drop"},
+        {"proto": "tcp", "dport": "29500", "saddr": "10.100.0.0/24", "action": "reject"},
+        {"proto": "udp", "dport": "1000-2000", "action": "reject"},
+    ]}
+    text = firewall.render(fw)
+    assert text.startswith("table inet disttrain\ndelete table inet disttrain\n")
+    assert "type filter hook input priority 0; policy accept;" in text
+    body = [ln.strip() for ln in text.splitlines()]
+    assert body[5:11] == ['iifname "lo" accept', "ct state established,related accept",
+                          "tcp dport 29500 accept", "meta l4proto tcp ct state new drop",
+                          "ip saddr 10.100.0.0/24 tcp dport 29500 reject with tcp reset",
+                          "udp dport 1000-2000 reject"]
+    assert firewall.render(None) == "table inet disttrain\ndelete table inet disttrain\n"
+
+
+def _job(*conds, phase=None):
+    return {"status": {"phase": phase, "conditions": [
+        {"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conds]}}
+
+
+def test_check_expectations():
+    e = scn.Expect(condition="MasterReachable", status="False", reason="MasterPortTimeout",
+                   messageContains=["{node:0}", "29500"])
+    assert scenariorun.check(None, e, {})[0] is None
+    assert scenariorun.check(_job(("MasterReachable", "Unknown", "NotCheckedYet", "")), e, {})[0] is None
+    hit = _job(("MasterReachable", "False", "MasterPortTimeout", "node-b: 10.100.0.12:29500 timed out"))
+    assert scenariorun.check(hit, e, {0: "node-b"}) == (True, "")
+    assert scenariorun.check(hit, e, {})[0] is None  # placement not known yet
+    assert scenariorun.check(hit, e, {0: "node-a"})[0] is False
+    e_lacks = e.model_copy(update={"messageContains": [], "messageLacks": ["node-a"]})
+    assert scenariorun.check(hit, e_lacks, {})[0] is True
+    assert scenariorun.check(_job(("MasterReachable", "False", "MasterPortTimeout", "node-a: x")),
+                             e_lacks, {})[0] is False
+    wrong = _job(("MasterReachable", "False", "MasterPortRefused", "x"))
+    assert scenariorun.check(wrong, e, {0: "node-b"})[0] is False
+    e2 = scn.Expect(status="True", phase="Succeeded")
+    assert scenariorun.check(_job(("Validated", "True", "AllChecksPassed", ""), phase="Running"), e2, {})[0] is None
+    assert scenariorun.check(_job(("Validated", "True", "AllChecksPassed", ""), phase="Succeeded"), e2, {})[0]
+    assert scenariorun.check(_job(("Validated", "True", "AllChecksPassed", ""), phase="Failed"), e2, {})[0] is False
+
+
+def _config_in(instance: str) -> list[str]:
+    code = ("from localcluster import config as c, operator_install as o; "
+            "print(c.INSTANCE, c.APISERVER_PORT, c.ETCD_CLIENT_PORT, c.ETCD_PEER_PORT, "
+            "c.CONTROLLER_MANAGER_PORT, c.SCHEDULER_PORT, c.KUBELET_PORT_BASE, o.LIVENESS_PORT, "
+            "o.METRICS_PORT, c.FABRIC_NS, c.NodeSpec(0).netns, c.state_dir().name)")
+    env = {k: v for k, v in os.environ.items() if k not in ("DISTTRAIN_STATE_DIR",)}
+    env["DISTTRAIN_CLUSTER_INSTANCE"] = instance
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True, cwd=REPO_ROOT).stdout.split()
+
+
+def test_cluster_instance_zero_is_todays_cluster():
+    assert _config_in("") == ["0", "16443", "23790", "23800", "16457", "16459", "16500", "18080",
+                              "18090", "dtj-fabric", "dtj-node-a", ".localcluster"]
+
+
+def test_cluster_instance_shifts_ports_names_and_state():
+    assert _config_in("1") == ["1", "17443", "24790", "24800", "17457", "17459", "17500", "19080",
+                               "19090", "dtj1-fabric", "dtj1-node-a", ".localcluster-1"]
+
+
+def test_process_matching_does_not_confuse_instances(tmp_path):
+    from localcluster.procs import mentions
+    st = tmp_path / ".localcluster"
+    assert mentions(["etcd", f"--data-dir={st}/etcd"], st)
+    assert mentions(["python", "-m", "localcluster.nodeagent", "--state", str(st)], st)
+    assert not mentions(["python", "--state", f"{st}-1"], st)
+    assert not mentions(["etcd", f"--data-dir={st}-1/etcd"], st)
