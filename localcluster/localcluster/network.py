@@ -12,6 +12,7 @@ route, so a node can only reach the cluster's own addresses)::
 from __future__ import annotations
 
 import subprocess
+import time
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from .config import DECOY_DOCKER_ADDR, FABRIC_NS, KUBERNETES_SERVICE_IP, NODE_NS_PREFIX, NodeSpec
@@ -109,8 +110,14 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
     for link in (ln for ln in topo.links if ln.segment is not None):
         peer = link.fabric_peer
         if not _link_exists(ns, link.name):
+            # A peer left from a just-deleted node namespace goes away asynchronously (the
+            # kernel tears namespaces down in a workqueue): delete it if it is still there,
+            # tolerate it vanishing meanwhile, and wait until the name is free.
             if _link_exists(FABRIC_NS, peer):
-                _ip("-n", FABRIC_NS, "link", "del", peer)
+                _ip("-n", FABRIC_NS, "link", "del", peer, check=False)
+            deadline = time.monotonic() + 10
+            while _link_exists(FABRIC_NS, peer) and time.monotonic() < deadline:
+                time.sleep(0.1)
             _ip("-n", FABRIC_NS, "link", "add", peer, "type", "veth", "peer", "name", link.name,
                 "netns", ns)
         _add_addrs(ns, link.name, link.addresses)

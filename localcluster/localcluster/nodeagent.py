@@ -459,13 +459,23 @@ class PodWorker(threading.Thread):
                          "expirationSeconds": int(src.get("expirationSeconds") or 3607),
                          "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
                                             "name": self.pod_name, "uid": self.uid}}}
-        try:
-            tr = self.agent.client.post(
-                f"/api/v1/namespaces/{self.ns}/serviceaccounts/{sa}/token", body)
-            (dest / src.get("path", "token")).write_text(tr["status"]["token"])
-        except Exception as e:  # best effort
-            log.info("pod %s/%s: service account token not issued (%s); skipped",
-                     self.ns, self.pod_name, e)
+        # The Node authorizer learns that this pod is bound here from its own informers: a
+        # request made right after the binding can be refused (403 "no relationship found")
+        # for a moment. Retry, as kubelet's token manager does, before giving up.
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                tr = self.agent.client.post(
+                    f"/api/v1/namespaces/{self.ns}/serviceaccounts/{sa}/token", body)
+                (dest / src.get("path", "token")).write_text(tr["status"]["token"])
+                return
+            except Exception as e:  # best effort after the deadline
+                if time.monotonic() < deadline and not self.agent.stop.is_set():
+                    time.sleep(0.5)
+                    continue
+                log.info("pod %s/%s: service account token not issued (%s); skipped",
+                         self.ns, self.pod_name, e)
+                return
 
     def _mounts(self, spec: dict) -> list[dict]:
         out = []
