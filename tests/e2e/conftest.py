@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,3 +95,14 @@ def cluster() -> Cluster:
         keep = was_up or os.environ.get("DISTTRAIN_KEEP_CLUSTER") == "1"
         if not keep and not _other_live_sessions(sessions):
             _localcluster("down", timeout=120)
+
+
+@pytest.fixture
+def ns(cluster: Cluster, request) -> str:
+    """A fresh namespace for one test, named after its module; deleted afterwards
+    (without waiting: the garbage collector finishes the job)."""
+    module = request.module.__name__.rsplit(".", 1)[-1].removeprefix("test_").replace("_", "-")
+    name = f"{module}-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import uuid
 
 import pytest
 import yaml
@@ -45,14 +44,6 @@ def release(cluster):
              what="operator pod Running")
     yield RELEASE
     operator_install.helm_uninstall()
-
-
-@pytest.fixture
-def ns(cluster):
-    name = f"helm-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def test_rendered_chart_accepted_by_apiserver(cluster):

@@ -11,7 +11,6 @@ import json
 import re
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -32,14 +31,6 @@ def operator(cluster):
     operator_install.start()
     yield operator_install
     operator_install.stop()
-
-
-@pytest.fixture
-def ns(cluster):
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    cluster.kubectl("create", "namespace", name)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def example_docs(**spec_overrides):
