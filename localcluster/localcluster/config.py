@@ -42,11 +42,25 @@ OPERATOR_METRICS_PORT = 18090 + _PORT_OFFSET
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service ClusterIP (see serviceproxy.py)
 KUBERNETES_SERVICE_PORT = 443
+# Pod network (localcluster/podnet.py): node i's pods get 10.244.i.0/24, gateway .1 on the
+# node's `cni0` bridge; cluster DNS (CoreDNS, localcluster/dns.py) answers on the kube-dns
+# Service ClusterIP, put directly on the DNS namespace's loopback (there is no kube-proxy).
+POD_CIDR_TEMPLATE = "10.244.{index}.0/24"
+CLUSTER_DOMAIN = "cluster.local"
+DNS_SERVICE_IP = "10.96.0.10"
+
+
+def pod_cidr(index: int) -> str:
+    """Node ``index``'s pod CIDR, e.g. 0 -> "10.244.0.0/24"."""
+    return POD_CIDR_TEMPLATE.format(index=index)
+
+
 MGMT_PREFIX = "10.100.0."
 DATA_PREFIX = "10.101.0."
 DECOY_DOCKER_ADDR = "172.17.0.1/16"
 NODE_NS_PREFIX = "dtj-" if INSTANCE == 0 else f"dtj{INSTANCE}-"
 FABRIC_NS = NODE_NS_PREFIX + "fabric"
+DNS_NS = NODE_NS_PREFIX + "dns"
 MAX_NODES = 26
 
 
