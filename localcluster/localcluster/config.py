@@ -90,6 +90,11 @@ def etcd_bin() -> Path:
     return cache_dir() / f"etcd-{versions()['ETCD_VERSION']}" / "bin" / "etcd"
 
 
+def coredns_bin() -> Path:
+    """Path of the CoreDNS binary (built by ``build-k8s.sh coredns``; it may not exist)."""
+    return cache_dir() / f"coredns-{versions()['COREDNS_VERSION']}" / "bin" / "coredns"
+
+
 def state_dir() -> Path:
     """The state dir: $DISTTRAIN_STATE_DIR or ``<repo>/.localcluster`` (instance N > 0:
     ``<repo>/.localcluster-N``)."""
