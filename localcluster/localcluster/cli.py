@@ -70,6 +70,9 @@ def _kill_node_pods(ns: str) -> int:
 def _remove_node(state: Path, name: str) -> None:
     procs.stop_tracked(state, _agent_name(name))
     spec = node_spec_by_name(name)
+    for ns in [n for n in network.our_netns() if n.startswith(spec.netns + "-p")]:
+        _kill_node_pods(ns)  # its pods' own namespaces (podnet.py)
+        network.delete_netns(ns)
     _kill_node_pods(spec.netns)
     network.delete_netns(spec.netns)
     try:
@@ -146,6 +149,9 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
         if prev and prev.get("topology", digest) != digest:
             _say(f"{n.name}: topology changed; rebuilding the node")
             procs.stop_tracked(state, agent)
+            for ns in [x for x in network.our_netns() if x.startswith(n.netns + "-p")]:
+                _kill_node_pods(ns)
+                network.delete_netns(ns)
             _kill_node_pods(n.netns)
             network.delete_netns(n.netns)
             rebuilt = True

@@ -1,4 +1,7 @@
-"""nftables firewalls for simulated nodes: an input filter in table ``inet disttrain``.
+"""nftables firewalls for simulated nodes: an input filter in table ``inet disttrain``,
+and the same rules in a forward chain for traffic headed into the node's pod bridge
+(``cni0``, see podnet.py), so pods behind the node meet the node's firewall as they do
+behind a host firewall or a CNI's host endpoint policy.
 
 :func:`render` (pure) turns a scenario's firewall (``{policy, input: [rules]}``, see
 ``scenario.FirewallRule``) into an ``nft -f`` script; :func:`apply` loads it inside a
@@ -10,6 +13,7 @@ import subprocess
 from typing import Optional
 
 TABLE = "disttrain"
+POD_BRIDGE = "cni0"  # podnet.BRIDGE (not imported: this module stays free of `ip` calls)
 
 
 class FirewallError(RuntimeError):
@@ -46,6 +50,13 @@ def render(fw: Optional[dict]) -> str:
                   "  chain input {",
                   f"    type filter hook input priority 0; policy {fw.get('policy', 'accept')};"]
         lines += [f"    {render_rule(r)}" for r in fw.get("input") or []]
+        lines += ["  }",
+                  "  chain forward {",
+                  "    type filter hook forward priority 0; policy accept;",
+                  f'    oifname != "{POD_BRIDGE}" accept']
+        lines += [f"    {render_rule(r)}" for r in fw.get("input") or []]
+        if fw.get("policy", "accept") != "accept":
+            lines.append(f"    {fw['policy']}")
         lines += ["  }", "}"]
     return "\n".join(lines) + "\n"
 

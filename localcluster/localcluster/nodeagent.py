@@ -29,15 +29,18 @@ import time
 import urllib.parse
 from pathlib import Path
 
-from . import pki, podspec, scenario
+from . import pki, podnet, podspec, scenario
 from .config import (
     APISERVER_PORT,
+    CLUSTER_DOMAIN,
+    DNS_SERVICE_IP,
     KUBERNETES_SERVICE_IP,
     MAX_NODES,
     KUBERNETES_SERVICE_PORT,
     NodeSpec,
     node_spec_by_name,
     node_specs,
+    pod_cidr,
     venv_bin,
     venv_python,
     versions,
@@ -133,6 +136,9 @@ class PodWorker(threading.Thread):
         self.pod_message = ""
         self.terminal = False
         self.transitions: dict[str, tuple[str, str]] = {}
+        self.host_network = bool(spec.get("hostNetwork"))
+        self.pod_ip: str | None = None  # pod network: its address on the node's cni0
+        self.netns: str | None = None  # pod network: the pod's own network namespace
 
     # -- events from the watch ------------------------------------------------------
     def update(self, pod: dict) -> None:
@@ -175,6 +181,10 @@ class PodWorker(threading.Thread):
 
     def _step(self) -> None:
         now = time.monotonic()
+        if self.terminal:
+            return
+        if not self.host_network and self.netns is None and not self._setup_sandbox():
+            return
         if not self.volumes_ready:
             try:
                 self._prepare_volumes()
@@ -211,6 +221,101 @@ class PodWorker(threading.Thread):
                 self._start(c)
         if self.mains and all(c.finished for c in self.mains):
             self.terminal = True
+
+    def _setup_sandbox(self) -> bool:
+        """Pod network (as a CNI plugin would): own namespace, eth0 on cni0, a pod IP from
+        the node's pod CIDR, safe sysctls. Returns False (pod stays Pending, or Failed
+        with SysctlForbidden as kubelet rejects it) when it could not."""
+        agent = self.agent
+        spec = self.pod["spec"]
+        try:
+            sysctls = podnet.check_sysctls((spec.get("securityContext") or {}).get("sysctls"),
+                                           self.host_network)
+        except podnet.SysctlForbidden as e:
+            self.pod_reason, self.pod_message = "SysctlForbidden", f"Pod {e}"
+            self.event("SysctlForbidden", str(e), etype="Warning")
+            self.terminal = True
+            return False
+        ip_file = self.dir / "pod-ip"
+        with agent.net_lock:
+            if ip_file.exists():  # a previous agent's sandbox for this pod: start afresh
+                podnet.teardown_pod(agent.node.netns, ip_file.read_text().strip())
+            try:
+                ip = podnet.allocate(agent.node.netns, agent.pod_cidr)
+                self.netns = podnet.setup_pod(agent.node.netns, agent.pod_cidr, ip, sysctls)
+            except Exception as e:
+                ip, msg = None, f"Failed to create pod sandbox: {e}"
+            else:
+                ip_file.write_text(ip)
+                self.pod_ip = ip
+        if ip is None:
+            log.warning("pod %s/%s: %s", self.ns, self.pod_name, msg)
+            self.event("FailedCreatePodSandBox", msg, etype="Warning")
+            for c in self.inits + self.mains:
+                c.state = {"waiting": {"reason": "ContainerCreating", "message": msg[:500]}}
+            self.wake.wait(2.0)
+            return False
+        return True
+
+    def _hostname(self) -> str:
+        """The container's hostname: the node's with hostNetwork, else spec.hostname or
+        the pod's name (as kubelet sets it)."""
+        if self.host_network:
+            return self.agent.node.name
+        return self.pod["spec"].get("hostname") or self.pod_name
+
+    def _hosts_file(self) -> str:
+        """/etc/hosts: the node's with hostNetwork; else kubelet's managed file (localhost,
+        the pod's own address and FQDN, hostAliases)."""
+        spec = self.pod["spec"]
+        lines = []
+        if self.host_network:
+            base = self.agent.hosts_file.read_text()
+        else:
+            name = self._hostname()
+            names = [name]
+            if spec.get("subdomain"):
+                names.insert(0, f"{name}.{spec['subdomain']}.{self.ns}.svc.{CLUSTER_DOMAIN}")
+            base = ("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"
+                    "::1\tlocalhost ip6-localhost ip6-loopback\n"
+                    f"{self.pod_ip}\t{chr(9).join(names)}\n")
+        for alias in spec.get("hostAliases") or []:
+            lines.append(f"{alias.get('ip')}\t{chr(9).join(alias.get('hostnames') or [])}")
+        if lines:
+            base += "\n# Entries added by HostAliases.\n" + "".join(f"{ln}\n" for ln in lines)
+        path = self.dir / "etc-hosts"
+        path.write_text(base)
+        return str(path)
+
+    def _resolv_conf(self) -> str | None:
+        """/etc/resolv.conf by dnsPolicy: ClusterFirst (pod network) and
+        ClusterFirstWithHostNet point at cluster DNS with kubelet's search path; None and
+        dnsConfig as the pod says; otherwise (Default, or ClusterFirst with hostNetwork)
+        None: the node's own file."""
+        spec = self.pod["spec"]
+        policy = spec.get("dnsPolicy") or "ClusterFirst"
+        cluster = policy == "ClusterFirstWithHostNet" or (
+            policy == "ClusterFirst" and not self.host_network)
+        cfg = spec.get("dnsConfig") or {}
+        if not cluster and policy != "None" and not cfg:
+            return None
+        servers, search, options = [], [], ["ndots:5"] if cluster else []
+        if cluster:
+            servers = [DNS_SERVICE_IP]
+            search = [f"{self.ns}.svc.{CLUSTER_DOMAIN}", f"svc.{CLUSTER_DOMAIN}", CLUSTER_DOMAIN]
+        servers += cfg.get("nameservers") or []
+        search += cfg.get("searches") or []
+        for o in cfg.get("options") or []:
+            options = [x for x in options if x.split(":")[0] != o.get("name")]
+            options.append(o["name"] + (f":{o['value']}" if o.get("value") else ""))
+        text = "".join(f"nameserver {x}\n" for x in servers)
+        if search:
+            text += "search " + " ".join(search) + "\n"
+        if options:
+            text += "options " + " ".join(options) + "\n"
+        path = self.dir / "resolv.conf"
+        path.write_text(text)
+        return str(path)
 
     def _reap(self, c: Container) -> None:
         if c.proc is None:
@@ -291,7 +396,7 @@ class PodWorker(threading.Thread):
         term = self.dir / f"{c.name}.termination-log"
         try:
             env = podspec.build_env(self.pod, spec, agent.internal_ip, agent.allocatable,
-                                    self._get_object)
+                                    self._get_object, pod_ip=self.pod_ip)
             image = podspec.image_entry(spec.get("image", ""), agent.image_map)
             if image.get("pullError"):
                 if c.state.get("waiting", {}).get("reason") != "ErrImagePull":
@@ -308,7 +413,7 @@ class PodWorker(threading.Thread):
                 raise ValueError("no command: the image map has no entrypoint for "
                                  f"{spec.get('image')!r}; set container.command")
             proc_env = podspec.container_process_env(env, agent.node_image(image), venv_bin(),
-                                                     agent.node.name)
+                                                     self._hostname())
             mounts = self._mounts(spec)
         except Exception as e:  # as kubelet: stay waiting, retry
             if c.state.get("waiting", {}).get("reason") != "CreateContainerConfigError":
@@ -324,17 +429,20 @@ class PodWorker(threading.Thread):
         term.write_bytes(b"")
         mounts.append({"source": str(term), "target": spec.get("terminationMessagePath")
                        or "/dev/termination-log", "read_only": False})
+        resolv = self._resolv_conf()
+        if resolv:
+            mounts.insert(0, {"source": resolv, "target": "/etc/resolv.conf", "read_only": True})
         spec_file = self.dir / f"{c.name}.spec.json"
         spec_file.write_text(json.dumps({
-            "hostname": agent.node.name,
-            "hosts_file": str(agent.hosts_file),
+            "hostname": self._hostname(),
+            "hosts_file": self._hosts_file(),
             "mounts": mounts,
             "workingDir": spec.get("workingDir") or "",
             "command": argv,
             "env": proc_env,
             "created_paths_file": str(agent.state / "created-paths"),
         }))
-        cmd = ["ip", "netns", "exec", agent.node.netns, "unshare", "--mount", "--uts",
+        cmd = ["ip", "netns", "exec", self.netns or agent.node.netns, "unshare", "--mount", "--uts",
                "--propagation", "private", venv_python(), "-m", "localcluster.containerinit",
                str(spec_file)]
         with open(logf, "ab") as out:
@@ -494,7 +602,7 @@ class PodWorker(threading.Thread):
 
     # -- status ---------------------------------------------------------------------------
     def _phase(self) -> str:
-        if self.pod_reason == "DeadlineExceeded":
+        if self.pod_reason in ("DeadlineExceeded", "SysctlForbidden"):
             return "Failed"
         if any(c.finished and c.exit_code != 0 for c in self.inits):
             return "Failed"
@@ -537,10 +645,12 @@ class PodWorker(threading.Thread):
             "phase": phase,
             "conditions": conds,
             "hostIP": ip, "hostIPs": [{"ip": ip}],
-            "podIP": ip, "podIPs": [{"ip": ip}],
             "startTime": self.start_time,
             "containerStatuses": [c.status(terminal) for c in self.mains],
         }
+        pod_ip = ip if self.host_network else self.pod_ip
+        if pod_ip:  # pod network: once the sandbox has its address
+            st["podIP"], st["podIPs"] = pod_ip, [{"ip": pod_ip}]
         if self.inits:
             st["initContainerStatuses"] = [c.status(terminal) for c in self.inits]
         if self.pod_reason:
@@ -603,6 +713,10 @@ class PodWorker(threading.Thread):
                 self.event("Killing", f"Stopping container {c.name}", c.name)
         self._kill_all(grace)
         self._reap_all()
+        if self.pod_ip:  # as kubelet's sandbox teardown: the address goes back to the pool
+            with self.agent.net_lock:
+                podnet.teardown_pod(self.agent.node.netns, self.pod_ip)
+            (self.dir / "pod-ip").unlink(missing_ok=True)
         if self.removed:
             return
         try:
@@ -655,6 +769,8 @@ class Agent:
         self.events: "queue.Queue[dict]" = queue.Queue(maxsize=1000)
         self.finished_uids: set[str] = set()
         self.lock = threading.Lock()
+        self.net_lock = threading.Lock()  # pod address allocation and sandbox set-up
+        self.pod_cidr = pod_cidr(node.index)
         self.stop = threading.Event()
         self.boot_time = now_rfc3339()
 
@@ -718,7 +834,8 @@ class Agent:
                   "beta.kubernetes.io/arch": "amd64", "disttrain.dev/simulated": "true"}
         body = {"apiVersion": "v1", "kind": "Node",
                 "metadata": {"name": self.node.name, "labels": labels},
-                "spec": {}, "status": self.node_status()}
+                "spec": {"podCIDR": self.pod_cidr, "podCIDRs": [self.pod_cidr]},
+                "status": self.node_status()}
         try:
             self.client.post("/api/v1/nodes", body)
         except ApiError as e:
@@ -830,14 +947,19 @@ class Agent:
         """Kill processes recorded for this pod by a previous agent (after a restart)."""
         md = pod["metadata"]
         d = self.state / "pods" / f"{md['namespace']}_{md['name']}_{md['uid']}"
+        inos = set()
         try:
-            ns_ino = os.stat(f"/run/netns/{self.node.netns}").st_ino
+            inos.add(os.stat(f"/run/netns/{self.node.netns}").st_ino)
+            ip = (d / "pod-ip").read_text().strip()
+            inos.add(os.stat(f"/run/netns/{podnet.pod_netns(self.node.netns, ip)}").st_ino)
         except OSError:
+            pass
+        if not inos:
             return
         for pf in d.glob("*.pid"):
             try:
                 pid = int(pf.read_text())
-                if os.stat(f"/proc/{pid}/ns/net").st_ino == ns_ino:  # still ours
+                if os.stat(f"/proc/{pid}/ns/net").st_ino in inos:  # still ours
                     os.killpg(pid, signal.SIGKILL)
             except (ValueError, OSError):
                 pass
@@ -985,6 +1107,17 @@ class Agent:
         threading.Thread(target=srv.serve_forever, name="kubelet-api", daemon=True).start()
         return srv
 
+    def _pod_routes(self) -> list[tuple[str, str]]:
+        """[(pod CIDR, InternalIP)] of every node `up` wrote a topology for."""
+        out = []
+        for f in sorted((self.state / "nodes").glob("*.topology.json")):
+            try:
+                t = json.loads(f.read_text())["topology"]
+                out.append((pod_cidr(int(t["index"])), t["internal_ip"]))
+            except (OSError, ValueError, KeyError):
+                continue
+        return out
+
     # -- run ----------------------------------------------------------------------------------
     def run(self) -> None:
         """Register, then serve until SIGTERM. Raises on a registration failure after retries."""
@@ -1002,6 +1135,7 @@ class Agent:
         log.info("node %s registered (InternalIP %s, kubelet port %d, gpus %d)", self.node.name,
                  self.internal_ip, self.node.kubelet_port, self.gpus)
         self.serve_logs()
+        podnet.ensure_node(self.node.netns, self.pod_cidr, self._pod_routes())
         ServiceProxy(self.node.netns, KUBERNETES_SERVICE_IP, KUBERNETES_SERVICE_PORT,
                      ("127.0.0.1", APISERVER_PORT)).start()
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()

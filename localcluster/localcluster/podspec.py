@@ -63,8 +63,9 @@ def expand(s: str, lookup: dict[str, str]) -> str:
     return "".join(out)
 
 
-def field_ref(pod: dict, path: str, node_ip: str) -> str:
-    """Value of a downward-API fieldRef ``path`` for ``pod`` (podIP/hostIP = ``node_ip``).
+def field_ref(pod: dict, path: str, node_ip: str, pod_ip: str | None = None) -> str:
+    """Value of a downward-API fieldRef ``path`` for ``pod`` (hostIP = ``node_ip``; podIP =
+    ``pod_ip``, or ``node_ip`` with hostNetwork / when not given).
 
     Raises KeyError for an unsupported path.
     """
@@ -76,9 +77,9 @@ def field_ref(pod: dict, path: str, node_ip: str) -> str:
         "metadata.uid": md.get("uid", ""),
         "spec.nodeName": spec.get("nodeName", ""),
         "spec.serviceAccountName": spec.get("serviceAccountName", ""),
-        "status.podIP": node_ip,
+        "status.podIP": pod_ip or node_ip,
         "status.hostIP": node_ip,
-        "status.podIPs": node_ip,
+        "status.podIPs": pod_ip or node_ip,
         "status.hostIPs": node_ip,
     }
     if path in simple:
@@ -111,9 +112,11 @@ def resource_field_ref(container: dict, ref: dict, node_allocatable: dict) -> st
 
 
 def build_env(pod: dict, container: dict, node_ip: str, node_allocatable: dict,
-              get_object: Callable[[str, str], dict | None]) -> dict[str, str]:
+              get_object: Callable[[str, str], dict | None],
+              pod_ip: str | None = None) -> dict[str, str]:
     """The container's environment as kubelet computes it: envFrom first, then env in
-    order, each value $(VAR)-expanded against what came before.
+    order, each value $(VAR)-expanded against what came before. ``pod_ip``: the pod
+    network address (None: hostNetwork, the node's).
 
     ``get_object(kind, name)`` returns the ConfigMap/Secret dict (kind "configmaps" or
     "secrets") in the pod's namespace or None if absent. Raises LookupError naming a
@@ -150,7 +153,7 @@ def build_env(pod: dict, container: dict, node_ip: str, node_allocatable: dict,
             continue
         vf = e["valueFrom"]
         if "fieldRef" in vf:
-            env[name] = field_ref(pod, vf["fieldRef"]["fieldPath"], node_ip)
+            env[name] = field_ref(pod, vf["fieldRef"]["fieldPath"], node_ip, pod_ip)
         elif "resourceFieldRef" in vf:
             target = container
             cname = vf["resourceFieldRef"].get("containerName")
@@ -197,7 +200,8 @@ def container_process_env(container_env: dict[str, str], image: dict, venv_bin: 
                           hostname: str) -> dict[str, str]:
     """Final exec environment: image defaults (PATH with the venv first, the image map's
     env), overridden by the container's env; the image's PYTHONPATH entries are appended
-    to any PYTHONPATH the container sets; HOSTNAME is the node name."""
+    to any PYTHONPATH the container sets; HOSTNAME is ``hostname`` (the pod's, see
+    nodeagent.PodWorker._hostname)."""
     env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOSTNAME": hostname}
     # As kubelet does for every container: where the `kubernetes` Service is.
     env.update({

@@ -1,6 +1,7 @@
 """The node agent runs pods scheduled by the real scheduler, as a kubelet would."""
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 import time
@@ -8,7 +9,7 @@ import uuid
 
 import pytest
 
-from localcluster.config import NODE_NS_PREFIX, node_spec_by_name
+from localcluster.config import NODE_NS_PREFIX, node_spec_by_name, pod_cidr
 
 pytestmark = pytest.mark.e2e
 
@@ -83,8 +84,10 @@ def test_plain_pod_scheduled_and_succeeds(cluster):
     st = _cstatus(pod, "main")
     assert st["state"]["terminated"]["exitCode"] == 0
     assert st["state"]["terminated"]["reason"] == "Completed"
-    node_ip = node_spec_by_name(pod["spec"]["nodeName"]).mgmt_ip
-    assert pod["status"]["podIP"] == pod["status"]["hostIP"] == node_ip
+    spec = node_spec_by_name(pod["spec"]["nodeName"])
+    assert pod["status"]["hostIP"] == spec.mgmt_ip
+    # pod network: its own address from the node's pod CIDR (test_pod_network.py)
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in ipaddress.ip_network(pod_cidr(spec.index))
     logs = cluster.kubectl("logs", "plain", "-n", NS).stdout
     assert "hello from pod" in logs
 
@@ -132,10 +135,10 @@ def test_field_ref_env_and_expansion(cluster):
     assert e["POD_NAME"] == "envs" and e["POD_NS"] == NS
     assert e["POD_UID"] == pod["metadata"]["uid"]
     assert e["NODE"] == node and e["SA"] == "default"
-    assert e["POD_IP"] == e["HOST_IP"] == pod["status"]["hostIP"]
+    assert e["POD_IP"] == pod["status"]["podIP"] != e["HOST_IP"] == pod["status"]["hostIP"]
     assert e["GREETING"] == "hi-envs"
     assert e["CPU_LIMIT"] == "2"
-    assert e["HOSTNAME"] == node and out["host"] == node
+    assert e["HOSTNAME"] == "envs" and out["host"] == "envs"  # pod network: the pod's name
     assert e["PATH"].split(":")[0].endswith("/bin")
     assert out["argv"] == [node, "$(NODE)", "$(UNDEFINED)"]
     assert out["cwd"] == "/tmp"
