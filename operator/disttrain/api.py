@@ -146,6 +146,25 @@ class NetworkSpec(_Model):
         },
     )
 
+    enable_dns_hostnames: Optional[bool] = Field(
+        None,
+        alias="enableDNSHostnames",
+        description="Give each pod a DNS name, <job>-<rank>.<subdomain>, through a headless "
+        "Service (as JobSet does) and use rank 0's name as MASTER_ADDR, so every rank resolves "
+        "it before training starts. Default: true without hostNetwork, false with it (rank "
+        "0's node IP is used).",
+    )
+    subdomain: Optional[str] = Field(
+        None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="With DNS hostnames: the headless Service that names the pods. Unset: "
+        "the operator creates one named after the job (owned by it, deleted with it). Set: "
+        "a Service you manage (headless, selecting the job's pods, publishNotReadyAddresses); "
+        "the operator does not create it, and the probe reports MasterAddrUnresolvable if "
+        "names under it do not resolve.",
+    )
+
     @field_validator("port_range")
     @classmethod
     def _range_ordered(cls, v: Optional[str]) -> Optional[str]:

@@ -59,6 +59,60 @@ def worker_pod_name(job: str, rank: int) -> str:
     return f"{job}-worker-{rank}"
 
 
+def uses_dns_hostnames(spec: DistTrainingJobSpec) -> bool:
+    """Whether pods get DNS names and MASTER_ADDR is rank 0's name (network.enableDNSHostnames;
+    default: true without hostNetwork)."""
+    v = spec.network.enable_dns_hostnames
+    return (not spec.network.host_network) if v is None else bool(v)
+
+
+def service_name(job: JobRef, spec: DistTrainingJobSpec) -> str:
+    """The headless Service (and pod subdomain): network.subdomain, else the job's name."""
+    return spec.network.subdomain or job.name
+
+
+def pod_hostname(job: str, rank: int) -> str:
+    """Node rank ``rank``'s pod hostname, ``<job>-<rank>`` (a DNS label: at most 63
+    characters, the job name shortened if needed). Probe and training pods of one rank
+    share it; they never run at the same time."""
+    suffix = f"-{rank}"
+    return job[: 63 - len(suffix)].rstrip("-") + suffix
+
+
+def master_dns_name(job: JobRef, spec: DistTrainingJobSpec) -> str:
+    """MASTER_ADDR with DNS hostnames: ``<job>-0.<subdomain>``, which the pods' search path
+    (``<namespace>.svc.<cluster domain>``) completes, as JobSet's pod names are used."""
+    return f"{pod_hostname(job.name, 0)}.{service_name(job, spec)}"
+
+
+def build_headless_service(job: JobRef, spec: DistTrainingJobSpec) -> dict[str, Any]:
+    """The headless Service that gives the job's pods their DNS names: clusterIP None,
+    selecting every pod of the job, publishNotReadyAddresses (ranks resolve each other
+    before any is Ready), owned by the job. Port: the rendezvous port (TCP)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": service_name(job, spec),
+            "namespace": job.namespace,
+            "labels": {c.LABEL_JOB: job.name},
+            "ownerReferences": [job.owner_reference()],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "selector": {c.LABEL_JOB: job.name},
+            "publishNotReadyAddresses": True,
+            "ports": [{"name": "rendezvous", "port": spec.rendezvous.port, "protocol": "TCP"}],
+        },
+    }
+
+
+def own_address_field(spec: DistTrainingJobSpec) -> str:
+    """The downward-API field carrying a pod's own address: status.hostIP with hostNetwork,
+    status.podIP otherwise."""
+    return "status.hostIP" if spec.network.host_network else "status.podIP"
+
+
 def nproc_per_node(spec: DistTrainingJobSpec) -> int:
     """Processes per node: the explicit number, or for ``auto`` the GPUs the trainer
     container requests (``nvidia.com/gpu``), or 1 without GPUs."""
@@ -101,7 +155,7 @@ def _merge_env(existing: list[dict[str, Any]], add: list[dict[str, Any]]) -> lis
 
 
 def _base_pod(
-    job: JobRef, spec: DistTrainingJobSpec, name: str, labels: dict[str, str]
+    job: JobRef, spec: DistTrainingJobSpec, name: str, labels: dict[str, str], rank: int
 ) -> dict[str, Any]:
     tmpl_meta = spec.template.metadata or {}
     pod_spec = copy.deepcopy(spec.template.spec)
@@ -109,6 +163,17 @@ def _base_pod(
     if spec.network.host_network:
         pod_spec["hostNetwork"] = True
         pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if uses_dns_hostnames(spec):
+        pod_spec["hostname"] = pod_hostname(job.name, rank)
+        pod_spec["subdomain"] = service_name(job, spec)
+    if spec.network.port_range and not spec.network.host_network:
+        # NCCL and gloo take their listening ports from the kernel's ephemeral range; the
+        # sysctl is namespaced and on Kubernetes' safe list, so a pod may set its own.
+        sc = pod_spec.setdefault("securityContext", {})
+        lo, hi = spec.network.port_range.split("-")
+        sc["sysctls"] = [x for x in sc.get("sysctls") or []
+                         if x.get("name") != "net.ipv4.ip_local_port_range"]
+        sc["sysctls"].append({"name": "net.ipv4.ip_local_port_range", "value": f"{lo} {hi}"})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -166,21 +231,24 @@ def build_probe_pod(
     """
     tmpl_labels = (spec.template.metadata or {}).get("labels") or {}
     labels = _labels(job, c.ROLE_PROBE, rank, attempt, tmpl_labels)
-    pod = _base_pod(job, spec, probe_pod_name(job.name, rank), labels)
+    pod = _base_pod(job, spec, probe_pod_name(job.name, rank), labels, rank)
     pod_spec = pod["spec"]
     trainer = copy.deepcopy(spec.template.spec["containers"][0])
     image = spec.probe.image or probe_image
     env = [
         _env_var("RANK", rank),
         _env_var("WORLD_SIZE", spec.num_nodes),
-        # Rank 0 hosts the store: its master address is its own node address.
+        # Rank 0 hosts the store: its master address is its own DNS name or address.
         _env_var("MASTER_ADDR", master_addr)
         if master_addr
-        else _field_env("MASTER_ADDR", "status.hostIP"),
+        else _env_var("MASTER_ADDR", master_dns_name(job, spec))
+        if uses_dns_hostnames(spec)
+        else _field_env("MASTER_ADDR", own_address_field(spec)),
         _env_var("MASTER_PORT", spec.rendezvous.port),
         _field_env("NODE_NAME", "spec.nodeName"),
         _field_env("POD_NAME", "metadata.name"),
-        _field_env("HOST_IP", "status.hostIP"),
+        # The address this rank is known by: the node's, or the pod's on the pod network.
+        _field_env("HOST_IP", own_address_field(spec)),
         _env_var("DISTTRAIN_PROBE_BACKEND", probe_backend(spec)),
         _env_var("DISTTRAIN_PROBE_SOCKET_IFNAME", spec.network.socket_ifname),
         _env_var("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES", spec.probe.message_size_bytes),
@@ -299,7 +367,7 @@ def build_worker_pod(
     """
     tmpl_labels = (spec.template.metadata or {}).get("labels") or {}
     labels = _labels(job, c.ROLE_WORKER, rank, attempt, tmpl_labels)
-    pod = _base_pod(job, spec, worker_pod_name(job.name, rank), labels)
+    pod = _base_pod(job, spec, worker_pod_name(job.name, rank), labels, rank)
     pod_spec = pod["spec"]
     if node:
         _require_node_affinity(pod_spec, node)

@@ -58,6 +58,13 @@ class Kube:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+        for svc in plan.services:
+            try:
+                self.core.create_namespaced_service(ns, svc)
+                log.info("created service %s/%s", ns, svc["metadata"]["name"])
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
         for pod in plan.creates:
             try:
                 self.core.create_namespaced_pod(ns, pod)

@@ -32,8 +32,11 @@ from .builders import (
     JobRef,
     Rendezvous,
     build_probe_pod,
+    build_headless_service,
     build_worker_pod,
+    master_dns_name,
     probe_pod_name,
+    uses_dns_hostnames,
 )
 from .diagnosis import ProbeOutcome, diagnose, summarize_ifnames
 
@@ -47,6 +50,7 @@ class Plan:
     status: dict[str, Any]
     creates: list[dict[str, Any]] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)  # pod names
+    services: list[dict[str, Any]] = field(default_factory=list)  # to create (409: exists)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     status_changed: bool = False
 
@@ -75,6 +79,18 @@ def _phase(pod: dict) -> str:
 
 def _host_ip(pod: dict) -> Optional[str]:
     return (pod.get("status") or {}).get("hostIP") or None
+
+
+def _master_addr(job: JobRef, spec: DistTrainingJobSpec, rank0: Optional[dict]) -> Optional[str]:
+    """MASTER_ADDR for the other ranks once rank 0's pod has its address (None before):
+    rank 0's DNS name with DNS hostnames, else its node IP (hostNetwork) or pod IP."""
+    if rank0 is None:
+        return None
+    st = rank0.get("status") or {}
+    addr = st.get("hostIP") if spec.network.host_network else st.get("podIP")
+    if not addr:
+        return None
+    return master_dns_name(job, spec) if uses_dns_hostnames(spec) else addr
 
 
 def _node(pod: dict) -> Optional[str]:
@@ -179,6 +195,10 @@ def reconcile(
         _training_stage(plan, job, spec, conds, workers, pods, probes, now, ts, gen)
     if cond.is_true(conds, c.SUCCEEDED) or cond.is_true(conds, c.FAILED):
         _cleanup(plan, spec, conds, probes, workers)
+    if uses_dns_hostnames(spec) and not spec.network.subdomain and any(
+        _int_label(p, c.LABEL_RANK) == 0 for p in plan.creates
+    ):  # with rank 0's pod, the Service that names the pods (a user-set subdomain is theirs)
+        plan.services.append(build_headless_service(job, spec))
     return _finish(plan, old_status, conds, probing)
 
 
@@ -242,7 +262,7 @@ def _probe_stage(plan, job, spec, conds, probes, now, ts, gen, parse_report, pro
     cond.set_condition(conds, c.VALIDATED, "Unknown", c.REASON_PROBING, "preflight probe running", gen, ts)
 
     rank0 = by_rank.get(0)
-    master = _host_ip(rank0) if rank0 else None
+    master = _master_addr(job, spec, rank0)
     if rank0 is None:
         if not any(p["metadata"]["name"] == probe_pod_name(job.name, 0) for p in probes):
             plan.creates.append(build_probe_pod(job, spec, 0, None, attempt, probe_image))
@@ -464,18 +484,21 @@ def _training_stage(plan, job, spec, conds, workers, all_pods, probes, now, ts, 
 
 
 def _unprobed_workers(plan, job, spec, by_rank, attempt) -> None:
-    """Without probes: rank 0 first (its MASTER_ADDR is its own hostIP), the others once
-    rank 0's hostIP is known; interfaces only as the user set them."""
+    """Without probes: rank 0 first (its MASTER_ADDR is its own DNS name, or its own
+    address), the others once rank 0 has its address; interfaces only as the user set them."""
     ifname = None if spec.network.socket_ifname == "auto" else spec.network.socket_ifname
     rank0 = by_rank.get(0)
     if rank0 is None:
-        rv = Rendezvous("$(HOST_IP)", spec.rendezvous.port, ifname)
+        dns = uses_dns_hostnames(spec)
+        rv = Rendezvous(master_dns_name(job, spec) if dns else "$(OWN_IP)", spec.rendezvous.port, ifname)
         pod = build_worker_pod(job, spec, 0, None, rv, attempt)
         ctr = pod["spec"]["containers"][0]
-        ctr["env"] = [{"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}] + ctr["env"]
+        if not dns:
+            field = "status.hostIP" if spec.network.host_network else "status.podIP"
+            ctr["env"] = [{"name": "OWN_IP", "valueFrom": {"fieldRef": {"fieldPath": field}}}] + ctr["env"]
         plan.creates.append(pod)
         return
-    master = _host_ip(rank0)
+    master = _master_addr(job, spec, rank0)
     if not master:
         return
     plan.status["rendezvous"].update(masterAddr=master, masterPort=spec.rendezvous.port, socketIfname=ifname)

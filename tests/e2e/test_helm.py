@@ -73,6 +73,8 @@ def test_operator_pod_trains_the_example_under_its_service_account(cluster, rele
 
 @pytest.mark.parametrize("verb,resource,allowed", [
     ("create", "pods", "yes"),
+    ("create", "services", "yes"),
+    ("delete", "services", "no"),
     ("patch", "disttrainingjobs.disttrain.dev --subresource=status", "yes"),
     ("patch", "disttrainingjobs.disttrain.dev", "no"),
     ("get", "secrets", "no"),

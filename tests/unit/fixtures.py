@@ -30,7 +30,9 @@ def job(num_nodes: int = 2, status: Optional[dict] = None, generation: int = 1, 
         "apiVersion": c.API_VERSION,
         "kind": c.KIND,
         "metadata": {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": generation},
-        "spec": {"numNodes": num_nodes, "template": copy.deepcopy(TEMPLATE), **spec},
+        # hostNetwork as in the example; tests of the pod network pass network=... themselves
+        "spec": {"numNodes": num_nodes, "template": copy.deepcopy(TEMPLATE),
+                 "network": {"hostNetwork": True}, **spec},
     }
     if status is not None:
         body["status"] = status
@@ -65,7 +67,7 @@ def report(rank: int, node: str, ok: bool = True, *, ifname: str = "eth1", addr:
 
 
 def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pending", node: Optional[str] = None,
-        host_ip: Optional[str] = None, message: Optional[str] = None, exit_code: Optional[int] = None,
+        host_ip: Optional[str] = None, pod_ip: Optional[str] = None, message: Optional[str] = None, exit_code: Optional[int] = None,
         container: str = "probe", unschedulable: Optional[str] = None, deleting: bool = False) -> dict:
     p: dict[str, Any] = {
         "metadata": {
@@ -73,7 +75,7 @@ def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pend
             "labels": {c.LABEL_JOB: "j", c.LABEL_ROLE: role, c.LABEL_RANK: str(rank), c.LABEL_ATTEMPT: str(attempt)},
         },
         "spec": {"nodeName": node, "containers": [{"name": container}]},
-        "status": {"phase": phase, "hostIP": host_ip, "conditions": []},
+        "status": {"phase": phase, "hostIP": host_ip, "podIP": pod_ip or host_ip, "conditions": []},
     }
     if deleting:
         p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"

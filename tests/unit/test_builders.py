@@ -114,3 +114,49 @@ def test_nproc_auto_counts_gpus():
     s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl})
     assert nproc_per_node(s) == 8
     assert nproc_per_node(spec_of()) == 1
+
+
+def test_pod_network_gives_dns_hostnames_and_a_headless_service():
+    from disttrain.builders import build_headless_service, master_dns_name
+
+    s = spec_of(network={"hostNetwork": False})
+    p0 = build_probe_pod(REF, s, 0, None, attempt=1)
+    assert p0["spec"]["hostname"] == "j-0" and p0["spec"]["subdomain"] == "j"
+    assert "hostNetwork" not in p0["spec"]
+    e = env(p0["spec"]["containers"][0])
+    assert e["MASTER_ADDR"] == master_dns_name(REF, s) == "j-0.j"
+    assert e["HOST_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    w1 = build_worker_pod(REF, s, 1, "node-b", Rendezvous("j-0.j", 29500, "eth0", exact=True), attempt=0)
+    assert w1["spec"]["hostname"] == "j-1" and w1["spec"]["subdomain"] == "j"
+    svc = build_headless_service(REF, s)
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["selector"] == {c.LABEL_JOB: "j"}
+    assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_dns_hostnames_off_uses_pod_ip_and_user_subdomain_names_the_service():
+    s = spec_of(network={"hostNetwork": False, "enableDNSHostnames": False})
+    p0 = build_probe_pod(REF, s, 0, None, attempt=1)
+    assert env(p0["spec"]["containers"][0])["MASTER_ADDR"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert "subdomain" not in p0["spec"]
+    s = spec_of(network={"hostNetwork": True, "enableDNSHostnames": True, "subdomain": "workers"})
+    p0 = build_probe_pod(REF, s, 0, None, attempt=1)
+    assert env(p0["spec"]["containers"][0])["MASTER_ADDR"] == "j-0.workers"
+    assert p0["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+
+
+def test_long_job_name_hostname_is_a_dns_label():
+    from disttrain.builders import pod_hostname
+
+    h = pod_hostname("x" * 80, 12)
+    assert len(h) == 63 and h.endswith("-12")
+
+
+def test_port_range_becomes_the_pods_sysctl_only_without_host_network():
+    s = spec_of(network={"hostNetwork": False, "portRange": "60000-61000"})
+    for pod in (build_probe_pod(REF, s, 0, None, attempt=1),
+                build_worker_pod(REF, s, 0, "node-a", Rendezvous("j-0.j", 29500, None), attempt=0)):
+        assert pod["spec"]["securityContext"]["sysctls"] == [
+            {"name": "net.ipv4.ip_local_port_range", "value": "60000 61000"}]
+    s = spec_of(network={"hostNetwork": True, "portRange": "60000-61000"})
+    assert "sysctls" not in (build_probe_pod(REF, s, 0, None, attempt=1)["spec"].get("securityContext") or {})

@@ -182,3 +182,24 @@ def test_last_transition_time_moves_only_on_status_change():
     assert conds[0]["lastTransitionTime"] == "t1" and conds[0]["reason"] == "B"
     cond.set_condition(conds, "X", "True", "C", "m3", 2, "t3")
     assert conds[0]["lastTransitionTime"] == "t3" and conds[0]["observedGeneration"] == 2
+
+
+def test_pod_network_rank0_brings_the_headless_service_and_others_get_its_dns_name():
+    body = job(network={"hostNetwork": False})
+    plan = step(body, [])
+    assert names(plan) == ["j-probe-0"]
+    assert [s["metadata"]["name"] for s in plan.services] == ["j"]
+    body = advance(body, plan)
+    p0 = pod("j-probe-0", "probe", 0, phase="Running", node="node-a", host_ip="10.100.0.10")
+    p0["status"]["podIP"] = None
+    assert names(step(body, [p0])) == []  # no pod IP yet: wait
+    p0["status"]["podIP"] = "10.244.0.2"
+    plan = step(body, [p0])
+    assert names(plan) == ["j-probe-1"] and plan.services == []
+    e = {x["name"]: x.get("value") for x in plan.creates[0]["spec"]["containers"][0]["env"]}
+    assert e["MASTER_ADDR"] == "j-0.j" and plan.status["rendezvous"]["masterAddr"] == "j-0.j"
+
+
+def test_user_subdomain_is_not_created_by_the_operator():
+    plan = step(job(network={"hostNetwork": False, "subdomain": "mine"}), [])
+    assert names(plan) == ["j-probe-0"] and plan.services == []
