@@ -102,6 +102,7 @@ REASON_INTERFACE_NOT_FOUND = "InterfaceNotFound"
 REASON_INTERFACE_UNREACHABLE = "InterfaceUnreachable"
 REASON_NO_COMMON_INTERFACE = "NoCommonInterface"
 REASON_EPHEMERAL_PORTS_BLOCKED = "EphemeralPortsBlocked"
+REASON_PORT_RANGE_OUTSIDE_ALLOWED = "PortRangeOutsideAllowed"  # a probe warning
 
 # VersionsConsistent
 REASON_VERSIONS_MATCH = "VersionsMatch"

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from . import conditions as cond
 from . import constants as c
+from .advice import apply_advice
 from .api import DistTrainingJobSpec, spec_error_message
 from .builders import (
     JobRef,
@@ -349,6 +350,7 @@ def _probe_stage(plan, job, spec, conds, probes, now, ts, gen, parse_report, pro
                 o.error_reason = c.REASON_PROBE_FAILED
         outcomes.append(o)
     diag = diagnose(outcomes, master)
+    apply_advice(diag, job, spec)
     for ctype, v in diag.conditions.items():
         if ctype == c.PROBES_SCHEDULED and cond.is_true(conds, ctype):
             continue  # keep the rank:node placement message
