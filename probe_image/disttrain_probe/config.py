@@ -35,6 +35,9 @@ class Config:
     port_range: Optional[Tuple[int, int]] = None
     report_path: str = DEFAULT_REPORT_PATH
     local_rank: int = 0
+    # How long a name that does not resolve is retried (seconds): a headless Service's
+    # record appears within a second or two of the pod getting its address.
+    resolve_seconds: float = 10.0
 
     @property
     def loopback_requested(self) -> bool:
@@ -165,6 +168,8 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         report_path=get(ns.report_path, "DISTTRAIN_PROBE_REPORT_PATH", DEFAULT_REPORT_PATH)
         or DEFAULT_REPORT_PATH,
         local_rank=_int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0),
+        resolve_seconds=_float("DISTTRAIN_PROBE_RESOLVE_SECONDS",
+                               env.get("DISTTRAIN_PROBE_RESOLVE_SECONDS") or "10", 0.0),
     )
 
 

@@ -106,8 +106,12 @@ class Bus:
         return True
 
 
-def _resolve_retry(addr: str, deadline: Deadline) -> Tuple[List[str], Optional[str]]:
+def _resolve_retry(addr: str, deadline: Deadline,
+                   cap: float = float("inf")) -> Tuple[List[str], Optional[str]]:
+    """Resolve ``addr``, retrying every 0.5 s for at most ``cap`` seconds or until the
+    deadline: ([addresses], None) or ([], the last error)."""
     err = None
+    give_up = time.monotonic() + cap
     while True:
         try:
             res = resolve(addr)
@@ -116,7 +120,7 @@ def _resolve_retry(addr: str, deadline: Deadline) -> Tuple[List[str], Optional[s
             err = "no addresses"
         except (OSError, UnicodeError) as e:
             err = str(e)
-        if deadline.remaining() < 0.6:
+        if deadline.remaining() < 0.6 or time.monotonic() >= give_up:
             return [], err
         time.sleep(0.5)
 
@@ -165,13 +169,19 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                               "resolved": [], "route": None}
     state["master"] = master
     tracker.step(R.MASTER_ADDR_UNRESOLVABLE, f"{where}: resolving MASTER_ADDR={cfg.master_addr} hung")
-    resolved, rerr = _resolve_retry(cfg.master_addr, deadline if cfg.rank else deadline.sub(2.0))
+    resolved, rerr = _resolve_retry(cfg.master_addr, deadline if cfg.rank else deadline.sub(2.0),
+                                    getattr(cfg, "resolve_seconds", float("inf")))
     master["resolved"] = resolved
     if resolved:
         master["route"] = route_get(_order(resolved)[0], inv["interfaces"],
                                     timeout=min(2.0, deadline.remaining()))
     local_addrs = {a.partition("/")[0] for i in inv["interfaces"] for a in i.get("addrs") or []}
 
+    if not resolved:  # rank 0 too: if it cannot resolve its own name, no rank will
+        raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
+            f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
+            f"{getattr(cfg, 'resolve_seconds', 0):g}s; use rank 0's node IP or a headless "
+            f"Service name that exists before the probe starts"))
     if cfg.rank == 0:
         if resolved and not (set(resolved) & local_addrs):
             state["warnings"].append({"reason": R.MASTER_ADDR_NOT_LOCAL, "message": (
@@ -189,10 +199,6 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
     else:
-        if not resolved:
-            raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
-                f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}); use rank 0's "
-                f"node IP or a headless Service name that exists before the probe starts"))
         loop = [a for a in resolved if is_loopback(a)]
         if loop and not cfg.loopback_requested:
             raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (

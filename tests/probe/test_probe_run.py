@@ -126,3 +126,14 @@ def test_install_copies_the_package(tmp_path):
     r = subprocess.run([sys.executable, "-c", "import disttrain_probe, os; print(disttrain_probe.__file__)"],
                        capture_output=True, text=True, cwd="/", env={"PYTHONPATH": str(tmp_path)})
     assert r.stdout.strip().startswith(str(dest))
+
+
+def test_unresolvable_master_addr_fails_rank0_after_the_resolve_window(tmp_path):
+    # "a..b" fails in the resolver itself (empty label): no DNS packet leaves the machine.
+    [run] = run_ranks([probe_env(0, 2, free_port(), MASTER_ADDR="a..b",
+                                 DISTTRAIN_PROBE_TIMEOUT_SECONDS="60",
+                                 DISTTRAIN_PROBE_RESOLVE_SECONDS="1")], tmp_path, timeout=90)
+    rep = parse_report(run.report_text)
+    assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_UNRESOLVABLE
+    assert rep.phase == "rendezvous" and "a..b" in rep.failure.message and "after 1s" in rep.failure.message
+    assert run.seconds < 30, "the resolve window, not the 60 s probe deadline, must end it"
