@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, network, procs
+from . import controlplane, dns, network, procs
 from .config import (FABRIC_NS, IMAGES_FILE, k8s_bin_dir, node_spec_by_name, node_specs, state_dir,
                      venv_python)
 from .kubeapi import ApiError, KubeClient
@@ -108,8 +108,10 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
     lines, firewall, env and GPUs instead of ``nodes``/``gpus``; a node whose topology
     changed since the last `up` is rebuilt (its pods killed, its namespace recreated).
 
-    Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes) or
-    TimeoutError.
+    Cluster DNS (CoreDNS, ``dns.py``) is set up last and answers before this returns.
+
+    Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
+    dns.DnsError or TimeoutError.
     """
     from . import scenario as scn
     t0 = time.monotonic()
@@ -196,6 +198,9 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
             raise TimeoutError(f"nodes not Ready after {timeout:.0f}s")
         time.sleep(0.3)
     _say(f"{len(desired)} node(s) Ready ({time.monotonic() - t0:.1f}s)")
+    p = dns.ensure_dns(state, desired, topos, client, timeout=timeout)
+    _say(f"cluster DNS answers on {dns.DNS_SERVICE_IP} (in {dns.DNS_NS}, "
+         f"{', '.join(sorted(set(p.gateways.values())))}) ({time.monotonic() - t0:.1f}s)")
     return state / "admin.kubeconfig"
 
 
@@ -229,9 +234,9 @@ def _unmount_leftovers(state: Path) -> None:
 
 
 def down() -> None:
-    """Stop everything `up` started: node agents, pod processes, control plane (and the
-    operator if `localcluster.operator_install` started it); delete the namespaces, created
-    mount points and etcd data. Safe to run when nothing is up."""
+    """Stop everything `up` started: node agents, pod processes, cluster DNS, control plane
+    (and the operator if `localcluster.operator_install` started it); delete the
+    namespaces, created mount points and etcd data. Safe to run when nothing is up."""
     state = state_dir()
     try:  # the operator as `localcluster.operator_install` runs it: useless without the cluster
         from . import operator_install
@@ -240,6 +245,7 @@ def down() -> None:
         _say(f"operator not stopped: {e}")
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
+    dns_stopped = dns.stop_dns(state)
     for pf in agents:
         pf.unlink(missing_ok=True)
     killed = 0
@@ -247,7 +253,7 @@ def down() -> None:
         killed += _kill_node_pods(ns)
     if killed:
         _say(f"killed {killed} pod process(es)")
-    stopped = controlplane.stop_control_plane(state)
+    stopped = dns_stopped + controlplane.stop_control_plane(state)
     for pid in procs.stray_pids(state):
         procs.stop_pid(pid, grace=2)
     for ns in network.our_netns():
@@ -281,6 +287,9 @@ def status() -> int:
         h = controlplane.component_healthy(state, name)
         ok &= h
         print(f"  {name:26s} {'healthy' if h else 'DOWN'}")
+    h = dns.dns_healthy(state)
+    ok &= h
+    print(f"  {'cluster DNS (coredns)':26s} {'healthy' if h else 'DOWN'}")
     cfg = _load_cfg(state)
     api_nodes = {}
     try:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 
-OUR_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+OUR_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns"}
 
 
 def _pidfile(state: Path, name: str) -> Path:
@@ -116,8 +116,9 @@ def stop_tracked(state: Path, name: str, grace: float = 5.0) -> bool:
 
 
 def stray_pids(state: Path) -> list[int]:
-    """PIDs of our control-plane binaries and node agents whose command line mentions the
-    state dir (e.g. after a lost pid file), excluding this process and its parent."""
+    """PIDs of our control-plane binaries, CoreDNS, its relay and node agents whose command
+    line mentions the state dir (e.g. after a lost pid file), excluding this process and
+    its parent."""
     me = {os.getpid(), os.getppid()}
     out = []
     for d in Path("/proc").iterdir():
@@ -129,7 +130,8 @@ def stray_pids(state: Path) -> list[int]:
         argv = cmdline(pid)
         if not argv or not mentions(argv, state):
             continue
-        ours = os.path.basename(argv[0]) in OUR_BINARIES or "localcluster.nodeagent" in argv
+        ours = (os.path.basename(argv[0]) in OUR_BINARIES or "localcluster.nodeagent" in argv
+                or "localcluster.dns" in argv)
         if ours and alive(pid):
             out.append(pid)
     return out

@@ -3,6 +3,8 @@
 From inside a node's network namespace, every address of the machine's real interfaces
 (and public/private addresses) has no route: `ip route get` fails and a TCP connect fails
 at once with ENETUNREACH, so no packet ever leaves. The peer node's NICs are reachable.
+The cluster DNS namespace is held to the same rule, and its 127.0.0.1 is its own (the
+apiserver on the root namespace's loopback is not there).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 
 import pytest
 
-from localcluster.config import NODE_NS_PREFIX, node_spec_by_name
+from localcluster.config import APISERVER_PORT, DNS_NS, NODE_NS_PREFIX, node_spec_by_name
 
 pytestmark = pytest.mark.e2e
 
@@ -136,3 +138,28 @@ def test_decoy_docker0_listed_first_with_same_address(cluster):
         assert "UP" in d["flags"] and d.get("operstate") == "UP", d
         seen.append([a["local"] for a in d["addr_info"] if a["family"] == "inet"])
     assert seen[0] == seen[1] == ["172.17.0.1"]
+
+
+def test_dns_namespace_has_no_default_route(cluster):
+    for fam in ("-4", "-6"):
+        out = subprocess.run(["ip", "-n", DNS_NS, fam, "route", "show", "default"],
+                             capture_output=True, text=True, check=True).stdout
+        assert out.strip() == "", f"{DNS_NS} has a default route: {out}"
+
+
+def test_dns_namespace_cannot_reach_outside(cluster, targets):
+    for addr in targets:
+        p = _in_ns(DNS_NS, "ip", "route", "get", addr)
+        assert p.returncode != 0, f"{DNS_NS} has a route to {addr}: {p.stdout}"
+    p = _in_ns(DNS_NS, sys.executable, "-c", PROBE, json.dumps(targets), timeout=60)
+    assert p.returncode == 0, p.stderr
+    for addr, (err, elapsed) in json.loads(p.stdout).items():
+        assert err == "ENETUNREACH", f"connect {addr} from {DNS_NS}: {err}"
+        assert elapsed < 0.5, f"connect {addr} took {elapsed:.2f}s (a packet left?)"
+
+
+def test_dns_namespace_loopback_is_its_own(cluster):
+    p = _in_ns(DNS_NS, sys.executable, "-c",
+               "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 3)",
+               str(APISERVER_PORT), timeout=30)
+    assert p.returncode != 0 and "ConnectionRefused" in p.stderr, p.stderr
