@@ -91,13 +91,20 @@ build_helm() {
 
 # CoreDNS the way its docs describe external builds: a main package that imports
 # core/dnsserver, coremain and only the plugins we use, and sets dnsserver.Directives to
-# them in CoreDNS's own order (plugin.cfg). Linking 9 plugins instead of ~60 keeps the
-# build small (no cloud SDKs). Keep COREDNS_DIRECTIVES in that order.
-COREDNS_DIRECTIVES=(ready health errors log loadbalance cache kubernetes loop whoami)
+# them in CoreDNS's own order (plugin.cfg). Linking 10 plugins instead of ~60 keeps the
+# build small (no cloud SDKs). Keep COREDNS_DIRECTIVES in that order. A cached binary
+# that lacks one of them (the list grew) is rebuilt.
+COREDNS_DIRECTIVES=(ready health errors log loadbalance cache template kubernetes loop whoami)
 
 build_coredns() {
   local out="$CACHE/coredns-$COREDNS_VERSION/bin"
-  if [ -x "$out/coredns" ]; then log "coredns $COREDNS_VERSION: cached"; return; fi
+  if [ -x "$out/coredns" ]; then
+    local have p missing=0
+    have="$("$out/coredns" -plugins 2>/dev/null || true)"
+    for p in "${COREDNS_DIRECTIVES[@]}"; do grep -qx "$p" <<<"$have" || missing=1; done
+    if [ "$missing" = 0 ]; then log "coredns $COREDNS_VERSION: cached"; return; fi
+    log "coredns $COREDNS_VERSION: cached binary lacks a plugin; rebuilding"
+  fi
   local mod="$CACHE/coredns-$COREDNS_VERSION/src"
   mkdir -p "$out" "$mod"
   local dir

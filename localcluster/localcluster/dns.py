@@ -15,7 +15,8 @@ route it there. CoreDNS talks to the apiserver through ``https://10.96.0.1:443``
 its namespace, served by a relay process (``python -m localcluster.dns relay``, a
 :class:`serviceproxy.ServiceProxy`) to the apiserver on the root namespace's loopback, as
 user ``system:coredns`` (client certificate, ClusterRole like upstream's). Nothing routes
-from the DNS namespace to the root namespace, and there is no upstream forwarding.
+from the DNS namespace to the root namespace, and there is no upstream forwarding (names
+outside the cluster get NXDOMAIN).
 
 ``python -m localcluster.dns query NAME [--type A] [--server 10.96.0.10]`` is a tiny
 ``dig`` (standard library only); run it with ``ip netns exec <namespace>``.
@@ -69,19 +70,21 @@ def render_corefile(kubeconfig: Path | str, domain: str = CLUSTER_DOMAIN, *,
                     record_ttl: int = RECORD_TTL, cache_ttl: int = CACHE_TTL,
                     cache_min_ttl: int = CACHE_MIN_TTL, health_port: int = HEALTH_PORT,
                     ready_port: int = READY_PORT) -> str:
-    """The Corefile: the kubernetes plugin for ``domain`` and the reverse zones, a small
-    cache, health/ready on 127.0.0.1 inside the namespace, no forwarding (nothing outside
-    the cluster can be reached). TTLs are in seconds, ports are TCP ports.
+    """The Corefile: the kubernetes plugin for ``domain`` and the reverse zones with a
+    small cache, health/ready on 127.0.0.1 inside the namespace; no forwarding (nothing
+    outside the cluster can be reached). TTLs are in seconds, ports are TCP ports.
 
-    Names outside the cluster domain get SERVFAIL at once (there is no upstream), and
-    reverse lookups of addresses that are no Service or endpoint get NXDOMAIN (no
-    ``fallthrough``: there is no plugin after kubernetes to fall through to, and a
-    fallthrough to nothing would answer SERVFAIL). Raises ValueError for a negative TTL.
+    Every other name gets NXDOMAIN at once from a ``.`` block (the template plugin), as
+    an air-gapped cluster's upstream would say: a resolver then reports "name not known"
+    (EAI_NONAME) instead of a temporary failure (EAI_AGAIN, what SERVFAIL gives), so a
+    wrong name fails fast and clearly. Reverse lookups of addresses that are no Service
+    or endpoint get NXDOMAIN from the kubernetes plugin (no ``fallthrough``: there is no
+    upstream to fall through to). Raises ValueError for a negative TTL.
     """
     if min(record_ttl, cache_ttl, cache_min_ttl) < 0:
         raise ValueError("TTLs must be >= 0 seconds")
     return (
-        ".:53 {\n"
+        f"{domain}:53 in-addr.arpa:53 ip6.arpa:53 {{\n"
         "    errors\n"
         f"    health 127.0.0.1:{health_port}\n"
         f"    ready 127.0.0.1:{ready_port}\n"
@@ -95,6 +98,12 @@ def render_corefile(kubeconfig: Path | str, domain: str = CLUSTER_DOMAIN, *,
         f"        denial 9984 {cache_ttl} {cache_min_ttl}\n"
         "    }\n"
         "    loadbalance\n"
+        "}\n"
+        ".:53 {\n"
+        "    errors\n"
+        "    template ANY ANY {\n"
+        "        rcode NXDOMAIN\n"
+        "    }\n"
         "}\n")
 
 

@@ -15,7 +15,7 @@ from localcluster.config import DNS_SERVICE_IP, pod_cidr
 
 def test_corefile_has_kubernetes_small_ttls_and_no_forwarding():
     text = dns.render_corefile("/s/dns/coredns.kubeconfig")
-    assert text.startswith(".:53 {\n") and text.endswith("}\n")
+    assert text.startswith("cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {\n")
     assert "kubernetes cluster.local in-addr.arpa ip6.arpa {" in text
     assert "kubeconfig /s/dns/coredns.kubeconfig localcluster" in text
     assert "pods insecure" in text and "ttl 1\n" in text
@@ -23,8 +23,10 @@ def test_corefile_has_kubernetes_small_ttls_and_no_forwarding():
     assert "health 127.0.0.1:8080" in text and "ready 127.0.0.1:8181" in text
     for word in ("forward", "fallthrough", "proxy"):
         assert word not in text
-    # plugin order inside the block does not matter to CoreDNS, braces must balance
-    assert text.count("{") == text.count("}") == 3
+    # everything else: NXDOMAIN from its own block
+    rest = text[text.index("\n.:53 {"):]
+    assert "template ANY ANY {" in rest and "rcode NXDOMAIN" in rest and "kubernetes" not in rest
+    assert text.count("{") == text.count("}") == 5
 
 
 def test_corefile_rejects_negative_ttl():
