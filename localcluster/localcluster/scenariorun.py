@@ -112,6 +112,7 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     met_at = None
     deadline = t0 + sc.expect.withinSeconds
     job = None
+    rank_nodes: dict[int, str] = {}
     while True:
         out = _kubectl("get", "dtj", JOB, "-n", ns, "-o", "json", check_=False)
         job = json.loads(out.stdout) if out.returncode == 0 else None
@@ -122,7 +123,7 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
                 seen[cnd["type"]] = key
                 say(f"  {now:6.1f}s {cnd['type']:<20} {cnd.get('status'):<7} {cnd.get('reason')}: "
                     f"{cnd.get('message', '')}")
-        rank_nodes = _rank_nodes(ns)
+        rank_nodes.update(_rank_nodes(ns))  # kept: a probe still running at the verdict is deleted
         cond_only = sc.expect.model_copy(update={"phase": None})
         if met_at is None and check(job, cond_only, rank_nodes)[0]:
             met_at = now

@@ -217,6 +217,7 @@ def build_probe_pod(
     master_addr: Optional[str],
     attempt: int,
     probe_image: str = c.DEFAULT_PROBE_IMAGE,
+    master_started_at: Optional[str] = None,
 ) -> dict[str, Any]:
     """The probe pod for node rank ``rank``.
 
@@ -227,7 +228,10 @@ def build_probe_pod(
     image into an emptyDir and the probe runs inside the training image; otherwise it runs
     in the probe image. ``master_addr`` is rank 0's address (its pod's hostIP); for rank 0
     itself (None) it is its own status.hostIP, as it hosts the TCPStore on
-    ``rendezvous.port``.
+    ``rendezvous.port``. ``master_started_at`` (RFC 3339) is when rank 0's probe container
+    started, passed as DISTTRAIN_PROBE_MASTER_STARTED_AT: the evidence that lets a dialling
+    rank call the master port blocked after a short grace instead of its whole rendezvous
+    deadline (rank 0 listens within moments of starting, see docs/probe-report.md).
     """
     tmpl_labels = (spec.template.metadata or {}).get("labels") or {}
     labels = _labels(job, c.ROLE_PROBE, rank, attempt, tmpl_labels)
@@ -260,6 +264,8 @@ def build_probe_pod(
     ]
     if spec.network.port_range:
         env.append(_env_var("DISTTRAIN_PROBE_PORT_RANGE", spec.network.port_range))
+    if master_started_at:
+        env.append(_env_var("DISTTRAIN_PROBE_MASTER_STARTED_AT", master_started_at))
     probe = {
         "name": "probe",
         "image": trainer.get("image", image) if spec.probe.use_training_image else image,

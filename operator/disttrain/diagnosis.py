@@ -48,7 +48,10 @@ class ProbeOutcome:
     """What the operator observed for one probe pod.
 
     ``report`` is the validated report as a camelCase dict, or None. ``error`` says why
-    there is none (invalid report, container failed without one).
+    there is none (invalid report, container failed without one). ``running``: the probe
+    had not finished when the verdict was reached without it (a peer failed before it
+    could reach the rendezvous store, so this rank could only wait for its deadline); it
+    adds no failure of its own.
     """
 
     rank: int
@@ -57,6 +60,7 @@ class ProbeOutcome:
     report: Optional[dict[str, Any]] = None
     error: Optional[str] = None
     error_reason: str = c.REASON_PROBE_REPORT_INVALID
+    running: bool = False
 
 
 @dataclass
@@ -154,7 +158,8 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
     failures: list[tuple[str, str, str]] = []  # (reason, node, message)
     for o in outcomes:
         if o.report is None:
-            failures.append((o.error_reason, _node_label(o), o.error or "no report"))
+            if not o.running:
+                failures.append((o.error_reason, _node_label(o), o.error or "no report"))
             continue
         f = o.report.get("failure")
         if not o.report.get("ok") and f:

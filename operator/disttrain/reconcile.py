@@ -122,6 +122,70 @@ def _terminated(pod: dict, container: str) -> Optional[dict]:
     return None
 
 
+def _started_at(pod: Optional[dict], container: str) -> Optional[str]:
+    """When ``container`` started (RFC 3339), running or already terminated; None before."""
+    for cs in ((pod or {}).get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") == container:
+            st = cs.get("state") or {}
+            return (st.get("running") or st.get("terminated") or {}).get("startedAt") or None
+    return None
+
+
+# How long after rank 0's pod got to its node (status.startTime) the other probes wait for
+# rank 0's probe container to start, in seconds. Started, it is the evidence that lets them
+# diagnose a blocked master port in seconds; a slow start (a cold image pull) must not hold
+# back their own pulls for longer: they then start without it (and dial until their deadline).
+PEER_START_WAIT_SECONDS = 5.0
+
+
+def _peers_may_start(rank0: dict, now: datetime) -> bool:
+    """Whether the probes of ranks 1..n-1 may be created: rank 0's probe container has
+    started, or PEER_START_WAIT_SECONDS have passed since rank 0's pod started on its node."""
+    if _started_at(rank0, "probe"):
+        return True
+    since = _parse_time((rank0.get("status") or {}).get("startTime"))
+    return since is not None and (now - since).total_seconds() >= PEER_START_WAIT_SECONDS
+
+
+# A rank >= 1 that failed for one of these (or before the rendezvous) never joined rank 0's
+# store, so no peer learns of it: they would wait for it until their own deadline.
+STRANDING_REASONS = frozenset({
+    c.REASON_MASTER_ADDR_LOOPBACK, c.REASON_MASTER_ADDR_UNRESOLVABLE,
+    c.REASON_MASTER_PORT_REFUSED, c.REASON_MASTER_PORT_TIMEOUT,
+})
+# After the first such rank ended, how long the other dialling ranks get to end on their
+# own (they run the same checks at about the same time) before the verdict goes without them.
+STRANDED_SETTLE_SECONDS = 3.0
+
+
+def _stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
+              now: datetime) -> bool:
+    """True when the verdict need not wait for the probes still running: some rank >= 1
+    failed before joining the rendezvous store (see STRANDING_REASONS), and every other
+    rank >= 1 has ended or STRANDED_SETTLE_SECONDS have passed since that rank ended.
+    Rank 0 is never waited for then: it could only time out waiting for that rank."""
+    first: Optional[datetime] = None
+    found = False
+    for r in range(1, n):
+        term = _terminated(by_rank.get(r) or {}, "probe")
+        if _phase(by_rank.get(r) or {}) != "Failed" or not term:
+            continue
+        try:
+            rep = parse_report(term.get("message") or "")
+        except ValueError:
+            continue
+        reason = (rep.get("failure") or {}).get("reason")
+        if reason in STRANDING_REASONS or rep.get("phase") in ("config", "inventory"):
+            found = True
+            ended = _parse_time(term.get("finishedAt"))
+            if ended and (first is None or ended < first):
+                first = ended
+    if not found:
+        return False
+    others_done = all(_phase(by_rank.get(r) or {}) in ("Succeeded", "Failed") for r in range(1, n))
+    return others_done or first is None or (now - first).total_seconds() >= STRANDED_SETTLE_SECONDS
+
+
 def _by_rank(pods: list[dict]) -> dict[int, dict]:
     out: dict[int, dict] = {}
     for p in pods:
@@ -132,7 +196,9 @@ def _by_rank(pods: list[dict]) -> dict[int, dict]:
 def _parse_time(ts: Optional[str]) -> Optional[datetime]:
     if not ts:
         return None
-    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    if ts.endswith("Z"):
+        return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    return datetime.fromisoformat(ts)  # the Python client's form: 2026-11-30T12:00:00+00:00
 
 
 # ---- the step --------------------------------------------------------------------------
@@ -267,13 +333,16 @@ def _probe_stage(plan, job, spec, conds, probes, now, ts, gen, parse_report, pro
     if rank0 is None:
         if not any(p["metadata"]["name"] == probe_pod_name(job.name, 0) for p in probes):
             plan.creates.append(build_probe_pod(job, spec, 0, None, attempt, probe_image))
-    elif master:
+    elif master and _peers_may_start(rank0, now):
+        # Once rank 0's probe runs (it listens on the master port at once), a peer that
+        # cannot connect within a short grace knows the port is blocked, not "not open yet".
         status["rendezvous"].update(masterAddr=master, masterPort=spec.rendezvous.port)
         for rank in range(1, n):
             if rank not in by_rank and not any(
                 p["metadata"]["name"] == probe_pod_name(job.name, rank) for p in probes
             ):
-                plan.creates.append(build_probe_pod(job, spec, rank, master, attempt, probe_image))
+                plan.creates.append(build_probe_pod(job, spec, rank, master, attempt, probe_image,
+                                                    _started_at(rank0, "probe")))
 
     # Scheduling verdict: fail in seconds, not at the probe timeout.
     unsched = [(r, p, _unschedulable(p)) for r, p in sorted(by_rank.items())]
@@ -316,7 +385,8 @@ def _probe_stage(plan, job, spec, conds, probes, now, ts, gen, parse_report, pro
     finished = len(by_rank) == n and all(
         _phase(p) in ("Succeeded", "Failed") for p in by_rank.values()
     )
-    if not finished:
+    stranded = not finished and len(by_rank) == n and _stranded(by_rank, n, parse_report, now)
+    if not finished and not stranded:
         started = _parse_time(pst.get("startTime"))
         budget = spec.probe.timeout_seconds + 30
         if started and (now - started).total_seconds() > budget:
@@ -337,6 +407,10 @@ def _probe_stage(plan, job, spec, conds, probes, now, ts, gen, parse_report, pro
         term = _terminated(pod, "probe") or {}
         raw = term.get("message") or ""
         o = ProbeOutcome(rank=r, pod=pod["metadata"]["name"], node=_node(pod))
+        if _phase(pod) not in ("Succeeded", "Failed"):  # not waited for (see _stranded)
+            o.running = True
+            outcomes.append(o)
+            continue
         try:
             o.report = parse_report(raw)
         except ValueError as exc:

@@ -5,12 +5,16 @@ import argparse
 import os
 import socket
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
 DEFAULT_MESSAGE_SIZE = 4 * 1024 * 1024
 DEFAULT_ITERATIONS = 10
 DEFAULT_TIMEOUT = 60.0
 DEFAULT_REPORT_PATH = "/dev/termination-log"
+# With evidence that rank 0's probe started before this rank (DISTTRAIN_PROBE_MASTER_STARTED_AT),
+# how long after this probe started a failing dial to the master is a verdict, in seconds.
+DEFAULT_MASTER_GRACE = 5.0
 
 
 class ConfigError(ValueError):
@@ -38,6 +42,10 @@ class Config:
     # How long a name that does not resolve is retried (seconds): a headless Service's
     # record appears within a second or two of the pod getting its address.
     resolve_seconds: float = 10.0
+    # RFC 3339 time rank 0's probe container started, set by the operator only when rank 0
+    # was already running before this rank's pod was created (None: no such evidence).
+    master_started_at: Optional[str] = None
+    master_grace_seconds: float = DEFAULT_MASTER_GRACE
 
     @property
     def loopback_requested(self) -> bool:
@@ -63,6 +71,23 @@ def _float(name: str, raw: Optional[str], minimum: float = 0.0) -> float:
     if v < minimum:
         raise ConfigError(f"{name}={v} must be >= {minimum}")
     return v
+
+
+def parse_started_at(raw: Optional[str]) -> Optional[datetime]:
+    """``DISTTRAIN_PROBE_MASTER_STARTED_AT`` (RFC 3339, e.g. ``2026-11-30T12:00:00Z``, as
+    Kubernetes writes ``state.running.startedAt``) -> an aware datetime in UTC; empty ->
+    None. Raises :class:`ConfigError` for anything else (also a time without a zone)."""
+    if raw is None or not str(raw).strip():
+        return None
+    text = str(raw).strip()
+    try:  # Python < 3.11 does not take "Z"
+        t = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith(("Z", "z")) else text)
+    except ValueError:
+        t = None
+    if t is None or t.tzinfo is None:
+        raise ConfigError(f"DISTTRAIN_PROBE_MASTER_STARTED_AT={raw!r} is not an RFC 3339 time "
+                          f"with a zone (e.g. 2026-11-30T12:00:00Z)")
+    return t.astimezone(timezone.utc)
 
 
 def parse_port_range(raw: Optional[str]) -> Optional[Tuple[int, int]]:
@@ -100,6 +125,11 @@ def _parser() -> argparse.ArgumentParser:
     a("--min-busbw-gbps", help="DISTTRAIN_PROBE_MIN_BUSBW_GBPS (default 0: no threshold)")
     a("--port-range", help="DISTTRAIN_PROBE_PORT_RANGE: 'lo-hi' the firewall admits")
     a("--report-path", help="DISTTRAIN_PROBE_REPORT_PATH (default /dev/termination-log)")
+    a("--master-started-at", help="DISTTRAIN_PROBE_MASTER_STARTED_AT: when rank 0's probe started "
+                                  "(RFC 3339); set it only if rank 0 ran before this rank started")
+    a("--master-grace-seconds", help="DISTTRAIN_PROBE_MASTER_GRACE_SECONDS: with "
+                                     "--master-started-at, stop dialling the master this many "
+                                     "seconds after this probe started (default 5)")
     return p
 
 
@@ -143,6 +173,7 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
     if backend not in ("auto", "nccl", "gloo"):
         raise ConfigError(f"DISTTRAIN_PROBE_BACKEND={backend!r}: expected auto, nccl or gloo")
     ifname = (get(ns.socket_ifname, "DISTTRAIN_PROBE_SOCKET_IFNAME", "auto") or "auto").strip()
+    started = parse_started_at(get(ns.master_started_at, "DISTTRAIN_PROBE_MASTER_STARTED_AT"))
     size = _int("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
                 get(ns.message_size_bytes, "DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
                     str(DEFAULT_MESSAGE_SIZE)), 4)
@@ -170,6 +201,10 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         local_rank=_int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0),
         resolve_seconds=_float("DISTTRAIN_PROBE_RESOLVE_SECONDS",
                                env.get("DISTTRAIN_PROBE_RESOLVE_SECONDS") or "10", 0.0),
+        master_started_at=started.strftime("%Y-%m-%dT%H:%M:%SZ") if started else None,
+        master_grace_seconds=_float("DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
+                                    get(ns.master_grace_seconds, "DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
+                                        str(DEFAULT_MASTER_GRACE)), 0.0),
     )
 
 

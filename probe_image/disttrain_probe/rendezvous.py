@@ -1,10 +1,17 @@
 """Phase 2, rendezvous: resolve and reach MASTER_ADDR:MASTER_PORT, join the TCPStore.
 
 Rank 0 hosts a ``torch.distributed.TCPStore`` on MASTER_PORT (the port training will
-use); every other rank resolves MASTER_ADDR, refuses a loopback answer, dials the port
-with plain TCP until the phase deadline (so the last error can be classified), and
-then joins the store. All ranks then publish their inventory and wait for each other.
-The :class:`Bus` wrapper is the all-gather used by every later phase.
+use); it binds and listens on that port as soon as it starts (:func:`listen_early`, before
+torch is imported) and hands the socket to the TCPStore later, so peers' connections
+queue until it is ready. Every other rank resolves MASTER_ADDR, refuses a loopback answer,
+dials the port with plain TCP (so the last error can be classified) and then joins the
+store. It dials until the phase deadline, unless it has evidence that rank 0's probe was
+already running when this rank started (``DISTTRAIN_PROBE_MASTER_STARTED_AT``, set by the
+operator): then a port that still refuses or drops its connections once this probe has
+run for ``DISTTRAIN_PROBE_MASTER_GRACE_SECONDS`` (and has dialled for at least
+:data:`MIN_DIAL_SECONDS`) is blocked, not "not open yet" (:func:`dial_give_up_at`). All
+ranks then publish their inventory and wait for each other. The :class:`Bus` wrapper is
+the all-gather used by every later phase.
 """
 from __future__ import annotations
 
@@ -21,6 +28,10 @@ from .inventory import is_loopback, resolve, route_get
 
 POLL = 0.02
 PREFIX = "dtp/"
+# With evidence that rank 0 listens, dial at least this long (seconds) before giving up:
+# two connection attempts, i.e. a SYN and its retransmission, or several refusals.
+MIN_DIAL_SECONDS = 2.0
+LISTEN_BACKLOG = 4096  # connections queue here while rank 0 imports torch
 
 
 class Bus:
@@ -129,6 +140,50 @@ def _order(addrs: List[str]) -> List[str]:
     return [a for a in addrs if ":" not in a] + [a for a in addrs if ":" in a]
 
 
+def listen_early(port: int) -> Tuple[Optional[socket.socket], Optional[str]]:
+    """Bind and listen on TCP ``port`` on every address (IPv6 dual-stack, else IPv4), as
+    the TCPStore would, so peers can connect before torch is even imported.
+
+    Returns (socket, None), or (None, the error) when the port cannot be bound (another
+    process holds it: the caller reports that). Never raises."""
+    err = None
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        s = None
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind((host, port))
+            s.listen(LISTEN_BACKLOG)
+            return s, None
+        except OSError as e:
+            if s is not None:
+                s.close()
+            # no IPv6 here: try IPv4; anything else (the port is taken) is the answer
+            if family == socket.AF_INET6 and e.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL,
+                                                         errno.EPROTONOSUPPORT, errno.EINVAL):
+                continue
+            err = str(e)
+            break
+    return None, err or "cannot bind"
+
+
+def dial_give_up_at(deadline_at: float, probe_start: float, dial_start: float,
+                    evidence: bool, grace: float, min_dial: float = MIN_DIAL_SECONDS) -> float:
+    """When (monotonic seconds) a rank >= 1 stops dialling the master.
+
+    Without ``evidence`` that rank 0's probe was running before this rank started, at
+    ``deadline_at`` (the phase deadline): a refusal may just mean rank 0 is not up yet.
+    With it, once this probe has run ``grace`` seconds (``probe_start`` + ``grace``; rank 0
+    started earlier, so it has run longer and listens within moments of starting) and has
+    dialled at least ``min_dial`` seconds, never after ``deadline_at``. The bound uses
+    only this machine's clock, so clock skew between nodes cannot cause a false alarm."""
+    if not evidence:
+        return deadline_at
+    return min(deadline_at, max(probe_start + grace, dial_start + min_dial))
+
+
 def _dial(addrs: List[str], port: int, deadline: Deadline) -> Tuple[Optional[str], str, float]:
     """TCP-connect until one succeeds or the deadline. Returns (addr, last_error, seconds)."""
     t0 = time.monotonic()
@@ -156,6 +211,22 @@ def _dial(addrs: List[str], port: int, deadline: Deadline) -> Tuple[Optional[str
         if deadline.remaining() <= 0:
             return None, last, time.monotonic() - t0
         time.sleep(min(0.25, deadline.remaining()))
+
+
+def _serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: timedelta) -> Any:
+    """Rank 0's TCPStore, adopting the early socket (torch >= 2.4: ``master_listen_fd``) so
+    connections queued on it are served; older torch binds the port itself after the early
+    socket is closed. Raises what TCPStore raises."""
+    kw = dict(host_name=cfg.master_addr, port=cfg.master_port, world_size=cfg.world_size,
+              is_master=True, timeout=timeout, wait_for_workers=False)
+    if sock is not None:
+        try:
+            store = dist.TCPStore(master_listen_fd=sock.fileno(), **kw)
+            sock.detach()  # the store owns the descriptor now
+            return store
+        except Exception:  # no master_listen_fd (older torch), or it was refused
+            sock.close()
+    return dist.TCPStore(**kw)
 
 
 def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
@@ -188,11 +259,11 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(resolved)}, none of "
                 f"which is an address of this node; other ranks may reach another host")})
         tracker.step(R.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
+        sock, early_err = state.get("master_listener") or (None, None)
         try:
-            store = dist.TCPStore(host_name=cfg.master_addr, port=cfg.master_port,
-                                  world_size=cfg.world_size, is_master=True,
-                                  timeout=timedelta(seconds=max(1.0, deadline.remaining())),
-                                  wait_for_workers=False)
+            if early_err:
+                raise OSError(early_err)
+            store = _serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())))
         except Exception as e:
             raise ProbeFailure(R.MASTER_PORT_REFUSED, (
                 f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
@@ -206,10 +277,27 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"so this rank would dial itself instead of rank 0; set MASTER_ADDR to rank 0's "
                 f"node address, not localhost or a hostname mapped to 127.0.0.1 in /etc/hosts"))
         tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: connecting to {cfg.master_addr}:{cfg.master_port}")
-        addr, last, took = _dial(resolved, cfg.master_port, deadline)
+        started_at = getattr(cfg, "master_started_at", None)
+        give_up = dial_give_up_at(deadline.at, getattr(tracker, "start", time.monotonic()),
+                                  time.monotonic(), bool(started_at),
+                                  getattr(cfg, "master_grace_seconds", 5.0))
+        addr, last, took = _dial(resolved, cfg.master_port, Deadline(give_up))
         if addr is None:
             shown = f"{cfg.master_addr}:{cfg.master_port}" + (
                 f" ({', '.join(resolved)})" if resolved != [cfg.master_addr] else "")
+            if started_at and last == "refused":
+                raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                    f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s although "
+                    f"rank 0's probe has been running since {started_at} (it listens on that port "
+                    f"as it starts): a firewall on rank 0's node rejects TCP {cfg.master_port}, or "
+                    f"MASTER_ADDR names another host; open TCP {cfg.master_port} to rank 0's node "
+                    f"or fix MASTER_ADDR"))
+            if started_at:
+                raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
+                    f"{where}: connection to MASTER_ADDR {shown} {last} for {took:.1f}s although "
+                    f"rank 0's probe has been running since {started_at}: a firewall drops TCP "
+                    f"{cfg.master_port} or the address is not routable from this node; open TCP "
+                    f"{cfg.master_port} between nodes or fix MASTER_ADDR"))
             if last == "refused":
                 raise ProbeFailure(R.MASTER_PORT_REFUSED, (
                     f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s: nothing "

@@ -68,7 +68,8 @@ def report(rank: int, node: str, ok: bool = True, *, ifname: str = "eth1", addr:
 
 def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pending", node: Optional[str] = None,
         host_ip: Optional[str] = None, pod_ip: Optional[str] = None, message: Optional[str] = None, exit_code: Optional[int] = None,
-        container: str = "probe", unschedulable: Optional[str] = None, deleting: bool = False) -> dict:
+        container: str = "probe", unschedulable: Optional[str] = None, deleting: bool = False,
+        started_at: Optional[str] = None, finished_at: Optional[str] = None) -> dict:
     p: dict[str, Any] = {
         "metadata": {
             "name": name,
@@ -82,9 +83,13 @@ def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pend
     if unschedulable:
         p["status"]["conditions"].append(
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable})
-    if exit_code is not None or message is not None:
+    if started_at is not None:  # the container runs (or ran) since then
         p["status"]["containerStatuses"] = [
-            {"name": container, "state": {"terminated": {"exitCode": exit_code, "message": message}}}]
+            {"name": container, "state": {"running": {"startedAt": started_at}}}]
+    if exit_code is not None or message is not None:
+        term = {"exitCode": exit_code, "message": message}
+        term.update({k: v for k, v in (("startedAt", started_at), ("finishedAt", finished_at)) if v})
+        p["status"]["containerStatuses"] = [{"name": container, "state": {"terminated": term}}]
     return p
 
 

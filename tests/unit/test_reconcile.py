@@ -38,11 +38,19 @@ def test_other_ranks_wait_for_rank0_host_ip_then_get_it_as_master():
     body = advance(job(num_nodes=3), step(job(num_nodes=3), []))
     p0 = pod("j-probe-0", "probe", 0, phase="Pending", node="node-a")
     assert names(step(body, [p0])) == []
-    p0 = pod("j-probe-0", "probe", 0, phase="Running", node="node-a", host_ip="10.100.0.10")
+    # a host IP but the probe container not started yet (init container): still wait
+    p0 = pod("j-probe-0", "probe", 0, phase="Pending", node="node-a", host_ip="10.100.0.10")
+    assert names(step(body, [p0])) == []
+    p0 = pod("j-probe-0", "probe", 0, phase="Running", node="node-a", host_ip="10.100.0.10",
+             started_at="2026-11-30T11:59:58Z")
     plan = step(body, [p0])
     assert names(plan) == ["j-probe-1", "j-probe-2"]
     masters = {e["value"] for p in plan.creates for e in p["spec"]["containers"][0]["env"] if e["name"] == "MASTER_ADDR"}
     assert masters == {"10.100.0.10"}
+    # the evidence a dialling rank needs to call a silent master port blocked early
+    started = {e["value"] for p in plan.creates for e in p["spec"]["containers"][0]["env"]
+               if e["name"] == "DISTTRAIN_PROBE_MASTER_STARTED_AT"}
+    assert started == {"2026-11-30T11:59:58Z"}
 
 
 def test_idempotent_same_input_same_plan_no_duplicates():
@@ -194,6 +202,7 @@ def test_pod_network_rank0_brings_the_headless_service_and_others_get_its_dns_na
     p0["status"]["podIP"] = None
     assert names(step(body, [p0])) == []  # no pod IP yet: wait
     p0["status"]["podIP"] = "10.244.0.2"
+    p0["status"]["containerStatuses"] = [{"name": "probe", "state": {"running": {"startedAt": "t"}}}]
     plan = step(body, [p0])
     assert names(plan) == ["j-probe-1"] and plan.services == []
     e = {x["name"]: x.get("value") for x in plan.creates[0]["spec"]["containers"][0]["env"]}

@@ -1,0 +1,115 @@
+"""Fast MasterPort* diagnosis, operator side: ranks 1..n-1 start only once rank 0's probe
+runs and carry its start time as evidence; a rank that failed before it could join the
+rendezvous store (so nobody learns of it) gives the verdict without waiting for the probes
+that would only wait for it until their deadline."""
+
+import json
+from datetime import timedelta
+
+from disttrain import constants as c
+from disttrain import conditions as cond
+from disttrain.builders import build_probe_pod
+from disttrain.diagnosis import ProbeOutcome, diagnose
+
+from .fixtures import job, pod, report
+from .test_builders import REF, env, spec_of
+from .test_reconcile import NOW, advance, names, step
+
+STARTED = "2026-11-30T11:59:50Z"
+# one second before NOW, as the kubernetes Python client serializes times (kube.py)
+ENDED = "2026-11-30T11:59:59+00:00"
+
+
+def refused(rank, node):
+    msg = (f"{node} (rank {rank}): connection to MASTER_ADDR 10.100.0.10:29500 refused for 2.0s "
+           f"although rank 0's probe has been running since {STARTED}")
+    return report(rank, node, ok=False, failure={"reason": c.REASON_MASTER_PORT_REFUSED,
+                                                 "phase": "rendezvous", "message": msg})
+
+
+def running0():
+    return pod("j-probe-0", "probe", 0, phase="Running", node="node-a", host_ip="10.100.0.10",
+               started_at=STARTED)
+
+
+def failed(rank, node, rep, finished_at=ENDED):
+    return pod(f"j-probe-{rank}", "probe", rank, phase="Failed", node=node,
+               host_ip=f"10.100.0.1{rank}", message=json.dumps(rep), exit_code=1,
+               started_at=STARTED, finished_at=finished_at)
+
+
+def test_probe_pod_carries_rank0_start_only_when_given():
+    s = spec_of()
+    with_ev = env(build_probe_pod(REF, s, 1, "10.100.0.10", 1, "probe:1", STARTED)["spec"]["containers"][0])
+    assert with_ev["DISTTRAIN_PROBE_MASTER_STARTED_AT"] == STARTED
+    without = env(build_probe_pod(REF, s, 0, None, 1, "probe:1")["spec"]["containers"][0])
+    assert "DISTTRAIN_PROBE_MASTER_STARTED_AT" not in without
+
+
+def test_a_slow_rank0_start_does_not_hold_the_others_back_for_long():
+    """A cold image pull on rank 0's node: the others start without the evidence after
+    PEER_START_WAIT_SECONDS (their own pulls must not wait for rank 0's)."""
+    from disttrain.reconcile import PEER_START_WAIT_SECONDS
+
+    body = advance(job(), step(job(), []))
+    p0 = pod("j-probe-0", "probe", 0, phase="Pending", node="node-a", host_ip="10.100.0.10")
+    p0["status"]["startTime"] = "2026-11-30T11:59:58Z"  # on its node 2 s before NOW
+    assert names(step(body, [p0])) == []
+    plan = step(body, [p0], now=NOW + timedelta(seconds=PEER_START_WAIT_SECONDS))
+    assert names(plan) == ["j-probe-1"]
+    assert "DISTTRAIN_PROBE_MASTER_STARTED_AT" not in env(plan.creates[0]["spec"]["containers"][0])
+
+
+def test_rank_that_never_reached_the_store_gives_the_verdict_without_rank0():
+    body = advance(job(), step(job(), []))
+    plan = step(body, [running0(), failed(1, "node-b", refused(1, "node-b"))])
+    conds = plan.status["conditions"]
+    v = cond.get(conds, c.MASTER_REACHABLE)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_PORT_REFUSED)
+    assert "node-b (rank 1)" in v["message"] and "node-a (rank 0" in v["message"]
+    assert cond.get(conds, c.VALIDATED)["reason"] == c.REASON_MASTER_PORT_REFUSED
+    assert cond.is_true(conds, c.FAILED) and not plan.creates
+    # rank 0 would only wait for rank 1 until its deadline: stopped, rank 1 kept for its logs
+    assert plan.deletes == ["j-probe-0"]
+    # rank 0 is not blamed for a report it never had the chance to write
+    assert all("j-probe-0" not in f for f in plan.status["probe"]["failures"])
+
+
+def test_a_peer_that_joined_the_store_is_waited_for():
+    """A rank that failed after joining (here: RendezvousTimeout) told the others through
+    the store; they end on their own with their own reports, so the verdict waits."""
+    body = advance(job(), step(job(), []))
+    rep = report(1, "node-b", ok=False, failure={"reason": c.REASON_RENDEZVOUS_TIMEOUT,
+                                                 "phase": "rendezvous", "message": "x"})
+    plan = step(body, [running0(), failed(1, "node-b", rep)])
+    assert cond.status_of(plan.status["conditions"], c.VALIDATED) == "Unknown"
+    assert plan.deletes == []
+
+
+def test_other_dialling_ranks_get_a_moment_to_end_on_their_own():
+    body = advance(job(num_nodes=3), step(job(num_nodes=3), []))
+    r2 = pod("j-probe-2", "probe", 2, phase="Running", node="node-c", host_ip="10.100.0.12",
+             started_at=STARTED)
+    pods = [running0(), failed(1, "node-b", refused(1, "node-b")), r2]
+    # one second after rank 1 ended: rank 2 (same checks, same timing) may be about to end
+    assert cond.status_of(step(body, pods).status["conditions"], c.VALIDATED) == "Unknown"
+    later = step(body, pods, now=NOW + timedelta(seconds=3))
+    v = cond.get(later.status["conditions"], c.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_PORT_REFUSED)
+    assert sorted(later.deletes) == ["j-probe-0", "j-probe-2"]
+    # had rank 2 ended too, both would be named at once
+    both = step(body, [running0(), failed(1, "node-b", refused(1, "node-b")),
+                       failed(2, "node-c", refused(2, "node-c"))])
+    msg = cond.get(both.status["conditions"], c.VALIDATED)["message"]
+    assert "node-b (rank 1)" in msg and "node-c (rank 2)" in msg
+
+
+def test_running_outcome_adds_no_failure():
+    outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", running=True),
+            ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=refused(1, "node-b"))]
+    d = diagnose(outs, "10.100.0.10")
+    assert d.conditions[c.VALIDATED].reason == c.REASON_MASTER_PORT_REFUSED
+    assert len(d.failures) == 1 and "node-b" in d.failures[0]
+    # without the flag, a missing report is a failure of its own
+    outs[0] = ProbeOutcome(rank=0, pod="j-probe-0", node="node-a")
+    assert len(diagnose(outs, "10.100.0.10").failures) == 2
