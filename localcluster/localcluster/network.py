@@ -127,10 +127,29 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
         _ip("-n", FABRIC_NS, "link", "set", peer, "master", f"br-{link.segment}")
         _ip("-n", FABRIC_NS, "link", "set", peer, "up")
         _ip("-n", ns, "link", "set", link.name, "up")
+        if getattr(link, "rate_mbit", None):
+            rate_limit(FABRIC_NS, peer, link.rate_mbit)
+            rate_limit(ns, link.name, link.rate_mbit)
     if topo.firewall:
         firewall.apply(ns, topo.firewall)
     else:
         firewall.clear(ns)
+
+
+def tbf_args(rate_mbit: int) -> list[str]:
+    """``tc qdisc`` arguments of a token bucket at ``rate_mbit`` Mb/s: burst = 2 ms of
+    traffic but at least 256 KiB (bytes; a 64 KiB GSO packet must fit), queue up to 50 ms."""
+    burst = max(256 * 1024, rate_mbit * 1_000_000 // 8 // 500)
+    return ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", "50ms"]
+
+
+def rate_limit(ns: str, dev: str, rate_mbit: int) -> None:
+    """Limit what ``dev`` in namespace ``ns`` sends to ``rate_mbit`` Mb/s (a tbf root
+    qdisc, replaced if present). Raises NetworkError if `tc` fails."""
+    p = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", dev, "root", *tbf_args(rate_mbit)],
+                       capture_output=True, text=True)
+    if p.returncode != 0:
+        raise NetworkError(f"tc -n {ns} qdisc replace dev {dev} root tbf: {p.stderr.strip()}")
 
 
 def node_healthy(node: NodeSpec, topo: Optional[NodeTopology] = None) -> bool:

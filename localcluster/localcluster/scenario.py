@@ -1,10 +1,13 @@
 """Scenarios: a declarative YAML file that describes the simulated cluster and the job.
 
 A scenario (``scenarios/<name>.yaml``) gives the number of nodes, each node's NICs
-(name, IPv4/IPv6 addresses, MTU, the fabric segment it is plugged into), node-local decoy
-bridges, extra hosts-file lines, an nftables input firewall, extra environment and
-library paths for every container, GPU capacity, overrides of the example job's spec
-(``examples/ddp-digits.yaml``), and the expected outcome. Example::
+(name, IPv4/IPv6 addresses, MTU, an optional rate limit, the fabric segment it is plugged
+into), node-local decoy bridges, extra hosts-file lines, an nftables input firewall, extra
+environment and library paths for every container, GPU capacity, overrides of the example
+job's spec (``examples/ddp-digits.yaml``), and the expected outcome. In env values,
+libraryPaths and pythonpath, ``{nccl:VERSION}`` stands for the directory holding
+``libnccl.so.2`` of that NCCL release (the nvidia-nccl-cu12 wheel, installed on demand
+under the cache by ``altlibs.py``). Example::
 
     description: node A's firewall admits only the master port
     nodes: 2
@@ -89,6 +92,38 @@ class Segment(_Strict):
         return str(net)
 
 
+NCCL_TOKEN = re.compile(r"\{nccl:([^}]*)\}")
+NCCL_VERSION_PATTERN = r"^[0-9]+\.[0-9]+\.[0-9]+(\.post[0-9]+)?$"
+
+
+def _check_tokens(value: str) -> str:
+    for ver in NCCL_TOKEN.findall(value):
+        if not re.match(NCCL_VERSION_PATTERN, ver):
+            raise ValueError(f"{{nccl:{ver}}}: not an NCCL release (like {{nccl:2.28.9}})")
+    return value
+
+
+def nccl_dir(version: str) -> Path:
+    """Where NCCL ``version``'s ``libnccl.so.2`` lives once installed (see altlibs.py):
+    ``<cache>/nccl-<version>/nvidia/nccl/lib``."""
+    from .config import cache_dir
+    return cache_dir() / f"nccl-{version}" / "nvidia" / "nccl" / "lib"
+
+
+def expand(value: str) -> str:
+    """``value`` with every ``{nccl:VERSION}`` replaced by :func:`nccl_dir`."""
+    return NCCL_TOKEN.sub(lambda m: str(nccl_dir(m.group(1))), value)
+
+
+def required_nccl(sc: "Scenario") -> list[str]:
+    """NCCL releases the scenario's ``{nccl:VERSION}`` tokens need installed, sorted."""
+    found: set[str] = set()
+    for cfg in [sc.defaults, *sc.nodeOverrides.values()]:
+        for val in [*(cfg.env or {}).values(), *(cfg.libraryPaths or []), *(cfg.pythonpath or [])]:
+            found.update(NCCL_TOKEN.findall(val))
+    return sorted(found)
+
+
 def _check_cidrs(v: list[str]) -> list[str]:
     for a in v:
         ipaddress.ip_interface(a)
@@ -105,6 +140,9 @@ class Nic(_Strict):
     addresses: Optional[list[str]] = Field(
         None, description="addr/prefix list (v4 and v6); default: the segment's host for this node")
     mtu: Optional[int] = Field(None, ge=68, le=65535)
+    rateMbit: Optional[int] = Field(
+        None, ge=1, le=400000, description="rate limit in Mb/s (a tbf qdisc on both veth ends); "
+        "the kernel still reports the veth's 10000 Mb/s")
 
     @field_validator("addresses")
     @classmethod
@@ -175,10 +213,24 @@ class NodeConfig(_Strict):
     hosts: Optional[list[str]] = Field(
         None, description="extra /etc/hosts lines, put first; {node} = the node's name")
     firewall: Optional[Firewall] = None
-    env: Optional[dict[str, str]] = None
+    env: Optional[dict[str, str]] = Field(None, description="extra env; {nccl:VERSION} is expanded")
     libraryPaths: Optional[list[str]] = Field(None, description="appended to LD_LIBRARY_PATH")
     pythonpath: Optional[list[str]] = Field(None, description="appended to PYTHONPATH")
     gpus: Optional[int] = Field(None, ge=0, le=64)
+
+    @field_validator("env")
+    @classmethod
+    def _env_tokens(cls, v):
+        for val in (v or {}).values():
+            _check_tokens(val)
+        return v
+
+    @field_validator("libraryPaths", "pythonpath")
+    @classmethod
+    def _path_tokens(cls, v):
+        for val in v or []:
+            _check_tokens(val)
+        return v
 
 
 class Expect(_Strict):
@@ -192,6 +244,9 @@ class Expect(_Strict):
     messageContains: list[str] = Field(default_factory=list)
     messageLacks: list[str] = Field(default_factory=list, description="strings the message must not contain")
     phase: Optional[Literal["Validated", "Running", "Succeeded", "Failed"]] = None
+    socketIfname: Optional[str] = Field(
+        None, description="the job's status.rendezvous.socketIfname once validated (the "
+        "interface every node's probe chose; a comma list when names differ)")
     withinSeconds: float = Field(60.0, gt=0, le=1800)
 
 
@@ -236,6 +291,7 @@ class Link:
     mtu: Optional[int] = None
     segment: Optional[str] = None  # None: a decoy bridge
     fabric_peer: Optional[str] = None  # the veth end on the segment's bridge
+    rate_mbit: Optional[int] = None  # tbf rate limit (Mb/s) on both veth ends; None: none
 
 
 @dataclass
@@ -254,7 +310,11 @@ class NodeTopology:
     gpus: Optional[int] = None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for ln in d["links"]:
+            if ln.get("rate_mbit") is None:  # unset: the same document (and digest) as before
+                ln.pop("rate_mbit", None)
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "NodeTopology":
@@ -297,7 +357,7 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             k = used.get(nic.segment, 0)
             used[nic.segment] = k + 1
             peer = f"{nic.segment}{k if k else ''}-{name}"
-            links.append(Link(nic.name, addrs, nic.mtu, nic.segment, peer))
+            links.append(Link(nic.name, addrs, nic.mtu, nic.segment, peer, nic.rateMbit))
             if internal is None:
                 internal = next((a.split("/")[0] for a in addrs
                                  if ipaddress.ip_interface(a).version == 4), None)
@@ -313,8 +373,9 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             name=name, index=i, links=links, internal_ip=internal,
             hosts=[h.replace("{node}", name) for h in cfg.hosts or []],
             firewall=cfg.firewall.model_dump() if cfg.firewall else None,
-            env=dict(cfg.env or {}), library_paths=list(cfg.libraryPaths or []),
-            pythonpath=list(cfg.pythonpath or []), gpus=cfg.gpus))
+            env={k: expand(v) for k, v in (cfg.env or {}).items()},
+            library_paths=[expand(p) for p in cfg.libraryPaths or []],
+            pythonpath=[expand(p) for p in cfg.pythonpath or []], gpus=cfg.gpus))
     return out
 
 

@@ -19,7 +19,7 @@ from typing import Optional
 
 import yaml
 
-from . import config, scenario as scn
+from . import altlibs, config, scenario as scn
 
 JOB = "ddp-digits"
 
@@ -74,6 +74,15 @@ def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -
              if s in (c.get("message") or "")]
     if extra:
         return False, f"{expect.condition} message should not name {extra}: {c.get('message', '')}"
+    if expect.socketIfname is not None:
+        got_if = (((job or {}).get("status") or {}).get("rendezvous") or {}).get("socketIfname")
+        if got_if is None:
+            if phase in ("Succeeded", "Failed"):
+                return False, f"job {phase} without status.rendezvous.socketIfname"
+            return None, "waiting for status.rendezvous.socketIfname"
+        if got_if != expect.socketIfname:
+            return False, (f"status.rendezvous.socketIfname is {got_if}, expected "
+                           f"{expect.socketIfname} ({expect.condition}: {c.get('message', '')})")
     if expect.phase and phase != expect.phase:
         if phase in ("Succeeded", "Failed"):
             return False, f"job {phase}, expected {expect.phase}"
@@ -142,10 +151,11 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
 def prepare(sc: scn.Scenario, say=print) -> None:
     """Cluster up as the scenario says, and the operator running. On a failed `up` the
     cluster is taken down (nothing half-created) and the error re-raised."""
-    from . import cli, firewall, operator_install
+    from . import altlibs, cli, firewall, operator_install
     for t in scn.topology(sc):
         if t.firewall:
             firewall.check(t.firewall)
+    altlibs.ensure_for(sc, say=say)  # e.g. another NCCL for version-skew (before any change)
     try:
         cli.up(scenario=sc)
     except Exception:
@@ -169,7 +179,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
     print(f"scenario {sc.name}: {sc.description.strip()}")
     print(f"cluster instance {config.INSTANCE} (state {config.state_dir()})")
-    prepare(sc)
+    try:
+        prepare(sc)
+    except altlibs.AltLibError as e:
+        print(f"scenario {sc.name}: {e}", file=sys.stderr)
+        return 2
     ns = f"sc-{sc.name[:40]}-{uuid.uuid4().hex[:5]}".lower()
     try:
         o = run_job(sc, ns)

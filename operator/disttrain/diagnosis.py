@@ -109,6 +109,18 @@ def summarize_ifnames(names: list[Optional[str]]) -> Optional[str]:
     return ",".join(distinct)
 
 
+def measured_by_ifname(outcomes: list[ProbeOutcome]) -> dict[str, float]:
+    """Interface name -> the lowest ``measuredMbps`` (Mb/s, the probe's timed transfer on
+    that interface's network) any report gives for it; interfaces never measured are absent."""
+    out: dict[str, float] = {}
+    for o in outcomes:
+        for i in (o.report or {}).get("interfaces") or []:
+            v = i.get("measuredMbps")
+            if i.get("name") and isinstance(v, (int, float)):
+                out[i["name"]] = min(out.get(i["name"], float(v)), float(v))
+    return out
+
+
 def _is_loopback(addr: Optional[str]) -> bool:
     try:
         return addr is not None and ipaddress.ip_address(addr).is_loopback
@@ -122,22 +134,63 @@ def _failure_rank(reason: str) -> tuple[int, int]:
     return (1 if reason in c.GENERIC_REASONS else 0, order)
 
 
+def _odd_nodes(values: dict[str, str], expected: dict[str, str]) -> list[str]:
+    """The nodes to look at: those whose value differs from what they should have
+    (``expected``: for NCCL, the version torch was built with) when that singles out
+    some but not all; else those outside the single largest group; else every node."""
+    off = sorted(n for n, v in values.items() if expected.get(n) and expected[n] != v)
+    if off and len(off) < len(values):
+        return off
+    groups: dict[str, list[str]] = {}
+    for n, v in values.items():
+        groups.setdefault(v, []).append(n)
+    sizes = sorted((len(ns) for ns in groups.values()), reverse=True)
+    if len(sizes) > 1 and sizes[0] > sizes[1]:
+        big = max(groups.values(), key=len)
+        return sorted(n for n in values if n not in big)
+    return sorted(values)
+
+
+def version_table(rows: dict[str, dict[str, Any]], lib_for: tuple[str, ...] = ()) -> str:
+    """One line for a condition message: ``node-a: torch 2.8.0, CUDA 12.8, NCCL 2.27.3;
+    node-b: ...`` (sorted by node; unknown values left out; the driver when known). Nodes
+    in ``lib_for`` also show the path their libnccl was loaded from."""
+    out = []
+    for node in sorted(rows):
+        v = rows[node] or {}
+        parts = []
+        for key, label in (("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"), ("driver", "driver")):
+            if v.get(key):
+                lib = f" from {v['ncclLib']}" if key == "nccl" and node in lib_for and v.get("ncclLib") else ""
+                parts.append(f"{label} {v[key]}{lib}")
+        out.append(f"{node}: {', '.join(parts) or 'versions unknown'}")
+    return "; ".join(out)
+
+
+def _version_fix(key: str, nodes: list[str]) -> str:
+    where = ", ".join(nodes)
+    if key == "nccl":
+        return f"make every node load the same NCCL: check LD_LIBRARY_PATH/LD_PRELOAD on {where} (or the image's NCCL)"
+    if key == "driver":
+        return f"upgrade {where} to the other nodes' driver or pin the job to nodes with one driver version"
+    return f"run the same training image on every node: check the image and PYTHONPATH on {where}"
+
+
 def _version_mismatch(outcomes: list[ProbeOutcome]) -> Optional[Verdict]:
-    reports = [(o, o.report) for o in outcomes if o.report]
+    """The first of NCCL, torch, CUDA, driver that differs between the reports (a node
+    without the value is left out), with the per-node table and the fix; None if none."""
+    rows = {_node_label(o): (o.report.get("versions") or {}) for o in outcomes if o.report}
     for key, reason, label in _VERSION_KEYS:
-        seen = {}
-        for o, r in reports:
-            val = (r.get("versions") or {}).get(key)
-            if val:
-                seen[_node_label(o)] = str(val)
+        seen = {n: str(v[key]) for n, v in rows.items() if v.get(key)}
         if len(set(seen.values())) > 1:
-            table = ", ".join(f"{n}={v}" for n, v in sorted(seen.items()))
+            expected = {n: str(rows[n]["ncclBuild"]) for n in seen if rows[n].get("ncclBuild")} \
+                if key == "nccl" else {}
+            odd = _odd_nodes(seen, expected)
+            lib_for = tuple(odd) if key == "nccl" else ()
             return Verdict(
                 "False",
                 reason,
-                f"{label} differs between nodes: {table}; build every node's image with the "
-                f"same {label} (the probe runs in the training image, so this is what would "
-                "train)",
+                f"{label} differs between nodes: {version_table(rows, lib_for)}; {_version_fix(key, odd)}",
             )
     return None
 
@@ -175,8 +228,10 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
             )
         )
     mismatch = _version_mismatch(outcomes)
-    if mismatch and not any(r == mismatch.reason for r, _, _ in failures):
-        failures.append((mismatch.reason, "", mismatch.message))
+    if mismatch:
+        # Every report's versions are here: one table for all nodes replaces the probes'
+        # own (identical or relayed) messages for that reason.
+        failures = [f for f in failures if f[0] != mismatch.reason] + [(mismatch.reason, "", mismatch.message)]
 
     for reason, node, msg in failures:
         diag.failures.append(f"{node}: {reason}: {msg}" if node and not msg.startswith(node) else f"{reason}: {msg}")
@@ -280,7 +335,17 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
             elif rj.get("reason") in EXPLAINED_REJECTIONS and rj.get("message"):
                 explained.setdefault(rj.get("ifname"), rj["message"])
     subnets = sorted({((o.report or {}).get("chosen") or {}).get("subnet") or "?" for o in outcomes})
-    chosen_msgs.append(f"{ifnames} ({', '.join(subnets)}) chosen on every node")
+    headline = f"{ifnames} ({', '.join(subnets)}) chosen on every node"
+    measured = measured_by_ifname(outcomes)
+    chosen_names = {n for n in diag.socket_ifnames.values() if n}
+    mine = [v for k, v in measured.items() if k in chosen_names]
+    not_preferred = {rj.get("ifname") for o in outcomes for rj in (o.report or {}).get("rejected") or []
+                     if rj.get("reason") == "NotPreferred"}
+    others = {k: v for k, v in measured.items() if k in not_preferred and k not in chosen_names}
+    if mine and others:
+        headline += (f": {min(mine):.0f} Mb/s measured vs "
+                     + ", ".join(f"{k} {v:.0f} Mb/s" for k, v in sorted(others.items(), key=lambda kv: -kv[1])))
+    chosen_msgs.append(headline)
     if rejected:
         chosen_msgs.append(
             "rejected: " + ", ".join(f"{k} ({v})" for k, v in sorted(rejected.items()) if k)

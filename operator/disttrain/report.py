@@ -45,12 +45,16 @@ class ProbeWarning(_Model):
 
 
 class Versions(_Model):
-    """Software on the node. ``cuda`` is torch's CUDA build; ``nccl`` only when CUDA is usable."""
+    """Software on the node. ``cuda`` is torch's CUDA build; ``nccl`` the libnccl loaded in
+    the probe's process (no GPU needed), ``ncclLib`` its path, ``ncclBuild`` the NCCL torch
+    was compiled against."""
 
     python: Optional[str] = None
     torch: Optional[str] = None
     cuda: Optional[str] = None
     nccl: Optional[str] = None
+    nccl_build: Optional[str] = None
+    nccl_lib: Optional[str] = None
     driver: Optional[str] = None
     gpus: Optional[int] = Field(default=None, description="visible CUDA devices")
 
@@ -80,6 +84,9 @@ class Interface(_Model):
     up: Optional[bool] = None
     speed_mbps: Optional[int] = Field(default=None, description="link speed, Mb/s (/sys)")
     mtu: Optional[int] = Field(default=None, description="bytes")
+    measured_mbps: Optional[float] = Field(
+        default=None, description="throughput measured on this interface's network, Mb/s "
+        "(slowest measured pair; only for usable networks when there was a choice)")
 
 
 class Chosen(_Model):

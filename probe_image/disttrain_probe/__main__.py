@@ -39,6 +39,7 @@ class Probe:
         self.allreduce: Optional[Dict[str, Any]] = None
         self.mesh_rows: List[Dict[str, Any]] = []
         self.network: Optional[str] = None
+        self.measured: Dict[str, float] = {}  # ifname -> Mb/s measured on its network
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
 
     # -- report ---------------------------------------------------------------------
@@ -57,7 +58,8 @@ class Probe:
         timings = dict(self.tracker.timings)
         timings["total"] = round(self.tracker.elapsed(), 3)
         ver = dict(self.inv.get("versions") or {})
-        versions = {k: ver.get(k) for k in ("python", "torch", "cuda", "nccl", "driver", "gpus")}
+        versions = {k: ver.get(k) for k in ("python", "torch", "cuda", "nccl", "ncclBuild", "ncclLib",
+                                             "driver", "gpus")}
         return {
             "v": REP.VERSION,
             "rank": cfg.rank,
@@ -75,8 +77,10 @@ class Probe:
                                                    "resolved": [], "route": None},
             "portRange": self.inv.get("portRange"),
             "portRangeAllowed": list(cfg.port_range) if cfg.port_range else None,
-            "interfaces": [{"name": i.get("name"), "addrs": i.get("addrs"), "up": i.get("up"),
-                            "speedMbps": i.get("speedMbps"), "mtu": i.get("mtu")}
+            "interfaces": [dict({"name": i.get("name"), "addrs": i.get("addrs"), "up": i.get("up"),
+                                 "speedMbps": i.get("speedMbps"), "mtu": i.get("mtu")},
+                                **({"measuredMbps": self.measured[i.get("name")]}
+                                   if i.get("name") in self.measured else {}))
                            for i in self.inv.get("interfaces") or []],
             "chosen": self.chosen,
             "network": self.network,
@@ -194,6 +198,7 @@ class Probe:
             self.network = ch.get("network")
             self.rejected = ch["rejected"].get(cfg.rank, [])
             self.nccl_default = ch["ncclDefault"].get(cfg.rank)
+            self.measured = dict((ch.get("measured") or {}).get(cfg.rank) or {})
             self.state["warnings"].extend(ch["warnings"].get(cfg.rank, []))
             if ch["failure"]:
                 raise ProbeFailure(ch["failure"]["reason"], ch["failure"]["message"])

@@ -9,6 +9,13 @@ classic trap) is not counted as reaching the peer. Results are all-gathered.
 Result codes: ``ok`` (the right peer answered), ``wrong`` (someone else answered),
 ``refused``, ``timeout``, ``unreachable``, ``error``.
 
+Throughput: when a rank reached peers on more than one network, it times a short bulk
+download (:data:`BULK_BYTES`, 4 MiB, twice per network, the better kept) from one peer
+per network through the same listeners (``BULK <bytes>`` after the identity line), so
+the choice can prefer the faster network when the kernel's link speeds tie or are
+unknown (veths, virtio and bonds often report 10000 Mb/s or nothing). The result, in
+Mb/s, is ``mbps`` in the mesh entry of that address.
+
 Listeners go on up interfaces only (a down one is rejected as Down anyway), at most
 :data:`MAX_ADDRS_PER_IFACE` addresses each (kube-ipvs0 can carry hundreds of service
 addresses). Up to :data:`FULL_MESH_MAX` ranks every rank dials every peer; beyond, the
@@ -18,6 +25,7 @@ ranks, so the dials per rank stay constant (DESIGN.md, "Scale").
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import os
 import random
@@ -31,12 +39,28 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import reasons as R
+from .config import ifname_matches, parse_ifname_spec
 from .deadline import Deadline
 from .inventory import ipv4_addrs, route_get
 
 MAX_ADDRS_PER_IFACE = 4
 SKIP_IFACES = ("kube-ipvs0",)
 FULL_MESH_MAX = 32
+BULK_BYTES = 4 * 1024 * 1024     # bytes per timed transfer (DISTTRAIN_PROBE_BULK_BYTES)
+BULK_MAX_BYTES = 64 * 1024 * 1024  # the most a listener sends on request
+BULK_ROUNDS = 2                  # transfers per network; the fastest counts
+BULK_MAX_SECONDS = 1.0           # per transfer; a slow link is measured on what arrived
+_ZEROS = bytes(256 * 1024)
+
+
+def bulk_bytes() -> int:
+    """Bytes per timed transfer: $DISTTRAIN_PROBE_BULK_BYTES (0 = no measurement), else
+    :data:`BULK_BYTES`; capped at :data:`BULK_MAX_BYTES`."""
+    try:
+        v = int(os.environ.get("DISTTRAIN_PROBE_BULK_BYTES", BULK_BYTES))
+    except ValueError:
+        return BULK_BYTES
+    return max(0, min(v, BULK_MAX_BYTES))
 
 
 def full_mesh_max() -> int:
@@ -110,13 +134,34 @@ class Listeners:
                     c, _ = key.fileobj.accept()  # type: ignore[union-attr]
                 except OSError:
                     continue
-                try:
-                    c.settimeout(1.0)
-                    c.sendall(self._reply)
-                except OSError:
-                    pass
-                finally:
-                    c.close()
+                threading.Thread(target=self._answer, args=(c,), name="probe-answer",
+                                 daemon=True).start()
+
+    def _answer(self, c: socket.socket) -> None:
+        """Identity line; then, if the dialler asks ``BULK <n>``, n zero bytes (a timed
+        transfer); a plain dial just closes its end."""
+        try:
+            c.settimeout(1.0)
+            c.sendall(self._reply)
+            c.settimeout(2.0)
+            req = b""
+            while b"\n" not in req and len(req) < 64:
+                chunk = c.recv(64)
+                if not chunk:
+                    return
+                req += chunk
+            word, _, num = req.partition(b"\n")[0].partition(b" ")
+            if word != b"BULK":
+                return
+            left = max(0, min(int(num), BULK_MAX_BYTES))
+            c.settimeout(5.0)
+            view = memoryview(_ZEROS)
+            while left > 0:
+                left -= c.send(view[:min(len(view), left)])
+        except (OSError, ValueError):
+            pass
+        finally:
+            c.close()
 
     def close(self) -> None:
         self._stop.set()
@@ -172,6 +217,88 @@ def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float) 
     return res
 
 
+def measure(addr: str, port: int, want_rank: int, want_nonce: str, nbytes: int,
+            limit: float) -> Optional[float]:
+    """Download ``nbytes`` bytes from a peer's listener and return the throughput in Mb/s
+    (1e6 bit/s), timed from the request to the last byte; after ``limit`` seconds, what
+    arrived so far counts. None when the peer is not the expected one (rank, nonce) or
+    nothing arrived. Never raises (socket errors give None)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(max(0.05, min(limit, 2.0)))
+    try:
+        s.connect((addr, port))
+        buf = b""
+        while b"\n" not in buf and len(buf) < 512:
+            chunk = s.recv(512)
+            if not chunk:
+                return None
+            buf += chunk
+        try:
+            who = json.loads(buf.partition(b"\n")[0].decode("utf-8", "replace") or "{}")
+        except ValueError:
+            return None
+        if who.get("nonce") != want_nonce or who.get("rank") != want_rank:
+            return None
+        sink = bytearray(1 << 20)
+        got = 0
+        t0 = time.monotonic()
+        s.sendall(b"BULK %d\n" % nbytes)
+        while got < nbytes:
+            left = t0 + limit - time.monotonic()
+            if left <= 0:
+                break
+            s.settimeout(left)
+            try:
+                n = s.recv_into(sink)
+            except socket.timeout:
+                break
+            if not n:
+                break
+            got += n
+        dt = time.monotonic() - t0
+    except OSError:
+        return None
+    finally:
+        s.close()
+    if got <= 0 or dt <= 0:
+        return None
+    return round(got * 8 / dt / 1e6, 1)
+
+
+def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
+                 results: Dict[str, Dict[str, Dict[str, Any]]], interfaces: List[Dict[str, Any]],
+                 spec: str = "auto") -> List[Tuple[int, str, int, str]]:
+    """One (peer, addr, port, nonce) per network this rank reached a peer on (``ok``
+    results), the peer next in ring order first; [] when fewer than two networks
+    qualify (nothing to compare). A network is the peer listener's subnet. Networks whose
+    local interface ``spec`` (socketIfname) leaves out are skipped."""
+    mode, pats = parse_ifname_spec(spec)
+    local = []  # (network, ifname) of this rank's IPv4 addresses
+    for i in interfaces:
+        for a, pl in ipv4_addrs(i):
+            local.append((ipaddress.IPv4Network(f"{a}/{pl}", strict=False), i.get("name") or ""))
+    by_net: Dict[str, Tuple[int, Tuple[int, str, int, str]]] = {}
+    for peer, info in listeners.items():
+        if peer == rank:
+            continue
+        order = (peer - rank) % max(1, world)
+        for _iface, addr, prefix, port in info.get("l", []):
+            res = (results.get(str(peer)) or {}).get(addr) or {}
+            if res.get("r") != "ok":
+                continue
+            net = ipaddress.IPv4Network(f"{addr}/{prefix}", strict=False)
+            mine = [name for n, name in local if n == net]
+            if mode != "auto" and mine and not any(
+                    ifname_matches(name, pats) == (mode == "include") for name in mine):
+                continue
+            key = str(net)
+            if key not in by_net or order < by_net[key][0]:
+                by_net[key] = (order, (peer, addr, port, info.get("nonce")))
+    if len(by_net) < 2:
+        return []
+    return [t for _, (_, t) in sorted(by_net.items())]
+
+
 def port_range_warning(node: str, kernel: Optional[List[int]],
                        allowed: Optional[Tuple[int, int]]) -> Optional[Dict[str, str]]:
     """Warn when the kernel's ephemeral range is not inside the range the firewall admits."""
@@ -219,6 +346,20 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
                         if rt:
                             res["src"] = rt.get("src")
                     mine.setdefault(str(peer), {})[addr] = res
+        nbytes = bulk_bytes()
+        targets = bulk_targets(cfg.rank, cfg.world_size, allpeers, mine, inv["interfaces"],
+                               getattr(cfg, "socket_ifname", "auto")) if nbytes else []
+        if targets and deadline.remaining() > 1.0:
+            tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: timing transfers per network")
+            # At most a third of what is left, so the results still reach every peer.
+            limit = min(BULK_MAX_SECONDS,
+                        deadline.remaining() / 3.0 / (BULK_ROUNDS * len(targets)))
+            for _round in range(BULK_ROUNDS):
+                for peer, addr, port, nonce in targets:
+                    mbps = measure(addr, port, peer, nonce, nbytes, limit)
+                    res = mine[str(peer)][addr]
+                    if mbps is not None and mbps > (res.get("mbps") or 0):
+                        res["mbps"] = mbps
         tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' mesh results")
         bus.publish("mesh", mine)
         allmesh = bus.gather("mesh", deadline, R.RENDEZVOUS_TIMEOUT,

@@ -8,8 +8,13 @@ every node, with exactly one interface per node, a distinct address per node, up
 every rank reached every peer on it (nonce-checked). Rejections carry a sub-reason
 (``reasons.REJ_*``) and a message naming the nodes and the evidence.
 
-Preference among usable networks: highest minimum link speed, then the network that
-carries the nodes' HOST_IP / the kernel's route to the master, then name.
+Preference among usable networks: highest minimum link speed (as the kernel reports it;
+only when every usable network's speed is known on every node), then measured throughput
+(the slowest measured pair, Mb/s, from the connectivity phase's timed transfers, capped at
+the kernel's link speed when known: a link cannot beat its line rate, and above it the
+measurement only shows CPU speed; sorted, the networks fall into tiers wherever one is at
+least :data:`MEASURED_MARGIN` times faster than the next, so noise cannot decide), then the network that carries the nodes' HOST_IP / the kernel's route to the master, then
+name.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from . import reasons as R
 from .config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
+MEASURED_MARGIN = 2.0  # measured throughput decides only at this ratio or more
 
 
 def _entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -84,6 +90,11 @@ class Network:
         self.reason: Optional[str] = None
         self.message = ""
         self.pick: Dict[int, Dict[str, Any]] = {}
+        self.kspeed: Optional[int] = None     # slowest kernel link speed, Mb/s (None: unknown)
+        self.measured: Optional[float] = None  # slowest measured pair, Mb/s (None: unmeasured)
+        self.rank_speed = 0                   # the speed that ranks it (0: not comparable)
+        self.effective: Optional[float] = None  # measured, capped at kspeed (Mb/s)
+        self.tier = 0                         # 0: the measurably fastest tier, 1: next, ...
 
     def ifnames(self) -> List[str]:
         out: List[str] = []
@@ -191,8 +202,61 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
             f"unreachable peers: {_nodes(peers, tgt)}"))
 
 
+def measured_mbps(net: Network, mesh: Dict[int, Dict[int, Any]],
+                  dial_plan: Dict[int, List[int]]) -> Optional[float]:
+    """The slowest measured throughput (Mb/s) between the network's picks: min over the
+    dialled pairs' ``mbps`` on it; None when no pair was measured."""
+    vals = []
+    for i in sorted(net.pick):
+        for j in dial_plan.get(i, []):
+            if i == j or j not in net.pick:
+                continue
+            res = (mesh.get(i) or {}).get(j, {}).get(net.pick[j]["addr"])
+            v = res.get("mbps") if isinstance(res, dict) else None
+            if isinstance(v, (int, float)) and v > 0:
+                vals.append(float(v))
+    return min(vals) if vals else None
+
+
+def measured_tiers(values: Dict[str, float], margin: float = MEASURED_MARGIN) -> Dict[str, int]:
+    """Tier per key (0 = fastest) for throughputs in Mb/s: sorted from the fastest, a new
+    tier starts wherever a value is at least ``margin`` times below the previous one, so
+    values closer than that (measurement noise) always share a tier."""
+    out: Dict[str, int] = {}
+    tier, prev = 0, None
+    for k, v in sorted(values.items(), key=lambda kv: (-kv[1], kv[0])):
+        if prev is not None and v * margin <= prev:
+            tier += 1
+        out[k] = tier
+        prev = v
+    return out
+
+
+def _rank_usable(usable: List[Network], mesh: Dict[int, Dict[int, Any]],
+                 dial_plan: Dict[int, List[int]]) -> None:
+    """Set each usable network's kspeed/measured and the ranking fields: kernel speed
+    counts only when every usable network's is known; among networks of equal ranking
+    speed, measured throughput (capped at the kernel's speed) counts only when each of
+    them was measured, in tiers (:func:`measured_tiers`)."""
+    for n in usable:
+        speeds = [e.get("speed") for e in n.pick.values()]
+        n.kspeed = min(speeds) if speeds and all(isinstance(x, int) and x > 0 for x in speeds) else None
+        n.measured = measured_mbps(n, mesh, dial_plan)
+        n.effective = None if n.measured is None else (
+            min(n.measured, float(n.kspeed)) if n.kspeed else n.measured)
+    known = all(n.kspeed is not None for n in usable)
+    groups: Dict[int, List[Network]] = {}
+    for n in usable:
+        n.rank_speed = n.kspeed if known else 0
+        groups.setdefault(n.rank_speed, []).append(n)
+    for g in groups.values():
+        if len(g) > 1 and all(n.effective is not None for n in g):
+            tiers = measured_tiers({n.key: n.effective for n in g})
+            for n in g:
+                n.tier = tiers[n.key]
+
+
 def _score(net: Network, peers: Dict[int, Dict[str, Any]]) -> Tuple[Any, ...]:
-    speeds = [e.get("speed") or 0 for e in net.pick.values()]
     route = 0
     for r, e in net.pick.items():
         p = peers[r]
@@ -201,7 +265,11 @@ def _score(net: Network, peers: Dict[int, Dict[str, Any]]) -> Tuple[Any, ...]:
                 or (mr.get("iface") and mr.get("iface") == e["ifname"] and not e["loopback"]):
             route += 1
     first = net.pick[min(net.pick)]["ifname"] if net.pick else ""
-    return (-(min(speeds) if speeds else 0), -route, first, net.key)
+    return (-net.rank_speed, net.tier, -route, first, net.key)
+
+
+def _mbps(v: Optional[float]) -> str:
+    return "?" if v is None else f"{v:.0f}"
 
 
 def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]]) -> str:
@@ -209,11 +277,25 @@ def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]])
     b, o = _score(best, peers), _score(other, peers)
     if b[0] != o[0]:
         return f"faster (slowest link {-b[0]} vs {-o[0]} Mb/s)"
+    kernel = (f"the kernel reports {best.kspeed} Mb/s for both" if best.kspeed == other.kspeed
+              and best.kspeed is not None else "the kernel's link speeds do not rank them")
     if b[1] != o[1]:
-        return (f"equal speed ({-b[0]} Mb/s); it carries the nodes' own address / route to the "
-                f"master on {-b[1]} of {len(best.pick)} nodes vs {-o[1]}; set "
+        return (f"faster by measurement ({_mbps(best.measured)} vs {_mbps(other.measured)} Mb/s "
+                f"measured; {kernel})")
+    same = ""
+    if best.measured is not None and other.measured is not None:
+        capped = [n.kspeed for n in (best, other) if n.kspeed and n.measured >= n.kspeed]
+        kspeeds = "/".join(str(x) for x in sorted(set(capped)))
+        why = (f"at or above the {kspeeds} Mb/s the kernel reports" if len(capped) == 2 else
+               f"less than {MEASURED_MARGIN:g}x apart"
+               + (f" once capped at the kernel's {kspeeds} Mb/s" if capped else ""))
+        same = f"; measured {_mbps(best.measured)} vs {_mbps(other.measured)} Mb/s, {why}"
+    if b[2] != o[2]:
+        spd = f"equal speed ({-b[0]} Mb/s)" if b[0] else "speed not decisive"
+        return (f"{spd}{same}; it carries the nodes' own address / route to the "
+                f"master on {-b[2]} of {len(best.pick)} nodes vs {-o[2]}; set "
                 f"network.socketIfname to choose the other")
-    return "equal on speed and routing; first by name (set network.socketIfname to choose)"
+    return f"equal on speed{same} and routing; first by name (set network.socketIfname to choose)"
 
 
 def _blocked(nets: List[Network]) -> List[Network]:
@@ -272,7 +354,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     ``mesh``: rank -> peer -> addr -> {r, src, ms}.
     ``dial_plan``: rank -> the peers it dialled (default: all pairs); reachability is
     required on exactly those pairs.
-    Returns {failure, network, chosen{rank}, rejected{rank}, ncclDefault{rank}, warnings{rank}}.
+    Returns {failure, network, chosen{rank}, measured{rank: {ifname: Mb/s}} (usable networks
+    that were measured), rejected{rank}, ncclDefault{rank}, warnings{rank}}.
     """
     mode, pats = parse_ifname_spec(spec)
     loopback_ok = mode == "include" and any(ifname_matches("lo", [p]) for p in pats)
@@ -282,7 +365,9 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     nets = _networks(peers)
     for n in nets:
         _evaluate(n, peers, mesh, mode, pats, loopback_ok, dial_plan, spec)
-    usable = sorted([n for n in nets if n.reason is None], key=lambda n: _score(n, peers))
+    usable = [n for n in nets if n.reason is None]
+    _rank_usable(usable, mesh, dial_plan)
+    usable.sort(key=lambda n: _score(n, peers))
     best = usable[0] if usable else None
     for n in usable[1:]:
         n.reject(R.REJ_NOT_PREFERRED, f"{'/'.join(n.ifnames())} on {n.label} is usable, "
@@ -378,10 +463,16 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     warnings: Dict[int, List[Dict[str, str]]] = {r: [] for r in ranks}
     if chosen:
         _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best)
+    measured: Dict[int, Dict[str, float]] = {r: {} for r in ranks}
+    for n in usable:
+        if n.measured is not None:
+            for r, e in n.pick.items():
+                measured[r][e["ifname"]] = round(n.measured, 1)
     return {
         "failure": failure,
         "network": best.label if (best is not None and failure is None) else None,
         "chosen": chosen,
+        "measured": measured,
         "rejected": rejected,
         "ncclDefault": defaults,
         "warnings": warnings,

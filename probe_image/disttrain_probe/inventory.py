@@ -221,8 +221,89 @@ def _driver_version(timeout: float) -> Optional[str]:
     return None
 
 
+def nccl_version_string(code: int) -> Optional[str]:
+    """Decode ``ncclGetVersion``'s integer (NCCL_VERSION_CODE) into "major.minor.patch".
+
+    NCCL >= 2.9 encodes major*10000 + minor*100 + patch (22809 -> "2.28.9"); older
+    releases major*1000 + minor*100 + patch (2708 -> "2.7.8"). None for a code <= 0.
+    """
+    if not isinstance(code, int) or code <= 0:
+        return None
+    if code >= 10000:
+        return f"{code // 10000}.{(code % 10000) // 100}.{code % 100}"
+    return f"{code // 1000}.{(code % 1000) // 100}.{code % 100}"
+
+
+def _mapped_library(prefix: str, maps: str = "/proc/self/maps") -> Optional[str]:
+    """Path of the first shared object named ``prefix``* mapped into this process."""
+    try:
+        with open(maps) as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    path = parts[5].strip()
+                    if os.path.basename(path).startswith(prefix) and not path.endswith("(deleted)"):
+                        return path
+    except OSError:
+        pass
+    return None
+
+
+def loaded_nccl() -> Tuple[Optional[str], Optional[str]]:
+    """(version, path) of the NCCL library this process has loaded, from its own
+    ``ncclGetVersion`` (the runtime version, which is what NCCL logs at init and what
+    must match across nodes; torch's ``torch.cuda.nccl.version()`` is the version torch
+    was compiled against). Needs no GPU. (None, None) when no libnccl is loaded (a
+    CPU-only torch build, or NCCL linked statically into torch); never raises.
+    """
+    import ctypes
+
+    path = _mapped_library("libnccl.so")
+    mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 1)
+    for name in ([path] if path else []) + ["libnccl.so.2"]:
+        try:
+            lib = ctypes.CDLL(name, mode=mode)  # RTLD_NOLOAD: only an already loaded one
+            fn = lib.ncclGetVersion
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        fn.restype = ctypes.c_int
+        code = ctypes.c_int(0)
+        try:
+            if fn(ctypes.byref(code)) != 0:
+                continue
+        except Exception:  # a foreign symbol of that name: not NCCL's
+            continue
+        v = nccl_version_string(code.value)
+        if v:
+            return v, (path if name == path else None)
+    return None, None
+
+
+def torch_nccl_build(torch: Any) -> Optional[str]:
+    """The NCCL version ``torch`` was compiled against ("2.27.3"), or None for a build
+    without NCCL (CPU-only wheels) or one whose binding fails; never raises."""
+    try:
+        if not hasattr(getattr(torch, "_C", None), "_nccl_version"):
+            return None
+        nv = torch.cuda.nccl.version()
+    except Exception:
+        return None
+    if isinstance(nv, tuple):
+        return ".".join(str(x) for x in nv) if nv and nv[0] else None
+    return str(nv) if nv else None
+
+
 def versions(timeout: float = 5.0) -> Dict[str, Any]:
-    """python, torch, cuda (torch's build), nccl (only if CUDA is usable), driver, gpus."""
+    """python, torch, cuda (torch's build), nccl, driver, gpus.
+
+    ``nccl`` is the version of the libnccl loaded into this process (``loaded_nccl``;
+    with ``ncclLib`` its path), whether or not CUDA is usable: which NCCL a node loads
+    (LD_PRELOAD, a stray libnccl on LD_LIBRARY_PATH) matters before any GPU is touched.
+    Without a loaded libnccl it falls back to torch's build version (NCCL linked into
+    torch). ``ncclBuild`` is the version torch was compiled against. driver/gpus only with
+    CUDA.
+    """
     import torch  # the slow import; the caller has registered a step for it
 
     v: Dict[str, Any] = {
@@ -230,14 +311,21 @@ def versions(timeout: float = 5.0) -> Dict[str, Any]:
         "torch": torch.__version__,
         "cuda": getattr(torch.version, "cuda", None),
         "nccl": None,
+        "ncclBuild": None,
+        "ncclLib": None,
         "driver": None,
         "gpus": 0,
     }
+    v["ncclBuild"] = torch_nccl_build(torch)
+    try:
+        loaded, path = loaded_nccl()
+    except Exception:  # defensive: a version is data, never a crash
+        loaded, path = None, None
+    v["nccl"] = loaded or v["ncclBuild"]
+    v["ncclLib"] = path[-160:] if path else None
     try:
         if torch.cuda.is_available():
             v["gpus"] = torch.cuda.device_count()
-            nv = torch.cuda.nccl.version()
-            v["nccl"] = ".".join(str(x) for x in nv) if isinstance(nv, tuple) else str(nv)
             v["driver"] = _driver_version(timeout)
     except Exception as e:  # a broken CUDA install is data, not a crash
         v["cudaError"] = str(e)[:200]

@@ -162,10 +162,19 @@ def summary(r: Dict[str, Any]) -> str:
     m = r.get("master") or {}
     lines.append(f"  master {m.get('addr')}:{m.get('port')} -> {', '.join(m.get('resolved') or []) or '?'}"
                  f" route {m.get('route')}")
+    v = r.get("versions") or {}
+    if v:
+        lines.append(f"  versions torch {v.get('torch')}, CUDA {v.get('cuda')}, NCCL {v.get('nccl')}"
+                     + (f" ({v.get('ncclLib')}; torch built with {v.get('ncclBuild')})"
+                        if v.get("ncclLib") else ""))
     c = r.get("chosen")
     if c:
         lines.append(f"  chosen {c.get('ifname')} {c.get('addr')} on {c.get('subnet')}"
                      f" (NCCL default would be {r.get('ncclDefaultIfname')})")
+    measured = [f"{i.get('name')} {i.get('measuredMbps')}" for i in r.get("interfaces") or []
+                if i.get("measuredMbps") is not None]
+    if measured:
+        lines.append(f"  measured Mb/s: {', '.join(measured)}")
     for x in r.get("rejected") or []:
         if x.get("reason") != "NoIPv4":
             lines.append(f"  rejected {x.get('ifname')}: {x.get('reason')}: {x.get('message')}")

@@ -297,3 +297,92 @@ def test_one_node_unreachable_both_ways_stays_no_common_interface():
     res = choose(peers3, mesh_of(peers3, lambda i, j, a: "timeout" if 2 in (i, j) else "ok"),
                  "auto", master_port=29500)
     assert res["failure"]["reason"] == R.NO_COMMON_INTERFACE
+
+
+def _measured_mesh(peers, mbps_by_prefix):
+    """mesh_of with ``mbps`` on every ok entry whose address starts with a given prefix."""
+    mesh = mesh_of(peers, not_docker)
+    for i in mesh:
+        for j in mesh[i]:
+            for addr, res in mesh[i][j].items():
+                for prefix, v in mbps_by_prefix.items():
+                    if addr.startswith(prefix) and res["r"] == "ok" and v is not None:
+                        res["mbps"] = v(i) if callable(v) else v
+    return mesh
+
+
+def _mgmt_data(speed0=10000, speed1=10000):
+    # eth0 carries the nodes' HOST_IP (it would win the tie on routing)
+    return {r: peer(r, LO, iface("eth0", f"10.100.0.{r + 11}/24", speed=speed0),
+                    iface("eth1", f"10.101.0.{r + 11}/24", speed=speed1), DOCKER,
+                    host_ip=f"10.100.0.{r + 11}") for r in range(2)}
+
+
+def test_measured_throughput_breaks_a_kernel_speed_tie():
+    peers = _mgmt_data()
+    res = choose(peers, _measured_mesh(peers, {"10.100.": lambda i: 950.0 + i,
+                                               "10.101.": lambda i: 9400.0 - i}))
+    assert {r: c["ifname"] for r, c in res["chosen"].items()} == {0: "eth1", 1: "eth1"}
+    # the slowest measured pair stands for the network, on every rank
+    assert res["measured"] == {0: {"eth0": 950.0, "eth1": 9399.0}, 1: {"eth0": 950.0, "eth1": 9399.0}}
+    e = rej(res, 1, "eth0")
+    assert e["reason"] == R.REJ_NOT_PREFERRED
+    assert "faster by measurement (9399 vs 950 Mb/s measured; the kernel reports 10000 Mb/s for both)" \
+        in e["message"]
+
+
+def test_measured_within_margin_is_a_tie_and_routing_decides():
+    peers = _mgmt_data()
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 1000.0, "10.101.": 1400.0}))
+    assert res["chosen"][0]["ifname"] == "eth0"
+    msg = rej(res, 0, "eth1")["message"]
+    assert "measured 1000 vs 1400 Mb/s, less than 2x apart" in msg and "own address / route" in msg
+
+
+def test_measurements_above_the_kernel_speed_tie():
+    """Unlimited veths report 10000 Mb/s and move 13-21 Gb/s depending on CPU noise: above
+    the line rate a measurement says nothing about the link, so they tie (routing decides)."""
+    peers = _mgmt_data()
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 6500.0, "10.101.": 20790.0}))
+    assert res["chosen"][0]["ifname"] == "eth0"
+    assert "measured 6500 vs 20790 Mb/s, less than 2x apart once capped at the kernel's 10000 Mb/s" \
+        in rej(res, 0, "eth1")["message"]
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 13709.0, "10.101.": 20790.0}))
+    assert res["chosen"][0]["ifname"] == "eth0"
+    assert "measured 13709 vs 20790 Mb/s, at or above the 10000 Mb/s the kernel reports" \
+        in rej(res, 0, "eth1")["message"]
+
+
+def test_noise_cannot_chain_past_a_network_in_between():
+    """A routed pod network (speed unknown) measured between two veths: one tier, no winner
+    by measurement, although the outer two are 1.5x apart."""
+    from disttrain_probe.interfaces import measured_tiers
+    assert measured_tiers({"a": 13709.0, "b": 15915.0, "c": 20790.0}) == {"a": 0, "b": 0, "c": 0}
+    assert measured_tiers({"eth0": 1004.0, "cni0": 762.0, "eth1": 13436.0}) == {
+        "eth1": 0, "eth0": 1, "cni0": 1}
+    assert measured_tiers({"x": 100.0, "y": 50.0, "z": 24.0}) == {"x": 0, "y": 1, "z": 2}
+    assert measured_tiers({}) == {}
+
+
+def test_kernel_speeds_that_differ_win_over_measurement():
+    peers = _mgmt_data(speed0=25000, speed1=10000)
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 900.0, "10.101.": 9000.0}))
+    assert res["chosen"][0]["ifname"] == "eth0"
+    assert "faster (slowest link 25000 vs 10000 Mb/s)" in rej(res, 0, "eth1")["message"]
+
+
+def test_unknown_kernel_speed_leaves_it_to_measurement():
+    peers = _mgmt_data(speed0=1000, speed1=None)  # eth1 reports nothing (virtio, bond)
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 940.0, "10.101.": 5000.0}))
+    assert res["chosen"][1]["ifname"] == "eth1"
+    assert "the kernel's link speeds do not rank them" in rej(res, 1, "eth0")["message"]
+    # without a measurement, the known 1000 Mb/s no longer beats "unknown": routing decides
+    res = choose(peers, mesh_of(peers, not_docker))
+    assert res["chosen"][1]["ifname"] == "eth0" and res["measured"] == {0: {}, 1: {}}
+
+
+def test_a_network_left_unmeasured_is_not_beaten_by_measurement():
+    peers = _mgmt_data()
+    res = choose(peers, _measured_mesh(peers, {"10.100.": None, "10.101.": 9000.0}))
+    assert res["chosen"][0]["ifname"] == "eth0"  # routing, not a one-sided number
+    assert res["measured"][0] == {"eth1": 9000.0}

@@ -37,3 +37,42 @@ def test_misc():
     assert "127.0.0.1" in inv.resolve("localhost")
     assert inv.ipv4_addrs({"addrs": ["10.0.0.1/24", "fe80::1/64"]}) == [("10.0.0.1", 24)]
     assert inv.ipv6_global({"addrs": ["10.0.0.1/24", "fe80::1/64", "2001:db8::1/64"]}) == ["2001:db8::1"]
+
+
+def test_nccl_version_code_decoding():
+    assert inv.nccl_version_string(22809) == "2.28.9"
+    assert inv.nccl_version_string(22703) == "2.27.3"
+    assert inv.nccl_version_string(21005) == "2.10.5"
+    assert inv.nccl_version_string(2708) == "2.7.8"  # before 2.9: major*1000
+    assert inv.nccl_version_string(0) is None and inv.nccl_version_string(-1) is None
+
+
+def test_loaded_nccl_reads_the_library_in_the_process_not_torchs_build(tmp_path):
+    """A stand-in libnccl.so.2 whose ncclGetVersion says 2.28.9, loaded the way LD_PRELOAD
+    or the dynamic linker would: loaded_nccl() must report it and its path."""
+    import subprocess
+    import sys
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "fake.c"
+    src.write_text("int ncclGetVersion(int *v) { *v = 22809; return 0; }\n")
+    lib = tmp_path / "libnccl.so.2"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    code = ("import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL); "
+            "from disttrain_probe import inventory as inv; print(inv.loaded_nccl())")
+    out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == repr(("2.28.9", str(lib)))
+    none = subprocess.run([sys.executable, "-c", "from disttrain_probe import inventory as inv; "
+                           "print(inv.loaded_nccl())"], capture_output=True, text=True, check=True)
+    assert none.stdout.strip() == "(None, None)"  # nothing loaded (torch not imported)
+
+
+def test_versions_report_nccl_without_a_gpu():
+    torch = pytest.importorskip("torch")
+    if inv.torch_nccl_build(torch) is None:
+        pytest.skip("this torch build has no NCCL")
+    v = inv.versions()
+    # this venv's torch loads the libnccl of its nvidia-nccl wheel: the version it was built with
+    assert v["nccl"] == v["ncclBuild"] and v["nccl"].count(".") == 2
+    assert v["ncclLib"].endswith("libnccl.so.2")

@@ -114,7 +114,8 @@ def test_versions_mismatch_order_and_message():
              1: {"node": "b", "versions": {"nccl": "2.27.5", "torch": "2.8.0", "cuda": "12.9"}}}
     v = check_versions(peers)
     assert v["reason"] == R.NCCL_VERSION_MISMATCH
-    assert "2.21.5 on a" in v["message"] and "2.27.5 on b" in v["message"]
+    assert v["message"].startswith("NCCL differs between nodes: a: torch 2.4.0, CUDA 12.4, NCCL 2.21.5; "
+                                   "b: torch 2.8.0, CUDA 12.9, NCCL 2.27.5; ")
     peers[1]["versions"]["nccl"] = "2.21.5"
     assert check_versions(peers)["reason"] == R.TORCH_VERSION_MISMATCH
     peers[1]["versions"]["torch"] = "2.4.0"
@@ -124,6 +125,27 @@ def test_versions_mismatch_order_and_message():
     assert check_versions(peers)["reason"] == R.DRIVER_VERSION_MISMATCH
     peers[1]["versions"]["driver"] = "550.1"
     assert check_versions(peers) is None
+
+
+def test_nccl_skew_names_the_node_that_left_torchs_build():
+    lib = "/opt/nccl-2.28.9/lib/libnccl.so.2"
+    peers = {r: {"node": n, "versions": {"torch": "2.8.0", "nccl": v, "ncclBuild": "2.27.3", "ncclLib": p}}
+             for r, (n, v, p) in enumerate([("node-a", "2.27.3", "/venv/libnccl.so.2"),
+                                            ("node-b", "2.28.9", lib), ("node-c", "2.27.3", None)])}
+    v = check_versions(peers)
+    assert v["reason"] == R.NCCL_VERSION_MISMATCH
+    assert f"node-b: torch 2.8.0, NCCL 2.28.9 from {lib}; node-c" in v["message"]
+    assert "/venv/libnccl.so.2" not in v["message"]  # only the odd node's library is shown
+    assert v["message"].endswith("check LD_LIBRARY_PATH/LD_PRELOAD on node-b (or the image's NCCL)")
+
+
+def test_odd_nodes():
+    from disttrain_probe.versions import odd_nodes
+    assert odd_nodes({"a": "1", "b": "2", "c": "1"}) == ["b"]          # the minority
+    assert odd_nodes({"a": "1", "b": "2"}) == ["a", "b"]               # no majority: all
+    assert odd_nodes({"a": "1", "b": "2"}, {"a": "1", "b": "1"}) == ["b"]  # off the build
+    assert odd_nodes({"a": "2", "b": "2", "c": "1"}, {"a": "1", "b": "1", "c": "1"}) == ["a", "b"]
+    assert odd_nodes({"a": "2", "b": "3"}, {"a": "1", "b": "1"}) == ["a", "b"]  # all off: all
 
 
 BASE_ENV = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}

@@ -60,8 +60,78 @@ def test_version_mismatch_detected_across_reports():
     d = diagnose(outcomes(report(0, "node-a", nccl="2.21.5"), report(1, "node-b", nccl="2.27.5")), "10.1.1.1")
     v = d.conditions[c.VERSIONS_CONSISTENT]
     assert (v.status, v.reason) == ("False", c.REASON_NCCL_VERSION_MISMATCH)
-    assert "node-a=2.21.5" in v.message and "node-b=2.27.5" in v.message
+    assert v.message.startswith("NCCL differs between nodes: node-a: torch 2.8.0, NCCL 2.21.5; "
+                                "node-b: torch 2.8.0, NCCL 2.27.5; ")
+    # nothing tells which node is off: both are named
+    assert "LD_LIBRARY_PATH/LD_PRELOAD on node-a, node-b" in v.message
     assert not d.validated
+
+
+def _skewed(probe_failed: bool):
+    """node-b preloads NCCL 2.28.9 while torch (and node-a) use the wheel's 2.27.3."""
+    lib_a = "/venv/site-packages/nvidia/nccl/lib/libnccl.so.2"
+    lib_b = "/opt/nccl-2.28.9/lib/libnccl.so.2"
+    reps = []
+    for rank, node, nccl, lib in ((0, "node-a", "2.27.3", lib_a), (1, "node-b", "2.28.9", lib_b)):
+        f = {"reason": c.REASON_NCCL_VERSION_MISMATCH, "phase": "versions",
+             "message": f"{node}: peer ... failed in versions"} if probe_failed else None
+        r = report(rank, node, ok=not probe_failed, failure=f, torch="2.8.0+cu128", nccl=nccl)
+        r["versions"].update(cuda="12.8", ncclBuild="2.27.3", ncclLib=lib)
+        reps.append(r)
+    return diagnose(outcomes(*reps), "10.1.1.1")
+
+
+def test_nccl_skew_table_names_the_node_off_torchs_build_and_replaces_probe_messages():
+    for probe_failed in (True, False):
+        d = _skewed(probe_failed)
+        v = d.conditions[c.VERSIONS_CONSISTENT]
+        assert (v.status, v.reason) == ("False", c.REASON_NCCL_VERSION_MISMATCH)
+        assert v.message == (
+            "NCCL differs between nodes: node-a: torch 2.8.0+cu128, CUDA 12.8, NCCL 2.27.3; "
+            "node-b: torch 2.8.0+cu128, CUDA 12.8, NCCL 2.28.9 from /opt/nccl-2.28.9/lib/libnccl.so.2; "
+            "make every node load the same NCCL: check LD_LIBRARY_PATH/LD_PRELOAD on node-b "
+            "(or the image's NCCL)")
+        assert d.conditions[c.VALIDATED].message == v.message
+        assert d.conditions[c.NETWORK_VALIDATED].status == "True"
+        assert d.conditions[c.COLLECTIVE_VALIDATED].status == "Unknown"
+        assert [n["nccl"] for n in d.nodes] == ["2.27.3", "2.28.9"]
+
+
+def test_torch_skew_names_the_minority_node():
+    reps = [report(r, f"node-{x}", torch=t) for r, (x, t) in enumerate(zip("abc", ["2.8.0", "2.7.1", "2.8.0"]))]
+    v = diagnose(outcomes(*reps), "10.1.1.1").conditions[c.VERSIONS_CONSISTENT]
+    assert (v.status, v.reason) == ("False", c.REASON_TORCH_VERSION_MISMATCH)
+    assert "node-b: torch 2.7.1" in v.message and v.message.endswith("PYTHONPATH on node-b")
+
+
+def _two_nics(rank, node, eth0_mbps, eth1_mbps):
+    r = report(rank, node)
+    r["interfaces"] = [
+        {"name": "eth0", "addrs": [f"10.100.0.{11 + rank}/24"], "up": True, "speedMbps": 10000,
+         "measuredMbps": eth0_mbps},
+        {"name": "eth1", "addrs": [f"10.101.0.{11 + rank}/24"], "up": True, "speedMbps": 10000,
+         "measuredMbps": eth1_mbps},
+    ]
+    r["rejected"].append({"ifname": "eth0", "reason": "NotPreferred",
+                          "message": "eth0 on 10.100.0.0/24 is usable, but eth1 ranked higher: faster by measurement"})
+    return r
+
+
+def test_network_message_says_why_the_measured_faster_nic_won():
+    d = diagnose(outcomes(_two_nics(0, "node-a", 990.0, 9400.0), _two_nics(1, "node-b", 950.0, 8100.0)),
+                 "10.100.0.11")
+    m = d.conditions[c.NETWORK_VALIDATED].message
+    assert m.startswith("eth1 (10.101.0.0/24) chosen on every node: 8100 Mb/s measured vs eth0 950 Mb/s")
+    assert "faster by measurement" in m
+    # the runners-up fastest first
+    r0 = _two_nics(0, "node-a", 990.0, 9400.0)
+    r0["interfaces"].append({"name": "cni0", "addrs": ["10.244.0.1/24"], "measuredMbps": 800.0})
+    r0["rejected"].append({"ifname": "cni0", "reason": "NotPreferred", "message": "cni0 ... ranked higher"})
+    d = diagnose(outcomes(r0, _two_nics(1, "node-b", 950.0, 8100.0)), "10.100.0.11")
+    assert "8100 Mb/s measured vs eth0 950 Mb/s, cni0 800 Mb/s;" in d.conditions[c.NETWORK_VALIDATED].message
+    # nothing measured: no numbers
+    plain = diagnose(outcomes(report(0, "node-a"), report(1, "node-b")), "10.1.1.1")
+    assert "measured" not in plain.conditions[c.NETWORK_VALIDATED].message
 
 
 def test_invalid_report_is_a_false_condition_not_a_crash():

@@ -1,0 +1,79 @@
+"""Connectivity phase pieces: the listeners' identity and bulk answers, the timed transfer
+(measure), and which networks a rank times (bulk_targets, pure)."""
+from __future__ import annotations
+
+import pytest
+
+from disttrain_probe import connectivity as C
+
+LO = {"name": "lo", "addrs": ["127.0.0.1/8"], "up": True}
+
+
+@pytest.fixture
+def listener():
+    lst = C.Listeners(1, "n0nce", [LO])
+    yield lst
+    lst.close()
+
+
+def test_plain_dial_still_gets_the_identity(listener):
+    _iface, addr, _prefix, port = listener.entries[0]
+    assert C.dial(addr, port, 1, "n0nce", 2.0)["r"] == "ok"
+    assert C.dial(addr, port, 1, "other", 2.0)["r"] == "wrong"
+
+
+def test_measure_downloads_and_reports_mbps(listener):
+    _iface, addr, _prefix, port = listener.entries[0]
+    mbps = C.measure(addr, port, 1, "n0nce", 4 * 2**20, 5.0)
+    assert mbps is not None and mbps > 10  # loopback moves 4 MiB far faster than 10 Mb/s
+    # the wrong peer (rank or nonce) is never timed
+    assert C.measure(addr, port, 2, "n0nce", 2**20, 2.0) is None
+    assert C.measure(addr, port, 1, "nope", 2**20, 2.0) is None
+    # nothing listening: None, not an exception
+    assert C.measure(addr, 1, 1, "n0nce", 2**20, 0.5) is None
+
+
+def test_measure_counts_what_arrived_by_the_time_limit(listener):
+    _iface, addr, _prefix, port = listener.entries[0]
+    # 64 MiB in at most 20 ms: stops early, still a throughput
+    mbps = C.measure(addr, port, 1, "n0nce", C.BULK_MAX_BYTES, 0.02)
+    assert mbps is not None and mbps > 0
+
+
+def _l(*entries):
+    return [list(e) for e in entries]
+
+
+def test_bulk_targets_one_peer_per_network_ring_next_first():
+    listeners = {
+        0: {"nonce": "a", "l": _l(("eth0", "10.0.0.1", 24, 1000), ("eth1", "10.1.0.1", 24, 1001))},
+        1: {"nonce": "b", "l": _l(("eth0", "10.0.0.2", 24, 2000), ("eth1", "10.1.0.2", 24, 2001),
+                                  ("docker0", "172.17.0.1", 16, 2002))},
+        2: {"nonce": "c", "l": _l(("eth0", "10.0.0.3", 24, 3000), ("eth1", "10.1.0.3", 24, 3001))},
+    }
+    ok = {"r": "ok"}
+    results = {"1": {"10.0.0.2": ok, "10.1.0.2": ok, "172.17.0.1": {"r": "wrong"}},
+               "2": {"10.0.0.3": ok, "10.1.0.3": ok}}
+    mine = [{"name": "eth0", "addrs": ["10.0.0.1/24"]}, {"name": "eth1", "addrs": ["10.1.0.1/24"]}]
+    assert C.bulk_targets(0, 3, listeners, results, mine) == [
+        (1, "10.0.0.2", 2000, "b"), (1, "10.1.0.2", 2001, "b")]
+    # rank 2's ring-next peer is rank 0
+    res2 = {"0": {"10.0.0.1": ok, "10.1.0.1": ok}, "1": {"10.0.0.2": ok, "10.1.0.2": ok}}
+    assert [t[0] for t in C.bulk_targets(2, 3, listeners, res2, mine)] == [0, 0]
+    # only one network reached: nothing to compare, nothing timed
+    only = {"1": {"10.0.0.2": ok, "10.1.0.2": {"r": "timeout"}}, "2": {"10.0.0.3": ok}}
+    assert C.bulk_targets(0, 3, listeners, only, mine) == []
+    # socketIfname leaves eth1 out: eth0 alone is not compared with anything
+    assert C.bulk_targets(0, 3, listeners, results, mine, "^eth1") == []
+    assert len(C.bulk_targets(0, 3, listeners, results, mine, "eth")) == 2
+
+
+def test_bulk_bytes_env(monkeypatch):
+    monkeypatch.delenv("DISTTRAIN_PROBE_BULK_BYTES", raising=False)
+    assert C.bulk_bytes() == 4 * 2**20
+    monkeypatch.setenv("DISTTRAIN_PROBE_BULK_BYTES", "0")
+    assert C.bulk_bytes() == 0
+    monkeypatch.setenv("DISTTRAIN_PROBE_BULK_BYTES", str(2**40))
+    assert C.bulk_bytes() == C.BULK_MAX_BYTES
+    monkeypatch.setenv("DISTTRAIN_PROBE_BULK_BYTES", "lots")
+    assert C.bulk_bytes() == C.BULK_BYTES
