@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench crds chart-readme clean
+.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -58,6 +58,11 @@ test-e2e: venv build-cluster
 
 bench: venv build-cluster
 	$(VPY) benchmarks/bench_overhead.py
+
+# Time to diagnosis of every failing scenario, probe on vs the same job without probes
+# (capped, 300 s by default); e.g. BENCH_ARGS='--cap 60 --scenario firewall-master-drop'.
+bench-diagnosis: venv build-cluster
+	$(VPY) benchmarks/bench_diagnosis.py $(BENCH_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

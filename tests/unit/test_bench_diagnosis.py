@@ -1,0 +1,128 @@
+"""The time-to-diagnosis benchmark's pure parts (benchmarks/bench_diagnosis.py): which
+scenarios it measures, the plain job's documents, when a plain job has ended, the ratio
+and the verdict against the issue's 20x goal. No cluster, no timing."""
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+
+import pytest
+
+from localcluster import scenario as scn
+from localcluster.config import REPO_ROOT
+
+
+def _load_bench():
+    spec = importlib.util.spec_from_file_location("bench_diagnosis",
+                                                  REPO_ROOT / "benchmarks" / "bench_diagnosis.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bd = _load_bench()
+
+
+def _pod(name, phase="Running", state=None, sched=None):
+    st = {"phase": phase, "containerStatuses": [{"name": "trainer", "state": state or {"running": {}}}]}
+    if sched:
+        st["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                             "message": sched}]
+        st["containerStatuses"] = []
+    return {"metadata": {"name": name}, "status": st}
+
+
+def test_failing_scenarios_are_discovered_from_the_folder_not_a_list(tmp_path, monkeypatch):
+    (tmp_path / "zz-new-fault.yaml").write_text(textwrap.dedent("""\
+        description: a scenario someone adds later
+        expect: {condition: MasterReachable, status: "False", reason: MasterAddrUnresolvable}
+        """))
+    (tmp_path / "fine.yaml").write_text("description: ok\nexpect: {status: 'True', phase: Succeeded}\n")
+    monkeypatch.setattr(scn, "SCENARIO_DIR", tmp_path)
+    got = bd.failing_scenarios(scn.all_names())
+    assert [s.name for s in got] == ["zz-new-fault"]
+    with pytest.raises(ValueError, match="not a failing scenario: fine"):
+        bd.failing_scenarios(scn.all_names(), ["fine"])
+
+
+def test_every_checked_in_failing_scenario_is_measured():
+    names = [s.name for s in bd.failing_scenarios(scn.all_names())]
+    expected = sorted(n for n in scn.all_names() if scn.load(n).expect.status == "False")
+    assert names == expected and "firewall-master-drop" in names and "healthy" not in names
+    only = bd.failing_scenarios(scn.all_names(), ["firewall-master-reject"])
+    assert [s.name for s in only] == ["firewall-master-reject"]
+
+
+def test_plain_documents_turn_probes_off_and_keep_the_rest():
+    sc = scn.load("ifname-missing")
+    docs = scn.job_documents(sc)
+    plain = bd.plain_documents(docs)
+    job = next(d for d in plain if d.get("kind") == "DistTrainingJob")
+    assert job["spec"]["probe"]["enabled"] is False
+    assert job["spec"]["network"]["socketIfname"] == "eth2"  # the user's setting stays
+    orig = next(d for d in docs if d.get("kind") == "DistTrainingJob")
+    assert orig["spec"]["probe"].get("enabled", True) is True  # input untouched
+    assert [d["kind"] for d in plain] == [d["kind"] for d in docs]
+
+
+def test_plain_verdict():
+    running = [_pod("w-0"), _pod("w-1")]
+    assert bd.plain_verdict({"status": {"phase": "Running"}}, running) is None
+    assert bd.plain_verdict(None, [_pod("w-0", "Pending", sched="0/2 nodes")]) is None
+    crashed = _pod("w-1", "Running", {"terminated": {"exitCode": 1, "reason": "Error"}})
+    assert bd.plain_verdict({"status": {"phase": "Running"}}, [running[0], crashed]) == "failed"
+    assert bd.plain_verdict({}, [_pod("w-1", "Failed")]) == "failed"
+    assert bd.plain_verdict({"status": {"phase": "Failed"}}, []) == "failed"
+    done = _pod("w-0", "Succeeded", {"terminated": {"exitCode": 0, "reason": "Completed"}})
+    assert bd.plain_verdict({"status": {"phase": "Succeeded"}}, [done]) == "succeeded"
+    assert bd.plain_verdict({"status": {"phase": "Running"}}, [done]) is None
+
+
+def test_pod_summary_says_what_a_user_reads():
+    s = bd.pod_summary(_pod("w-1", "Failed", {"terminated": {"exitCode": 1, "reason": "Error"}}),
+                       "RuntimeError: Unable to find address for: eth2")
+    assert s == ('w-1 Failed, terminated exit 1 (Error), '
+                 'log: "RuntimeError: Unable to find address for: eth2"')
+    p = bd.pod_summary(_pod("w-2", "Pending", sched="0/2 nodes are available"))
+    assert p == "w-2 Pending, Unschedulable: 0/2 nodes are available"
+
+
+def test_ratio_and_assessment():
+    assert bd.ratio(10.0, 300.0) == pytest.approx(30.0)
+    assert bd.ratio(None, 300.0) is None and bd.ratio(0.0, 5.0) is None
+    assert bd.ratio_text(10.0, 300.0, "capped") == ">= 30.0x"
+    assert bd.ratio_text(10.0, 5.0, "failed") == "0.5x"
+    assert bd.ratio_text(10.0, 50.0, "succeeded") == "n/a"
+    assert bd.assess(10.0, 300.0, "capped") == "met"
+    assert bd.assess(10.0, 150.0, "capped") == "below goal"  # the cap was too short to show 20x
+    assert bd.assess(10.0, 8.0, "failed") == "plain fails sooner"
+    assert bd.assess(10.0, 50.0, "failed") == "below goal"
+    assert bd.assess(10.0, 50.0, "succeeded") == "plain succeeded"
+    assert bd.assess(None, 50.0, "failed") == "no probe verdict"
+
+
+def test_markdown_names_the_cap_and_escapes_cells():
+    rows = [{"scenario": "a", "probe_s": 9.04, "plain_s": 60.0, "plain_end": "capped",
+             "ratio": ">= 6.6x", "assessment": "below goal", "probe_sees": "X=False R: m|n",
+             "plain_sees": "nothing failed"},
+            {"scenario": "b", "probe_s": None, "plain_s": 3.0, "plain_end": "failed",
+             "ratio": "n/a", "assessment": "no probe verdict", "probe_sees": "", "plain_sees": "w"}]
+    md = bd.markdown(rows, 60.0, {"date": "d", "cpus": 2, "machine": "x86_64", "commit": "abc"})
+    assert "capped at **60 s**" in md
+    assert "| a | 9.0 | >= 60 | >= 6.6x | below goal | X=False R: m\\|n | nothing failed |" in md
+    assert "| b | - | 3.0 | n/a | no probe verdict |  | w |" in md
+
+
+def test_telling_line_skips_torchrun_banners_for_the_cause():
+    log = "\n".join([
+        "rank 1/2 on node-b: 336 training samples",
+        "RuntimeError: Unable to find address for: eth2",
+        "============================================================",
+        "train_digits.py FAILED",
+        "------------------------------------------------------------",
+        "  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html",
+        "============================================================",
+    ])
+    assert bd.telling_line(log) == "RuntimeError: Unable to find address for: eth2"
+    assert bd.telling_line("epoch 10/40 loss 0.3\n=====\n") == "epoch 10/40 loss 0.3"
+    assert bd.telling_line("") == "" and bd.telling_line("====\n----") == ""
