@@ -104,6 +104,14 @@ class Network:
                     out.append(e["ifname"])
         return out
 
+    def where(self, names: Optional[str] = None) -> str:
+        """How messages name this network: "eth0 on 10.100.0.0/24" for a shared subnet,
+        "cni0 (routed, per-node subnets)" for a pod network grouped by interface name."""
+        names = names or "/".join(self.ifnames())
+        if self.key.startswith("ifname:"):
+            return f"{names} (routed, per-node subnets)"
+        return f"{names} on {self.label}"
+
     def reject(self, reason: str, message: str) -> None:
         if self.reason is None:
             self.reason, self.message = reason, message
@@ -125,7 +133,7 @@ def _networks(peers: Dict[int, Dict[str, Any]]) -> List[Network]:
             continue
         if any(es[0]["loopback"] for es in m.values()):
             continue
-        nets.append(Network(f"ifname:{name}", f"{name} (routed, per-node subnets)", m))
+        nets.append(Network(f"ifname:{name}", "routed, per-node subnets", m))
     return nets
 
 
@@ -156,7 +164,7 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
     missing = [r for r in ranks if r not in members]
     if missing:
         net.reject(R.REJ_NOT_ON_ALL_NODES,
-                   f"{names} on {net.label} is missing on {_nodes(peers, missing)}")
+                   f"{net.where(names)} is missing on {_nodes(peers, missing)}")
         return
     multi = [r for r, es in members.items() if len({e["ifname"] for e in es}) > 1]
     if multi:
@@ -198,7 +206,7 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
         more = f" (+{len(fails) - 4} more)" if len(fails) > 4 else ""
         tgt = sorted({j for _, j, _, _ in fails})
         net.reject(R.REJ_UNREACHABLE, (
-            f"{names} on {net.label} unreachable: {'; '.join(parts)}{more}; "
+            f"{net.where(names)} unreachable: {'; '.join(parts)}{more}; "
             f"unreachable peers: {_nodes(peers, tgt)}"))
 
 
@@ -370,8 +378,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     usable.sort(key=lambda n: _score(n, peers))
     best = usable[0] if usable else None
     for n in usable[1:]:
-        n.reject(R.REJ_NOT_PREFERRED, f"{'/'.join(n.ifnames())} on {n.label} is usable, "
-                                      f"but {'/'.join(best.ifnames())} on {best.label} ranked higher: "
+        n.reject(R.REJ_NOT_PREFERRED, f"{n.where()} is usable, "
+                                      f"but {best.where()} ranked higher: "
                                       f"{_why_better(best, n, peers)}")
 
     failure: Optional[Dict[str, str]] = None
@@ -405,7 +413,7 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
             failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
                 f"{where}: inbound TCP to ephemeral ports is blocked: no connection from "
                 f"{_nodes(peers, others)} to {where} got through on "
-                f"{', '.join('/'.join(n.ifnames()) + ' (' + n.label + ')' for n in blocked)}, while "
+                f"{', '.join(n.where() for n in blocked)}, while "
                 f"{where}'s own connections out and the master port{port_s} worked; a firewall on "
                 f"{where} admits the master port but not the kernel's ephemeral range "
                 f"(net.ipv4.ip_local_port_range {_range_text(peers, inbound)}) where NCCL and gloo "
@@ -415,8 +423,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
             n = blocked[0]
             failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
                 f"the master port{port_s} answered, but no "
-                f"connection to an ephemeral port got through on {'/'.join(n.ifnames())} "
-                f"({n.label}) ({n.message}); a firewall admits the master port but not the "
+                f"connection to an ephemeral port got through on {n.where()} "
+                f"({n.message}); a firewall admits the master port but not the "
                 f"ephemeral range NCCL uses (net.ipv4.ip_local_port_range "
                 f"{_range_text(peers, ranks)}); open it between nodes, or set network.portRange to "
                 f"the open range")}
@@ -470,7 +478,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                 measured[r][e["ifname"]] = round(n.measured, 1)
     return {
         "failure": failure,
-        "network": best.label if (best is not None and failure is None) else None,
+        "network": (best.label if not best.key.startswith("ifname:") else best.where())
+        if (best is not None and failure is None) else None,
         "chosen": chosen,
         "measured": measured,
         "rejected": rejected,

@@ -288,6 +288,21 @@ def test_inbound_firewall_on_one_node_is_ephemeral_ports_blocked():
     assert "node-a, node-c" in f["message"] and "29500" in f["message"]
 
 
+def test_blocked_pod_network_is_named_once_with_its_kind():
+    """A routed pod network (one subnet per node, grouped by interface name) appears in the
+    verdict as "eth0 (routed, per-node subnets)", a shared subnet as "eth1 on 10.1.0.0/24"."""
+    peers = {r: peer(r, LO, iface("eth0", f"10.244.{r}.5/24"), iface("eth1", f"10.1.0.{r + 1}/24"))
+             for r in range(2)}
+    for r in peers:
+        peers[r]["portRange"] = [32768, 60999]
+    res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout" if j == 0 else "ok"),
+                 "auto", master_port=29500)
+    msg = res["failure"]["message"]
+    assert res["failure"]["reason"] == R.EPHEMERAL_PORTS_BLOCKED
+    assert "eth0 (routed, per-node subnets)" in msg and "eth1 on 10.1.0.0/24" in msg
+    assert "eth0 (eth0" not in msg
+
+
 def test_one_node_unreachable_both_ways_stays_no_common_interface():
     """If the node's own dials out fail too, the path is broken: not a firewall verdict."""
     peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(2)}
