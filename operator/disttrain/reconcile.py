@@ -163,19 +163,29 @@ def _stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
     """True when the verdict need not wait for the probes still running: some rank >= 1
     failed before joining the rendezvous store (see STRANDING_REASONS), and every other
     rank >= 1 has ended or STRANDED_SETTLE_SECONDS have passed since that rank ended.
-    Rank 0 is never waited for then: it could only time out waiting for that rank."""
-    first: Optional[datetime] = None
-    found = False
-    for r in range(1, n):
+    Rank 0 is never waited for then: it could only time out waiting for that rank. When
+    rank 0 itself failed so (it never served the store), nobody is waited for: the others
+    could only be refused by the port it no longer listens on."""
+    def failed_before_store(r: int) -> Optional[dict]:
         term = _terminated(by_rank.get(r) or {}, "probe")
         if _phase(by_rank.get(r) or {}) != "Failed" or not term:
-            continue
+            return None
         try:
             rep = parse_report(term.get("message") or "")
         except ValueError:
-            continue
+            return None
         reason = (rep.get("failure") or {}).get("reason")
         if reason in STRANDING_REASONS or rep.get("phase") in ("config", "inventory"):
+            return term
+        return None
+
+    if failed_before_store(0) is not None:
+        return True
+    first: Optional[datetime] = None
+    found = False
+    for r in range(1, n):
+        term = failed_before_store(r)
+        if term is not None:
             found = True
             ended = _parse_time(term.get("finishedAt"))
             if ended and (first is None or ended < first):

@@ -16,6 +16,7 @@ the all-gather used by every later phase.
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import socket
 import time
@@ -229,6 +230,14 @@ def _serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: ti
     return dist.TCPStore(**kw)
 
 
+def _is_ip(addr: str) -> bool:
+    try:
+        ipaddress.ip_address(addr)
+        return True
+    except ValueError:
+        return False
+
+
 def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                state: Dict[str, Any]) -> Tuple[Any, Bus]:
     """Join the store; fills ``state['master']``; returns (store, bus) with ``bus.peers`` set."""
@@ -254,6 +263,17 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
             f"{getattr(cfg, 'resolve_seconds', 0):g}s; use rank 0's node IP or a headless "
             f"Service name that exists before the probe starts"))
     if cfg.rank == 0:
+        loop = [a for a in resolved if is_loopback(a)]
+        if (loop and cfg.world_size > 1 and not cfg.loopback_requested and not _is_ip(cfg.master_addr)
+                and not cfg.master_addr.lower().startswith("localhost")):
+            # Rank 0 itself would serve, but the name is mapped to loopback on this node
+            # (a stale /etc/hosts entry): any other rank placed here, as on a retry, dials
+            # itself. Block now rather than by the luck of placement.
+            raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
+                f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(loop)} (loopback) "
+                f"on rank 0's own node: rank 0 serves on every address, but any other rank placed "
+                f"on {node} (a retry places ranks anew) would dial itself instead of rank 0; remove "
+                f"the entry mapping {cfg.master_addr} to {loop[0]} from {node}'s /etc/hosts"))
         if resolved and not (set(resolved) & local_addrs):
             state["warnings"].append({"reason": R.MASTER_ADDR_NOT_LOCAL, "message": (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(resolved)}, none of "

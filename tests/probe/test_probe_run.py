@@ -137,3 +137,23 @@ def test_unresolvable_master_addr_fails_rank0_after_the_resolve_window(tmp_path)
     assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_UNRESOLVABLE
     assert rep.phase == "rendezvous" and "a..b" in rep.failure.message and "after 1s" in rep.failure.message
     assert run.seconds < 30, "the resolve window, not the 60 s probe deadline, must end it"
+
+
+def test_rank0_name_mapped_to_loopback_in_its_hosts_file_is_blocked(tmp_path):
+    """A stale /etc/hosts line on rank 0's node mapping MASTER_ADDR's name to 127.0.0.1:
+    rank 0 alone would serve, but any rank placed on that node would dial itself. The probe
+    runs with that hosts file bind-mounted in a private mount namespace (root)."""
+    import shutil
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n127.0.0.1 job-0.job\n")
+    wrap = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            'mount --bind "$0" /etc/hosts && exec "$@"', str(hosts)]
+    [run] = run_ranks([probe_env(0, 2, free_port(), MASTER_ADDR="job-0.job", NODE_NAME="node-b",
+                                 DISTTRAIN_PROBE_TIMEOUT_SECONDS="20")], tmp_path, timeout=40,
+                      prefix=[wrap])
+    rep = parse_report(run.report_text)
+    assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_LOOPBACK, run.stderr[-2000:]
+    assert "node-b (rank 0)" in rep.failure.message and "/etc/hosts" in rep.failure.message
+    assert run.seconds < 15, "decided at once, not at the rendezvous deadline"

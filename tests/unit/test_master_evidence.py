@@ -113,3 +113,24 @@ def test_running_outcome_adds_no_failure():
     # without the flag, a missing report is a failure of its own
     outs[0] = ProbeOutcome(rank=0, pod="j-probe-0", node="node-a")
     assert len(diagnose(outs, "10.100.0.10").failures) == 2
+
+
+def test_rank0_that_never_served_the_store_gives_the_verdict_at_once():
+    """Rank 0's name maps to 127.0.0.1 in its own node's /etc/hosts: it fails before it
+    serves the store. The others could only be refused by its closed port: not waited for,
+    and rank 0's cause is the verdict."""
+    body = advance(job(num_nodes=3), step(job(num_nodes=3), []))
+    rep0 = report(0, "node-a", ok=False, failure={
+        "reason": c.REASON_MASTER_ADDR_LOOPBACK, "phase": "rendezvous",
+        "message": "node-a (rank 0): MASTER_ADDR=j-0.j resolves to 127.0.0.1 (loopback) on rank 0's own node"})
+    r1 = pod("j-probe-1", "probe", 1, phase="Running", node="node-b", host_ip="10.100.0.11",
+             started_at=STARTED)
+    plan = step(body, [failed(0, "node-a", rep0), r1, failed(2, "node-c", refused(2, "node-c"))])
+    v = cond.get(plan.status["conditions"], c.MASTER_REACHABLE)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_ADDR_LOOPBACK)
+    assert v["message"].startswith("node-a (rank 0)") and "node-c" not in v["message"]
+    assert plan.deletes == ["j-probe-1"] and not plan.creates
+    # a rank 0 that failed after serving the store (the all-reduce) leaves the others be
+    late = report(0, "node-a", ok=False, failure={"reason": c.REASON_RENDEZVOUS_TIMEOUT,
+                                                  "phase": "rendezvous", "message": "x"})
+    assert step(body, [failed(0, "node-a", late), r1]).deletes == []
