@@ -23,6 +23,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from disttrain_probe import versions  # the probe's own pure table and fixes (stdlib only)
+
 from . import constants as c
 
 # Which check a probe warning reason belongs to (others go to NetworkValidated).
@@ -134,48 +136,6 @@ def _failure_rank(reason: str) -> tuple[int, int]:
     return (1 if reason in c.GENERIC_REASONS else 0, order)
 
 
-def _odd_nodes(values: dict[str, str], expected: dict[str, str]) -> list[str]:
-    """The nodes to look at: those whose value differs from what they should have
-    (``expected``: for NCCL, the version torch was built with) when that singles out
-    some but not all; else those outside the single largest group; else every node."""
-    off = sorted(n for n, v in values.items() if expected.get(n) and expected[n] != v)
-    if off and len(off) < len(values):
-        return off
-    groups: dict[str, list[str]] = {}
-    for n, v in values.items():
-        groups.setdefault(v, []).append(n)
-    sizes = sorted((len(ns) for ns in groups.values()), reverse=True)
-    if len(sizes) > 1 and sizes[0] > sizes[1]:
-        big = max(groups.values(), key=len)
-        return sorted(n for n in values if n not in big)
-    return sorted(values)
-
-
-def version_table(rows: dict[str, dict[str, Any]], lib_for: tuple[str, ...] = ()) -> str:
-    """One line for a condition message: ``node-a: torch 2.8.0, CUDA 12.8, NCCL 2.27.3;
-    node-b: ...`` (sorted by node; unknown values left out; the driver when known). Nodes
-    in ``lib_for`` also show the path their libnccl was loaded from."""
-    out = []
-    for node in sorted(rows):
-        v = rows[node] or {}
-        parts = []
-        for key, label in (("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"), ("driver", "driver")):
-            if v.get(key):
-                lib = f" from {v['ncclLib']}" if key == "nccl" and node in lib_for and v.get("ncclLib") else ""
-                parts.append(f"{label} {v[key]}{lib}")
-        out.append(f"{node}: {', '.join(parts) or 'versions unknown'}")
-    return "; ".join(out)
-
-
-def _version_fix(key: str, nodes: list[str]) -> str:
-    where = ", ".join(nodes)
-    if key == "nccl":
-        return f"make every node load the same NCCL: check LD_LIBRARY_PATH/LD_PRELOAD on {where} (or the image's NCCL)"
-    if key == "driver":
-        return f"upgrade {where} to the other nodes' driver or pin the job to nodes with one driver version"
-    return f"run the same training image on every node: check the image and PYTHONPATH on {where}"
-
-
 def _version_mismatch(outcomes: list[ProbeOutcome]) -> Optional[Verdict]:
     """The first of NCCL, torch, CUDA, driver that differs between the reports (a node
     without the value is left out), with the per-node table and the fix; None if none."""
@@ -185,12 +145,12 @@ def _version_mismatch(outcomes: list[ProbeOutcome]) -> Optional[Verdict]:
         if len(set(seen.values())) > 1:
             expected = {n: str(rows[n]["ncclBuild"]) for n in seen if rows[n].get("ncclBuild")} \
                 if key == "nccl" else {}
-            odd = _odd_nodes(seen, expected)
+            odd = versions.odd_nodes(seen, expected)
             lib_for = tuple(odd) if key == "nccl" else ()
             return Verdict(
                 "False",
                 reason,
-                f"{label} differs between nodes: {version_table(rows, lib_for)}; {_version_fix(key, odd)}",
+                f"{label} differs between nodes: {versions.table(rows, lib_for)}; {versions.fix_for(key, odd)}",
             )
     return None
 
