@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -88,6 +89,34 @@ def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -
             return False, f"job {phase}, expected {expect.phase}"
         return None, f"condition met; waiting for phase {expect.phase} (now {phase})"
     return True, ""
+
+
+def describe_problems(text: str, expect: scn.Expect) -> list[str]:
+    """What ``kubectl describe dtj`` output (``text``) lacks for a user to act without
+    reading logs: the expected condition with its status and reason under Conditions and,
+    for a false condition, a Warning Event with that reason whose message starts with
+    ``<Type>=False``. Returns the problems (empty: all there). Pure."""
+    head, _, events = text.partition("\nEvents:")
+    problems = []
+    entries = re.split(r"\n\s*Last Transition Time:", head.partition("Conditions:")[2])
+    fields = [dict(re.findall(r"^\s*(Type|Status|Reason):\s+(\S+)\s*$", e, re.M)) for e in entries]
+    mine = [f for f in fields if f.get("Type") == expect.condition]
+    if not mine:
+        problems.append(f"no {expect.condition} under Conditions")
+    elif mine[0].get("Status") != expect.status or (expect.reason and mine[0].get("Reason") != expect.reason):
+        problems.append(f"{expect.condition} under Conditions is {mine[0]}, expected "
+                        f"{expect.status}/{expect.reason or '*'}")
+    if expect.status == "False" and expect.reason and not re.search(
+            rf"^\s*Warning\s+{re.escape(expect.reason)}\s+.*\b{re.escape(expect.condition)}=False",
+            events, re.M):
+        problems.append(f"no Warning Event {expect.reason} with {expect.condition}=False")
+    return problems
+
+
+def describe(ns: str) -> str:
+    """``kubectl describe dtj <job> -n ns`` as a user runs it ('' if it fails)."""
+    out = _kubectl("describe", "dtj", JOB, "-n", ns, check_=False)
+    return out.stdout if out.returncode == 0 else ""
 
 
 def _kubectl(*args: str, input: Optional[str] = None, check_: bool = True):
@@ -187,6 +216,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     ns = f"sc-{sc.name[:40]}-{uuid.uuid4().hex[:5]}".lower()
     try:
         o = run_job(sc, ns)
+        text = describe(ns)
+        conditions_and_events = text[text.find("Status:"):] if "Status:" in text else text
+        print(f"\n$ kubectl describe dtj {JOB} -n {ns}   (status and events)\n"
+              f"{conditions_and_events.rstrip()}\n")
     finally:
         if not a.keep:
             _kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check_=False)

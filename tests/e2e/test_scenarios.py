@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -42,9 +43,16 @@ def test_scenario(scenario_cluster, name):
     lines: list[str] = []
     try:
         outcome = scenariorun.run_job(sc, ns, say=lines.append)
+        problems = scenariorun.describe_problems(scenariorun.describe(ns), sc.expect)
+        for _ in range(20):  # events are written after the status: give them a moment
+            if not problems or not outcome.ok:
+                break
+            time.sleep(0.5)
+            problems = scenariorun.describe_problems(scenariorun.describe(ns), sc.expect)
     finally:
         operator_install.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
     assert outcome.ok, f"{name}: {outcome.why}\n" + "\n".join(lines)
+    assert not problems, f"{name}: kubectl describe dtj lacks what a user acts on: {problems}"
     TIMINGS[name] = outcome.seconds
     if sc.expect.status == "False":
         assert outcome.seconds < 60, f"{name}: diagnosed only after {outcome.seconds:.0f}s"

@@ -180,3 +180,47 @@ def test_process_matching_does_not_confuse_instances(tmp_path):
     assert mentions(["python", "-m", "localcluster.nodeagent", "--state", str(st)], st)
     assert not mentions(["python", "--state", f"{st}-1"], st)
     assert not mentions(["etcd", f"--data-dir={st}-1/etcd"], st)
+
+
+DESCRIBE = """Name:         ddp-digits
+Namespace:    sc-x
+Kind:         DistTrainingJob
+Status:
+  Conditions:
+    Last Transition Time:  2026-12-01T02:33:20Z
+    Message:               2 probe pods scheduled, one per node (rank:node 0:node-b, 1:node-a)
+    Observed Generation:   1
+    Reason:                AllProbesScheduled
+    Status:                True
+    Type:                  ProbesScheduled
+    Last Transition Time:  2026-12-01T02:33:23Z
+    Message:               node-b (rank 1): connection to MASTER_ADDR 10.100.0.11:29500 timeout
+    Observed Generation:   1
+    Reason:                MasterPortTimeout
+    Status:                False
+    Type:                  MasterReachable
+  Phase:                Failed
+Events:
+  Type     Reason              Age   From                Message
+  ----     ------              ----  ----                -------
+  Normal   AllProbesScheduled  12s   disttrain-operator  ProbesScheduled=True: 2 probe pods scheduled
+  Warning  MasterPortTimeout   9s    disttrain-operator  MasterReachable=False: node-b (rank 1): ...
+"""
+
+
+def test_describe_problems_accepts_conditions_and_warning_event():
+    e = scn.Expect(condition="MasterReachable", status="False", reason="MasterPortTimeout")
+    assert scenariorun.describe_problems(DESCRIBE, e) == []
+    assert scenariorun.describe_problems(DESCRIBE, scn.Expect(condition="ProbesScheduled", status="True")) == []
+
+
+def test_describe_problems_names_what_is_missing():
+    e = scn.Expect(condition="MasterReachable", status="False", reason="MasterPortTimeout")
+    no_event = DESCRIBE.replace("  Warning  MasterPortTimeout", "  Normal   MasterPortTimeout")
+    assert scenariorun.describe_problems(no_event, e) == [
+        "no Warning Event MasterPortTimeout with MasterReachable=False"]
+    wrong = scn.Expect(condition="MasterReachable", status="False", reason="MasterPortRefused")
+    probs = scenariorun.describe_problems(DESCRIBE, wrong)
+    assert len(probs) == 2 and "expected False/MasterPortRefused" in probs[0]
+    absent = scn.Expect(condition="VersionsConsistent", status="False", reason="NCCLVersionMismatch")
+    assert "no VersionsConsistent under Conditions" in scenariorun.describe_problems(DESCRIBE, absent)
