@@ -167,10 +167,10 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
             procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.nodeagent",
                                                 "--node", n.name, "--gpus", str(node_gpus),
                                                 "--state", str(state)])
-        data = [a for ln in topo.links[1:] if ln.segment for a in ln.addresses[:1]]
+        nics = {ln.name: ln.addresses[0].split("/")[0] for ln in topo.links
+                if ln.segment and ln.addresses}  # decoys (segment None) are not NICs
         cfg.setdefault("nodes", {})[n.name] = {"gpus": node_gpus, "internalIP": topo.internal_ip,
-                                               "dataIP": data[0].split("/")[0] if data else None,
-                                               "code": code, "topology": digest}
+                                               "nics": nics, "code": code, "topology": digest}
         _save_cfg(state, cfg)
     if rebuilt:  # a rebuilt node's NICs have new MACs: peers must not use cached ones
         for n in desired:
@@ -303,8 +303,9 @@ def status() -> int:
         ready = name in api_nodes and _node_ready(api_nodes[name])
         ok &= net and agent and ready
         print(f"  {name:26s} netns={'ok' if net else 'MISSING'} agent={'up' if agent else 'DOWN'} "
-              f"Ready={ready} eth0={info.get('internalIP')} eth1={info.get('dataIP')} "
-              f"gpus={info.get('gpus')}")
+              f"Ready={ready} internalIP={info.get('internalIP')} "
+              + " ".join(f"{k}={v}" for k, v in (info.get("nics") or {}).items())
+              + f" gpus={info.get('gpus')}")
     if not cfg.get("nodes"):
         print("  (no nodes)")
         ok = False

@@ -238,8 +238,13 @@ class PodWorker(threading.Thread):
             return False
         ip_file = self.dir / "pod-ip"
         with agent.net_lock:
-            if ip_file.exists():  # a previous agent's sandbox for this pod: start afresh
-                podnet.teardown_pod(agent.node.netns, ip_file.read_text().strip())
+            if ip_file.exists():  # a previous agent's sandbox for this pod: start afresh,
+                old = ip_file.read_text().strip()  # unless the address went to a live pod
+                with agent.lock:
+                    live = {w.pod_ip for w in agent.workers.values() if w is not self}
+                if old not in live:
+                    podnet.teardown_pod(agent.node.netns, old)
+                ip_file.unlink()
             try:
                 ip = podnet.allocate(agent.node.netns, agent.pod_cidr)
                 self.netns = podnet.setup_pod(agent.node.netns, agent.pod_cidr, ip, sysctls)
