@@ -35,6 +35,8 @@ WARNING_CONDITION = {
     "MixedAddressFamilies": c.NETWORK_VALIDATED,
     "LoopbackOnly": c.NETWORK_VALIDATED,
     "PortRangeOutsideAllowed": c.NETWORK_VALIDATED,
+    "MasterAddrNotLocal": c.MASTER_REACHABLE,
+    "TeardownHung": c.COLLECTIVE_VALIDATED,
 }
 
 _VERSION_KEYS = (

@@ -4,6 +4,7 @@ and the verdict against the issue's 20x goal. No cluster, no timing."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import textwrap
 
 import pytest
@@ -126,3 +127,13 @@ def test_telling_line_skips_torchrun_banners_for_the_cause():
     assert bd.telling_line(log) == "RuntimeError: Unable to find address for: eth2"
     assert bd.telling_line("epoch 10/40 loss 0.3\n=====\n") == "epoch 10/40 loss 0.3"
     assert bd.telling_line("") == "" and bd.telling_line("====\n----") == ""
+
+
+def test_render_rewrites_the_markdown_from_the_json(tmp_path):
+    rows = [{"scenario": "a", "probe_s": 2.0, "plain_s": 300.0, "plain_end": "capped",
+             "ratio": ">= 150.0x", "assessment": "met", "probe_sees": "X=False", "plain_sees": "-"}]
+    (tmp_path / "diagnosis.json").write_text(json.dumps(
+        {"meta": {"date": "d", "cpus": 2, "machine": "m", "commit": "c"}, "cap_s": 300.0, "rows": rows}))
+    assert bd.main(["--render", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "diagnosis.md").read_text()
+    assert "| a | 2.0 | >= 300 | >= 150.0x | met |" in md and "How to read it" in md

@@ -1,5 +1,7 @@
 """Diagnosis: reports -> conditions; the first failing check is the cause."""
 
+import pytest
+
 from disttrain import constants as c
 from disttrain.diagnosis import ProbeOutcome, diagnose, summarize_ifnames
 
@@ -148,6 +150,17 @@ def test_warning_keeps_condition_true_with_reason():
     nv = d.conditions[c.NETWORK_VALIDATED]
     assert (nv.status, nv.reason) == ("True", "HostnameResolvesToLoopback") and "node-b" in nv.message
     assert d.conditions[c.VALIDATED].reason == c.REASON_PASSED_WITH_WARNINGS
+
+
+@pytest.mark.parametrize("reason,ctype", [("MasterAddrNotLocal", c.MASTER_REACHABLE),
+                                          ("TeardownHung", c.COLLECTIVE_VALIDATED),
+                                          ("NCCLDefaultInterfaceDiffers", c.NETWORK_VALIDATED)])
+def test_each_warning_lands_on_its_check(reason, ctype):
+    w = [{"reason": reason, "message": f"node-a: {reason}"}]
+    d = diagnose(outcomes(report(0, "node-a", warnings=w), report(1, "node-b")), "10.1.1.1")
+    assert (d.conditions[ctype].status, d.conditions[ctype].reason) == ("True", reason)
+    others = [t for t in c.CHECK_CONDITIONS[1:] if t != ctype]
+    assert all(d.conditions[t].reason == c.PASS_REASON[t] for t in others)
 
 
 def test_loopback_master_is_refused_even_if_probes_pass():
