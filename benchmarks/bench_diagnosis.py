@@ -9,7 +9,8 @@ job runs twice, one after the other:
    scenario's expected condition (:func:`localcluster.scenariorun.run_job`, the same check
    as ``tests/e2e/test_scenarios.py``); the user sees that condition's reason and message;
 2. **without probes** (the same job with ``spec.probe.enabled: false``: the operator creates
-   plain torchrun pods, rank 0 first with ``MASTER_ADDR=$(HOST_IP)``, the interface only if
+   plain torchrun pods, rank 0 first with ``MASTER_ADDR`` = rank 0's node address, or its DNS name on the pod
+   network, the interface only if
    the job names one, i.e. what a user would run by hand): seconds from ``kubectl apply``
    until it fails (a worker pod Failed or a container exited non-zero, or the job Failed),
    succeeds, or the cap (``--cap``, default 300 s) passes; the user sees the pods' states
@@ -185,6 +186,16 @@ def markdown(rows: list[dict], cap: float, meta: dict) -> str:
         f"capped at **{cap:g} s** (`>= {cap:g}` = still not failed at the cap). Ratio = plain / "
         f"probe; goal >= {GOAL_RATIO:g}x.",
         "",
+        "How to read it: *plain s* stops at the first failed pod, although the job itself "
+        "usually still says Running (the other ranks hang at `init_process_group` or are "
+        "killed by torchrun): \"job failed (phase Running)\" means exactly that, and the cause "
+        "is only in a pod log. *(succeeded)* rows are faults the plain job does not hit "
+        "here: without the probes' one-pod-per-node rule two ranks share a node "
+        "(not-enough-nodes: the job runs on fewer nodes than asked), and gloo on CPU never "
+        "loads NCCL (version-skew: on GPUs NCCL would hang or fail at init). *below goal* "
+        "marks a plain job that fails fast by itself (gloo refuses a missing interface at "
+        "once): the probe is still first, and says it in a condition rather than a log.",
+        "",
         "| scenario | probe s | plain s | ratio | goal | with probes the user sees | "
         "without probes the user sees |",
         "|---|---|---|---|---|---|---|",
@@ -336,9 +347,15 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help="only this failing scenario (repeatable); default: all of them")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results",
                         help="folder for diagnosis.json and diagnosis.md")
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite diagnosis.md from the diagnosis.json in --out")
     args = parser.parse_args(argv)
     if args.cap <= 0:
         parser.error("--cap must be positive")
+    if args.render:
+        data = json.loads((args.out / "diagnosis.json").read_text())
+        (args.out / "diagnosis.md").write_text(markdown(data["rows"], data["cap_s"], data["meta"]))
+        return 0
 
     from rich.console import Console
     from rich.table import Table
