@@ -39,8 +39,9 @@ every job.
 ## Permissions
 
 The ClusterRole (or, with `watchNamespaces`, one Role per namespace) grants exactly:
-jobs get/list/watch, jobs/status get/patch, pods get/list/watch/create/delete, events
-create, and for kopf CRD and namespace list/watch. No wildcards, no secrets, no nodes.
+jobs get/list/watch, jobs/status get/patch, pods get/list/watch/create/delete, services
+create (the job's headless Service for DNS hostnames), events create, and for kopf CRD and
+namespace list/watch. No wildcards, no secrets, no nodes.
 
 ## Values
 

@@ -314,10 +314,11 @@ def status() -> int:
 
 
 def env_lines() -> str:
-    """Shell lines that point kubectl at the cluster."""
+    """Shell lines that point kubectl (and helm) at the cluster."""
+    from .operator_install import helm_bin
     state = state_dir()
     return (f"export KUBECONFIG={state / 'admin.kubeconfig'}\n"
-            f"export PATH={k8s_bin_dir()}:$PATH\n")
+            f"export PATH={k8s_bin_dir()}:{helm_bin().parent}:$PATH\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """``make demo``: bring up the local cluster, install the operator, apply the example job,
 and show it validate and train.
 
-Steps: ``python -m localcluster up``; :func:`localcluster.operator_install.start`;
+Steps: ``python -m localcluster up``; ``helm install`` of the chart (the operator runs as a
+pod, reaching the apiserver through the node's 10.96.0.1 relay);
 ``kubectl apply -f examples/ddp-digits.yaml`` (a previous run's job is deleted first);
 then every condition change is printed as it happens, and at the end the job's conditions
 as kubectl shows them, the training log's accuracy line and the two ``export`` lines that
@@ -95,8 +96,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     phase = ((job or {}).get("status") or {}).get("phase")
     console.print(f"job {JOB}: [bold]{phase}[/bold] {elapsed:.1f}s after kubectl apply")
     console.rule("[bold]Keep using kubectl against the local cluster")
-    console.print(f"export KUBECONFIG={config.state_dir() / 'admin.kubeconfig'}", markup=False)
-    console.print(f"export PATH={config.k8s_bin_dir()}:$PATH", markup=False)
+    from .cli import env_lines
+    console.print(env_lines().rstrip(), markup=False)
+    console.print("# or: eval \"$(.venv/bin/python -m localcluster env)\"", markup=False)
     console.print("make down   # stops the cluster and removes its namespaces and processes")
     return 0 if phase == "Succeeded" else 1
 
