@@ -249,7 +249,11 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                               "resolved": [], "route": None}
     state["master"] = master
     tracker.step(R.MASTER_ADDR_UNRESOLVABLE, f"{where}: resolving MASTER_ADDR={cfg.master_addr} hung")
-    resolved, rerr = _resolve_retry(cfg.master_addr, deadline if cfg.rank else deadline.sub(2.0),
+    # Every rank, rank 0 too, gets the same window: cluster DNS may publish rank 0's own
+    # record a moment after its pod starts, and a rank 0 that gave up sooner than its
+    # peers would fail a healthy job.
+    t_resolve = time.monotonic()
+    resolved, rerr = _resolve_retry(cfg.master_addr, deadline,
                                     getattr(cfg, "resolve_seconds", float("inf")))
     master["resolved"] = resolved
     if resolved:
@@ -260,7 +264,7 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
     if not resolved:  # rank 0 too: if it cannot resolve its own name, no rank will
         raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
             f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
-            f"{getattr(cfg, 'resolve_seconds', 0):g}s; use rank 0's node IP or a headless "
+            f"{time.monotonic() - t_resolve:.0f}s of retries; use rank 0's node IP or a headless "
             f"Service name that exists before the probe starts"))
     if cfg.rank == 0:
         loop = [a for a in resolved if is_loopback(a)]

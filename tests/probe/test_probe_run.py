@@ -1,6 +1,8 @@
 """The real probe, as subprocesses on loopback: the contract with the operator and failures."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from disttrain.report import parse_report
@@ -132,11 +134,13 @@ def test_unresolvable_master_addr_fails_rank0_after_the_resolve_window(tmp_path)
     # "a..b" fails in the resolver itself (empty label): no DNS packet leaves the machine.
     [run] = run_ranks([probe_env(0, 2, free_port(), MASTER_ADDR="a..b",
                                  DISTTRAIN_PROBE_TIMEOUT_SECONDS="60",
-                                 DISTTRAIN_PROBE_RESOLVE_SECONDS="1")], tmp_path, timeout=90)
+                                 DISTTRAIN_PROBE_RESOLVE_SECONDS="4")], tmp_path, timeout=90)
     rep = parse_report(run.report_text)
     assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_UNRESOLVABLE
-    assert rep.phase == "rendezvous" and "a..b" in rep.failure.message and "after 1s" in rep.failure.message
-    assert run.seconds < 30, "the resolve window, not the 60 s probe deadline, must end it"
+    assert rep.phase == "rendezvous" and "a..b" in rep.failure.message
+    # rank 0 retries for the whole window, as its peers do (DNS may publish its record late)
+    assert re.search(r"after [45]s of retries", rep.failure.message), rep.failure.message
+    assert 4 <= run.seconds < 30, "the resolve window, not the 60 s probe deadline, must end it"
 
 
 def test_rank0_name_mapped_to_loopback_in_its_hosts_file_is_blocked(tmp_path):
