@@ -99,7 +99,16 @@ class PodTemplate(_Model):
                         f"spec.template.spec.containers[{i}].env: {name} is set by the operator "
                         "(it owns rank and rendezvous variables); remove it"
                     )
+        if "hostNetwork" in spec:
+            raise ValueError(HOST_NETWORK_IN_TEMPLATE)
         return spec
+
+
+HOST_NETWORK_IN_TEMPLATE = (
+    "spec.template.spec.hostNetwork is set by the operator from spec.network.hostNetwork "
+    "(probe and training pods must share one network mode); remove it and set "
+    "spec.network.hostNetwork instead"
+)
 
 
 class RendezvousSpec(_Model):
@@ -132,8 +141,10 @@ class NetworkSpec(_Model):
         None,
         pattern=PORT_RANGE_PATTERN,
         description='Ephemeral ports the cluster firewall admits, "lo-hi" (e.g. 60000-61000). '
-        "NCCL takes its ports from net.ipv4.ip_local_port_range; the probe checks that range "
-        "against this one.",
+        "NCCL and gloo listen on ports from net.ipv4.ip_local_port_range: on the pod network "
+        "the operator sets that sysctl on probe and training pods to this range; with "
+        "hostNetwork it cannot (the node's own setting), and the probe warns when the node's "
+        "range is not inside this one.",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
@@ -347,7 +358,9 @@ class NodeResult(_Model):
 class RendezvousStatus(_Model):
     """The rendezvous settings the probes validated and training uses."""
 
-    master_addr: Optional[str] = Field(None, description="MASTER_ADDR (rank 0's node address).")
+    master_addr: Optional[str] = Field(
+        None, description="MASTER_ADDR: rank 0's DNS name (<job>-0.<subdomain>) with DNS "
+        "hostnames, else rank 0's pod address (its node's with hostNetwork).")
     master_port: Optional[int] = None
     socket_ifname: Optional[str] = Field(
         None, description="NCCL_SOCKET_IFNAME: one name, or a comma list when names differ."

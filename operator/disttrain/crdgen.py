@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from . import constants as c
-from .api import DistTrainingJobSpec, DistTrainingJobStatus
+from .api import HOST_NETWORK_IN_TEMPLATE, DistTrainingJobSpec, DistTrainingJobStatus
 
 _DROP_KEYS = {"title", "$defs", "discriminator"}
 
@@ -120,7 +120,11 @@ def _template_schema() -> dict[str, Any]:
                 "description": "A core/v1 PodSpec.",
                 "required": ["containers"],
                 "x-kubernetes-preserve-unknown-fields": True,
+                "x-kubernetes-validations": [
+                    {"rule": "!has(self.hostNetwork)", "message": HOST_NETWORK_IN_TEMPLATE},
+                ],
                 "properties": {
+                    "hostNetwork": {"type": "boolean"},
                     "containers": {
                         "type": "array",
                         "minItems": 1,

@@ -166,6 +166,16 @@ def test_reserved_env_rejected(cluster, operator, ns):
     assert p.returncode != 0 and "MASTER_ADDR" in p.stderr, p.stderr
 
 
+def test_template_host_network_rejected_at_admission(cluster, operator, ns):
+    """The operator sets hostNetwork on probe and training pods from spec.network: a
+    template that sets it is refused by the CRD's CEL rule, naming the field to use."""
+    docs = [d for d in example_docs() if d["kind"] == "DistTrainingJob"]
+    docs[0]["spec"]["template"]["spec"]["hostNetwork"] = True
+    p = apply(cluster, ns, docs, check=False)
+    assert p.returncode != 0 and "spec.network.hostNetwork" in p.stderr, p.stderr
+    assert cluster.kubectl("get", "dtj", "-n", ns, "-o", "name").stdout.strip() == ""
+
+
 def test_garbage_probe_report_is_a_false_condition(cluster, operator, ns):
     docs = example_docs(probe={"useTrainingImage": False, "image": "disttrain.dev/test/garbage-probe:v1",
                                "timeoutSeconds": 30})

@@ -36,6 +36,7 @@ def test_defaults():
     (spec(launcher="env", numProcPerNode=4), "numProcPerNode"),
     (spec(template={"spec": {"containers": [{"name": "t", "env": [{"name": "RANK", "value": "0"}]}]}}), "RANK"),
     (spec(template={"spec": {"containers": [{"name": "t", "env": [{"name": "PET_NNODES", "value": "2"}]}]}}), "PET_NNODES"),
+    (spec(template={"spec": {"hostNetwork": True, "containers": [{"name": "t"}]}}), "spec.network.hostNetwork"),
 ])
 def test_bad_input_names_the_field(data, field):
     assert field in err(data)
