@@ -184,10 +184,10 @@ def markdown(rows: list[dict], cap: float, meta: dict) -> str:
         f"{meta['commit']}. Seconds from `kubectl apply` to the scenario's expected false "
         f"condition (probe) and to the first failed pod / Failed job without probes (plain), "
         f"capped at **{cap:g} s** (`>= {cap:g}` = still not failed at the cap). Ratio = plain / "
-        f"probe; goal >= {GOAL_RATIO:g}x.",
+        f"probe; goal >= {GOAL_RATIO:g}x." + (f" Note: {meta['note']}." if meta.get("note") else ""),
         "",
         "How to read it: *plain s* stops at the first failed pod, although the job itself "
-        "usually still says Running (the other ranks hang at `init_process_group` or are "
+        "often still says Running (the other ranks hang at `init_process_group` or are "
         "killed by torchrun): \"job failed (phase Running)\" means exactly that, and the cause "
         "is only in a pod log. *(succeeded)* rows are faults the plain job does not hit "
         "here: without the probes' one-pod-per-node rule two ranks share a node "
