@@ -181,6 +181,15 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
             failures.append((f.get("reason") or c.REASON_PROBE_FAILED, _node_label(o), f.get("message") or ""))
         elif not o.report.get("ok"):
             failures.append((c.REASON_PROBE_FAILED, _node_label(o), "probe reported not ok"))
+        elif not (o.report.get("chosen") or {}).get("ifname"):
+            # A passing report must say which interface this rank validated: without it the
+            # training pod would get no NCCL_SOCKET_IFNAME, the very fault the probe exists
+            # to prevent (a report cut down to its verdict, or a foreign probe).
+            failures.append((c.REASON_PROBE_REPORT_INVALID, _node_label(o), (
+                f"{o.pod}: the report passed but names no chosen interface"
+                f"{' (truncated)' if o.report.get('truncated') else ''}; training would start "
+                "without NCCL_SOCKET_IFNAME: set network.socketIfname, or read the probe log "
+                "(probe.keepPods: Always)")))
     if not failures and _is_loopback(master_addr):
         failures.append(
             (
@@ -234,7 +243,7 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
         # The slowest rank bounds the collective: report the minimum bandwidth.
         diag.bus_bandwidth_gbps = round(min(float(a.get("busbwGBps") or 0.0) for a in ar), 4)
         diag.alg_bandwidth_gbps = round(min(float(a.get("algbwGBps") or 0.0) for a in ar), 4)
-        diag.message_size_bytes = int(ar[0].get("bytes", 0)) or None
+        diag.message_size_bytes = int(ar[0].get("bytes") or 0) or None
     backends = {(o.report or {}).get("backend") for o in outcomes} - {None}
     diag.backend = ",".join(sorted(backends)) or None
     for o in outcomes:
@@ -324,7 +333,7 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
     conds[c.MASTER_REACHABLE] = Verdict(
         "True",
         c.REASON_MASTER_REACHABLE,
-        f"every rank reached {master_addr}:{(outcomes[0].report or {}).get('master', {}).get('port') if outcomes else ''}",
+        f"every rank reached {master_addr}:{((outcomes[0].report or {}).get('master') or {}).get('port') if outcomes else ''}",
     )
     conds[c.NETWORK_VALIDATED] = Verdict("True", c.REASON_INTERFACE_SELECTED, "; ".join(chosen_msgs))
     conds[c.VERSIONS_CONSISTENT] = Verdict(

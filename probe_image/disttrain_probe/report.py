@@ -119,6 +119,8 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
     # Last resort: only the essentials, then shrink whatever is still too long.
     r = {k: r.get(k) for k in ESSENTIAL if k in r}
     r["truncated"] = True
+    if isinstance(r.get("master"), dict):  # e.g. a name with hundreds of addresses
+        r["master"] = dict(r["master"], resolved=(r["master"].get("resolved") or [])[:4])
     for n in (200, 100, 40):
         _failure_cut(n)(r)
         _msgs("warnings", n)(r)
@@ -126,9 +128,16 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
         text = dumps(r)
         if len(text) <= limit:
             return text, True
+    # What the operator cannot do without: the verdict, and for a pass the interface the
+    # training pod must use and the master it reached.
+    chosen = r.get("chosen") if isinstance(r.get("chosen"), dict) else {}
+    master = r.get("master") if isinstance(r.get("master"), dict) else {}
     keep = {"v": r.get("v", VERSION), "rank": r.get("rank"), "worldSize": r.get("worldSize"),
             "node": _cut(r.get("node"), 63), "ok": r.get("ok"), "phase": r.get("phase"),
-            "failure": r.get("failure"), "warnings": [], "truncated": True}
+            "failure": r.get("failure"), "warnings": [], "truncated": True,
+            "chosen": {k: _cut(chosen.get(k), 63) for k in ("ifname", "addr", "subnet") if chosen.get(k)}
+            or None,
+            "master": {k: master.get(k) for k in ("addr", "port") if master.get(k)} or None}
     _failure_cut(40)(keep)
     text = dumps(keep)
     if len(text) > limit:  # absurd inputs (a 4 KiB node name): keep the verdict only

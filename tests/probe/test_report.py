@@ -70,6 +70,21 @@ def test_truncation_never_exceeds_cap(n):
     parse_report(text)
 
 
+def test_a_passing_report_cut_to_the_bone_keeps_its_chosen_interface_and_master():
+    """Even the last resort keeps what the operator needs for training: the interface
+    (NCCL_SOCKET_IFNAME) and the master this rank reached."""
+    r = big_report(300)
+    r.update(ok=True, failure=None, phase="report",
+             chosen={"ifname": "enp7s0f1np1", "addr": "10.7.0.1", "subnet": "10.7.0.0/24"})
+    r["master"]["resolved"] = [f"fd00::{i:x}" for i in range(400)]
+    r["node"] = "n" * 900
+    text, truncated = REP.cap(r)
+    obj = json.loads(text)
+    assert truncated and len(text.encode()) <= REP.MAX_BYTES
+    assert obj["chosen"]["ifname"] == "enp7s0f1np1" and obj["master"]["port"] == 29500
+    parse_report(text)
+
+
 def test_mesh_dropped_before_anything_else():
     r = big_report(4)
     r["failure"]["message"] = "short"

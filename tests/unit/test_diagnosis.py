@@ -185,3 +185,22 @@ def test_master_port_failure_names_the_master_node():
     assert (v.status, v.reason) == ("False", "MasterPortTimeout")
     assert v.message.startswith("node-a (rank 1)")
     assert "MASTER_ADDR 10.100.0.12 is node-b (rank 0" in v.message and "node-b's firewall" in v.message
+
+
+def test_passing_report_without_interface_or_master_is_invalid_not_validated():
+    """A report cut down to its verdict (or a foreign probe) passes the schema but would
+    start training without NCCL_SOCKET_IFNAME: refuse it, naming the pod, and do not crash
+    on its missing master or all-reduce sizes."""
+    bare = report(1, "node-b")
+    bare.update(chosen=None, master=None, truncated=True)
+    bare["allreduce"] = {"busbwGBps": 1.0, "algbwGBps": 1.0}
+    first = report(0, "node-a")
+    first["allreduce"] = {"busbwGBps": 1.0, "algbwGBps": 1.0}  # no "bytes"
+    d = diagnose(outcomes(first, bare), "10.1.1.1")
+    v = d.conditions[c.VALIDATED]
+    assert (v.status, v.reason) == ("False", c.REASON_PROBE_REPORT_INVALID)
+    assert "node-b" in v.message and "NCCL_SOCKET_IFNAME" in v.message and "(truncated)" in v.message
+    bare0 = report(0, "node-a")
+    bare0["master"] = None
+    ok = diagnose(outcomes(bare0, report(1, "node-b")), "10.1.1.1")
+    assert ok.conditions[c.VALIDATED].status == "True"  # a missing master block is no crash
