@@ -278,6 +278,13 @@ class Scenario(_Strict):
                 if nic.segment not in self.segments:
                     raise ValueError(f"{where}.nics.{i}.segment: unknown segment {nic.segment!r} "
                                      f"(segments: {', '.join(sorted(self.segments))})")
+        if self.defaults.nics is None:  # some node keeps the default eth0/eth1
+            missing = [n["segment"] for n in DEFAULT_NICS if n["segment"] not in self.segments]
+            if missing and any(self.nodeOverrides.get(n) is None or self.nodeOverrides[n].nics is None
+                               for n in names):
+                raise ValueError(f"segments: the default NICs (eth0 on mgmt, eth1 on data) need "
+                                 f"segment(s) {', '.join(missing)}; define them or give "
+                                 f"defaults.nics on your segments")
         return self
 
 
@@ -475,7 +482,26 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         topology(sc)
     except ScenarioError as e:
         raise ScenarioError(f"{source}:{_line_for(lines, ('nodeOverrides',))}: {e}") from None
+    _check_job(sc, source, lines)
     return sc
+
+
+def _check_job(sc: Scenario, source: str, lines: dict) -> None:
+    """The example's spec with ``job`` merged in must be a valid DistTrainingJob spec (the
+    operator's own models), so a bad override is named here, before a cluster is built,
+    not by ``kubectl apply`` after. Raises ScenarioError ``source:line: job.<field>: why``."""
+    from disttrain.api import DistTrainingJobSpec
+
+    spec = next((d["spec"] for d in job_documents(sc) if d.get("kind") == "DistTrainingJob"), {})
+    try:
+        DistTrainingJobSpec.model_validate(spec)
+    except ValidationError as e:
+        msgs = []
+        for err in e.errors():
+            loc = ("job",) + tuple(err["loc"])
+            msg = err["msg"].removeprefix("Value error, ")
+            msgs.append(f"{source}:{_line_for(lines, loc)}: {'.'.join(str(x) for x in loc)}: {msg}")
+        raise ScenarioError("\n".join(msgs)) from None
 
 
 def load(name_or_path: str) -> Scenario:

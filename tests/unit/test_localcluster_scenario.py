@@ -83,6 +83,12 @@ def test_overrides_replace_fields_per_node_and_ipv6_and_mtu():
     ("nodes: [1\n", "t.yaml:2: not valid YAML"),
     ("expect: {status: 'True'}\ndefaults:\n  decoys: []\n  nics: [{name: eth0, segment: mgmt, addresses: ['fd00::1/64']}]\n",
      "no NIC with an IPv4 address"),
+    ("expect: {status: 'True'}\nsegments:\n  mgmt: {subnet: 10.100.0.0/24}\n",
+     "t.yaml:2: segments: the default NICs (eth0 on mgmt, eth1 on data) need segment(s) data"),
+    ("expect: {status: 'True'}\njob:\n  network:\n    portRange: abc\n", "t.yaml:4: job.network.portRange"),
+    ("expect: {status: 'True'}\njob:\n  numNodes: 0\n", "t.yaml:3: job.numNodes"),
+    ("expect: {status: 'True'}\njob:\n  template: {spec: {hostNetwork: true, containers: [{name: t}]}}\n",
+     "spec.network.hostNetwork"),
 ])
 def test_errors_name_line_and_field(text, where):
     with pytest.raises(scn.ScenarioError) as e:
