@@ -366,7 +366,9 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     that were measured), rejected{rank}, ncclDefault{rank}, warnings{rank}}.
     """
     mode, pats = parse_ifname_spec(spec)
-    loopback_ok = mode == "include" and any(ifname_matches("lo", [p]) for p in pats)
+    # lo carries traffic between ranks only when they share one host (tests, laptops).
+    one_host = len({p.get("node") for p in peers.values()}) <= 1
+    loopback_ok = mode == "include" and any(ifname_matches("lo", [p]) for p in pats) and one_host
     ranks = sorted(peers)
     if dial_plan is None:
         dial_plan = {i: [j for j in ranks if j != i] for i in ranks}
@@ -494,7 +496,7 @@ def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) 
         node = peers[r].get("node")
         c = chosen[r]
         d = defaults.get(r)
-        if loopback_ok:
+        if loopback_ok and c["ifname"] == "lo":
             warnings[r].append({"reason": R.LOOPBACK_ONLY, "message": (
                 f"{node}: validated on loopback ({c['ifname']}) only; this proves nothing about "
                 f"traffic between nodes")})

@@ -401,3 +401,16 @@ def test_a_network_left_unmeasured_is_not_beaten_by_measurement():
     res = choose(peers, _measured_mesh(peers, {"10.100.": None, "10.101.": 9000.0}))
     assert res["chosen"][0]["ifname"] == "eth0"  # routing, not a one-sided number
     assert res["measured"][0] == {"eth1": 9000.0}
+
+
+def test_lo_across_nodes_is_not_a_firewall_verdict():
+    """socketIfname=lo on ranks of different nodes: lo never leaves a node, so say that
+    and name the NIC that works, rather than blaming a firewall for the failed dials."""
+    two = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(2)}
+    res = choose(two, mesh_of(two, lambda i, j, a: "refused" if a.startswith("127.") else "ok"),
+                 "lo", master_port=29500)
+    assert res["failure"]["reason"] == R.INTERFACE_UNREACHABLE
+    assert "lo is loopback" in res["failure"]["message"] and "socketIfname=eth0" in res["failure"]["message"]
+    res = choose(two, mesh_of(two, not_docker), "lo,eth0", master_port=29500)
+    assert {r: c["ifname"] for r, c in res["chosen"].items()} == {0: "eth0", 1: "eth0"}
+    assert not any(w["reason"] == R.LOOPBACK_ONLY for ws in res["warnings"].values() for w in ws)
