@@ -46,7 +46,8 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator,
+                      model_validator)
 
 from .config import REPO_ROOT
 
@@ -167,7 +168,7 @@ class FirewallRule(_Strict):
     """One nftables rule of the node's input chain (all given matches must hold)."""
 
     proto: Optional[Literal["tcp", "udp"]] = None
-    dport: Optional[Union[int, str]] = Field(None, description="port or 'lo-hi'; needs proto")
+    dport: Optional[Union[StrictInt, str]] = Field(None, description="port or 'lo-hi'; needs proto")
     saddr: Optional[str] = Field(None, description="source address or subnet")
     iifname: Optional[str] = Field(None, pattern=IFNAME_PATTERN)
     state: Optional[list[Literal["new", "established", "related", "invalid"]]] = None
@@ -179,9 +180,11 @@ class FirewallRule(_Strict):
         if v is None:
             return v
         parts = str(v).split("-")
-        if len(parts) > 2 or not all(p.isdigit() and 1 <= int(p) <= 65535 for p in parts) \
+        if len(parts) > 2 or not all(re.fullmatch(r"[1-9][0-9]{0,4}", p) and int(p) <= 65535
+                                     for p in parts) \
                 or (len(parts) == 2 and int(parts[0]) > int(parts[1])):
-            raise ValueError(f"{v!r} is not a port (1-65535) or a range 'lo-hi'")
+            raise ValueError(f"{v!r} is not a port (1-65535, no leading zeros: nft reads those "
+                             f"as octal) or a range 'lo-hi'")
         return v
 
     @field_validator("saddr")
@@ -248,6 +251,28 @@ class Expect(_Strict):
         None, description="the job's status.rendezvous.socketIfname once validated (the "
         "interface every node's probe chose; a comma list when names differ)")
     withinSeconds: float = Field(60.0, gt=0, le=1800)
+
+    @model_validator(mode="after")
+    def _known_condition_and_reason(self):
+        """A misspelt condition or reason would only show as a timeout after a full run."""
+        from disttrain import constants as c
+        from disttrain_probe import reasons as R
+
+        if self.condition not in c.ALL_CONDITIONS:
+            raise ValueError(f"expect.condition: {self.condition!r} is not a condition "
+                             f"({', '.join(c.ALL_CONDITIONS)})")
+        if self.reason is None:
+            return self
+        known = {v for k, v in vars(c).items() if k.startswith("REASON_") and isinstance(v, str)}
+        known |= {v for k, v in vars(R).items() if k.isupper() and isinstance(v, str)}
+        if self.reason not in known:
+            raise ValueError(f"expect.reason: {self.reason!r} is not a reason the operator or "
+                             f"the probe writes (docs/conditions.md lists them)")
+        owner = c.REASON_CONDITION.get(self.reason)
+        if self.status == "False" and owner and self.condition not in (owner, c.VALIDATED):
+            raise ValueError(f"expect.reason: {self.reason} is reported on {owner} (or Validated), "
+                             f"not {self.condition}")
+        return self
 
 
 class Scenario(_Strict):
@@ -412,11 +437,19 @@ def peer_hosts(topos: list[NodeTopology]) -> list[str]:
 
 # -- loading ------------------------------------------------------------------------------
 def _lines(node: yaml.Node, path: tuple = (), out: Optional[dict] = None) -> dict:
-    """Map every path (tuple of keys/indexes) in the composed YAML to its 1-based line."""
+    """Map every path (tuple of keys/indexes) in the composed YAML to its 1-based line.
+    Raises ScenarioError (a line, no source) for a key given twice in one mapping: YAML
+    loaders keep the last one silently, which would drop half of what was written."""
     out = {} if out is None else out
     out.setdefault(path, node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
+        seen: dict = {}
         for k, v in node.value:
+            if k.value in seen:
+                where = ".".join(str(x) for x in path + (k.value,))
+                raise ScenarioError(f"{k.start_mark.line + 1}: {where}: given twice (also on line "
+                                    f"{seen[k.value]}); YAML would keep only the last one")
+            seen[k.value] = k.start_mark.line + 1
             out[path + (k.value,)] = k.start_mark.line + 1  # a field's line is its key's
             _lines(v, path + (k.value,), out)
     elif isinstance(node, yaml.SequenceNode):
@@ -457,8 +490,15 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{source}:{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
     if root is None or not isinstance(root, yaml.MappingNode):
         raise ScenarioError(f"{source}:1: a scenario is a mapping (description, nodes, expect, ...)")
-    lines = _lines(root)
-    data = yaml.safe_load(text)
+    try:
+        lines = _lines(root)
+        data = yaml.safe_load(text)
+    except ScenarioError as e:
+        raise ScenarioError(f"{source}:{e}") from None
+    except (yaml.YAMLError, RecursionError) as e:  # e.g. a tag safe_load refuses
+        mark = getattr(e, "problem_mark", None)
+        raise ScenarioError(f"{source}:{mark.line + 1 if mark else 1}: not valid scenario YAML: "
+                            f"{getattr(e, 'problem', None) or type(e).__name__}") from None
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
@@ -466,7 +506,10 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         for err in e.errors():
             loc = tuple(err["loc"])
             msg = err["msg"]
-            if not loc and msg.startswith("Value error, ") and ": " in msg:
+            here = ".".join(str(x) for x in loc)
+            named = msg[len("Value error, "):].partition(": ")[0] if msg.startswith("Value error, ") \
+                and ": " in msg else ""
+            if named and (not loc or named.startswith(here + ".")):
                 # cross-field errors name their own field path: "nodeOverrides.node-z: ..."
                 fpath, _, rest = msg[len("Value error, "):].partition(": ")
                 loc = tuple(int(x) if x.isdigit() else x for x in fpath.split("."))
@@ -507,7 +550,11 @@ def _check_job(sc: Scenario, source: str, lines: dict) -> None:
 def load(name_or_path: str) -> Scenario:
     """Load a scenario by name or path. Raises ScenarioError."""
     p = resolve(name_or_path)
-    return parse(p.read_text(), str(p))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ScenarioError(f"{p}:1: cannot read the file as UTF-8 text: {e}") from None
+    return parse(text, str(p))
 
 
 def all_names() -> list[str]:
