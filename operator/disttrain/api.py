@@ -92,8 +92,15 @@ class PodTemplate(_Model):
         for i, ctr in enumerate(containers):
             if not isinstance(ctr, dict) or not ctr.get("name"):
                 raise ValueError(f"spec.template.spec.containers[{i}].name is required")
-            for env in ctr.get("env") or []:
-                name = env.get("name", "") if isinstance(env, dict) else ""
+            envs = ctr.get("env") or []
+            if not isinstance(envs, list):
+                raise ValueError(f"spec.template.spec.containers[{i}].env must be a list of "
+                                 "{name, value} entries")
+            for j, env in enumerate(envs):
+                name = env.get("name") if isinstance(env, dict) else None
+                if not isinstance(name, str) or not name:
+                    raise ValueError(f"spec.template.spec.containers[{i}].env[{j}].name must be "
+                                     "a non-empty string")
                 if name in c.RESERVED_ENV or name.startswith(c.RESERVED_ENV_PREFIX):
                     raise ValueError(
                         f"spec.template.spec.containers[{i}].env: {name} is set by the operator "

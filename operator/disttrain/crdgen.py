@@ -135,7 +135,7 @@ def _template_schema() -> dict[str, Any]:
                             "required": ["name"],
                             "x-kubernetes-preserve-unknown-fields": True,
                             "properties": {
-                                "name": {"type": "string"},
+                                "name": {"type": "string", "minLength": 1},
                                 "env": {
                                     "type": "array",
                                     "maxItems": 256,

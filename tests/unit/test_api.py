@@ -37,6 +37,8 @@ def test_defaults():
     (spec(template={"spec": {"containers": [{"name": "t", "env": [{"name": "RANK", "value": "0"}]}]}}), "RANK"),
     (spec(template={"spec": {"containers": [{"name": "t", "env": [{"name": "PET_NNODES", "value": "2"}]}]}}), "PET_NNODES"),
     (spec(template={"spec": {"hostNetwork": True, "containers": [{"name": "t"}]}}), "spec.network.hostNetwork"),
+    (spec(template={"spec": {"containers": [{"name": "t", "env": [{"name": None}]}]}}), "env[0].name"),
+    (spec(template={"spec": {"containers": [{"name": "t", "env": "RANK"}]}}), "containers[0].env must be a list"),
 ])
 def test_bad_input_names_the_field(data, field):
     assert field in err(data)
