@@ -437,6 +437,14 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                 if auto.get("network"):
                     hint = "; set network.socketIfname=" + ",".join(
                         sorted({c["ifname"] for c in auto["chosen"].values()}))
+            if not detail:
+                detail = "no interface with an IPv4 address was reported"
+            v6 = _ipv6_only(peers, ranks)
+            if v6:  # say why those NICs were never candidates
+                detail = (f"{detail}; " if detail else "") + (
+                    f"{v6}: only IPv6 (global) addresses, and this probe validates IPv4 "
+                    f"paths only: give the NICs IPv4 addresses, or run without the probe "
+                    f"(probe.enabled: false) on an IPv6-only cluster")
             if mode == "include":
                 failure = {"reason": R.INTERFACE_UNREACHABLE,
                            "message": f"socketIfname={spec} is not usable: {detail}{hint}"}
@@ -488,6 +496,20 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
         "ncclDefault": defaults,
         "warnings": warnings,
     }
+
+
+def _ipv6_only(peers: Dict[int, Dict[str, Any]], ranks: List[int]) -> str:
+    """"eth0 on node-a, node-b" for the up, non-loopback interfaces that have global IPv6
+    addresses and no IPv4 one (grouped by name; several joined by "; "), or ''."""
+    by_name: Dict[str, List[int]] = {}
+    for r in ranks:
+        for i in peers[r].get("interfaces") or []:
+            addrs = [a.partition("/")[0] for a in i.get("addrs") or []]
+            if i.get("loopback") or i.get("up") is False or any(":" not in a for a in addrs):
+                continue
+            if any(not ipaddress.ip_address(a.split("%")[0]).is_link_local for a in addrs):
+                by_name.setdefault(i["name"], []).append(r)
+    return "; ".join(f"{name} on {_nodes(peers, rs)}" for name, rs in sorted(by_name.items()))
 
 
 def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) -> None:

@@ -414,3 +414,14 @@ def test_lo_across_nodes_is_not_a_firewall_verdict():
     res = choose(two, mesh_of(two, not_docker), "lo,eth0", master_port=29500)
     assert {r: c["ifname"] for r, c in res["chosen"].items()} == {0: "eth0", 1: "eth0"}
     assert not any(w["reason"] == R.LOOPBACK_ONLY for ws in res["warnings"].values() for w in ws)
+
+
+def test_ipv6_only_nics_are_named_as_the_reason():
+    """IPv6-only NICs are never IPv4 candidates: say so, rather than only 'lo is loopback'."""
+    v6 = {r: peer(r, LO, iface("eth0", f"fd00::{r + 1}/64", f"fe80::{r + 1}/64")) for r in range(2)}
+    for spec in ("auto", "eth0"):
+        msg = choose(v6, mesh_of(v6), spec, master_port=29500)["failure"]["message"]
+        assert "eth0 on node-a, node-b: only IPv6 (global) addresses" in msg, msg
+    mixed = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"fd00::{r + 1}/64"))
+             for r in range(2)}
+    assert choose(mixed, mesh_of(mixed, not_docker), "auto", master_port=29500)["failure"] is None
