@@ -502,24 +502,7 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
-        msgs = []
-        for err in e.errors():
-            loc = tuple(err["loc"])
-            msg = err["msg"]
-            here = ".".join(str(x) for x in loc)
-            named = msg[len("Value error, "):].partition(": ")[0] if msg.startswith("Value error, ") \
-                and ": " in msg else ""
-            if named and (not loc or named.startswith(here + ".")):
-                # cross-field errors name their own field path: "nodeOverrides.node-z: ..."
-                fpath, _, rest = msg[len("Value error, "):].partition(": ")
-                loc = tuple(int(x) if x.isdigit() else x for x in fpath.split("."))
-                field_s, msg = fpath, rest
-            else:
-                field_s = ".".join(str(x) for x in loc) or "(top level)"
-            if msg.startswith("Value error, "):
-                msg = msg[len("Value error, "):]
-            msgs.append(f"{source}:{_line_for(lines, loc)}: {field_s}: {msg}")
-        raise ScenarioError("\n".join(msgs)) from None
+        raise _located(e, source, lines) from None
     sc.name = Path(source).stem
     try:
         topology(sc)
@@ -527,6 +510,25 @@ def parse(text: str, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{source}:{_line_for(lines, ('nodeOverrides',))}: {e}") from None
     _check_job(sc, source, lines)
     return sc
+
+
+def _located(e: ValidationError, source: str, lines: dict, prefix: tuple = ()) -> ScenarioError:
+    """One ``source:line: field: why`` per error of ``e``; ``prefix`` is where the
+    validated object sits in the file (e.g. ``("job",)``)."""
+    msgs = []
+    for err in e.errors():
+        loc = prefix + tuple(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        here = ".".join(str(x) for x in loc)
+        named, sep, rest = msg.partition(": ")
+        if err["msg"].startswith("Value error, ") and sep and (not loc or named.startswith(here + ".")):
+            # cross-field errors name their own field path: "nodeOverrides.node-z: ..."
+            loc = tuple(int(x) if x.isdigit() else x for x in named.split("."))
+            field_s, msg = named, rest
+        else:
+            field_s = here or "(top level)"
+        msgs.append(f"{source}:{_line_for(lines, loc)}: {field_s}: {msg}")
+    return ScenarioError("\n".join(msgs))
 
 
 def _check_job(sc: Scenario, source: str, lines: dict) -> None:
@@ -539,12 +541,7 @@ def _check_job(sc: Scenario, source: str, lines: dict) -> None:
     try:
         DistTrainingJobSpec.model_validate(spec)
     except ValidationError as e:
-        msgs = []
-        for err in e.errors():
-            loc = ("job",) + tuple(err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            msgs.append(f"{source}:{_line_for(lines, loc)}: {'.'.join(str(x) for x in loc)}: {msg}")
-        raise ScenarioError("\n".join(msgs)) from None
+        raise _located(e, source, lines, ("job",)) from None
 
 
 def load(name_or_path: str) -> Scenario:
