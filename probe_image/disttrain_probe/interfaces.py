@@ -104,11 +104,16 @@ class Network:
                     out.append(e["ifname"])
         return out
 
+    @property
+    def routed(self) -> bool:
+        """A pod network: one subnet per node, grouped by interface name (key ``ifname:X``)."""
+        return self.key.startswith("ifname:")
+
     def where(self, names: Optional[str] = None) -> str:
         """How messages name this network: "eth0 on 10.100.0.0/24" for a shared subnet,
         "cni0 (routed, per-node subnets)" for a pod network grouped by interface name."""
         names = names or "/".join(self.ifnames())
-        if self.key.startswith("ifname:"):
+        if self.routed:
             return f"{names} (routed, per-node subnets)"
         return f"{names} on {self.label}"
 
@@ -441,8 +446,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                 detail = "no interface with an IPv4 address was reported"
             v6 = _ipv6_only(peers, ranks)
             if v6:  # say why those NICs were never candidates
-                detail = (f"{detail}; " if detail else "") + (
-                    f"{v6}: only IPv6 (global) addresses, and this probe validates IPv4 "
+                detail += (
+                    f"; {v6}: only IPv6 (global) addresses, and this probe validates IPv4 "
                     f"paths only: give the NICs IPv4 addresses, or run without the probe "
                     f"(probe.enabled: false) on an IPv6-only cluster")
             if mode == "include":
@@ -488,7 +493,7 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                 measured[r][e["ifname"]] = round(n.measured, 1)
     return {
         "failure": failure,
-        "network": (best.label if not best.key.startswith("ifname:") else best.where())
+        "network": (best.where() if best.routed else best.label)
         if (best is not None and failure is None) else None,
         "chosen": chosen,
         "measured": measured,

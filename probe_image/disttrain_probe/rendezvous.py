@@ -266,8 +266,8 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
             f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
             f"{time.monotonic() - t_resolve:.0f}s of retries; use rank 0's node IP or a headless "
             f"Service name that exists before the probe starts"))
+    loop = [a for a in resolved if is_loopback(a)]
     if cfg.rank == 0:
-        loop = [a for a in resolved if is_loopback(a)]
         if (loop and cfg.world_size > 1 and not cfg.loopback_requested and not _is_ip(cfg.master_addr)
                 and not cfg.master_addr.lower().startswith("localhost")):
             # Rank 0 itself would serve, but the name is mapped to loopback on this node
@@ -294,7 +294,6 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
     else:
-        loop = [a for a in resolved if is_loopback(a)]
         if loop and not cfg.loopback_requested:
             raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(loop)} (loopback), "
