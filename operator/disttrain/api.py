@@ -246,7 +246,9 @@ class RunPolicy(_Model):
         None, ge=1, description="Seconds from the start of training until the job is Failed."
     )
     ttl_seconds_after_finished: Optional[int] = Field(
-        None, ge=0, description="Reserved: seconds after finishing before the job is deleted."
+        None, ge=0, description="Seconds after the job finished (Succeeded or Failed) until the "
+        "operator deletes it, and with it its pods and Service (as batch/v1 Job and Kubeflow do). "
+        "Unset: the job is kept."
     )
     clean_pod_policy: CleanPodPolicy = Field(
         CleanPodPolicy.Running,
@@ -433,6 +435,26 @@ def spec_error_message(exc: Exception) -> str:
         loc = ".".join(str(p) for p in err.get("loc", ()))
         lines.append(f"spec.{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
     return "; ".join(lines)
+
+
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def job_name_problem(name: Any) -> Optional[str]:
+    """Why a DistTrainingJob named ``name`` cannot name its children, or None when it can.
+
+    Children are the pods ``<name>-probe-<rank>``/``<name>-worker-<rank>``, the hostnames
+    ``<name>-<rank>``, the headless Service ``<name>`` (a DNS-1035 label) and the label
+    value ``disttrain.dev/job-name=<name>`` (at most 63 characters)."""
+    if not isinstance(name, str) or not name:
+        return "metadata.name is required"
+    if len(name) > 63:
+        return (f"metadata.name is {len(name)} characters: at most 63 (it names the job's "
+                "headless Service and labels its pods)")
+    if not DNS1035_LABEL.match(name):
+        return (f"metadata.name {name!r} must be a DNS-1035 label: lower-case letters, digits "
+                "and '-', starting with a letter (it names the job's headless Service and pods)")
+    return None
 
 
 def gpus_requested(container: dict[str, Any]) -> int:

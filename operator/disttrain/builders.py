@@ -260,6 +260,9 @@ def build_probe_pod(
         _env_var("DISTTRAIN_PROBE_TIMEOUT_SECONDS", spec.probe.timeout_seconds),
         _env_var("DISTTRAIN_PROBE_MIN_BUSBW_GBPS", spec.probe.min_bus_bandwidth_gbps),
         _env_var("DISTTRAIN_PROBE_REPORT_PATH", c.TERMINATION_MESSAGE_PATH),
+        # Echoed in the report: the operator trusts a report only from this job's attempt.
+        _env_var("DISTTRAIN_PROBE_JOB_UID", job.uid),
+        _env_var("DISTTRAIN_PROBE_ATTEMPT", attempt),
         _env_var("PYTHONUNBUFFERED", "1"),
     ]
     if spec.network.port_range:

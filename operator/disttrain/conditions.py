@@ -15,6 +15,21 @@ from . import constants as c
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
+# A condition message says the cause, the node(s) and the fix in at most this many
+# characters; details go to status fields, Events and `disttrain explain`.
+MAX_MESSAGE = 400
+
+
+def clip(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters at a word boundary, ending in "..." when cut."""
+    if len(message) <= limit:
+        return message
+    cut = message[: limit - 3]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ;,:") + "..."
+
 
 def now_rfc3339(now: Optional[datetime] = None) -> str:
     """``now`` (default: the current UTC time) as RFC 3339 with second precision and ``Z``."""

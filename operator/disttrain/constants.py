@@ -137,6 +137,17 @@ REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
 REASON_PREFLIGHT_FAILED = "PreflightFailed"
 REASON_RESTARTING = "Restarting"
 
+# The control loop itself (any condition; see docs/conditions.md)
+REASON_INVALID_SPEC = "InvalidSpec"  # the spec (or the job's name) cannot be acted on
+REASON_INVALID_POD_TEMPLATE = "InvalidPodTemplate"  # the apiserver refused a pod built from it
+REASON_API_ERROR = "APIError"  # API calls keep failing; retried with backoff
+REASON_NAME_CONFLICT = "NameConflict"  # a pod the job needs is held by one that is not its own
+REASON_TTL_EXPIRED = "TTLExpired"  # Event only: the finished job is deleted
+REASON_PROBE_POD_LOST = "ProbePodLost"  # a probe pod was evicted or deleted before it reported
+REASON_OPERATOR_ERROR = "OperatorError"  # a bug in the operator; retried with backoff
+# Terminal reasons that are the spec's fault, not the cluster's (no "preflight failed").
+SPEC_REASONS = frozenset({REASON_INVALID_SPEC, REASON_INVALID_POD_TEMPLATE})
+
 # Failure reason -> the condition type that reports it. Reasons absent here are summary-only.
 REASON_CONDITION: dict[str, str] = {
     REASON_PROBE_UNSCHEDULABLE: PROBES_SCHEDULED,
@@ -175,4 +186,11 @@ PASS_REASON = {
     NETWORK_VALIDATED: REASON_INTERFACE_SELECTED,
     VERSIONS_CONSISTENT: REASON_VERSIONS_MATCH,
     COLLECTIVE_VALIDATED: REASON_ALLREDUCE_PASSED,
+}
+
+# Reasons of progress or success: their Events are Normal (all others are Warnings).
+QUIET_REASONS = frozenset(PASS_REASON.values()) | {
+    REASON_ALL_CHECKS_PASSED, REASON_ALL_RANKS_RUNNING, REASON_ALL_RANKS_SUCCEEDED,
+    REASON_NOT_CHECKED, REASON_PROBING, REASON_PROBES_PENDING, REASON_NOT_REACHED,
+    REASON_PROBE_DISABLED, REASON_TRAINING_PENDING, REASON_TRAINING_RUNNING, REASON_RESTARTING,
 }

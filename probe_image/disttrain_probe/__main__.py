@@ -64,6 +64,8 @@ class Probe:
             "v": REP.VERSION,
             "rank": cfg.rank,
             "worldSize": cfg.world_size,
+            "jobUid": cfg.job_uid,
+            "attempt": cfg.attempt,
             "node": cfg.node_name,
             "pod": cfg.pod_name,
             "hostname": self.inv.get("hostname"),
@@ -287,7 +289,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0  # --help
         msg = str(e) if isinstance(e, C.ConfigError) else "invalid command line (see --help)"
         rank = os.environ.get("RANK")
+        attempt = os.environ.get("DISTTRAIN_PROBE_ATTEMPT")
         r = {"v": REP.VERSION, "rank": int(rank) if (rank or "").isdigit() else None,
+             "jobUid": os.environ.get("DISTTRAIN_PROBE_JOB_UID") or None,
+             "attempt": int(attempt) if (attempt or "").isdigit() else None,
+             "pod": os.environ.get("POD_NAME") or None,
              "worldSize": None, "node": os.environ.get("NODE_NAME") or None, "ok": False,
              "phase": "config", "failure": {"reason": R.PROBE_INTERNAL_ERROR, "phase": "config",
                                             "message": f"bad probe input: {msg}"},

@@ -63,7 +63,9 @@ def test_rbac_least_privilege():
     assert ("disttrain.dev", "disttrainingjobs/status", "patch") in flat
     assert ("", "pods", "create") in flat and ("", "pods", "delete") in flat
     assert not any(res == "pods" and v in ("update", "patch") for _, res, v in flat)
-    assert [v for _, res, v in flat if res == "services"] == ["create"]
+    assert [v for _, res, v in flat if res == "services"] == ["get", "create"]
+    # the job itself: deleted only by ttlSecondsAfterFinished; never patched or updated
+    assert [v for _, res, v in flat if res == "disttrainingjobs"] == ["get", "list", "watch", "delete"]
 
 
 def test_namespaced_mode_uses_roles():
