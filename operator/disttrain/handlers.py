@@ -17,23 +17,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import replace
-from datetime import datetime, timezone
 from typing import Optional
 
 import kopf
 from kubernetes import config as kube_config
 
-from . import conditions as cond
 from . import constants as c
 from . import metrics
-from .api import DistTrainingJobSpec
-from .builders import JobRef, service_name, uses_dns_hostnames
-from .kube import Kube, failure_from
-from .policies.apierrors import SHOW_AFTER, backoff_seconds
-from .reconcile import reconcile
-from .report import parse_report as _parse_report_model
-from .step import ApiFailure
+from .kube import Kube
+from .runner import Reconciler
 
 log = logging.getLogger("disttrain.handlers")
 
@@ -41,106 +33,33 @@ log = logging.getLogger("disttrain.handlers")
 SWEEP_SECONDS = float(os.environ.get("DISTTRAIN_SWEEP_SECONDS", "10"))
 
 Key = tuple[str, str]
-_kube: Kube | None = None
+_reconciler: Optional[Reconciler] = None
 _running: set[Key] = set()
 _dirty: set[Key] = set()
 _active: set[Key] = set()  # known, non-terminal jobs (swept periodically)
 _timers: dict[Key, asyncio.TimerHandle] = {}
 _due: dict[Key, float] = {}  # loop time at which the pending timer fires
-# Calls that failed in the job's last steps, by (verb, kind, name), for the job's UID.
-_failures: dict[Key, tuple[str, dict[tuple[str, str, str], ApiFailure]]] = {}
-_read_errors: dict[Key, int] = {}
-
-
-def parse_report(raw: str) -> dict:
-    """Termination message -> the report's camelCase dict; ValueError when invalid."""
-    return _parse_report_model(raw).model_dump(by_alias=True, mode="json")
-
-
-def _services(namespace: str, job: dict) -> list[dict]:
-    """The Service the job may own (named after it), observed only when it uses one."""
-    assert _kube is not None
-    try:
-        spec = DistTrainingJobSpec.model_validate(job.get("spec") or {})
-        ref = JobRef.from_body(job)
-    except Exception:  # noqa: BLE001 - an invalid spec is reconcile's to report
-        return []
-    if not uses_dns_hostnames(spec) or spec.network.subdomain:
-        return []
-    return _kube.get_services(namespace, service_name(ref, spec))
-
-
-def _failures_for(key: Key, uid: str) -> list[ApiFailure]:
-    """The job's calls that failed in its last steps (none after the job was re-created)."""
-    owner, failures = _failures.get(key, ("", {}))
-    return list(failures.values()) if owner == uid else []
-
-
-def _remember(key: Key, uid: str, failures: list[ApiFailure]) -> None:
-    """Count consecutive failures per call; a step without failures clears them."""
-    prev_uid, prev = _failures.get(key, ("", {}))
-    if prev_uid != uid:
-        prev = {}
-    now: dict[tuple[str, str, str], ApiFailure] = {}
-    for f in failures:
-        k = (f.verb, f.kind, f.name)
-        before = prev.get(k)
-        now[k] = replace(f, attempts=(before.attempts + 1) if before else 1)
-    if now:
-        _failures[key] = (uid, now)
-    else:
-        _failures.pop(key, None)
 
 
 def step(namespace: str, name: str) -> Optional[float]:
-    """One reconcile of one job: read fresh, compute the plan, apply it. Returns the delay
-    (seconds) after which the job wants another step, or None."""
-    assert _kube is not None
+    """One step of one job with the operator's API handle (see :meth:`Reconciler.step`)."""
+    assert _reconciler is not None
     key = (namespace, name)
-    try:
-        job = _kube.get_job(namespace, name)
-        if job is None or job["metadata"].get("deletionTimestamp"):
-            _forget(key)
-            return None
-        pods = _kube.list_pods(namespace, name)
-        services = _services(namespace, job)
-    except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
-        n = _read_errors[key] = _read_errors.get(key, 0) + 1
-        f = failure_from(exc, "get", "DistTrainingJob", name)
-        metrics.api_error(f.verb, f.kind, f.code)
-        log.warning("reading %s/%s failed %d time(s) (%s): %s", namespace, name, n, f.code, f.message)
-        return backoff_seconds(n)
-    _read_errors.pop(key, None)
-    uid = job["metadata"].get("uid", "")
-    plan = reconcile(
-        job, pods, datetime.now(timezone.utc), parse_report,
-        probe_image=os.environ.get("DISTTRAIN_PROBE_IMAGE", c.DEFAULT_PROBE_IMAGE),
-        services=services, api_failures=_failures_for(key, uid),
-    )
-    new_failures = _kube.apply(job, plan)
-    _remember(key, uid, new_failures)
-    for f in _failures_for(key, uid):
-        metrics.api_error(f.verb, f.kind, f.code)
-        if f.attempts == SHOW_AFTER and f.kind == "status":  # the status cannot say it
-            _kube.event(job, "Warning", c.REASON_API_ERROR,
-                        f"writing the job's status failed {f.attempts} times (HTTP {f.code}): {f.message}")
-    if not any(f.kind == "status" for f in new_failures):
-        metrics.observe(namespace, name, job.get("status"), plan.status)
-    conds = plan.status.get("conditions") or []
-    terminal = cond.is_true(conds, c.SUCCEEDED) or cond.is_true(conds, c.FAILED)
-    if terminal and not plan.deletes and not new_failures:
-        _active.discard(key)  # terminal jobs are still visited by events and their TTL timer
+    result = _reconciler.step(namespace, name)
+    if result.gone:
+        _forget(key)
+        return None
+    if result.settled:
+        _active.discard(key)  # still visited by events and its TTL timer
     else:
         _active.add(key)
-    if new_failures:
-        return backoff_seconds(max(f.attempts for f in _failures_for(key, uid)))
-    return plan.requeue_after
+    return result.delay
 
 
 def _forget(key: Key) -> None:
     _active.discard(key)
-    _failures.pop(key, None)
-    _read_errors.pop(key, None)
+    if _reconciler is not None:
+        _reconciler.forget(key)
     handle = _timers.pop(key, None)
     _due.pop(key, None)
     if handle is not None:
@@ -198,7 +117,7 @@ async def _sweep() -> None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_) -> None:
-    global _kube
+    global _reconciler
     # kopf's own progress goes to annotations under our prefix; .status is for users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.disttrain.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -210,7 +129,7 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
         kube_config.load_incluster_config()
     except kube_config.ConfigException:
         kube_config.load_kube_config()
-    _kube = Kube()
+    _reconciler = Reconciler(Kube(), os.environ.get("DISTTRAIN_PROBE_IMAGE", c.DEFAULT_PROBE_IMAGE))
     asyncio.create_task(_sweep())
 
 

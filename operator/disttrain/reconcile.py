@@ -6,7 +6,7 @@ training, creates no duplicate pods and loses nothing. It reads as a list of nam
 over one :class:`~disttrain.step.Step`, each a policy module of its own:
 
 1. repair the status (:mod:`disttrain.status_repair`): a hand-edited or older status
-   never crashes a step;
+   never crashes a step, and attempt numbers lost from it are recalled from the children;
 2. admit: a job whose name or spec cannot be acted on fails with ``InvalidSpec`` naming
    the field;
 3. terminal jobs: clean up (:mod:`.policies.cleanup`) and delete the job after
@@ -89,6 +89,7 @@ def _reconcile(body, pods, now, parse_report, probe_image, services, api_failure
     s = Step(job=JobRef.from_body(body), spec=spec, generation=gen, now=now, plan=plan, pods=pods,
              services=services, parse_report=parse_report, probe_image=probe_image,
              api_failures=api_failures)
+    _recall_attempts(s)
     try:
         _stages(s)
     except ValueError as exc:  # a builder could not build a child from this spec
@@ -96,6 +97,20 @@ def _reconcile(body, pods, now, parse_report, probe_image, services, api_failure
         plan.creates.clear()
         _cleanup(s)
     return _finish(s, old, raw_status)
+
+
+def _recall_attempts(s: Step) -> None:
+    """The status is the operator's memory, but each child carries its attempt too: a status
+    that lost it (edited by hand, restored from a backup) never makes the job reuse an
+    attempt number its existing pods already carry."""
+    def top(role: str) -> int:
+        return max((o.int_label(p, c.LABEL_ATTEMPT) for p in s.ours if o.role(p) == role), default=-1)
+
+    if top(c.ROLE_WORKER) > int(s.status.get("restarts") or 0):
+        s.status["restarts"] = top(c.ROLE_WORKER)
+    probe = s.status.setdefault("probe", {})
+    if top(c.ROLE_PROBE) > int(probe.get("attempt") or 0):
+        s.status["probe"] = {"attempt": top(c.ROLE_PROBE)}
 
 
 def _stages(s: Step) -> None:

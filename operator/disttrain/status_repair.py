@@ -22,6 +22,8 @@ from typing import Any, Optional
 
 from . import conditions as cond
 
+_KNOWN = frozenset({"conditions", "restarts", "probe", "rendezvous", "nodes", "startTime",
+                    "completionTime", "phase", "observedGeneration"})
 _STR_FIELDS_PROBE = ("startTime", "completionTime", "backend")
 _NUM_FIELDS_PROBE = ("durationSeconds", "algBandwidthGBps", "busBandwidthGBps")
 
@@ -153,7 +155,7 @@ def repair(raw: Any, now: str) -> dict[str, Any]:
     if gen is not None:
         out["observedGeneration"] = gen
     for k, v in raw.items():  # other fields (newer operators): kept when JSON-clean
-        if k not in out and _json_clean(v):
+        if k not in out and k not in _KNOWN and _json_clean(v):
             out[k] = v
     return out
 

@@ -1,0 +1,136 @@
+"""Running reconcile steps against an API handle (the I/O shell's driver, no kopf here).
+
+:class:`Reconciler` reads a job and its children, calls the pure
+:func:`disttrain.reconcile.reconcile`, applies the plan with :meth:`Kube.apply
+<disttrain.kube.Kube.apply>` and remembers, per job, which calls failed in a row, so the
+next step can act on them (:mod:`disttrain.policies.apierrors`) and the caller can back off.
+The kopf handlers (:mod:`disttrain.handlers`) use it with the real API; the generated
+reconcile tests use it with a simulated apiserver behind the same interface.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Optional
+
+from . import conditions as cond
+from . import constants as c
+from . import metrics
+from .api import DistTrainingJobSpec
+from .builders import JobRef, service_name, uses_dns_hostnames
+from .kube import Kube, failure_from
+from .policies.apierrors import SHOW_AFTER, backoff_seconds
+from .reconcile import reconcile
+from .report import parse_report as _parse_report_model
+from .step import ApiFailure
+
+log = logging.getLogger("disttrain.runner")
+
+Key = tuple[str, str]
+
+
+def parse_report(raw: str) -> dict:
+    """Termination message -> the report's camelCase dict; ValueError when invalid."""
+    return _parse_report_model(raw).model_dump(by_alias=True, mode="json")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """``delay``: run again after so many seconds (None: only on events); ``settled``: a
+    finished job with nothing left to do (the sweep leaves it alone); ``gone``: deleted."""
+
+    delay: Optional[float] = None
+    settled: bool = False
+    gone: bool = False
+
+
+class Reconciler:
+    """Runs steps for jobs against one API handle, remembering each job's failed calls.
+
+    Used by the kopf handlers below with the real :class:`~disttrain.kube.Kube`, and by the
+    generated reconcile tests with a simulated apiserver behind the same interface."""
+
+    def __init__(self, kube: Kube, probe_image: str = c.DEFAULT_PROBE_IMAGE) -> None:
+        self.kube = kube
+        self.probe_image = probe_image
+        # calls that failed in the job's last steps, by (verb, kind, name), for the job's UID
+        self.failures: dict[Key, tuple[str, dict[tuple[str, str, str], ApiFailure]]] = {}
+        self.read_errors: dict[Key, int] = {}
+
+    def failures_for(self, key: Key, uid: str) -> list[ApiFailure]:
+        """The job's calls that failed in its last steps (none after it was re-created)."""
+        owner, failures = self.failures.get(key, ("", {}))
+        return list(failures.values()) if owner == uid else []
+
+    def remember(self, key: Key, uid: str, failures: list[ApiFailure]) -> None:
+        """Count consecutive failures per call; a step without failures clears them."""
+        owner, prev = self.failures.get(key, ("", {}))
+        if owner != uid:
+            prev = {}
+        now: dict[tuple[str, str, str], ApiFailure] = {}
+        for f in failures:
+            k = (f.verb, f.kind, f.name)
+            before = prev.get(k)
+            now[k] = replace(f, attempts=(before.attempts + 1) if before else 1)
+        if now:
+            self.failures[key] = (uid, now)
+        else:
+            self.failures.pop(key, None)
+
+    def forget(self, key: Key) -> None:
+        self.failures.pop(key, None)
+        self.read_errors.pop(key, None)
+
+    def services(self, namespace: str, job: dict) -> list[dict]:
+        """The Service the job may own (named after it), observed only when it uses one."""
+        try:
+            spec = DistTrainingJobSpec.model_validate(job.get("spec") or {})
+            ref = JobRef.from_body(job)
+        except Exception:  # noqa: BLE001 - an invalid spec is reconcile's to report
+            return []
+        if not uses_dns_hostnames(spec) or spec.network.subdomain:
+            return []
+        return self.kube.get_services(namespace, service_name(ref, spec))
+
+    def step(self, namespace: str, name: str, now: Optional[datetime] = None) -> StepResult:
+        """One reconcile of one job: read fresh, compute the plan, apply it. Never raises
+        for an API error: a failed read is retried after a backoff, failed writes are fed
+        to the next step."""
+        key = (namespace, name)
+        try:
+            job = self.kube.get_job(namespace, name)
+            if job is None or job["metadata"].get("deletionTimestamp"):
+                self.forget(key)
+                return StepResult(gone=True)
+            pods = self.kube.list_pods(namespace, name)
+            services = self.services(namespace, job)
+        except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
+            n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
+            f = failure_from(exc, "get", "DistTrainingJob", name)
+            metrics.api_error(f.verb, f.kind, f.code)
+            log.warning("reading %s/%s failed %d time(s) (%s): %s", namespace, name, n, f.code, f.message)
+            return StepResult(delay=backoff_seconds(n))
+        self.read_errors.pop(key, None)
+        uid = job["metadata"].get("uid", "")
+        plan = reconcile(job, pods, now or datetime.now(timezone.utc), parse_report,
+                         probe_image=self.probe_image, services=services,
+                         api_failures=self.failures_for(key, uid))
+        new_failures = self.kube.apply(job, plan)
+        self.remember(key, uid, new_failures)
+        for f in self.failures_for(key, uid):
+            metrics.api_error(f.verb, f.kind, f.code)
+            if f.attempts == SHOW_AFTER and f.kind == "status":  # the status cannot say it
+                self.kube.event(job, "Warning", c.REASON_API_ERROR, f"writing the job's status "
+                                f"failed {f.attempts} times (HTTP {f.code}): {f.message}")
+        if not any(f.kind == "status" for f in new_failures):
+            metrics.observe(namespace, name, job.get("status"), plan.status)
+        conds = plan.status.get("conditions") or []
+        terminal = cond.is_true(conds, c.SUCCEEDED) or cond.is_true(conds, c.FAILED)
+        if new_failures:
+            delay: Optional[float] = backoff_seconds(max(f.attempts for f in self.failures_for(key, uid)))
+        else:
+            delay = plan.requeue_after
+        return StepResult(delay=delay, settled=terminal and not plan.deletes and not new_failures)
+
