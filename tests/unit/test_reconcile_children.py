@@ -191,3 +191,13 @@ def test_nan_bandwidth_report_never_reaches_the_status():
     plan = step(body, probes)
     assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBE_REPORT_INVALID
     json.dumps(plan.status, allow_nan=False)  # the status write cannot fail on it
+
+
+def test_two_ranks_on_one_node_never_validate():
+    body = advance(job(), step(job(), []))
+    probes = finished_probes()
+    probes[1]["spec"]["nodeName"] = "node-a"
+    plan = step(body, probes)
+    v = cond.get(plan.status["conditions"], c.PROBES_SCHEDULED)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_UNSCHEDULABLE)
+    assert "0:node-a, 1:node-a" in v["message"] and not plan.creates

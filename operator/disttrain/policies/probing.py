@@ -195,6 +195,15 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         s.fail_preflight(reason, msg)
         return True
     placed = {r: o.node(p) for r, p in by_rank.items() if o.node(p)}
+    shared = sorted({x for x in placed.values() if list(placed.values()).count(x) > 1})
+    if shared:  # the required one-per-node anti-affinity was not honoured
+        ranks = ", ".join(f"{r}:{x}" for r, x in sorted(placed.items()) if x in shared)
+        msg = (f"probe pods of several ranks were placed on one node (rank:node {ranks}) although "
+               "they require one per node: is spec.template.spec.schedulerName a scheduler that "
+               "ignores pod anti-affinity? Use one that honours it")
+        s.set(c.PROBES_SCHEDULED, "False", c.REASON_PROBE_UNSCHEDULABLE, msg)
+        s.fail_preflight(c.REASON_PROBE_UNSCHEDULABLE, msg)
+        return True
     if len(placed) == n:
         nodes = ", ".join(f"{r}:{placed[r]}" for r in sorted(placed))
         s.set(c.PROBES_SCHEDULED, "True", c.REASON_PROBES_SCHEDULED,
