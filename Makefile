@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme clean
+.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme api-docs clean
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -43,6 +43,10 @@ crds: venv
 
 chart-readme: venv
 	$(VPY) charts/generate_readme.py > charts/disttrain-operator/README.md
+
+# docs/api.md from the models (through the CRD); a unit test fails when it is stale.
+api-docs: venv
+	$(VPY) docs/generate_api.py > docs/api.md
 
 # make demo SCENARIO=<name in scenarios/ | path>: build that scenario's cluster, run its job,
 # check its expected outcome (DISTTRAIN_CLUSTER_INSTANCE=N picks a separate local cluster).
