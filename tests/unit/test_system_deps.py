@@ -105,31 +105,25 @@ def test_one_package_for_two_tools_keeps_both_reasons(sandbox):
     assert run.apt_calls()[-1].endswith("install -y --no-install-recommends iproute2 procps")
 
 
-def test_not_root_names_the_command_and_installs_nothing(sandbox):
+@pytest.mark.parametrize("remove,env,says,apt_ran", [
+    # not root: names the command to run, installs nothing
+    (["nft"], {"FAKE_UID": "1000"},
+     ["run as root", "apt-get install -y --no-install-recommends nftables"], False),
+    # apt-get fails: its own words, then what failed
+    (["unshare"], {"FAKE_APT_RC": "100"},
+     ["E: Unable to locate package", "apt-get install failed", "util-linux"], True),
+    # no apt-get at all: which tools are missing
+    (["apt-get", "nft"], {}, ["not a Debian machine", "nft:"], False),
+])
+def test_refusals_are_errors_that_say_why(sandbox, remove, env, says, apt_ran):
     b, run = sandbox
-    (b / "nft").unlink()
-    p = run(FAKE_UID="1000")
+    for t in remove:
+        (b / t).unlink()
+    p = run(**env)
     assert p.returncode != 0
-    assert "run as root" in p.stderr
-    assert "apt-get install -y --no-install-recommends nftables" in p.stderr
-    assert run.apt_calls() == []
-
-
-def test_apt_failure_is_an_error_with_apts_output(sandbox):
-    b, run = sandbox
-    (b / "unshare").unlink()
-    p = run(FAKE_APT_RC="100")
-    assert p.returncode != 0
-    assert "E: Unable to locate package" in p.stderr
-    assert "apt-get install failed" in p.stderr and "util-linux" in p.stderr
-
-
-def test_not_debian_says_which_tools(sandbox):
-    b, run = sandbox
-    (b / "apt-get").unlink()
-    (b / "nft").unlink()
-    p = run()
-    assert p.returncode != 0 and "not a Debian machine" in p.stderr and "nft:" in p.stderr
+    for text in says:
+        assert text in p.stderr, p.stderr
+    assert bool(run.apt_calls()) == apt_ran
 
 
 @pytest.mark.parametrize("version,toolchain,ok", [
