@@ -24,6 +24,7 @@ import time
 from typing import Optional
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import config, operator_install
 from .operator_install import kubectl
@@ -94,8 +95,8 @@ def check_operator_restarts() -> bool:
     out = kubectl("get", "pods", "-n", operator_install.NAMESPACE, "-l", OPERATOR_SELECTOR,
                   "-o", "json", check=False)
     if out.returncode != 0:
-        console.print(f"[bold red]cannot read the operator pod:[/bold red] {out.stderr.strip()}",
-                      markup=True)
+        console.print("[bold red]cannot read the operator pod:[/bold red] "
+                      + escape(out.stderr.strip()), markup=True)
         return False
     pods = json.loads(out.stdout).get("items") or []
     lines = restarted_containers(pods)
@@ -105,7 +106,7 @@ def check_operator_restarts() -> bool:
         return True
     console.rule("[bold red]The operator pod restarted: make demo fails")
     for ln in lines:
-        console.print(f"[red]{ln}[/red]", markup=True, highlight=False)
+        console.print(f"[red]{escape(ln)}[/red]", markup=True, highlight=False)
     for pod in pods:
         prev = kubectl("logs", "-n", operator_install.NAMESPACE, pod["metadata"]["name"],
                        "--previous", "--tail=20", check=False)
