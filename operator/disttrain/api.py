@@ -344,12 +344,14 @@ DistTrainingJobSpec.model_rebuild(force=True)
 class Condition(_Model):
     """metav1.Condition."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
+    type: str = Field(description="Condition type, e.g. Validated (docs/conditions.md).")
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="True is good (positive polarity); Unknown: not decided yet.")
+    reason: str = Field(description="CamelCase reason constant (docs/conditions.md).")
+    message: str = Field("", description="At most 400 characters: cause, node(s), fix.")
     last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
-    observed_generation: Optional[int] = None
+    observed_generation: Optional[int] = Field(
+        None, description="metadata.generation of the spec this condition was computed from.")
 
 
 class NodeResult(_Model):
@@ -359,9 +361,10 @@ class NodeResult(_Model):
     name: str = Field(description="Kubernetes node name.")
     address: Optional[str] = Field(None, description="Address on the chosen interface.")
     interface: Optional[str] = Field(None, description="Chosen NCCL_SOCKET_IFNAME on this node.")
-    torch: Optional[str] = None
-    cuda: Optional[str] = None
-    nccl: Optional[str] = None
+    torch: Optional[str] = Field(None, description="torch version the probe ran with.")
+    cuda: Optional[str] = Field(None, description="CUDA version torch was built with.")
+    nccl: Optional[str] = Field(
+        None, description="Version of the libnccl loaded in the probe's process.")
 
 
 class RendezvousStatus(_Model):
@@ -370,7 +373,7 @@ class RendezvousStatus(_Model):
     master_addr: Optional[str] = Field(
         None, description="MASTER_ADDR: rank 0's DNS name (<job>-0.<subdomain>) with DNS "
         "hostnames, else rank 0's pod address (its node's with hostNetwork).")
-    master_port: Optional[int] = None
+    master_port: Optional[int] = Field(None, description="MASTER_PORT (spec.rendezvous.port).")
     socket_ifname: Optional[str] = Field(
         None, description="NCCL_SOCKET_IFNAME: one name, or a comma list when names differ."
     )
@@ -380,11 +383,14 @@ class ProbeStatus(_Model):
     """Summary of the last probe run."""
 
     attempt: int = Field(0, description="Probe runs started for this job.")
-    start_time: Optional[str] = None
-    completion_time: Optional[str] = None
-    duration_seconds: Optional[float] = None
-    backend: Optional[str] = None
-    message_size_bytes: Optional[int] = None
+    start_time: Optional[str] = Field(
+        None, description="RFC 3339: the attempt's first probe pod was created.")
+    completion_time: Optional[str] = Field(None, description="RFC 3339: the verdict was written.")
+    duration_seconds: Optional[float] = Field(
+        None, description="Seconds from startTime to the verdict.")
+    backend: Optional[str] = Field(None, description="Backend of the all-reduce: nccl or gloo.")
+    message_size_bytes: Optional[int] = Field(
+        None, description="All-reduce message size in bytes.")
     alg_bandwidth_gbps: Optional[float] = Field(
         None, alias="algBandwidthGBps", description="algbw in GB/s (1e9 B/s)."
     )
@@ -405,14 +411,19 @@ class DistTrainingJobStatus(_Model):
         None, description="Summary of the conditions: Pending, Probing, Validated, Running, "
         "Succeeded, Failed."
     )
-    observed_generation: Optional[int] = None
-    conditions: list[Condition] = Field(default_factory=list)
-    nodes: list[NodeResult] = Field(default_factory=list)
+    observed_generation: Optional[int] = Field(
+        None, description="metadata.generation of the spec last acted on.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="metav1.Conditions, one per type (docs/conditions.md).")
+    nodes: list[NodeResult] = Field(
+        default_factory=list, description="Per node rank: what its probe validated.")
     rendezvous: RendezvousStatus = Field(default_factory=RendezvousStatus)
     probe: ProbeStatus = Field(default_factory=ProbeStatus)
     restarts: int = Field(0, description="Gang restarts so far.")
-    start_time: Optional[str] = None
-    completion_time: Optional[str] = None
+    start_time: Optional[str] = Field(
+        None, description="RFC 3339: the first training pod was created.")
+    completion_time: Optional[str] = Field(
+        None, description="RFC 3339: the job finished (Succeeded or Failed).")
 
 
 class DistTrainingJob(_Model):
