@@ -289,6 +289,13 @@ class DistTrainingJobSpec(_Model):
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    suspend: bool = Field(
+        False,
+        description="Suspend the job (as batch/v1 Job, JobSet and Kubeflow Trainer): created "
+        "suspended, nothing runs; suspended while probing or training, its pods are deleted; "
+        "resumed, the probes run again (the nodes may differ), then training. "
+        "runPolicy.activeDeadlineSeconds counts from the last resume.",
+    )
 
     @field_validator("num_proc_per_node")
     @classmethod

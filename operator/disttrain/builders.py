@@ -188,6 +188,20 @@ def _base_pod(
     }
 
 
+def _declare_rendezvous_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, rank: int) -> None:
+    """With hostNetwork, node rank 0's pod binds the rendezvous port on its node: declare it
+    as a hostPort (equal to containerPort, as hostNetwork requires), so the scheduler never
+    puts two jobs' rank 0 on one node (their stores would collide: Address already in use);
+    it places the second elsewhere, or it waits. Other ranks bind no fixed port."""
+    if not spec.network.host_network or rank != 0:
+        return
+    port = spec.rendezvous.port
+    ports = [p for p in ctr.get("ports") or [] if isinstance(p, dict)
+             and p.get("containerPort") != port and p.get("hostPort") != port]
+    ports.append({"name": "rendezvous", "containerPort": port, "hostPort": port, "protocol": "TCP"})
+    ctr["ports"] = ports
+
+
 def _require_node_affinity(pod_spec: dict[str, Any], node: str) -> None:
     """Pin to one node through the scheduler (nodeAffinity on kubernetes.io/hostname)."""
     affinity = pod_spec.setdefault("affinity", {})
@@ -301,6 +315,7 @@ def build_probe_pod(
         probe["env"] = _merge_env(
             probe["env"], [_env_var("PYTHONPATH", c.PROBE_INSTALL_DIR)]
         )
+    _declare_rendezvous_port(probe, spec, rank)
     pod_spec["containers"] = [probe]
     # The probe must end on its own; this is the kubelet-enforced backstop.
     pod_spec["activeDeadlineSeconds"] = spec.probe.timeout_seconds + 60
@@ -420,5 +435,6 @@ def build_worker_pod(
         )
         trainer["args"] = []
     trainer.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    _declare_rendezvous_port(trainer, spec, rank)
     pod_spec["containers"] = [trainer] + pod_spec["containers"][1:]
     return pod

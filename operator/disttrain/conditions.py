@@ -112,6 +112,8 @@ def phase(conditions: list[dict[str, Any]], probing: bool) -> str:
         return c.PHASE_SUCCEEDED
     if is_true(conditions, c.FAILED):
         return c.PHASE_FAILED
+    if is_true(conditions, c.SUSPENDED):
+        return c.PHASE_SUSPENDED
     if is_true(conditions, c.TRAINING_STARTED):
         return c.PHASE_RUNNING
     if is_true(conditions, c.VALIDATED):

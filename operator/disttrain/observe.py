@@ -194,6 +194,20 @@ def pod_start_time(pod: Any) -> Optional[datetime]:
     return parse_time(status(pod).get("startTime"))
 
 
+def scheduled_at(pod: Any) -> Optional[datetime]:
+    """When the pod was bound to its node (PodScheduled=True's lastTransitionTime, else its
+    creationTimestamp once it has a node); None while unscheduled."""
+    if node(pod) is None:
+        return None
+    for pc in _list(status(pod).get("conditions")):
+        pc = _dict(pc)
+        if pc.get("type") == "PodScheduled" and pc.get("status") == "True":
+            when = parse_time(pc.get("lastTransitionTime"))
+            if when is not None:
+                return when
+    return parse_time(meta(pod).get("creationTimestamp"))
+
+
 def evicted(pod: Any) -> Optional[str]:
     """The kubelet's or the eviction API's message when the pod was evicted or preempted."""
     st = status(pod)

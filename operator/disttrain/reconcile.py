@@ -13,11 +13,13 @@ over one :class:`~disttrain.step.Step`, each a policy module of its own:
    ``runPolicy.ttlSecondsAfterFinished``;
 4. API failures of the previous step (:mod:`.policies.apierrors`): terminal ones end the
    job, the others are shown after a few retries;
-5. probe (:mod:`.policies.probing`), then the verdict (:mod:`.policies.verdict`) from
+5. suspend (:mod:`.policies.suspend`): a suspended job's pods are deleted and nothing else
+   runs; a resumed one probes again;
+6. probe (:mod:`.policies.probing`), then the verdict (:mod:`.policies.verdict`) from
    reports checked by :mod:`disttrain.trust`;
-6. training (:mod:`.policies.training`, gang restarts by :mod:`.policies.restart`, the
+7. training (:mod:`.policies.training`, gang restarts by :mod:`.policies.restart`, the
    deadline by :mod:`.policies.deadline`);
-7. the headless Service that names the pods, then phase and Events.
+8. the headless Service that names the pods, then phase and Events.
 
 Never raises: an exception inside a step (a bug) becomes the condition reason
 ``OperatorError`` on the condition the job waits on, and the step is retried with backoff.
@@ -37,7 +39,7 @@ from . import constants as c
 from . import observe as o
 from .api import DistTrainingJobSpec, job_name_problem, spec_error_message
 from .builders import JobRef, build_headless_service, service_name, uses_dns_hostnames
-from .policies import apierrors, cleanup, probing, training, verdict
+from .policies import apierrors, cleanup, probing, suspend, training, verdict
 from .status_repair import repair
 from .step import ApiFailure, Plan, ReportParser, Step
 
@@ -119,6 +121,8 @@ def _stages(s: Step) -> None:
         return
     if apierrors.apply(s):
         _cleanup(s)
+        return
+    if suspend.apply(s):
         return
     if s.spec.probe.enabled and s.status_of(c.VALIDATED) == cond.UNKNOWN:
         result = probing.run(s)
@@ -214,7 +218,7 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
 
 def _finish(s: Step, old: dict, raw_status: Any) -> Plan:
     probing = (s.spec.probe.enabled and s.status_of(c.VALIDATED) == cond.UNKNOWN
-               and not s.terminal)
+               and not s.terminal and not s.spec.suspend)
     return _events(s.plan, old, raw_status, probing)
 
 

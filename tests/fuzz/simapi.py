@@ -11,7 +11,7 @@ call kind (an HTTP status code, or 0 for no answer).
 It also watches the invariants the operator promises, at the moment they could be broken
 (a pod is created, a status is written), and records each violation in ``violations``:
 - no training pod is created while the job's stored status does not say Validated=True
-  (with probes enabled);
+  (with probes enabled), and no pod at all while the job is suspended;
 - never two live pods for one (role, rank) of one job, and no pod of an attempt older than
   one already created; no training pod of attempt N while a pod of another attempt exists;
 - Validated=True is only written when every probe report of the validating attempt was one
@@ -204,6 +204,8 @@ class SimApi:
         if job is None or owner != job["metadata"]["uid"]:
             self.violations.append(f"created {pod['metadata']['name']} for a job that is not the live one")
             return
+        if job["spec"].get("suspend"):
+            self.violations.append(f"{pod['metadata']['name']} created while the job is suspended")
         probes_on = (job["spec"].get("probe") or {}).get("enabled", True)
         conds = {x.get("type"): x.get("status") for x in (job.get("status") or {}).get("conditions") or []}
         if role == c.ROLE_WORKER and probes_on and conds.get(c.VALIDATED) != "True":

@@ -6,7 +6,7 @@ with good or bad probe reports (another job's UID, a wrong rank, NaN bandwidth, 
 incorrect all-reduce, a bandwidth under the threshold, ok with a failure, garbage);
 training pods succeed or fail; API calls fail (409, 422, 500, no answer) on status writes,
 creates, deletes and reads; the job is deleted and applied again under its name while its
-pods remain; its status is edited by hand; time passes.
+pods remain; it is suspended and resumed; its status is edited by hand; time passes.
 
 Invariants (checked after every rule, and by the simulation at each create and status
 write, see simapi.py): no exception escapes a step; no training pod before Validated=True;
@@ -236,6 +236,14 @@ class ReconcileMachine(RuleBasedStateMachine):
         """kubectl delete dtj j && kubectl apply: a new UID; the old pods stay until GC."""
         self.sim.add_job(self.spec)
 
+    @rule(value=st.booleans())
+    def set_suspend(self, value):
+        """kubectl patch dtj j --type=merge -p '{"spec":{"suspend":...}}'."""
+        job = self.sim.job()
+        if job is not None:
+            job["spec"]["suspend"] = value
+            job["metadata"]["resourceVersion"] = str(int(job["metadata"]["resourceVersion"]) + 1000)
+
     @rule(kind=st.sampled_from(["restarts-string", "condition-without-status", "fractional-time",
                                 "node-without-rank", "garbage-probe", "null-status"]))
     def hand_edit_status(self, kind):
@@ -294,6 +302,7 @@ class ReconcileMachine(RuleBasedStateMachine):
     def drain(self):
         """Faults stop and the cluster behaves: the job must reach an outcome in bounded steps."""
         self.sim.faults.clear()
+        self.set_suspend(False)
         for _ in range(DRAIN_STEPS):
             self.kubelet_removes_deleted_and_gc()
             for p in self._pods(lambda p: not p["spec"].get("nodeName") and not p["status"].get("conditions")):

@@ -6,5 +6,6 @@
 - :mod:`.restart`: gang restart and re-probe after a rank fails (runPolicy.backoffLimit);
 - :mod:`.deadline`: the probe budget and runPolicy.activeDeadlineSeconds;
 - :mod:`.cleanup`: pods deleted when the job ends, and runPolicy.ttlSecondsAfterFinished;
+- :mod:`.suspend`: spec.suspend: pods deleted while suspended, probes again on resume;
 - :mod:`.apierrors`: API calls that keep failing become a condition, never a silent loop.
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Optional
 
+from .. import conditions as cond
 from .. import constants as c
 from .. import observe as o
 from .. import trust
@@ -25,6 +26,7 @@ from ..api import DistTrainingJobSpec
 from ..builders import JobRef, build_probe_pod, master_dns_name, probe_pod_name, uses_dns_hostnames
 from ..diagnosis import ProbeOutcome
 from ..step import ReportParser, Step
+from . import scheduling
 from .deadline import probe_budget_seconds, seconds_left
 
 # How long after rank 0's pod got to its node the other probes wait for rank 0's probe
@@ -180,10 +182,15 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         s.fail_preflight(c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
         return True
     if unsched:
-        scheduled = sorted({o.node(p) for p in by_rank.values() if o.node(p)})
-        anti = any("anti-affinity" in m for _, _, m in unsched)
+        kinds = {scheduling.classify(m, n) for _, _, m in unsched}
         msg = "; ".join(f"{o.name(p)} (rank {r}): {m}" for r, p, m in unsched)
-        if anti:
+        if kinds == {"wait"}:  # only busy nodes: it schedules when they free up
+            s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_WAITING_FOR_RESOURCES, cond.clip(
+                f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
+                "(without gang scheduling, pods already placed keep their nodes meanwhile)"))
+            return False
+        scheduled = sorted({o.node(p) for p in by_rank.values() if o.node(p)})
+        if "not-enough-nodes" in kinds:
             reason = c.REASON_NOT_ENOUGH_NODES
             msg = (f"numNodes={n} needs {n} nodes, one probe per node, but only {len(scheduled)} "
                    f"could take one ({', '.join(scheduled) or 'none'}); scheduler: {msg}; add "
@@ -257,8 +264,18 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
 
 
 def _budget(s: Step, by_rank: dict[int, dict]) -> None:
+    """ProbeTimeout once the attempt overran its budget. The budget counts from the attempt's
+    first pod or, if later, from when its last pod was scheduled; it does not run while the
+    job waits for capacity (WaitingForResources says so instead)."""
+    if cond.get(s.conds, c.PROBES_SCHEDULED) and \
+            cond.get(s.conds, c.PROBES_SCHEDULED).get("reason") == c.REASON_WAITING_FOR_RESOURCES:
+        return
     budget = probe_budget_seconds(s.spec)
-    left = seconds_left(o.parse_time(s.status["probe"].get("startTime")), budget, s.now)
+    start = o.parse_time(s.status["probe"].get("startTime"))
+    scheduled = [o.scheduled_at(p) for p in by_rank.values()]
+    if start is not None and scheduled and all(scheduled):
+        start = max([start] + scheduled)
+    left = seconds_left(start, budget, s.now)
     if left is None:
         return
     if left > 0:

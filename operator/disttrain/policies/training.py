@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import conditions as cond
 from .. import constants as c
 from .. import observe as o
 from ..builders import Rendezvous, build_worker_pod, master_dns_name, uses_dns_hostnames, worker_pod_name
@@ -125,6 +126,16 @@ def _name_conflicts(s: Step) -> None:
         s.plan.requeue(2.0)
 
 
+def _unplaced(s: Step, by_rank: dict[int, dict]) -> None:
+    """Say which training pods the scheduler cannot place on their validated node yet."""
+    stuck = [(r, p, o.unschedulable(p)) for r, p in sorted(by_rank.items())]
+    stuck = [(r, p, m) for r, p, m in stuck if m]
+    if stuck and not s.is_true(c.TRAINING_STARTED):
+        s.set(c.TRAINING_STARTED, "Unknown", c.REASON_WAITING_FOR_RESOURCES, cond.clip(
+            "; ".join(f"rank {r} ({o.name(p)}) cannot be placed yet: {m}" for r, p, m in stuck)
+            + "; it starts when its validated node has room"))
+
+
 def run(s: Step) -> None:
     """Advance training: create the missing pods, then follow them to the job's outcome."""
     attempt = int(s.status.get("restarts") or 0)
@@ -135,6 +146,7 @@ def run(s: Step) -> None:
         else:
             _create_unprobed(s, attempt, by_rank)
     _name_conflicts(s)
+    _unplaced(s, by_rank)
     if by_rank and not s.status.get("startTime"):
         s.status["startTime"] = s.ts
     n = s.spec.num_nodes
