@@ -236,8 +236,44 @@ class ProbeSpec(_Model):
     )
 
 
+class GangScheduler(str, Enum):
+    """Who schedules the job's pods all or nothing (see docs/scheduling.md)."""
+
+    auto = "auto"
+    workload = "workload"
+    coscheduling = "coscheduling"
+    volcano = "volcano"
+    none = "none"
+
+
+class SchedulingPolicy(_Model):
+    """All-or-nothing scheduling of the probe pods and of the training pods (each a gang of
+    numNodes pods), so a job never holds some nodes while it waits for the rest."""
+
+    gang: GangScheduler = Field(
+        GangScheduler.auto,
+        description="auto: Kubernetes' workload scheduling API (Workload and PodGroup in "
+        "scheduling.k8s.io/v1beta1, GenericWorkload feature gate) when the apiserver serves it, "
+        "else none. workload: that API, required. coscheduling: a PodGroup of "
+        "scheduler-plugins (scheduling.x-k8s.io/v1alpha1) and its scheduler. volcano: a "
+        "Volcano PodGroup (scheduling.volcano.sh/v1beta1) and the volcano scheduler. none: "
+        "pods are scheduled one by one (a job may hold some nodes while it waits for others).",
+    )
+    scheduler_name: Optional[str] = Field(
+        None,
+        max_length=253,
+        description="schedulerName for the pods; default: scheduler-plugins-scheduler with "
+        "coscheduling, volcano with volcano, the template's (or the default scheduler) else.",
+    )
+    schedule_timeout_seconds: Optional[int] = Field(
+        None, ge=1, description="coscheduling: the PodGroup's scheduleTimeoutSeconds."
+    )
+
+
 class RunPolicy(_Model):
     """What happens when training fails or ends (Kubeflow's RunPolicy)."""
+
+    scheduling_policy: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
 
     backoff_limit: int = Field(
         0, ge=0, le=100, description="Gang restarts of all ranks before the job is Failed."

@@ -127,6 +127,8 @@ class Kube:
                     failures.append(failure_from(exc, "delete", "Pod", pod))
         for svc in plan.services:
             failures += self._create(ns, "Service", svc, self.core.create_namespaced_service)
+        for obj in plan.objects:  # PodGroups, Workloads: before the pods that point at them
+            failures += self._create(ns, obj["kind"], obj, self._custom_create(obj))
         for pod in plan.creates:
             failures += self._create(ns, "Pod", pod, self.core.create_namespaced_pod)
         for etype, reason, message in plan.events:
@@ -144,6 +146,25 @@ class Kube:
         for f in failures:
             log.warning("%s %s %s/%s failed (%s): %s", f.verb, f.kind, ns, f.name, f.code, f.message)
         return failures
+
+    def _custom_create(self, obj: dict[str, Any]):
+        """A create call for a namespaced object of any API group (plural: lower-case kind + s)."""
+        group, _, version = obj["apiVersion"].rpartition("/")
+        plural = obj["kind"].lower() + "s"
+        return lambda ns, body: self.custom.create_namespaced_custom_object(group, version, ns, plural, body)
+
+    def served(self, group_version: str) -> set[str]:
+        """The resources (plurals) the apiserver serves in ``group_version`` (e.g.
+        ``scheduling.k8s.io/v1beta1``); empty when it does not serve that version."""
+        group, _, version = group_version.rpartition("/")
+        try:
+            found = self.custom.get_api_resources(group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return set()
+            raise
+        found = self._plain(found) or {}
+        return {r.get("name") for r in found.get("resources") or [] if isinstance(r, dict)}
 
     def _create(self, ns: str, kind: str, obj: dict[str, Any], call) -> list[ApiFailure]:
         name = obj["metadata"]["name"]

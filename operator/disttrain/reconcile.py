@@ -40,6 +40,7 @@ from . import observe as o
 from .api import DistTrainingJobSpec, job_name_problem, spec_error_message
 from .builders import JobRef, build_headless_service, service_name, uses_dns_hostnames
 from .policies import apierrors, cleanup, probing, suspend, training, verdict
+from .policies import gang as gangpolicy
 from .status_repair import repair
 from .step import ApiFailure, Plan, ReportParser, Step
 
@@ -54,6 +55,7 @@ def reconcile(
     probe_image: str = c.DEFAULT_PROBE_IMAGE,
     services: Iterable[dict[str, Any]] = (),
     api_failures: Iterable[ApiFailure] = (),
+    capabilities: Iterable[str] = (),
 ) -> Plan:
     """Compute one step.
 
@@ -61,15 +63,17 @@ def reconcile(
     the job's name (its own and others': ownership is decided here); ``services`` the
     observed Service(s) named after the job; ``parse_report`` turns a termination message
     into the report's camelCase dict or raises ValueError; ``api_failures`` are the calls of
-    the previous step that failed. Never raises."""
+    the previous step that failed; ``capabilities`` what the cluster serves (e.g.
+    ``workload-api``: :mod:`.policies.gang`). Never raises."""
     try:
         return _reconcile(body, list(pods), now, parse_report, probe_image, list(services),
-                          tuple(api_failures))
+                          tuple(api_failures), frozenset(capabilities))
     except Exception as exc:  # a bug: shown on the job, retried with backoff
         return _operator_error(body, now, exc)
 
 
-def _reconcile(body, pods, now, parse_report, probe_image, services, api_failures) -> Plan:
+def _reconcile(body, pods, now, parse_report, probe_image, services, api_failures,
+               capabilities) -> Plan:
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     gen = meta.get("generation") if isinstance(meta.get("generation"), int) else None
     ts = cond.now_rfc3339(now)
@@ -84,13 +88,16 @@ def _reconcile(body, pods, now, parse_report, probe_image, services, api_failure
         spec = DistTrainingJobSpec.model_validate(body.get("spec") or {})
     except ValidationError as exc:
         spec, problem = None, problem or f"invalid spec: {spec_error_message(exc)}"
+    if spec is not None and not problem:
+        spec, problem = gangpolicy.effective_spec(spec, capabilities)
     if problem or spec is None:
         return _invalid(plan, old, raw_status, gen, ts, problem or "invalid spec")
     if not conds:
         conds.extend(cond.initial(gen, ts, spec.probe.enabled))
     s = Step(job=JobRef.from_body(body), spec=spec, generation=gen, now=now, plan=plan, pods=pods,
              services=services, parse_report=parse_report, probe_image=probe_image,
-             api_failures=api_failures)
+             api_failures=api_failures, capabilities=capabilities)
+    s.gangs = gangpolicy.gangs(s)
     _recall_attempts(s)
     try:
         _stages(s)

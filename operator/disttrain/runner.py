@@ -22,6 +22,7 @@ from .api import DistTrainingJobSpec
 from .builders import JobRef, service_name, uses_dns_hostnames
 from .kube import Kube, failure_from
 from .policies.apierrors import SHOW_AFTER, backoff_seconds
+from .policies.gang import CAP_WORKLOAD_API
 from .reconcile import reconcile
 from .report import parse_report as _parse_report_model
 from .step import ApiFailure
@@ -58,6 +59,19 @@ class Reconciler:
         # calls that failed in the job's last steps, by (verb, kind, name), for the job's UID
         self.failures: dict[Key, tuple[str, dict[tuple[str, str, str], ApiFailure]]] = {}
         self.read_errors: dict[Key, int] = {}
+        self._capabilities: Optional[frozenset[str]] = None
+
+    def capabilities(self) -> frozenset[str]:
+        """What the cluster serves that changes the plan (discovered once; a failed
+        discovery is retried at the next step): ``workload-api`` when scheduling.k8s.io/v1beta1
+        serves podgroups (:mod:`disttrain.policies.gang`)."""
+        if self._capabilities is None:
+            caps = set()
+            if "podgroups" in self.kube.served("scheduling.k8s.io/v1beta1"):
+                caps.add(CAP_WORKLOAD_API)
+            self._capabilities = frozenset(caps)
+            log.info("cluster capabilities: %s", ", ".join(sorted(caps)) or "none")
+        return self._capabilities
 
     def failures_for(self, key: Key, uid: str) -> list[ApiFailure]:
         """The job's calls that failed in its last steps (none after it was re-created)."""
@@ -106,6 +120,7 @@ class Reconciler:
                 return StepResult(gone=True)
             pods = self.kube.list_pods(namespace, name)
             services = self.services(namespace, job)
+            capabilities = self.capabilities()
         except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
             n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
             f = failure_from(exc, "get", "DistTrainingJob", name)
@@ -116,7 +131,7 @@ class Reconciler:
         uid = job["metadata"].get("uid", "")
         plan = reconcile(job, pods, now or datetime.now(timezone.utc), parse_report,
                          probe_image=self.probe_image, services=services,
-                         api_failures=self.failures_for(key, uid))
+                         api_failures=self.failures_for(key, uid), capabilities=capabilities)
         new_failures = self.kube.apply(job, plan)
         self.remember(key, uid, new_failures)
         for f in self.failures_for(key, uid):

@@ -22,7 +22,7 @@ from typing import Any, Optional
 
 from . import conditions as cond
 
-_KNOWN = frozenset({"conditions", "restarts", "probe", "rendezvous", "nodes", "startTime",
+_KNOWN = frozenset({"conditions", "restarts", "suspensions", "probe", "rendezvous", "nodes", "startTime",
                     "completionTime", "phase", "observedGeneration"})
 _STR_FIELDS_PROBE = ("startTime", "completionTime", "backend")
 _NUM_FIELDS_PROBE = ("durationSeconds", "algBandwidthGBps", "busBandwidthGBps")
@@ -144,6 +144,9 @@ def repair(raw: Any, now: str) -> dict[str, Any]:
     out["conditions"] = _conditions(raw.get("conditions"), now)
     restarts = _int(raw.get("restarts"))
     out["restarts"] = restarts if restarts is not None and restarts >= 0 else 0
+    suspensions = _int(raw.get("suspensions"))
+    if suspensions is not None and suspensions >= 0:
+        out["suspensions"] = suspensions
     out["probe"] = _probe(raw.get("probe"))
     out["rendezvous"] = _rendezvous(raw.get("rendezvous"))
     if "nodes" in raw:

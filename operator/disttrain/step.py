@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from . import conditions as cond
 from . import constants as c
+from . import gang as g
 from . import observe as o
 from .api import DistTrainingJobSpec
 from .builders import JobRef
@@ -57,6 +58,7 @@ class Plan:
     creates: list[dict[str, Any]] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)  # pod names, the job's own only
     services: list[dict[str, Any]] = field(default_factory=list)  # to create
+    objects: list[dict[str, Any]] = field(default_factory=list)  # other kinds to create (PodGroups)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     status_changed: bool = False
     delete_job: bool = False  # runPolicy.ttlSecondsAfterFinished has passed
@@ -83,6 +85,8 @@ class Step:
     parse_report: ReportParser
     probe_image: str = c.DEFAULT_PROBE_IMAGE
     api_failures: tuple[ApiFailure, ...] = ()
+    capabilities: frozenset[str] = frozenset()  # what the cluster serves (policies.gang)
+    gangs: dict[str, g.Gang] = field(default_factory=dict)  # role -> the gang its new pods join
 
     @property
     def ts(self) -> str:
@@ -119,10 +123,19 @@ class Step:
         return None
 
     def create(self, pod: dict[str, Any]) -> bool:
-        """Plan to create ``pod`` unless its name is held by an observed pod (then False)."""
+        """Plan to create ``pod`` unless its name is held by an observed pod (then False).
+        A pod of a gang is pointed at its PodGroup, which is created with it."""
         name = o.name(pod)
         if self.held(name) is not None or any(o.name(p) == name for p in self.plan.creates):
             return False
+        gang = self.gangs.get(o.role(pod))
+        if gang is not None:
+            g.decorate(pod, self.spec, gang)
+            for obj in g.objects(self.job, self.spec, gang):
+                key = (obj["apiVersion"], obj["kind"], obj["metadata"]["name"])
+                if all((x["apiVersion"], x["kind"], x["metadata"]["name"]) != key
+                       for x in self.plan.objects):
+                    self.plan.objects.append(obj)
         self.plan.creates.append(pod)
         return True
 

@@ -154,6 +154,9 @@ class SimApi:
             raise _error(409, "precondition failed: UID")
         del self.jobs[name]
 
+    def get_api_resources(self, group, version):
+        raise _error(404, "the server could not find the requested resource")
+
     # ---- CoreV1Api ----------------------------------------------------------------------
     def list_namespaced_pod(self, namespace, label_selector=""):
         self._fault("read")

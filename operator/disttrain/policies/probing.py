@@ -149,6 +149,13 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
     job, spec = s.job, s.spec
     rank0 = by_rank.get(0)
     master = master_addr(job, spec, rank0)
+    if c.ROLE_PROBE in s.gangs:  # a gang is placed only once all its pods exist: all at once
+        master = master_dns_name(job, spec)
+        s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
+        for rank in range(spec.num_nodes):
+            if rank not in by_rank:
+                s.create(build_probe_pod(job, spec, rank, master if rank else None, attempt, s.probe_image))
+        return master
     if rank0 is None:
         s.create(build_probe_pod(job, spec, 0, None, attempt, s.probe_image))
         return master

@@ -51,3 +51,5 @@ def _stop(s: Step) -> None:
     if probe.get("startTime"):  # a probe run began: the next one is a new attempt
         s.status["probe"] = {"attempt": int(probe.get("attempt") or 1) + 1}
     s.status.pop("startTime", None)
+    # a resumed training gang is a new instance (its PodGroup name counts suspensions)
+    s.status["suspensions"] = int(s.status.get("suspensions") or 0) + 1

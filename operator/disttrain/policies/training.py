@@ -72,6 +72,15 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
     spec = s.spec
     ifname = None if spec.network.socket_ifname == "auto" else spec.network.socket_ifname
     rank0 = by_rank.get(0)
+    if c.ROLE_WORKER in s.gangs:  # all ranks together, MASTER_ADDR rank 0's DNS name
+        master = master_dns_name(s.job, spec)
+        s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port,
+                                                     socketIfname=ifname)
+        for r in range(spec.num_nodes):
+            if r not in by_rank:
+                s.create(build_worker_pod(s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname),
+                                          attempt))
+        return
     if rank0 is None:
         dns = uses_dns_hostnames(spec)
         rv = Rendezvous(master_dns_name(s.job, spec) if dns else "$(OWN_IP)", spec.rendezvous.port, ifname)
