@@ -56,6 +56,7 @@ TRAINING_STARTED = "TrainingStarted"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
 SUSPENDED = "Suspended"  # written only once a job was suspended (True), False after a resume
+ADMITTED = "Admitted"  # written only for jobs queued in Kueue (label kueue.x-k8s.io/queue-name)
 
 # Order matters: the probe checks run in this order, so the first failing one is the cause.
 CHECK_CONDITIONS = (
@@ -149,6 +150,11 @@ REASON_TTL_EXPIRED = "TTLExpired"  # Event only: the finished job is deleted
 REASON_PROBE_POD_LOST = "ProbePodLost"  # a probe pod was evicted or deleted before it reported
 REASON_JOB_SUSPENDED = "JobSuspended"  # Suspended=True, and the stage conditions it stopped
 REASON_JOB_RESUMED = "JobResumed"  # Suspended=False after a resume
+REASON_WORKLOAD_ADMITTED = "WorkloadAdmitted"  # Admitted=True: Kueue reserved the quota
+REASON_WAITING_FOR_QUOTA = "WaitingForQuota"  # Admitted=False: queued, with Kueue's message
+REASON_WORKLOAD_EVICTED = "WorkloadEvicted"  # Admitted=False: preempted or its queue stopped
+REASON_WORKLOAD_DEACTIVATED = "WorkloadDeactivated"  # Failed: Kueue deactivated the Workload
+REASON_KUEUE_UNAVAILABLE = "KueueUnavailable"  # Admitted=False: Kueue's objects cannot be read
 REASON_OPERATOR_ERROR = "OperatorError"  # a bug in the operator; retried with backoff
 # Terminal reasons that are the spec's fault, not the cluster's (no "preflight failed").
 SPEC_REASONS = frozenset({REASON_INVALID_SPEC, REASON_INVALID_POD_TEMPLATE})
@@ -198,5 +204,5 @@ QUIET_REASONS = frozenset(PASS_REASON.values()) | {
     REASON_ALL_CHECKS_PASSED, REASON_ALL_RANKS_RUNNING, REASON_ALL_RANKS_SUCCEEDED,
     REASON_NOT_CHECKED, REASON_PROBING, REASON_PROBES_PENDING, REASON_NOT_REACHED,
     REASON_PROBE_DISABLED, REASON_TRAINING_PENDING, REASON_TRAINING_RUNNING, REASON_RESTARTING,
-    REASON_JOB_SUSPENDED, REASON_JOB_RESUMED,
+    REASON_JOB_SUSPENDED, REASON_JOB_RESUMED, REASON_WORKLOAD_ADMITTED, REASON_WAITING_FOR_QUOTA,
 }

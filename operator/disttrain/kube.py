@@ -90,6 +90,21 @@ class Kube:
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{c.LABEL_JOB}={job}")
         return [self._plain(p) for p in pods.items]
 
+    def get_object(self, api_version: str, kind: str, namespace: Optional[str],
+                   name: str) -> Optional[dict[str, Any]]:
+        """A custom object (namespaced, or cluster-scoped when ``namespace`` is None) as a
+        dict, or None when it does not exist or its API is not served."""
+        group, _, version = api_version.rpartition("/")
+        plural = kind.lower() + "s"
+        try:
+            if namespace is None:
+                return self.custom.get_cluster_custom_object(group, version, plural, name)
+            return self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
     def get_services(self, namespace: str, name: str) -> list[dict[str, Any]]:
         """The Service named ``name`` as a one-element list, or [] when there is none."""
         try:
@@ -131,6 +146,13 @@ class Kube:
             failures += self._create(ns, obj["kind"], obj, self._custom_create(obj))
         for pod in plan.creates:
             failures += self._create(ns, "Pod", pod, self.core.create_namespaced_pod)
+        for api_version, kind, obj_name, patch in plan.status_patches:  # Kueue's Workload
+            group, _, version = api_version.rpartition("/")
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    group, version, ns, kind.lower() + "s", obj_name, patch)
+            except Exception as exc:  # noqa: BLE001
+                failures.append(failure_from(exc, "patch", f"{kind} status", obj_name))
         for etype, reason, message in plan.events:
             self.event(job, etype, reason, message)
         if plan.delete_job:

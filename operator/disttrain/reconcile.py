@@ -14,7 +14,8 @@ over one :class:`~disttrain.step.Step`, each a policy module of its own:
 4. API failures of the previous step (:mod:`.policies.apierrors`): terminal ones end the
    job, the others are shown after a few retries;
 5. suspend (:mod:`.policies.suspend`): a suspended job's pods are deleted and nothing else
-   runs; a resumed one probes again;
+   runs; a resumed one probes again; then admission by Kueue (:mod:`.policies.admission`):
+   a queued job runs nothing before its Workload is admitted;
 6. probe (:mod:`.policies.probing`), then the verdict (:mod:`.policies.verdict`) from
    reports checked by :mod:`disttrain.trust`;
 7. training (:mod:`.policies.training`, gang restarts by :mod:`.policies.restart`, the
@@ -36,10 +37,11 @@ from pydantic import ValidationError
 
 from . import conditions as cond
 from . import constants as c
+from . import kueue as kq
 from . import observe as o
 from .api import DistTrainingJobSpec, job_name_problem, spec_error_message
 from .builders import JobRef, build_headless_service, service_name, uses_dns_hostnames
-from .policies import apierrors, cleanup, probing, suspend, training, verdict
+from .policies import admission, apierrors, cleanup, probing, suspend, training, verdict
 from .policies import gang as gangpolicy
 from .status_repair import repair
 from .step import ApiFailure, Plan, ReportParser, Step
@@ -56,6 +58,7 @@ def reconcile(
     services: Iterable[dict[str, Any]] = (),
     api_failures: Iterable[ApiFailure] = (),
     capabilities: Iterable[str] = (),
+    kueue: Optional[kq.Observed] = None,
 ) -> Plan:
     """Compute one step.
 
@@ -64,16 +67,17 @@ def reconcile(
     observed Service(s) named after the job; ``parse_report`` turns a termination message
     into the report's camelCase dict or raises ValueError; ``api_failures`` are the calls of
     the previous step that failed; ``capabilities`` what the cluster serves (e.g.
-    ``workload-api``: :mod:`.policies.gang`). Never raises."""
+    ``workload-api``: :mod:`.policies.gang`); ``kueue`` what was read of a queued job's Kueue
+    objects (:mod:`.policies.admission`). Never raises."""
     try:
         return _reconcile(body, list(pods), now, parse_report, probe_image, list(services),
-                          tuple(api_failures), frozenset(capabilities))
+                          tuple(api_failures), frozenset(capabilities), kueue or kq.Observed())
     except Exception as exc:  # a bug: shown on the job, retried with backoff
         return _operator_error(body, now, exc)
 
 
 def _reconcile(body, pods, now, parse_report, probe_image, services, api_failures,
-               capabilities) -> Plan:
+               capabilities, kueue) -> Plan:
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     gen = meta.get("generation") if isinstance(meta.get("generation"), int) else None
     ts = cond.now_rfc3339(now)
@@ -96,7 +100,9 @@ def _reconcile(body, pods, now, parse_report, probe_image, services, api_failure
         conds.extend(cond.initial(gen, ts, spec.probe.enabled))
     s = Step(job=JobRef.from_body(body), spec=spec, generation=gen, now=now, plan=plan, pods=pods,
              services=services, parse_report=parse_report, probe_image=probe_image,
-             api_failures=api_failures, capabilities=capabilities)
+             api_failures=api_failures, capabilities=capabilities,
+             labels=dict(meta.get("labels") or {}) if isinstance(meta.get("labels"), dict) else {},
+             kueue=kueue)
     s.gangs = gangpolicy.gangs(s)
     _recall_attempts(s)
     try:
@@ -131,6 +137,8 @@ def _stages(s: Step) -> None:
         return
     if suspend.apply(s):
         return
+    if admission.apply(s):
+        return
     if s.spec.probe.enabled and s.status_of(c.VALIDATED) == cond.UNKNOWN:
         result = probing.run(s)
         if result is not None:
@@ -157,6 +165,7 @@ def _cleanup(s: Step) -> None:
         s.delete(p)
     s.plan.creates.clear()
     s.plan.services.clear()
+    admission.finish(s)
     finished = o.parse_time(s.status.get("completionTime"))
     if finished is None:
         for ctype in (c.SUCCEEDED, c.FAILED):

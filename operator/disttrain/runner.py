@@ -17,9 +17,12 @@ from typing import Optional
 
 from . import conditions as cond
 from . import constants as c
+from . import kueue as kq
 from . import metrics
 from .api import DistTrainingJobSpec
 from .builders import JobRef, service_name, uses_dns_hostnames
+from kubernetes.client.rest import ApiException
+
 from .kube import Kube, failure_from
 from .policies.apierrors import SHOW_AFTER, backoff_seconds
 from .policies.gang import CAP_WORKLOAD_API
@@ -108,6 +111,33 @@ class Reconciler:
             return []
         return self.kube.get_services(namespace, service_name(ref, spec))
 
+    def kueue(self, namespace: str, job: dict) -> Optional[kq.Observed]:
+        """For a job queued in Kueue: its Workload and the ResourceFlavors it was admitted
+        with, or why they cannot be read (:mod:`disttrain.policies.admission`); None when the
+        job is not queued."""
+        if kq.queue_name((job.get("metadata") or {}).get("labels")) is None:
+            return None
+        try:
+            ref = JobRef.from_body(job)
+        except Exception:  # noqa: BLE001 - a malformed object is reconcile's to report
+            return None
+        if "workloads" not in self.kube.served(kq.KUEUE_API):  # asked each time: Kueue may come later
+            return kq.Observed(problem=f"the apiserver does not serve Kueue's {kq.KUEUE_API} Workloads "
+                                       "(is Kueue v0.15 or later installed?)")
+        try:
+            wl = self.kube.get_object(kq.KUEUE_API, "Workload", namespace, kq.workload_name(ref))
+            adm = kq.read(wl) if wl else None
+            names = sorted(set(adm.flavors.values())) if adm and adm.state == "admitted" else []
+            flavors = [rf for rf in (self.kube.get_object(kq.KUEUE_API, "ResourceFlavor", None, n)
+                                     for n in names) if rf is not None]
+        except ApiException as exc:
+            if exc.status not in (401, 403):
+                raise
+            f = failure_from(exc, "get", "Workload", kq.workload_name(ref))
+            return kq.Observed(problem=f"the operator may not read Kueue's objects (HTTP {f.code}: "
+                                       f"{f.message[:200]})")
+        return kq.Observed(wl, tuple(flavors))
+
     def step(self, namespace: str, name: str, now: Optional[datetime] = None) -> StepResult:
         """One reconcile of one job: read fresh, compute the plan, apply it. Never raises
         for an API error: a failed read is retried after a backoff, failed writes are fed
@@ -121,6 +151,7 @@ class Reconciler:
             pods = self.kube.list_pods(namespace, name)
             services = self.services(namespace, job)
             capabilities = self.capabilities()
+            queued = self.kueue(namespace, job)
         except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
             n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
             f = failure_from(exc, "get", "DistTrainingJob", name)
@@ -131,7 +162,8 @@ class Reconciler:
         uid = job["metadata"].get("uid", "")
         plan = reconcile(job, pods, now or datetime.now(timezone.utc), parse_report,
                          probe_image=self.probe_image, services=services,
-                         api_failures=self.failures_for(key, uid), capabilities=capabilities)
+                         api_failures=self.failures_for(key, uid), capabilities=capabilities,
+                         kueue=queued)
         new_failures = self.kube.apply(job, plan)
         self.remember(key, uid, new_failures)
         for f in self.failures_for(key, uid):

@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 from . import conditions as cond
 from . import constants as c
 from . import gang as g
+from . import kueue as kq
 from . import observe as o
 from .api import DistTrainingJobSpec
 from .builders import JobRef
@@ -59,6 +60,8 @@ class Plan:
     deletes: list[str] = field(default_factory=list)  # pod names, the job's own only
     services: list[dict[str, Any]] = field(default_factory=list)  # to create
     objects: list[dict[str, Any]] = field(default_factory=list)  # other kinds to create (PodGroups)
+    # (apiVersion, kind, name, merge patch) for other objects' status (Kueue's Workload)
+    status_patches: list[tuple[str, str, str, dict[str, Any]]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # (type, reason, message)
     status_changed: bool = False
     delete_job: bool = False  # runPolicy.ttlSecondsAfterFinished has passed
@@ -87,6 +90,9 @@ class Step:
     api_failures: tuple[ApiFailure, ...] = ()
     capabilities: frozenset[str] = frozenset()  # what the cluster serves (policies.gang)
     gangs: dict[str, g.Gang] = field(default_factory=dict)  # role -> the gang its new pods join
+    labels: dict[str, str] = field(default_factory=dict)  # the job's metadata.labels
+    kueue: kq.Observed = field(default_factory=kq.Observed)  # the queued job's Kueue objects
+    placement: Optional[tuple[dict[str, str], list[dict]]] = None  # flavors' nodeSelector, tolerations
 
     @property
     def ts(self) -> str:
@@ -128,6 +134,8 @@ class Step:
         name = o.name(pod)
         if self.held(name) is not None or any(o.name(p) == name for p in self.plan.creates):
             return False
+        if self.placement is not None:
+            kq.place(pod, *self.placement)
         gang = self.gangs.get(o.role(pod))
         if gang is not None:
             g.decorate(pod, self.spec, gang)

@@ -28,25 +28,30 @@ def apply(s: Step) -> bool:
         if suspended:
             s.set(c.SUSPENDED, cond.FALSE, c.REASON_JOB_RESUMED, "resumed: the probes run again, then training")
         return False
-    for p in s.ours:
-        s.delete(p)
     if not suspended:
-        _stop(s)
+        was_running = s.is_true(c.TRAINING_STARTED)
+        s.set(c.SUSPENDED, cond.TRUE, c.REASON_JOB_SUSPENDED,
+              "spec.suspend is true: the job's pods are deleted and nothing runs until it is false"
+              + ("; training was stopped" if was_running else ""))
+    stop_run(s, c.REASON_JOB_SUSPENDED, "suspended", first=not suspended)
     return True
 
 
-def _stop(s: Step) -> None:
-    was_running = s.is_true(c.TRAINING_STARTED)
-    s.set(c.SUSPENDED, cond.TRUE, c.REASON_JOB_SUSPENDED,
-          "spec.suspend is true: the job's pods are deleted and nothing runs until it is false"
-          + ("; training was stopped" if was_running else ""))
-    msg = "suspended: checked again when the job resumes"
+def stop_run(s: Step, reason: str, why: str, first: bool) -> None:
+    """Stop the job's run without failing it (suspended, or evicted by Kueue): delete its
+    pods; when the stop is ``first`` seen, also forget the preflight (the nodes may differ
+    when it runs again: a new probe attempt) and the training (Unknown, ``reason``), restart
+    activeDeadlineSeconds and count the stop (the next training gang is a new instance)."""
+    for p in s.ours:
+        s.delete(p)
+    if not first:
+        return
     for ctype in _STAGE:
         if ctype in c.CHECK_CONDITIONS or ctype == c.VALIDATED:
             if s.spec.probe.enabled:
-                s.set(ctype, cond.UNKNOWN, c.REASON_JOB_SUSPENDED, msg)
+                s.set(ctype, cond.UNKNOWN, reason, f"{why}: checked again when the job runs again")
         else:
-            s.set(ctype, cond.UNKNOWN, c.REASON_JOB_SUSPENDED, "suspended: training has not started")
+            s.set(ctype, cond.UNKNOWN, reason, f"{why}: training has not started")
     probe = s.status.get("probe") if isinstance(s.status.get("probe"), dict) else {}
     if probe.get("startTime"):  # a probe run began: the next one is a new attempt
         s.status["probe"] = {"attempt": int(probe.get("attempt") or 1) + 1}
