@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme clean
+.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis bench-scale crds chart-readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -16,8 +16,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm)
-# built from their Go modules, cached by version under $(DISTTRAIN_CACHE).
+# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm),
+# CoreDNS and Kubeflow's training operator built from their Go modules, cached by version
+# under $(DISTTRAIN_CACHE).
 build-cluster:
 	bash localcluster/build/build-k8s.sh all
 
@@ -63,6 +64,11 @@ bench: venv build-cluster
 # (capped, 300 s by default); e.g. BENCH_ARGS='--cap 60 --scenario firewall-master-drop'.
 bench-diagnosis: venv build-cluster
 	$(VPY) benchmarks/bench_diagnosis.py $(BENCH_ARGS)
+
+# Scale: 2, 8, 16, 32 simulated nodes (probe on vs off), the probe planner up to 4096 ranks,
+# 100 jobs at once (benchmarks/results/scale.md); e.g. BENCH_ARGS='--nodes 2,8 --jobs 10'.
+bench-scale: venv build-cluster
+	$(VPY) benchmarks/bench_scale.py $(BENCH_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster
