@@ -399,6 +399,25 @@ def _last_log_line(ns: str, pod: str) -> str:
     return _short(telling_line(out.stdout or ""), 200)
 
 
+def _poll(t0: float, fetch, verdict, cap: float, who: str, say=print) -> tuple:
+    """Every POLL_SECONDS: ``fetch()`` (a transient API error is said and the last good
+    answer kept) until ``verdict(answer)`` is not None or ``cap`` seconds after ``t0``
+    (monotonic) passed. Returns (verdict or "capped", seconds after t0, last answer)."""
+    last = None
+    while True:
+        now = time.monotonic() - t0
+        try:
+            last = fetch()
+        except Exception as e:  # a transient API error: keep polling
+            say(f"  {who}: poll error {e}")
+        v = verdict(last)
+        if v is not None:
+            return v, now, last
+        if now >= cap:
+            return "capped", cap, last
+        time.sleep(POLL_SECONDS)
+
+
 def run_probe(sc, say=print) -> dict:
     """The scenario's job with probes: seconds from apply to its expected condition, and
     that condition as the user reads it."""
@@ -427,27 +446,19 @@ def run_plain(sc, cap: float, say=print) -> dict:
     ns = f"bd-plain-{sc.name[:34]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
     docs = plain_documents(scn.job_documents(sc))
-    end, seconds, job, pods = "capped", None, None, []
+
+    def fetch() -> tuple:
+        job = custom.get_namespaced_custom_object("disttrain.dev", "v1alpha1", ns,
+                                                  "disttrainingjobs", JOB)
+        items = core.list_namespaced_pod(ns, label_selector="disttrain.dev/role=worker").items
+        return job, [api.sanitize_for_serialization(p) for p in items]
+
     try:
         t0 = time.monotonic()
         kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-        while True:
-            now = time.monotonic() - t0
-            try:
-                job = custom.get_namespaced_custom_object("disttrain.dev", "v1alpha1", ns,
-                                                          "disttrainingjobs", JOB)
-                items = core.list_namespaced_pod(ns, label_selector="disttrain.dev/role=worker").items
-                pods = [api.sanitize_for_serialization(p) for p in items]
-            except Exception as e:  # a transient API error: keep polling
-                say(f"  plain: poll error {e}")
-            v = plain_verdict(job, pods)
-            if v is not None:
-                end, seconds = v, now
-                break
-            if now >= cap:
-                seconds = cap
-                break
-            time.sleep(POLL_SECONDS)
+        end, seconds, last = _poll(t0, fetch, lambda jp: plain_verdict(*jp) if jp else None,
+                                   cap, "plain", say)
+        job, pods = last or (None, [])
         summaries = [pod_summary(p, _last_log_line(ns, p["metadata"]["name"]))
                      for p in sorted(pods, key=lambda p: p["metadata"]["name"])]
         jphase = ((job or {}).get("status") or {}).get("phase")
@@ -488,24 +499,11 @@ def run_pytorchjob(sc, cap: float, restart_policy: str, probe_message: str = "",
     ns = f"bd-pj-{sc.name[:36]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
     docs = kubeflow.pytorchjob_documents(scn.job_documents(sc), restart_policy=restart_policy)
-    end, seconds, job, pods, logs = "capped", None, None, [], []
     try:
         t0 = time.monotonic()
         kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-        while True:
-            now = time.monotonic() - t0
-            try:
-                job = custom.get_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", JOB)
-            except Exception as e:  # a transient API error: keep polling
-                say(f"  {PEER}: poll error {e}")
-            v = peer_verdict(job)
-            if v is not None:
-                end, seconds = v, now
-                break
-            if now >= cap:
-                seconds = cap
-                break
-            time.sleep(POLL_SECONDS)
+        end, seconds, job = _poll(t0, lambda: custom.get_namespaced_custom_object(
+            "kubeflow.org", "v1", ns, "pytorchjobs", JOB), peer_verdict, cap, PEER, say)
         items = core.list_namespaced_pod(ns, label_selector=f"training.kubeflow.org/job-name={JOB}").items
         pods = sorted((api.sanitize_for_serialization(p) for p in items),
                       key=lambda p: p["metadata"]["name"])

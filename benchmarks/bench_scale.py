@@ -407,82 +407,74 @@ class ProbeCpu(threading.Thread):
                 "probe_processes": len(v)}
 
 
-class PodTimeline(threading.Thread):
-    """Watches the namespace's pods and records, per pod, the seconds after ``t0`` when a
-    watch first saw it created, scheduled (nodeName), running (a container running or
-    already ended) and ended (phase Succeeded/Failed)."""
+class _Timeline(threading.Thread):
+    """Watches one kind of object in a namespace (``list_fn(*args)``, re-watched every 5 s
+    or when a watch breaks) and hands each object to :meth:`record` with the seconds after
+    ``t0`` it was seen; :meth:`result` stops the watch and returns ``events``."""
+
+    def __init__(self, list_fn, args: tuple, t0: float):
+        super().__init__(daemon=True)
+        self.list_fn, self.args, self.t0 = list_fn, args, t0
+        self.events: dict = {}
+        self.stop_evt = threading.Event()
+
+    def record(self, obj: Any, now: float) -> None:
+        raise NotImplementedError
+
+    def run(self) -> None:
+        from kubernetes import watch
+
+        w = watch.Watch()
+        while not self.stop_evt.is_set():
+            try:
+                for ev in w.stream(self.list_fn, *self.args, timeout_seconds=5):
+                    self.record(ev["object"], time.monotonic() - self.t0)
+                    if self.stop_evt.is_set():
+                        break
+            except Exception:  # a broken watch: start another
+                time.sleep(0.2)
+        w.stop()
+
+    def result(self) -> dict:
+        self.stop_evt.set()
+        self.join(timeout=10)
+        return self.events
+
+
+class PodTimeline(_Timeline):
+    """Per pod of the namespace, the seconds after ``t0`` when a watch first saw it created,
+    scheduled (nodeName), running (a container running or already ended) and ended (phase
+    Succeeded/Failed), with its role label."""
 
     def __init__(self, core, ns: str, t0: float):
-        super().__init__(daemon=True)
-        self.core, self.ns, self.t0 = core, ns, t0
-        self.events: dict[str, dict] = {}
-        self.stop_evt = threading.Event()
+        super().__init__(core.list_namespaced_pod, (ns,), t0)
 
-    def run(self) -> None:
-        from kubernetes import watch
-
+    def record(self, pod: Any, now: float) -> None:
         from disttrain import constants as c
 
-        w = watch.Watch()
-        while not self.stop_evt.is_set():
-            try:
-                for ev in w.stream(self.core.list_namespaced_pod, self.ns, timeout_seconds=5):
-                    now = time.monotonic() - self.t0
-                    pod = ev["object"]
-                    e = self.events.setdefault(pod.metadata.name, {
-                        "role": (pod.metadata.labels or {}).get(c.LABEL_ROLE)})
-                    e.setdefault("created", now)
-                    if pod.spec.node_name:
-                        e.setdefault("scheduled", now)
-                    states = [s.state for s in (pod.status.container_statuses or [])]
-                    if any(s.running or s.terminated for s in states):
-                        e.setdefault("running", now)
-                    if pod.status.phase in ("Succeeded", "Failed"):
-                        e.setdefault("ended", now)
-                    if self.stop_evt.is_set():
-                        break
-            except Exception:  # a broken watch: start another
-                time.sleep(0.2)
-        w.stop()
-
-    def result(self) -> dict:
-        self.stop_evt.set()
-        self.join(timeout=10)
-        return self.events
+        e = self.events.setdefault(pod.metadata.name, {
+            "role": (pod.metadata.labels or {}).get(c.LABEL_ROLE)})
+        e.setdefault("created", now)
+        if pod.spec.node_name:
+            e.setdefault("scheduled", now)
+        if any(s.state.running or s.state.terminated for s in pod.status.container_statuses or []):
+            e.setdefault("running", now)
+        if pod.status.phase in ("Succeeded", "Failed"):
+            e.setdefault("ended", now)
 
 
-class JobTimeline(threading.Thread):
-    """Watches the namespace's DistTrainingJobs and records the seconds after ``t0`` when
-    each condition was first seen True or False (e.g. ``Validated``, ``TrainingStarted``)."""
+class JobTimeline(_Timeline):
+    """Per condition of the namespace's DistTrainingJobs, the seconds after ``t0`` when a
+    watch first saw it True or False (e.g. ``Validated``, ``TrainingStarted``)."""
 
     def __init__(self, custom, ns: str, t0: float):
-        super().__init__(daemon=True)
-        self.custom, self.ns, self.t0 = custom, ns, t0
-        self.events: dict[str, float] = {}
-        self.stop_evt = threading.Event()
+        super().__init__(custom.list_namespaced_custom_object,
+                         ("disttrain.dev", "v1alpha1", ns, "disttrainingjobs"), t0)
 
-    def run(self) -> None:
-        from kubernetes import watch
-
-        w = watch.Watch()
-        while not self.stop_evt.is_set():
-            try:
-                for ev in w.stream(self.custom.list_namespaced_custom_object, "disttrain.dev",
-                                   "v1alpha1", self.ns, "disttrainingjobs", timeout_seconds=5):
-                    now = time.monotonic() - self.t0
-                    for c in ((ev["object"].get("status") or {}).get("conditions") or []):
-                        if c.get("status") in ("True", "False"):
-                            self.events.setdefault(c["type"], now)
-                    if self.stop_evt.is_set():
-                        break
-            except Exception:  # a broken watch: start another
-                time.sleep(0.2)
-        w.stop()
-
-    def result(self) -> dict:
-        self.stop_evt.set()
-        self.join(timeout=10)
-        return self.events
+    def record(self, job: dict, now: float) -> None:
+        for c in (job.get("status") or {}).get("conditions") or []:
+            if c.get("status") in ("True", "False"):
+                self.events.setdefault(c["type"], now)
 
 
 def _clients():

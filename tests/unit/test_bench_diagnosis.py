@@ -4,25 +4,17 @@ ended, what their users see, the ratio and the verdict against the issue's 20x g
 the report with its PyTorchJob section. No cluster, no timing."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import textwrap
 
 import pytest
 
 from localcluster import scenario as scn
-from localcluster.config import REPO_ROOT
+
+from .fixtures import load_benchmark
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_diagnosis",
-                                                  REPO_ROOT / "benchmarks" / "bench_diagnosis.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bd = _load_bench()
+bd = load_benchmark("bench_diagnosis")
 
 
 def _pod(name, phase="Running", state=None, sched=None):

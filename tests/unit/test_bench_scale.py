@@ -3,7 +3,6 @@ request counter, /proc parsing, the scale job, the timeline milestones, the medi
 report. No cluster, no timing."""
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
@@ -11,16 +10,10 @@ import yaml
 
 from localcluster.config import REPO_ROOT
 
-
-def _load():
-    spec = importlib.util.spec_from_file_location("bench_scale",
-                                                  REPO_ROOT / "benchmarks" / "bench_scale.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from .fixtures import load_benchmark
 
 
-bs = _load()
+bs = load_benchmark("bench_scale")
 
 
 def test_planner_rows_stay_constant_per_rank_beyond_the_full_mesh():

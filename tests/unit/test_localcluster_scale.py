@@ -15,6 +15,14 @@ def _parse(text: str) -> scn.Scenario:
     return scn.parse(textwrap.dedent(text), "t.yaml")
 
 
+def _eth1_at(node: str, address: str) -> str:
+    """A scenario whose ``node`` has eth1 at ``address`` (addr/prefix)."""
+    return yaml.safe_dump({"nodeOverrides": {node: {"nics": [
+        {"name": "eth0", "segment": "mgmt"},
+        {"name": "eth1", "segment": "data", "addresses": [address]}]}},
+        "expect": {"status": "True"}})
+
+
 def test_names_go_beyond_z_and_back():
     names = [config.node_name(i) for i in range(config.MAX_NODES)]
     assert names[:26] == [f"node-{c}" for c in "abcdefghijklmnopqrstuvwxyz"]  # unchanged
@@ -87,36 +95,21 @@ def test_segments_may_not_overlap_the_clusters_own_ranges(subnet, what):
                "expect: {status: 'True'}\n")
 
 
-def test_segments_may_not_overlap_each_other():
-    with pytest.raises(scn.ScenarioError, match=r"segments.mgmt \(10.100.0.0/24\) and "
-                                                r"segments.data \(10.100.0.0/16\) overlap"):
-        _parse("segments:\n  mgmt: {subnet: 10.100.0.0/24}\n  data: {subnet: 10.100.0.0/16}\n"
-               "expect: {status: 'True'}\n")
+@pytest.mark.parametrize("text, why", [
+    ("segments:\n  mgmt: {subnet: 10.100.0.0/24}\n  data: {subnet: 10.100.0.0/16}\n"
+     "expect: {status: 'True'}\n",
+     r"segments.mgmt \(10.100.0.0/24\) and segments.data \(10.100.0.0/16\) overlap"),
+    (_eth1_at("node-a", "10.96.0.10/24"), r"node-a: eth1 10.96.0.10/24 overlaps the Service range"),
+    ("defaults: {decoys: [{name: docker0, addresses: [10.244.0.1/16]}]}\nexpect: {status: 'True'}\n",
+     "node-a: docker0 10.244.0.1/16 overlaps the pod network"),
+    (_eth1_at("node-b", "10.101.0.11/24"), r"node-b: eth1 10.101.0.11 is also node-a eth1's address"),
+])
+def test_an_address_plan_the_cluster_cannot_run_is_refused(text, why):
+    with pytest.raises(scn.ScenarioError, match=why):
+        _parse(text)
 
 
-def test_nic_and_decoy_addresses_stay_out_of_the_clusters_ranges():
-    with pytest.raises(scn.ScenarioError, match=r"node-a: eth1 10.96.0.10/24 overlaps the "
-                                                r"Service range"):
-        _parse("""\
-            nodeOverrides:
-              node-a:
-                nics: [{name: eth0, segment: mgmt}, {name: eth1, segment: data, addresses: [10.96.0.10/24]}]
-            expect: {status: "True"}
-            """)
-    with pytest.raises(scn.ScenarioError, match="node-a: docker0 10.244.0.1/16 overlaps the pod network"):
-        _parse("defaults: {decoys: [{name: docker0, addresses: [10.244.0.1/16]}]}\n"
-               "expect: {status: 'True'}\n")
-
-
-def test_duplicate_nic_addresses_are_refused_but_decoys_may_repeat():
-    with pytest.raises(scn.ScenarioError, match=r"node-b: eth1 10.101.0.11 is also node-a eth1's "
-                                                r"address"):
-        _parse("""\
-            nodeOverrides:
-              node-b:
-                nics: [{name: eth0, segment: mgmt}, {name: eth1, segment: data, addresses: [10.101.0.11/24]}]
-            expect: {status: "True"}
-            """)
+def test_decoys_may_repeat_their_addresses():
     sc = scn.load("decoy-bridges")  # docker0 172.17.0.1/16 on every node, on purpose
     assert len({ln.addresses[0] for t in scn.topology(sc) for ln in t.links
                 if ln.name == "docker0"}) == 1
