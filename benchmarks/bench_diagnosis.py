@@ -277,15 +277,19 @@ def conditions_text(job: Optional[dict]) -> str:
 
 
 def first_error_line(logs: list[tuple[str, str]]) -> str:
-    """The first line naming an error (the words :func:`telling_line` looks for) among
-    ``logs``, a list of (label, log text) in the order a user reads them, as
-    ``label: line``; '' when no log names one."""
+    """The first line naming an error (the words :func:`telling_line` looks for; not a
+    traceback's header, frame or ``raise`` line) among ``logs``, a list of (label, log
+    text) in the order a user reads them, as ``label: line``; '' when no log names one."""
     for label, text in logs:
         for ln in (text or "").splitlines():
             ln = ln.strip()
-            if any(w in ln for w in _ERROR_WORDS) and not ln.startswith("traceback :"):
+            if any(w in ln for w in _ERROR_WORDS) and not ln.startswith(_NOT_A_CAUSE):
                 return f"{label}: {ln}"
     return ""
+
+
+# A traceback's header, its frames and source lines name no cause (its last line does).
+_NOT_A_CAUSE = ("traceback :", "Traceback (most recent call last)", "File \"", "raise ")
 
 
 def peer_informative(product_message: str, peer_sees: str, first_error: str) -> bool:
@@ -321,6 +325,10 @@ def peer_findings(rows: list[dict]) -> list[str]:
     return out
 
 
+def _yes_no(v: Optional[bool]) -> str:
+    return "-" if v is None else "yes" if v else "no"
+
+
 def peer_markdown(rows: list[dict], cap: float, meta: dict) -> list[str]:
     """The section against Kubeflow's PyTorchJob: a table and the findings."""
     pj = meta.get("pytorchjob") or {}
@@ -345,8 +353,8 @@ def peer_markdown(rows: list[dict], cap: float, meta: dict) -> list[str]:
         probe = "-" if r["probe_s"] is None else f"{r['probe_s']:.1f}"
         out.append(_md_row([r["scenario"], probe, time_cell(r["pj_s"], r["pj_end"], cap),
                             r["pj_ratio"], r["pj_assessment"],
-                            "yes" if r.get("pj_faster") else "no",
-                            "yes" if r.get("pj_informative") else "no", r["pj_sees"]]))
+                            _yes_no(r.get("pj_faster")), _yes_no(r.get("pj_informative")),
+                            r["pj_sees"]]))
     found = peer_findings(rows)
     out += ["", f"Where the {PEER} is faster or equally informative (or trains):", ""]
     out += [f"- {f}" for f in found] or [f"- none: in every scenario measured the {PEER} is "
@@ -559,8 +567,11 @@ def _row(sc, p: Optional[dict], q: Optional[dict], k: Optional[dict]) -> dict:
                     "pj_ratio_value": ratio(p["seconds"], k["seconds"]),
                     "pj_ratio": ratio_text(p["seconds"], k["seconds"], k["end"]),
                     "pj_assessment": assess(p["seconds"], k["seconds"], k["end"], who=PEER),
-                    "pj_faster": peer_faster(p["seconds"], k["seconds"], k["end"]),
-                    "pj_informative": k["informative"], "pj_sees": _short(k["sees"], 500),
+                    # without the probe run there is nothing to compare with
+                    "pj_faster": peer_faster(p["seconds"], k["seconds"], k["end"])
+                    if p["ok"] is not None else None,
+                    "pj_informative": k["informative"] if p["ok"] is not None else None,
+                    "pj_sees": _short(k["sees"], 500),
                     "pj_first_error": k["first_error"], "pj_conditions": k["conditions"],
                     "pj_pods": k["pods"]})
     return row

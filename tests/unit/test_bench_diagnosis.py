@@ -159,6 +159,10 @@ def test_first_error_line_is_the_first_one_a_user_meets():
             ("m-0/pytorch", "Exception: never read")]
     assert bd.first_error_line(logs) == "w-0/pytorch: RuntimeError: Connection timed out"
     assert bd.first_error_line([("x", "all fine\n")]) == "" and bd.first_error_line([]) == ""
+    tb = ("Traceback (most recent call last):\n  File \"/workspace/t.py\", line 9, in <module>\n"
+          "    raise RuntimeError(msg)\nRuntimeError: Unable to find address for: eth2\n")
+    assert bd.first_error_line([("w/pytorch", tb)]) == \
+        "w/pytorch: RuntimeError: Unable to find address for: eth2"
 
 
 def test_peer_informative_needs_an_error_line_and_the_products_nodes():
@@ -211,6 +215,8 @@ def test_markdown_has_the_pytorchjob_section_only_when_measured():
                                 pj_assessment="PyTorchJob fails sooner")], 300.0, meta)
     assert "| s | 6.0 | 4.0 | 0.7x | PyTorchJob fails sooner | yes | no |" in md
     assert "- s: the PyTorchJob says Failed after 4.0 s" in md
+    md = bd.markdown([_full_row(pj_faster=None, pj_informative=None)], 300.0, meta)
+    assert "| >= 50.0x | met | - | - |" in md  # the probe was not run: nothing to compare
     old = {k: v for k, v in _full_row().items() if not k.startswith("pj_")}  # an older JSON
     assert "PyTorchJob" not in bd.markdown([old], 300.0, meta)
 
@@ -240,3 +246,20 @@ def test_columns_option_is_checked():
         bd.main(["--columns", "probe,nonsense"])
     with pytest.raises(SystemExit):
         bd.main(["--columns", ","])
+
+
+def test_row_compares_with_the_peer_only_when_the_probe_ran():
+    sc = scn.load("ifname-missing")
+    k = {"seconds": 4.7, "end": "failed", "informative": True, "sees": "PyTorchJob failed",
+         "first_error": "w/pytorch: RuntimeError: eth2", "conditions": [], "pods": []}
+    alone = bd._row(sc, None, None, k)
+    assert alone["pj_faster"] is None and alone["pj_informative"] is None
+    assert alone["plain_end"] is None and alone["assessment"] == "not run"
+    p = {"seconds": 3.5, "ok": True, "why": "", "condition": {"message": "node-b: eth2"},
+         "sees": "NetworkValidated=False"}
+    both = bd._row(sc, p, None, k)
+    assert both["pj_faster"] is False and both["pj_informative"] is True
+    assert both["pj_ratio"] == "1.3x" and both["pj_assessment"] == "below goal"
+    assert bd.peer_findings([both]) == [
+        "ifname-missing: the PyTorchJob user sees an error line naming every node the product "
+        "names (w/pytorch: RuntimeError: eth2)."]
