@@ -250,7 +250,7 @@ def down() -> None:
         operator_install.stop(timeout=5.0)
     except Exception as e:  # module absent or broken: not ours to fix here
         _say(f"operator not stopped: {e}")
-    kubeflow.stop(state)
+    kf_stopped = [kubeflow.PROCESS] if kubeflow.stop(state) else []
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
     dns_stopped = dns.stop_dns(state)
@@ -261,7 +261,7 @@ def down() -> None:
         killed += _kill_node_pods(ns)
     if killed:
         _say(f"killed {killed} pod process(es)")
-    stopped = dns_stopped + controlplane.stop_control_plane(state)
+    stopped = kf_stopped + dns_stopped + controlplane.stop_control_plane(state)
     for pid in procs.stray_pids(state):
         procs.stop_pid(pid, grace=2)
     for ns in network.our_netns():
