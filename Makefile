@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme api-docs clean
+.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis bench-scale crds chart-readme api-docs clean
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -25,8 +25,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm)
-# built from their Go modules, cached by version under $(DISTTRAIN_CACHE).
+# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm),
+# CoreDNS and Kubeflow's training operator built from their Go modules, cached by version
+# under $(DISTTRAIN_CACHE).
 build-cluster: system-deps
 	bash localcluster/build/build-k8s.sh all
 
@@ -76,6 +77,11 @@ bench: system-deps venv build-cluster
 # (capped, 300 s by default); e.g. BENCH_ARGS='--cap 60 --scenario firewall-master-drop'.
 bench-diagnosis: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_diagnosis.py $(BENCH_ARGS)
+
+# Scale: 2, 8, 16, 32 simulated nodes (probe on vs off), the probe planner up to 4096 ranks,
+# 100 jobs at once (benchmarks/results/scale.md); e.g. BENCH_ARGS='--nodes 2,8 --jobs 10'.
+bench-scale: system-deps venv build-cluster
+	$(VPY) benchmarks/bench_scale.py $(BENCH_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

@@ -6,6 +6,9 @@
 #   $DISTTRAIN_CACHE/etcd-$ETCD_VERSION/bin/etcd
 #   $DISTTRAIN_CACHE/helm-$HELM_VERSION/bin/helm
 #   $DISTTRAIN_CACHE/coredns-$COREDNS_VERSION/bin/coredns  (cluster DNS, a few plugins only)
+#   $DISTTRAIN_CACHE/training-operator-$TRAINING_OPERATOR_VERSION/bin/training-operator.v1
+#     and .../manifests/ (PyTorchJob CRD, ClusterRole, webhook configuration) from the same
+#     module: Kubeflow's training operator, the peer `localcluster up --kubeflow` runs
 #
 # k8s.io/kubernetes cannot be `go get`-ed alone: its go.mod replaces every staging module
 # k8s.io/* with ./staging/src/k8s.io/*. We write a throw-away module that requires it and
@@ -140,12 +143,41 @@ build_coredns() {
   (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/coredns.tmp" .) && mv "$out/coredns.tmp" "$out/coredns"
 }
 
+# Kubeflow's training operator (the peer the benchmarks compare with): its v1 command from
+# the Go module proxy (the module has no replace directives, so `go install m@v` works),
+# plus the manifests `localcluster up --kubeflow` applies, copied from the same module
+# (never into the work tree). A cache missing any of them is completed.
+TRAINING_OPERATOR_MANIFESTS=(crds/kubeflow.org_pytorchjobs.yaml rbac/role.yaml webhook/manifests.yaml)
+
+build_training_operator() {
+  local root="$CACHE/training-operator-$TRAINING_OPERATOR_VERSION"
+  local out="$root/bin" man="$root/manifests" missing=0 f
+  for f in "${TRAINING_OPERATOR_MANIFESTS[@]}"; do [ -s "$man/$f" ] || missing=1; done
+  if [ -x "$out/training-operator.v1" ] && [ "$missing" = 0 ]; then
+    log "training-operator $TRAINING_OPERATOR_VERSION: cached"; return
+  fi
+  local mod="github.com/kubeflow/training-operator"
+  mkdir -p "$out"
+  if [ ! -x "$out/training-operator.v1" ]; then
+    log "training-operator $TRAINING_OPERATOR_VERSION: go install"
+    GOBIN="$out" go install -trimpath -ldflags "-s -w" \
+      "$mod/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
+  fi
+  local dir
+  dir="$(cd /tmp && go mod download -json "$mod@$TRAINING_OPERATOR_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  for f in "${TRAINING_OPERATOR_MANIFESTS[@]}"; do
+    mkdir -p "$man/$(dirname "$f")"
+    install -m 0644 "$dir/manifests/base/$f" "$man/$f"
+  done
+}
+
 what="${1:-all}"
 case "$what" in
   k8s) build_k8s ;;
   etcd) build_etcd ;;
   helm) build_helm ;;
   coredns) build_coredns ;;
-  all) build_etcd; build_k8s; build_helm; build_coredns ;;
-  *) echo "usage: $0 [all|k8s|etcd|helm|coredns]" >&2; exit 2 ;;
+  kubeflow) build_training_operator ;;
+  all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator ;;
+  *) echo "usage: $0 [all|k8s|etcd|helm|coredns|kubeflow]" >&2; exit 2 ;;
 esac

@@ -116,3 +116,15 @@ def json_parser(raw: str) -> dict:
     if not isinstance(data, dict) or data.get("v") != 1:
         raise ValueError("not a v1 report")
     return data
+
+
+def load_benchmark(name: str):
+    """Import ``benchmarks/<name>.py`` (not a package) as a module, for its pure parts."""
+    import importlib.util
+
+    from localcluster.config import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
