@@ -56,24 +56,24 @@ def int_label(obj: Any, key: str, default: int = -1) -> int:
         return default
 
 
+def controller_ref(obj: Any) -> dict:
+    """The object's controller ownerReference ({} when it has none)."""
+    for ref in _list(meta(obj).get("ownerReferences")):
+        if _dict(ref).get("controller") is True:
+            return _dict(ref)
+    return {}
+
+
 def controller_uid(obj: Any) -> Optional[str]:
     """UID of the object's controller ownerReference, or None."""
-    for ref in _list(meta(obj).get("ownerReferences")):
-        ref = _dict(ref)
-        if ref.get("controller") is True:
-            uid = ref.get("uid")
-            return uid if isinstance(uid, str) else None
-    return None
+    uid = controller_ref(obj).get("uid")
+    return uid if isinstance(uid, str) else None
 
 
 def controller_kind(obj: Any) -> Optional[str]:
     """``kind`` of the object's controller ownerReference, or None."""
-    for ref in _list(meta(obj).get("ownerReferences")):
-        ref = _dict(ref)
-        if ref.get("controller") is True:
-            kind = ref.get("kind")
-            return kind if isinstance(kind, str) else None
-    return None
+    kind = controller_ref(obj).get("kind")
+    return kind if isinstance(kind, str) else None
 
 
 def owned_by(obj: Any, uid: str) -> bool:

@@ -41,7 +41,8 @@ def rfc3339(t: datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _apply_merge_patch(target: Any, patch: Any) -> Any:
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: ``patch`` applied to ``target`` (null removes a key; non-objects replace)."""
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
     out = dict(target) if isinstance(target, dict) else {}
@@ -49,7 +50,7 @@ def _apply_merge_patch(target: Any, patch: Any) -> Any:
         if v is None:
             out.pop(k, None)
         else:
-            out[k] = _apply_merge_patch(out.get(k), v)
+            out[k] = apply_merge_patch(out.get(k), v)
     return out
 
 
@@ -137,7 +138,7 @@ class SimApi:
         rv = (body.get("metadata") or {}).get("resourceVersion")
         if rv is not None and rv != job["metadata"]["resourceVersion"]:
             raise _error(409, "the object has been modified; please apply your changes to the latest version")
-        new = _apply_merge_patch(job.get("status") or {}, body.get("status") or {})
+        new = apply_merge_patch(job.get("status") or {}, body.get("status") or {})
         json.dumps(new, allow_nan=False)  # the apiserver refuses NaN: let it raise ValueError here
         self._check_validation(job, new)
         job["status"] = new

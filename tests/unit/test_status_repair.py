@@ -2,6 +2,7 @@
 
 from disttrain.kube import merge_patch
 from disttrain.status_repair import repair
+from tests.fuzz.simapi import apply_merge_patch
 
 NOW = "2026-11-30T12:00:00Z"
 
@@ -44,19 +45,6 @@ def test_merge_patch_removes_what_the_new_status_dropped():
                                      "phase": "Probing"}
     assert merge_patch(new, new) == {}
     assert merge_patch({"a": [1, 2]}, {"a": [1]}) == {"a": [1]}  # lists are replaced whole
-
-
-def apply_merge_patch(target, patch):
-    """RFC 7386 applied, to check merge_patch against its definition."""
-    if not isinstance(patch, dict):
-        return patch
-    out = dict(target) if isinstance(target, dict) else {}
-    for k, v in patch.items():
-        if v is None:
-            out.pop(k, None)
-        else:
-            out[k] = apply_merge_patch(out.get(k), v)
-    return out
 
 
 def test_merge_patch_round_trips():
