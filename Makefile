@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme clean
+.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme clean gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -63,6 +63,12 @@ bench: venv build-cluster
 # (capped, 300 s by default); e.g. BENCH_ARGS='--cap 60 --scenario firewall-master-drop'.
 bench-diagnosis: venv build-cluster
 	$(VPY) benchmarks/bench_diagnosis.py $(BENCH_ARGS)
+
+# The probe's NCCL path on every local GPU (one process per GPU, NCCL_DEBUG=INFO): init,
+# all-reduce correctness, algbw/busbw for a few sizes, versions, the transports NCCL used;
+# one JSON summary on stdout (< 5 min). Without a GPU it says so and exits 0.
+gpu-check: venv
+	$(VPY) -m disttrain_probe.gpucheck $(GPU_CHECK_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

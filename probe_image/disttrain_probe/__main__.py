@@ -163,7 +163,7 @@ class Probe:
         from . import collective, connectivity, interfaces, inventory, rendezvous, versions
         cfg = self.cfg
         node = cfg.node_name
-        if cfg.rank == 0:  # listen on the master port now, not after the slow torch import
+        if cfg.rank == 0 and not cfg.agent_store:  # listen on the master port now, not after the slow torch import
             self.state["master_listener"] = rendezvous.listen_early(cfg.master_port)
         try:
             d = self.begin("inventory", R.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")

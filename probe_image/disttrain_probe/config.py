@@ -46,6 +46,12 @@ class Config:
     # was already running before this rank's pod was created (None: no such evidence).
     master_started_at: Optional[str] = None
     master_grace_seconds: float = DEFAULT_MASTER_GRACE
+    # The launcher that started the probe (launcher.py): torchrun's agent may already
+    # host the store on MASTER_PORT (agent_store: every rank joins it as a client, keys
+    # under store_prefix).
+    launcher: str = "env"
+    agent_store: bool = False
+    store_prefix: str = ""
 
     @property
     def loopback_requested(self) -> bool:
@@ -147,7 +153,11 @@ def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[dict] =
 
 def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Config:
     """Build the config; raises :class:`ConfigError` naming the bad input."""
-    env = dict(os.environ if env is None else env)
+    from .launcher import LauncherError, resolve
+    try:  # torchrun / Slurm fill RANK, WORLD_SIZE, MASTER_* where the user set nothing
+        env, launch = resolve(dict(os.environ if env is None else env))
+    except LauncherError as e:
+        raise ConfigError(str(e))
     ns = _parser().parse_args(list(argv or []))
 
     def get(flag: Optional[str], var: str, default: Optional[str] = None) -> Optional[str]:
@@ -205,6 +215,7 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         master_grace_seconds=_float("DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
                                     get(ns.master_grace_seconds, "DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
                                         str(DEFAULT_MASTER_GRACE)), 0.0),
+        launcher=launch.name, agent_store=launch.agent_store, store_prefix=launch.store_prefix,
     )
 
 
