@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, dns, network, procs
+from . import controlplane, dns, kueue, network, procs
 from .config import (FABRIC_NS, IMAGES_FILE, k8s_bin_dir, node_spec_by_name, node_specs, state_dir,
                      venv_python)
 from .kubeapi import ApiError, KubeClient
@@ -99,7 +99,8 @@ def _digest(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> Path:
+def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
+       kueue_options: "kueue.Options | None" = None) -> Path:
     """Bring the cluster up (reusing whatever already runs healthily) and return the admin
     kubeconfig path. Extra nodes from an earlier `up` are removed; agents whose GPU count
     differs are restarted.
@@ -108,10 +109,13 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
     lines, firewall, env and GPUs instead of ``nodes``/``gpus``; a node whose topology
     changed since the last `up` is rebuilt (its pods killed, its namespace recreated).
 
-    Cluster DNS (CoreDNS, ``dns.py``) is set up last and answers before this returns.
+    Cluster DNS (CoreDNS, ``dns.py``) is set up next and answers before this returns.
+    With ``kueue_options`` (or a scenario's ``kueue`` key) Kueue comes last, with its
+    queues (``kueue.py``); without, a Kueue started earlier is left as it is (`down`
+    stops it).
 
     Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
-    dns.DnsError or TimeoutError.
+    dns.DnsError, kueue.KueueError or TimeoutError.
     """
     from . import scenario as scn
     t0 = time.monotonic()
@@ -201,6 +205,18 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
     p = dns.ensure_dns(state, desired, topos, client, timeout=timeout)
     _say(f"cluster DNS answers on {dns.DNS_SERVICE_IP} (in {dns.DNS_NS}, "
          f"{', '.join(sorted(set(p.gateways.values())))}) ({time.monotonic() - t0:.1f}s)")
+    if kueue_options is None and scenario is not None and scenario.kueue is not None:
+        kueue_options = scenario.kueue.options()
+    if kueue_options is not None:
+        secs = kueue.ensure_kueue(state, client, dict(kueue_options.quota),
+                                  kueue_options.namespaces, kueue_options.integrations,
+                                  timeout=timeout)
+        cfg["kueue"] = kueue_options.to_json()
+        _save_cfg(state, cfg)
+        _say(f"kueue ready ({'started, queues Active in %.1fs' % secs if secs else 'kept running'}; "
+             f"ClusterQueue {kueue.CLUSTER_QUEUE}, LocalQueue {kueue.LOCAL_QUEUE} in "
+             f"{', '.join(kueue_options.namespaces) or 'no namespace'}) "
+             f"({time.monotonic() - t0:.1f}s)")
     return state / "admin.kubeconfig"
 
 
@@ -246,6 +262,8 @@ def down() -> None:
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
     dns_stopped = dns.stop_dns(state)
+    if kueue.stop_kueue(state):
+        dns_stopped.append(kueue.KUEUE)
     for pf in agents:
         pf.unlink(missing_ok=True)
     killed = 0
@@ -291,6 +309,13 @@ def status() -> int:
     ok &= h
     print(f"  {'cluster DNS (coredns)':26s} {'healthy' if h else 'DOWN'}")
     cfg = _load_cfg(state)
+    if cfg.get("kueue"):
+        h = kueue.kueue_healthy(state)
+        ok &= h
+        print(f"  {'kueue':26s} {'healthy' if h else 'DOWN'} quota="
+              + ",".join(f"{k}={v}" for k, v in sorted(cfg["kueue"].get("quota", {}).items()))
+              + f" localQueue={kueue.LOCAL_QUEUE} in "
+              + ",".join(cfg["kueue"].get("namespaces") or []))
     api_nodes = {}
     try:
         api_nodes = {i["metadata"]["name"]: i for i in admin_client(state).get("/api/v1/nodes")["items"]}
@@ -331,6 +356,13 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--gpus-per-node", type=int, default=0)
     u.add_argument("--timeout", type=float, default=120.0)
     u.add_argument("--scenario", help="build the nodes a scenario describes (name in scenarios/ or path)")
+    u.add_argument("--kueue", action="store_true",
+                   help="also run Kueue with a ClusterQueue and LocalQueue(s) (see kueue.py)")
+    u.add_argument("--kueue-quota", default="",
+                   help="the ClusterQueue's nominal quota, e.g. cpu=4,memory=8Gi,nvidia.com/gpu=2 "
+                        f"(unnamed resources keep {kueue.DEFAULT_QUOTA})")
+    u.add_argument("--kueue-namespace", action="append", dest="kueue_namespaces",
+                   help="a namespace that gets the LocalQueue user-queue (repeatable; default: default)")
     sub.add_parser("down", help="stop everything and clean up")
     sub.add_parser("status", help="show health")
     sub.add_parser("env", help="print export lines for KUBECONFIG and PATH")
@@ -341,7 +373,11 @@ def main(argv: list[str] | None = None) -> int:
             if a.scenario:
                 from . import scenario as scn
                 sc = scn.load(a.scenario)
-            print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc))
+            ko = None
+            if a.kueue or a.kueue_quota or a.kueue_namespaces:
+                ko = kueue.Options(tuple(sorted(kueue.parse_quota(a.kueue_quota).items())),
+                                   tuple(a.kueue_namespaces or ["default"]))
+            print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, kueue_options=ko))
         except Exception as e:
             _say(f"up failed: {e}")
             return 1

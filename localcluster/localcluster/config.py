@@ -38,6 +38,8 @@ SCHEDULER_PORT = 16459 + _PORT_OFFSET
 KUBELET_PORT_BASE = 16500 + _PORT_OFFSET  # node i serves its kubelet API on 127.0.0.1:(base+i)
 OPERATOR_LIVENESS_PORT = 18080 + _PORT_OFFSET  # localcluster.operator_install's host process
 OPERATOR_METRICS_PORT = 18090 + _PORT_OFFSET
+KUEUE_WEBHOOK_PORT = 16471 + _PORT_OFFSET  # Kueue's webhook server (https, 127.0.0.1)
+KUEUE_HEALTH_PORT = 16472 + _PORT_OFFSET  # Kueue's healthz/readyz (http, 127.0.0.1)
 
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service ClusterIP (see serviceproxy.py)
@@ -93,6 +95,12 @@ def etcd_bin() -> Path:
 def coredns_bin() -> Path:
     """Path of the CoreDNS binary (built by ``build-k8s.sh coredns``; it may not exist)."""
     return cache_dir() / f"coredns-{versions()['COREDNS_VERSION']}" / "bin" / "coredns"
+
+
+def kueue_dir() -> Path:
+    """``<cache>/kueue-<KUEUE_VERSION>``: ``bin/kueue`` and ``config/`` (its CRDs,
+    ClusterRole and webhooks, copied from the same module version by ``build-k8s.sh kueue``)."""
+    return cache_dir() / f"kueue-{versions()['KUEUE_VERSION']}"
 
 
 def state_dir() -> Path:
