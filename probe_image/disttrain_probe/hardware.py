@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
+import tempfile
 from typing import Any, Dict, Iterable, List, Optional
 
 from . import nccllog, nvml, rdma
@@ -22,6 +24,8 @@ DEV_SHM_TOO_SMALL = "DevShmTooSmall"  # warning reason (CamelCase, as disttrain_
 STANDARD_LIB_DIRS = ("/usr/local/lib", "/usr/lib", "/usr/lib64", "/lib", "/lib64",
                      "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 LD_SO_CONF_DIR = "/etc/ld.so.conf.d"
+GPUS_REQUESTED_VAR = "DISTTRAIN_PROBE_GPUS"  # nvidia.com/gpu the pod requested (the operator sets it)
+NCCL_SUBSYS = "INIT,BOOTSTRAP,ENV,NET"  # INIT: channels and Init COMPLETE; NET: GDR per HCA
 
 
 def shm(path: str = SHM_PATH) -> Dict[str, Any]:
@@ -131,3 +135,51 @@ def findings(hw: Dict[str, Any], node: str, nccl: Optional[Dict[str, Any]] = Non
         seen = {w["reason"] for w in out}
         out += [w for w in nccllog.warnings(nccl, node, devs, p2p) if w["reason"] not in seen]
     return out
+
+
+def requested_gpus(env: Optional[Dict[str, str]] = None) -> Optional[int]:
+    """:data:`GPUS_REQUESTED_VAR` as a count; None when unset or not a number. Pure."""
+    raw = ((os.environ if env is None else env).get(GPUS_REQUESTED_VAR) or "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def start_nccl_capture(backend: str, env: Any = None) -> Optional[str]:
+    """Before NCCL initializes in this process: with ``backend`` nccl, make NCCL write its
+    INFO lines (:data:`NCCL_SUBSYS`) to a file and return its path; None (nothing changed)
+    for gloo or when the user already routes NCCL's log (NCCL_DEBUG_FILE set). ``env``
+    defaults to os.environ, which NCCL reads at its first call. Never raises."""
+    env = os.environ if env is None else env
+    if backend != "nccl" or env.get("NCCL_DEBUG_FILE"):
+        return None
+    try:
+        fd, path = tempfile.mkstemp(prefix="disttrain-nccl-", suffix=".log")
+        os.close(fd)
+    except OSError:
+        return None
+    env["NCCL_DEBUG_FILE"] = path
+    if (env.get("NCCL_DEBUG") or "").upper() not in ("INFO", "TRACE"):
+        env["NCCL_DEBUG"] = "INFO"
+    env.setdefault("NCCL_DEBUG_SUBSYS", NCCL_SUBSYS)
+    return path
+
+
+def finish_nccl_capture(path: Optional[str], hw: Dict[str, Any], node: str,
+                        echo: Any = None) -> List[Dict[str, str]]:
+    """Read what NCCL logged to ``path`` (:func:`start_nccl_capture`), copy it to ``echo``
+    (default stderr: the pod log keeps NCCL's lines) and return the NCCL fallbacks
+    (``nccllog.warnings`` with this node's RDMA devices and GPU P2P matrix from ``hw``),
+    and remove the file. [] when ``path`` is None or unreadable. Never raises."""
+    if not path:
+        return []
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+        os.unlink(path)
+    except OSError:
+        return []
+    try:
+        (echo or sys.stderr).write("\n".join(lines[-400:]) + "\n")
+    except Exception:
+        pass
+    parsed = nccllog.parse(lines)
+    return nccllog.warnings(parsed, node, hw.get("rdma") or [], (hw.get("gpus") or {}).get("p2p"))

@@ -248,3 +248,29 @@ def test_collect_on_this_machine_never_raises():
     hw = hardware.collect()
     assert set(hw) == {"gpus", "rdma", "peermem", "shm", "ibverbs", "netPlugin"}
     assert hw["shm"]["path"] == "/dev/shm"
+
+
+def test_nccl_capture_routes_nccls_log_and_reads_its_fallbacks(tmp_path):
+    import io
+
+    from test_nccllog import NET_SEND_FMT, USING_NETWORK_FMT, info
+
+    assert hardware.start_nccl_capture("gloo", {}) is None
+    assert hardware.start_nccl_capture("nccl", {"NCCL_DEBUG_FILE": "/mine"}) is None
+    env = {"NCCL_DEBUG": "WARN"}
+    path = hardware.start_nccl_capture("nccl", env)
+    assert env == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_FILE": path,
+                   "NCCL_DEBUG_SUBSYS": hardware.NCCL_SUBSYS}
+    with open(path, "w") as f:  # what NCCL writes there during init
+        f.write("\n".join([info("node-a", 0, USING_NETWORK_FMT % "Socket"),
+                           info("node-a", 0, NET_SEND_FMT % (0, 0, 0, 0, 1, 0, "Socket", 0, "", "",
+                                                              ""))]) + "\n")
+    hw = {"rdma": [{"name": "mlx5_0", "ports": [{"port": 1, "state": "ACTIVE"}]}], "gpus": {}}
+    echo = io.StringIO()
+    [w] = hardware.finish_nccl_capture(path, hw, "node-a", echo)
+    assert w["reason"] == nccllog.NCCL_SOCKETS_DESPITE_RDMA
+    assert "Using network Socket" in echo.getvalue()
+    assert not Path(path).exists()
+    assert hardware.finish_nccl_capture(None, hw, "node-a") == []
+    assert hardware.requested_gpus({"DISTTRAIN_PROBE_GPUS": "8"}) == 8
+    assert hardware.requested_gpus({}) is None
