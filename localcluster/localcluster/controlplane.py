@@ -49,16 +49,22 @@ def ensure_pki_and_kubeconfigs(state: Path) -> None:
                      p / "scheduler.crt", p / "scheduler.key")
 
 
-def _etcd_healthy() -> bool:
+def http_ok(port: int, path: str, needle: bytes = b"", timeout: float = 2.0) -> bool:
+    """True if plain http://127.0.0.1:``port````path`` answers 200 with ``needle`` in its
+    body (seconds ``timeout``); False on any error."""
     try:
-        c = http.client.HTTPConnection("127.0.0.1", ETCD_CLIENT_PORT, timeout=2)
-        c.request("GET", "/health")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        c.request("GET", path)
         r = c.getresponse()
         body = r.read()
         c.close()
-        return r.status == 200 and b'"true"' in body
-    except OSError:
+        return r.status == 200 and needle in body
+    except (OSError, http.client.HTTPException):
         return False
+
+
+def _etcd_healthy() -> bool:
+    return http_ok(ETCD_CLIENT_PORT, "/health", b'"true"')
 
 
 def _https_ok(state: Path, port: int, path: str) -> bool:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
-import http.client
 import json
 import os
 import re
@@ -441,15 +440,8 @@ def ensure_queues(client, quota: dict[str, str], namespaces: Iterable[str] = (),
 def ready(port: int = KUEUE_HEALTH_PORT, timeout: float = 2.0) -> bool:
     """True if Kueue's ``/readyz`` on 127.0.0.1:``port`` answers 200 (its webhook server
     runs)."""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        c.request("GET", "/readyz")
-        r = c.getresponse()
-        r.read()
-        c.close()
-        return r.status == 200
-    except (OSError, http.client.HTTPException):
-        return False
+    from .controlplane import http_ok
+    return http_ok(port, "/readyz", timeout=timeout)
 
 
 def kueue_healthy(state: Path) -> bool:
