@@ -97,3 +97,26 @@ def test_kueue_admits_one_job_and_holds_the_next_while_the_quota_is_used(kueue_c
     wait_for("the second Job to be admitted once the quota is free", lambda: (
         get(c, "job", "second", "-n", ns)["spec"]["suspend"] is False), timeout=60)
     print(f"first Job admitted {admitted_after:.1f}s after apply")
+
+
+def test_a_workload_created_directly_is_admitted_with_its_flavor(kueue_cluster, ns):
+    """The shape the operator will create for a DistTrainingJob: one pod set of numNodes
+    pods with the template's resources, in the job's LocalQueue (no Job integration)."""
+    c = kueue_cluster
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue.local_queue(ns)))
+    wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+          "metadata": {"name": "ddp"},
+          "spec": {"queueName": kueue.LOCAL_QUEUE, "podSets": [{
+              "name": "nodes", "count": 2, "template": {"spec": {
+                  "restartPolicy": "Never", "containers": [{
+                      "name": "main", "image": "busybox",
+                      "resources": {"requests": {"cpu": "500m", "memory": "100Mi"}}}]}}}]}}
+    c.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(wl))
+    got = wait_for("the Workload to be admitted", lambda: (
+        condition(w := get(c, "workloads.kueue.x-k8s.io", "ddp", "-n", ns), "Admitted")
+        .get("status") == "True" and w))
+    [assignment] = got["status"]["admission"]["podSetAssignments"]
+    assert got["status"]["admission"]["clusterQueue"] == kueue.CLUSTER_QUEUE
+    assert assignment["name"] == "nodes" and assignment["count"] == 2
+    assert assignment["flavors"] == {"cpu": kueue.FLAVOR, "memory": kueue.FLAVOR}
+    assert assignment["resourceUsage"]["cpu"] == "1"
