@@ -111,8 +111,8 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
 
     Cluster DNS (CoreDNS, ``dns.py``) is set up next and answers before this returns.
     With ``kueue_options`` (or a scenario's ``kueue`` key) Kueue comes last, with its
-    queues (``kueue.py``); without, a Kueue started earlier is left as it is (`down`
-    stops it).
+    queues (``kueue.py``); without, a Kueue an earlier `up` started is kept (restarted if
+    it died) with the options it had; `down` stops it.
 
     Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
     dns.DnsError, kueue.KueueError or TimeoutError.
@@ -207,6 +207,8 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
          f"{', '.join(sorted(set(p.gateways.values())))}) ({time.monotonic() - t0:.1f}s)")
     if kueue_options is None and scenario is not None and scenario.kueue is not None:
         kueue_options = scenario.kueue.options()
+    if kueue_options is None and cfg.get("kueue"):  # started by an earlier `up`: keep it up
+        kueue_options = kueue.Options.from_json(cfg["kueue"])
     if kueue_options is not None:
         secs = kueue.ensure_kueue(state, client, dict(kueue_options.quota),
                                   kueue_options.namespaces, kueue_options.integrations,
@@ -261,9 +263,7 @@ def down() -> None:
         _say(f"operator not stopped: {e}")
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
-    dns_stopped = dns.stop_dns(state)
-    if kueue.stop_kueue(state):
-        dns_stopped.append(kueue.KUEUE)
+    addons = dns.stop_dns(state) + ([kueue.KUEUE] if kueue.stop_kueue(state) else [])
     for pf in agents:
         pf.unlink(missing_ok=True)
     killed = 0
@@ -271,7 +271,7 @@ def down() -> None:
         killed += _kill_node_pods(ns)
     if killed:
         _say(f"killed {killed} pod process(es)")
-    stopped = dns_stopped + controlplane.stop_control_plane(state)
+    stopped = addons + controlplane.stop_control_plane(state)
     for pid in procs.stray_pids(state):
         procs.stop_pid(pid, grace=2)
     for ns in network.our_netns():

@@ -99,6 +99,13 @@ class Options:
         return {"quota": dict(self.quota), "namespaces": list(self.namespaces),
                 "integrations": list(self.integrations)}
 
+    @classmethod
+    def from_json(cls, d: dict) -> "Options":
+        """Inverse of :meth:`to_json`. Raises KeyError/TypeError/AttributeError for a
+        malformed dict."""
+        return cls(tuple(sorted(d["quota"].items())), tuple(d["namespaces"]),
+                   tuple(d["integrations"]))
+
 
 # -- pure parts -------------------------------------------------------------------------
 def parse_quota(text: str) -> dict[str, str]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 
@@ -151,3 +152,8 @@ def test_scenario_kueue_key():
         scn.parse("kueue:\n  quota:\n    memory: lots\nexpect: {status: \"True\"}\n")
     with pytest.raises(scn.ScenarioError, match="kueue.integrations: .*unknown integration"):
         scn.parse("kueue: {integrations: [ray]}\nexpect: {status: \"True\"}\n")
+
+
+def test_options_round_trip_through_cluster_json():
+    o = kueue.Options((("cpu", "2"), ("memory", "4Gi")), ("a", "b"), ("batch/job", "pod"))
+    assert kueue.Options.from_json(json.loads(json.dumps(o.to_json()))) == o
