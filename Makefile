@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis bench-scale crds chart-readme api-docs clean
+.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -82,6 +82,12 @@ bench-diagnosis: system-deps venv build-cluster
 # 100 jobs at once (benchmarks/results/scale.md); e.g. BENCH_ARGS='--nodes 2,8 --jobs 10'.
 bench-scale: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_scale.py $(BENCH_ARGS)
+
+# The probe's NCCL path on every local GPU (one process per GPU, NCCL_DEBUG=INFO): init,
+# all-reduce correctness, algbw/busbw for a few sizes, versions, the transports NCCL used;
+# one JSON summary on stdout (< 5 min). Without a GPU it says so and exits 0.
+gpu-check: venv
+	$(VPY) -m disttrain_probe.gpucheck $(GPU_CHECK_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

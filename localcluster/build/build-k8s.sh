@@ -9,6 +9,8 @@
 #   $DISTTRAIN_CACHE/training-operator-$TRAINING_OPERATOR_VERSION/bin/training-operator.v1
 #     and .../manifests/ (PyTorchJob CRD, ClusterRole, webhook configuration) from the same
 #     module: Kubeflow's training operator, the peer `localcluster up --kubeflow` runs
+#   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/bin/kueue        (Kueue's manager, cmd/kueue)
+#   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/config/           (its CRDs, ClusterRole, webhooks)
 #
 # k8s.io/kubernetes cannot be `go get`-ed alone: its go.mod replaces every staging module
 # k8s.io/* with ./staging/src/k8s.io/*. We write a throw-away module that requires it and
@@ -171,6 +173,38 @@ build_training_operator() {
   done
 }
 
+# Kueue (sigs.k8s.io/kueue) has no replace directives, so `go install m@v` builds its own
+# cmd/kueue main. The manifests `localcluster/kueue.py` applies come from the same module
+# version: the CRDs (config/components/crd/bases), the manager's ClusterRole
+# (config/components/rbac/role.yaml) and the webhooks (config/components/webhook/manifests.yaml).
+build_kueue() {
+  local top="$CACHE/kueue-$KUEUE_VERSION"
+  local out="$top/bin"
+  if [ -x "$out/kueue" ] && [ -f "$top/config/webhook/manifests.yaml" ] \
+      && [ -f "$top/config/rbac/role.yaml" ] && ls "$top"/config/crd/*.yaml >/dev/null 2>&1; then
+    log "kueue $KUEUE_VERSION: cached"; return
+  fi
+  mkdir -p "$out"
+  local dir
+  dir="$(cd /tmp && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  rm -rf "$top/config.tmp"
+  mkdir -p "$top/config.tmp/crd" "$top/config.tmp/rbac" "$top/config.tmp/webhook"
+  cp "$dir"/config/components/crd/bases/*.yaml "$top/config.tmp/crd/"
+  cp "$dir/config/components/rbac/role.yaml" "$top/config.tmp/rbac/"
+  cp "$dir/config/components/webhook/manifests.yaml" "$top/config.tmp/webhook/"
+  chmod -R u+w "$top/config.tmp"
+  rm -rf "$top/config" && mv "$top/config.tmp" "$top/config"
+  if [ ! -x "$out/kueue" ]; then
+    log "kueue $KUEUE_VERSION: go install sigs.k8s.io/kueue/cmd/kueue"
+    local tmpbin="$top/bin.tmp"
+    rm -rf "$tmpbin" && mkdir -p "$tmpbin"
+    (cd /tmp && GOBIN="$tmpbin" go install -trimpath -ldflags "-s -w \
+      -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+      "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION") && mv "$tmpbin/kueue" "$out/kueue"
+    rm -rf "$tmpbin"
+  fi
+}
+
 what="${1:-all}"
 case "$what" in
   k8s) build_k8s ;;
@@ -178,6 +212,7 @@ case "$what" in
   helm) build_helm ;;
   coredns) build_coredns ;;
   kubeflow) build_training_operator ;;
-  all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator ;;
-  *) echo "usage: $0 [all|k8s|etcd|helm|coredns|kubeflow]" >&2; exit 2 ;;
+  kueue) build_kueue ;;
+  all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator; build_kueue ;;
+  *) echo "usage: $0 [all|k8s|etcd|helm|coredns|kubeflow|kueue]" >&2; exit 2 ;;
 esac

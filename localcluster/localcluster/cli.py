@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, dns, kubeflow, network, procs
+from . import controlplane, dns, kubeflow, kueue, network, procs
 from .config import (FABRIC_NS, IMAGES_FILE, MAX_NODES, k8s_bin_dir, node_spec_by_name, node_specs,
                      state_dir, venv_python)
 from .kubeapi import ApiError, KubeClient
@@ -100,7 +100,7 @@ def _digest(doc: dict) -> str:
 
 
 def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
-       with_kubeflow: bool = False) -> Path:
+       with_kubeflow: bool = False, kueue_options: "kueue.Options | None" = None) -> Path:
     """Bring the cluster up (reusing whatever already runs healthily) and return the admin
     kubeconfig path. Extra nodes from an earlier `up` are removed; agents whose GPU count
     differs are restarted.
@@ -111,10 +111,13 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
 
     Cluster DNS (CoreDNS, ``dns.py``) is set up after the nodes and answers before this
     returns. ``with_kubeflow`` also runs Kubeflow's training operator (``kubeflow.py``,
-    ready before this returns); without it, one that runs is left running.
+    ready before this returns); without it, one that runs is left running. With
+    ``kueue_options`` (or a scenario's ``kueue`` key) Kueue comes last, with its queues
+    (``kueue.py``); without, a Kueue an earlier `up` started is kept (restarted if it died)
+    with the options it had; `down` stops it.
 
     Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
-    dns.DnsError, kubeflow.KubeflowError or TimeoutError.
+    dns.DnsError, kubeflow.KubeflowError, kueue.KueueError or TimeoutError.
     """
     from . import scenario as scn
     t0 = time.monotonic()
@@ -208,6 +211,20 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         pid = kubeflow.ensure(state, client, timeout=timeout)
         _say(f"Kubeflow training operator ready (pid {pid}, PyTorchJob; log "
              f"{state}/logs/{kubeflow.PROCESS}.log) ({time.monotonic() - t0:.1f}s)")
+    if kueue_options is None and scenario is not None and scenario.kueue is not None:
+        kueue_options = scenario.kueue.options()
+    if kueue_options is None and cfg.get("kueue"):  # started by an earlier `up`: keep it up
+        kueue_options = kueue.Options.from_json(cfg["kueue"])
+    if kueue_options is not None:
+        secs = kueue.ensure_kueue(state, client, dict(kueue_options.quota),
+                                  kueue_options.namespaces, kueue_options.integrations,
+                                  timeout=timeout)
+        cfg["kueue"] = kueue_options.to_json()
+        _save_cfg(state, cfg)
+        _say(f"kueue ready ({'started, queues Active in %.1fs' % secs if secs else 'kept running'}; "
+             f"ClusterQueue {kueue.CLUSTER_QUEUE}, LocalQueue {kueue.LOCAL_QUEUE} in "
+             f"{', '.join(kueue_options.namespaces) or 'no namespace'}) "
+             f"({time.monotonic() - t0:.1f}s)")
     return state / "admin.kubeconfig"
 
 
@@ -253,7 +270,7 @@ def down() -> None:
     kf_stopped = [kubeflow.PROCESS] if kubeflow.stop(state) else []
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
-    dns_stopped = dns.stop_dns(state)
+    addons = dns.stop_dns(state) + ([kueue.KUEUE] if kueue.stop_kueue(state) else [])
     for pf in agents:
         pf.unlink(missing_ok=True)
     killed = 0
@@ -261,7 +278,7 @@ def down() -> None:
         killed += _kill_node_pods(ns)
     if killed:
         _say(f"killed {killed} pod process(es)")
-    stopped = kf_stopped + dns_stopped + controlplane.stop_control_plane(state)
+    stopped = kf_stopped + addons + controlplane.stop_control_plane(state)
     for pid in procs.stray_pids(state):
         procs.stop_pid(pid, grace=2)
     for ns in network.our_netns():
@@ -303,6 +320,13 @@ def status() -> int:
         ok &= kf.startswith("healthy")
         print(f"  {'training operator (kubeflow)':26s} {kf}")
     cfg = _load_cfg(state)
+    if cfg.get("kueue"):
+        h = kueue.kueue_healthy(state)
+        ok &= h
+        print(f"  {'kueue':26s} {'healthy' if h else 'DOWN'} quota="
+              + ",".join(f"{k}={v}" for k, v in sorted(cfg["kueue"].get("quota", {}).items()))
+              + f" localQueue={kueue.LOCAL_QUEUE} in "
+              + ",".join(cfg["kueue"].get("namespaces") or []))
     api_nodes = {}
     try:
         api_nodes = {i["metadata"]["name"]: i for i in admin_client(state).get("/api/v1/nodes")["items"]}
@@ -345,6 +369,13 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--scenario", help="build the nodes a scenario describes (name in scenarios/ or path)")
     u.add_argument("--kubeflow", action="store_true",
                    help="also run Kubeflow's training operator (PyTorchJob), see localcluster/README.md")
+    u.add_argument("--kueue", action="store_true",
+                   help="also run Kueue with a ClusterQueue and LocalQueue(s) (see kueue.py)")
+    u.add_argument("--kueue-quota", default="",
+                   help="the ClusterQueue's nominal quota, e.g. cpu=4,memory=8Gi,nvidia.com/gpu=2 "
+                        f"(unnamed resources keep {kueue.DEFAULT_QUOTA})")
+    u.add_argument("--kueue-namespace", action="append", dest="kueue_namespaces",
+                   help="a namespace that gets the LocalQueue user-queue (repeatable; default: default)")
     sub.add_parser("down", help="stop everything and clean up")
     sub.add_parser("status", help="show health")
     sub.add_parser("env", help="print export lines for KUBECONFIG and PATH")
@@ -355,7 +386,12 @@ def main(argv: list[str] | None = None) -> int:
             if a.scenario:
                 from . import scenario as scn
                 sc = scn.load(a.scenario)
-            print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, with_kubeflow=a.kubeflow))
+            ko = None
+            if a.kueue or a.kueue_quota or a.kueue_namespaces:
+                ko = kueue.Options(tuple(sorted(kueue.parse_quota(a.kueue_quota).items())),
+                                   tuple(a.kueue_namespaces or ["default"]))
+            print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, with_kubeflow=a.kubeflow,
+                     kueue_options=ko))
         except Exception as e:
             _say(f"up failed: {e}")
             return 1

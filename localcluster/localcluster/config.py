@@ -44,6 +44,8 @@ OPERATOR_METRICS_PORT = 18090 + _PORT_OFFSET
 KUBEFLOW_WEBHOOK_PORT = 18070 + _PORT_OFFSET
 KUBEFLOW_METRICS_PORT = 18071 + _PORT_OFFSET
 KUBEFLOW_HEALTH_PORT = 18072 + _PORT_OFFSET
+KUEUE_WEBHOOK_PORT = 16471 + _PORT_OFFSET  # Kueue's webhook server (https, 127.0.0.1)
+KUEUE_HEALTH_PORT = 16472 + _PORT_OFFSET  # Kueue's healthz/readyz (http, 127.0.0.1)
 
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service ClusterIP (see serviceproxy.py)
@@ -108,6 +110,10 @@ def training_operator_dir() -> Path:
     ``manifests/`` (the PyTorchJob CRD, ClusterRole and webhook configuration of the same
     module). The files may not exist yet."""
     return cache_dir() / f"training-operator-{versions()['TRAINING_OPERATOR_VERSION']}"
+def kueue_dir() -> Path:
+    """``<cache>/kueue-<KUEUE_VERSION>``: ``bin/kueue`` and ``config/`` (its CRDs,
+    ClusterRole and webhooks, copied from the same module version by ``build-k8s.sh kueue``)."""
+    return cache_dir() / f"kueue-{versions()['KUEUE_VERSION']}"
 
 
 def state_dir() -> Path:

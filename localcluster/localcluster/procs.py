@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 OUR_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns",
-                "training-operator.v1"}
+                "training-operator.v1", "kueue"}
 
 
 def _pidfile(state: Path, name: str) -> Path:
@@ -117,8 +117,8 @@ def stop_tracked(state: Path, name: str, grace: float = 5.0) -> bool:
 
 
 def stray_pids(state: Path) -> list[int]:
-    """PIDs of our control-plane binaries, CoreDNS, its relay, the training operator and
-    node agents whose command
+    """PIDs of our control-plane binaries, CoreDNS, its relay, the training operator, Kueue
+    and node agents whose command
     line mentions the state dir (e.g. after a lost pid file), excluding this process and
     its parent."""
     me = {os.getpid(), os.getppid()}

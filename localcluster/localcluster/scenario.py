@@ -278,6 +278,38 @@ class Expect(_Strict):
         return self
 
 
+class KueueSettings(_Strict):
+    """Kueue on the cluster (``localcluster/kueue.py``): the ClusterQueue's nominal quota
+    and Kueue's integrations; the job's namespace gets the LocalQueue ``user-queue``."""
+
+    quota: dict[str, Union[StrictInt, str]] = Field(
+        default_factory=dict, description="resource -> quantity (cpu, memory, nvidia.com/gpu); "
+        "unnamed resources keep kueue.DEFAULT_QUOTA")
+    integrations: list[str] = Field(default_factory=lambda: ["batch/job"])
+
+    @field_validator("quota")
+    @classmethod
+    def _quota(cls, v):
+        from .kueue import parse_quota
+        parse_quota(",".join(f"{k}={q}" for k, q in v.items()))
+        return {k: str(q) for k, q in v.items()}
+
+    @field_validator("integrations")
+    @classmethod
+    def _integrations(cls, v):
+        from .kueue import INTEGRATION_RESOURCES
+        bad = [i for i in v if i not in INTEGRATION_RESOURCES]
+        if bad:
+            raise ValueError(f"unknown integration(s) {bad}; known: {sorted(INTEGRATION_RESOURCES)}")
+        return v
+
+    def options(self):
+        """The ``kueue.Options`` for `up` (no namespace: scenariorun adds the job's)."""
+        from .kueue import Options, parse_quota
+        quota = parse_quota(",".join(f"{k}={q}" for k, q in self.quota.items()))
+        return Options(tuple(sorted(quota.items())), (), tuple(self.integrations))
+
+
 class Scenario(_Strict):
     """A whole scenario file."""
 
@@ -288,6 +320,7 @@ class Scenario(_Strict):
     defaults: NodeConfig = Field(default_factory=NodeConfig)
     nodeOverrides: dict[str, NodeConfig] = Field(default_factory=dict)
     job: dict[str, Any] = Field(default_factory=dict, description="deep-merged into the example job's spec")
+    kueue: Optional[KueueSettings] = Field(None, description="run Kueue; the job's namespace gets its LocalQueue")
     expect: Expect
     name: str = Field("", exclude=True)
 

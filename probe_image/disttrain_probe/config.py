@@ -51,6 +51,12 @@ class Config:
     # probe attempt (None when run outside the operator).
     job_uid: Optional[str] = None
     attempt: Optional[int] = None
+    # The launcher that started the probe (launcher.py): torchrun's agent may already
+    # host the store on MASTER_PORT (agent_store: every rank joins it as a client, keys
+    # under store_prefix).
+    launcher: str = "env"
+    agent_store: bool = False
+    store_prefix: str = ""
 
     @property
     def loopback_requested(self) -> bool:
@@ -159,7 +165,11 @@ def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[dict] =
 
 def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Config:
     """Build the config; raises :class:`ConfigError` naming the bad input."""
-    env = dict(os.environ if env is None else env)
+    from .launcher import LauncherError, resolve
+    try:  # torchrun / Slurm fill RANK, WORLD_SIZE, MASTER_* where the user set nothing
+        env, launch = resolve(dict(os.environ if env is None else env))
+    except LauncherError as e:
+        raise ConfigError(str(e))
     ns = _parser().parse_args(list(argv or []))
 
     def get(flag: Optional[str], var: str, default: Optional[str] = None) -> Optional[str]:
@@ -219,6 +229,7 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
                                         str(DEFAULT_MASTER_GRACE)), 0.0),
         job_uid=get(ns.job_uid, "DISTTRAIN_PROBE_JOB_UID"),
         attempt=_optional_int("DISTTRAIN_PROBE_ATTEMPT", get(ns.attempt, "DISTTRAIN_PROBE_ATTEMPT")),
+        launcher=launch.name, agent_store=launch.agent_store, store_prefix=launch.store_prefix,
     )
 
 
