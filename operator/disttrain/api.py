@@ -463,6 +463,8 @@ class DistTrainingJobStatus(_Model):
     rendezvous: RendezvousStatus = Field(default_factory=RendezvousStatus)
     probe: ProbeStatus = Field(default_factory=ProbeStatus)
     restarts: int = Field(0, description="Gang restarts so far.")
+    suspensions: int = Field(0, description="Times the job was stopped without failing: "
+                             "suspended (spec.suspend) or evicted by Kueue.")
     start_time: Optional[str] = Field(
         None, description="RFC 3339: the first training pod was created.")
     completion_time: Optional[str] = Field(

@@ -12,6 +12,8 @@ It also watches the invariants the operator promises, at the moment they could b
 (a pod is created, a status is written), and records each violation in ``violations``:
 - no training pod is created while the job's stored status does not say Validated=True
   (with probes enabled), and no pod at all while the job is suspended;
+- no pod of an attempt below one that still exists, nor (unless the status lost its
+  attempt numbers to a hand edit) below one already created;
 - never two live pods for one (role, rank) of one job, and no pod of an attempt older than
   one already created; no training pod of attempt N while a pod of another attempt exists;
 - Validated=True is only written when every probe report of the validating attempt was one
@@ -222,6 +224,10 @@ class SimApi:
             self.violations.append(f"two live {role} pods for rank {rank}")
         if role == c.ROLE_WORKER and any(int(p["metadata"]["labels"][c.LABEL_ATTEMPT]) != attempt for p in same):
             self.violations.append(f"worker of attempt {attempt} created while another attempt's pod exists")
+        live_top = max((int(p["metadata"]["labels"][c.LABEL_ATTEMPT]) for p in same), default=attempt)
+        if attempt < live_top:
+            self.violations.append(f"{role} pod of attempt {attempt} created while one of attempt "
+                                   f"{live_top} exists")
         top = self.max_attempt.get((owner, role), attempt)
         if attempt < top:
             self.violations.append(f"{role} pod of old attempt {attempt} created after attempt {top}")

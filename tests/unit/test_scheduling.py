@@ -24,6 +24,7 @@ ANTI = "didn't match pod anti-affinity rules"
     ("0/2 nodes are available: 2 node(s) had untolerated taint {gpu: true}.", 2, "unschedulable"),
     ("0/4 nodes are available: 4 Insufficient memory.", 8, "not-enough-nodes"),  # never enough nodes
     ("unschedulable", 2, "unschedulable"),
+    ("minCount (2) cannot be satisfied: 0 scheduled, 1 remaining", 2, "gang"),
 ])
 def test_classify(message, n, want):
     assert classify(message, n) == want
@@ -59,3 +60,16 @@ def test_a_training_pod_that_cannot_be_placed_says_so():
     ts = cond.get(step(body, ws).status["conditions"], c.TRAINING_STARTED)
     assert (ts["status"], ts["reason"]) == ("Unknown", c.REASON_WAITING_FOR_RESOURCES)
     assert "rank 1" in ts["message"] and "Insufficient cpu" in ts["message"]
+
+
+def test_a_gang_waiting_for_busy_nodes_waits_instead_of_failing():
+    body = advance(job(), step(job(), []))
+    busy = "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't have free ports for the requested pod ports."
+    pods = [pod("j-probe-0", "probe", 0, unschedulable=busy),
+            pod("j-probe-1", "probe", 1, unschedulable="minCount (2) cannot be satisfied: 0 scheduled, 1 remaining")]
+    ps = cond.get(step(body, pods).status["conditions"], c.PROBES_SCHEDULED)
+    assert (ps["status"], ps["reason"]) == ("Unknown", c.REASON_WAITING_FOR_RESOURCES)
+    # a member whose own constraints exclude every node still fails the job
+    pods[0] = pod("j-probe-0", "probe", 0, unschedulable="0/2 nodes are available: 2 node(s) had untolerated taint {x: y}.")
+    ps = cond.get(step(body, pods).status["conditions"], c.PROBES_SCHEDULED)
+    assert (ps["status"], ps["reason"]) == ("False", c.REASON_PROBE_UNSCHEDULABLE)

@@ -189,9 +189,9 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         s.fail_preflight(c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
         return True
     if unsched:
-        kinds = {scheduling.classify(m, n) for _, _, m in unsched}
+        kinds = {scheduling.classify(m, n) for _, _, m in unsched} - {"gang"}
         msg = "; ".join(f"{o.name(p)} (rank {r}): {m}" for r, p, m in unsched)
-        if kinds == {"wait"}:  # only busy nodes: it schedules when they free up
+        if kinds <= {"wait"}:  # only busy nodes (or a gang waiting for them): it schedules later
             s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_WAITING_FOR_RESOURCES, cond.clip(
                 f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
                 "(without gang scheduling, pods already placed keep their nodes meanwhile)"))

@@ -11,7 +11,10 @@ anti-affinity rules. preemption: ...``. :func:`classify` reads it:
   job waits and says why (WaitingForResources), as a batch/v1 Job would;
 - ``unschedulable``: the pod's own constraints exclude the nodes (node selector or
   affinity, untolerated taints, cordoned nodes, volume conflicts): fail at once
-  (ProbeUnschedulable) with the scheduler's words and the fix.
+  (ProbeUnschedulable) with the scheduler's words and the fix;
+- ``gang``: the pod waits for the rest of its gang ("minCount (2) cannot be satisfied: 0
+  scheduled, 1 remaining", from the GangScheduling plugin): no verdict of its own; the other
+  members' messages decide.
 """
 
 from __future__ import annotations
@@ -37,8 +40,14 @@ def total_nodes(message: str) -> Optional[int]:
     return int(m.group(2)) if m else None
 
 
+GANG = re.compile(r"minCount \(\d+\) cannot be satisfied")
+
+
 def classify(message: str, num_nodes: int) -> str:
-    """``not-enough-nodes``, ``wait`` or ``unschedulable`` (see the module docstring)."""
+    """``not-enough-nodes``, ``wait``, ``unschedulable`` or ``gang`` (see the module
+    docstring)."""
+    if GANG.search(message) and "nodes are available" not in message:
+        return "gang"
     total = total_nodes(message)
     if total is not None and total < num_nodes:
         return "not-enough-nodes"
