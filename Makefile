@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme clean
+.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e fuzz bench bench-diagnosis crds chart-readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -55,6 +55,11 @@ test-probe: venv
 
 test-e2e: venv build-cluster
 	$(VPY) -m pytest -q -ra tests/e2e
+
+# The generated suites (tests/fuzz) at length: random seeds, 10,000 examples per suite
+# (`make test` runs the same suites derandomized with a few hundred; tests/conftest.py).
+fuzz: venv
+	HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -q -ra --timeout=3600 --hypothesis-show-statistics tests/fuzz
 
 bench: venv build-cluster
 	$(VPY) benchmarks/bench_overhead.py
