@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import operator_install
+from .test_operator import operator  # noqa: F401 - the running operator, a module fixture
 
 pytestmark = pytest.mark.e2e
 
@@ -19,15 +19,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp-digits.yaml"
 COMMAND = ["torchrun", "--nproc-per-node=1", "/workspace/train_digits.py"]
 
 
-@pytest.fixture(scope="module")
-def operator(cluster):
-    operator_install.stop()
-    operator_install.start()
-    yield operator_install
-    operator_install.stop()
-
-
-def test_users_torchrun_command_trains(cluster, operator, ns):
+def test_users_torchrun_command_trains(cluster, operator, ns):  # noqa: F811
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     job = next(d for d in docs if d["kind"] == "DistTrainingJob")
     job["spec"]["template"]["spec"]["containers"][0]["command"] = COMMAND

@@ -5,7 +5,8 @@ In the apiserver's order (apiextensions-apiserver): the object name is checked (
 DNS-1123 subdomain); unknown fields outside ``x-kubernetes-preserve-unknown-fields`` are
 pruned; a null in a field that is not ``nullable`` is dropped (or replaced by its default);
 defaults are applied; the OpenAPI schema is checked (with the ``jsonschema`` library, after
-turning ``nullable`` and ``x-kubernetes-int-or-string`` into plain JSON Schema);
+turning ``nullable`` and ``x-kubernetes-int-or-string`` into plain JSON Schema, and with
+``pattern`` matched by RE2, Go's semantics);
 ``x-kubernetes-list-type: map`` keys must be unique; then every ``x-kubernetes-validations``
 rule is evaluated with cel-python (the Kubernetes string extension ``split`` is added, the
 only one the CRD uses). Transition rules (``oldSelf``) are skipped: these are creates.
@@ -25,6 +26,7 @@ from typing import Any, Optional
 
 import celpy
 import jsonschema
+import re2  # google-re2, installed with cel-python: the apiserver's regex semantics
 import yaml
 from celpy import celtypes
 
@@ -61,9 +63,19 @@ def _to_jsonschema(node: Any) -> Any:
     return out
 
 
+def _go_pattern(validator, pattern, instance, schema):
+    """``pattern`` as the apiserver applies it: Go's RE2, where ``$`` is the end of the text
+    (Python's ``re`` also lets it match before a final newline: "1\\n" would pass)."""
+    if isinstance(instance, str) and not re2.search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance!r} should match {pattern!r}")
+
+
+_GoDraft7 = jsonschema.validators.extend(jsonschema.Draft7Validator, {"pattern": _go_pattern})
+
+
 @functools.lru_cache(maxsize=1)
 def _validator() -> jsonschema.Draft7Validator:
-    return jsonschema.Draft7Validator(_to_jsonschema(crd_schema()))
+    return _GoDraft7(_to_jsonschema(crd_schema()))
 
 
 def _prune_and_default(obj: Any, schema: dict[str, Any], at_root: bool = False) -> Any:
@@ -104,27 +116,33 @@ def _path(parts) -> str:
     return s
 
 
-def _list_map_errors(obj: Any, schema: dict[str, Any], path: str) -> list[str]:
-    errs: list[str] = []
+def _nodes(obj: Any, schema: dict[str, Any], path: str = ""):
+    """Every (value, its schema, its path) in ``obj``, depth first, nulls skipped."""
+    yield obj, schema, path
     if isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        if schema.get("x-kubernetes-list-type") == "map":
-            keys = schema.get("x-kubernetes-list-map-keys") or []
-            seen = set()
-            for i, x in enumerate(obj):
-                if isinstance(x, dict):
-                    key = tuple(repr(x.get(k)) for k in keys)
-                    if key in seen:
-                        errs.append(f"{path}[{i}]: Duplicate value: {dict(zip(keys, key))}")
-                    seen.add(key)
         for i, x in enumerate(obj):
-            errs += _list_map_errors(x, schema["items"], f"{path}[{i}]")
+            yield from _nodes(x, schema["items"], f"{path}[{i}]")
     elif isinstance(obj, dict) and schema.get("type") == "object":
         props = schema.get("properties") or {}
         extra = schema.get("additionalProperties")
         for k, v in obj.items():
             sub = props.get(k) or (extra if isinstance(extra, dict) else None)
-            if sub:
-                errs += _list_map_errors(v, sub, f"{path}.{k}")
+            if sub and v is not None:
+                yield from _nodes(v, sub, f"{path}.{k}")
+
+
+def _list_map_errors(obj: Any, schema: dict[str, Any]) -> list[str]:
+    errs: list[str] = []
+    for value, node, path in _nodes(obj, schema):
+        if isinstance(value, list) and node.get("x-kubernetes-list-type") == "map":
+            keys = node.get("x-kubernetes-list-map-keys") or []
+            seen = set()
+            for i, x in enumerate(value):
+                if isinstance(x, dict):
+                    key = tuple(repr(x.get(k)) for k in keys)
+                    if key in seen:
+                        errs.append(f"{path}[{i}]: Duplicate value: {dict(zip(keys, key))}")
+                    seen.add(key)
     return errs
 
 
@@ -158,24 +176,12 @@ def _cel_message(rule: dict[str, Any], value: Any) -> str:
     return rule.get("message", rule["rule"])
 
 
-def _cel_errors(obj: Any, schema: dict[str, Any], path: str) -> list[str]:
+def _cel_errors(obj: Any, schema: dict[str, Any]) -> list[str]:
     errs: list[str] = []
-    for rule in schema.get("x-kubernetes-validations") or []:
-        if "oldSelf" in rule["rule"]:
-            continue
-        ok = _cel_true(rule["rule"], obj)
-        if ok is not True:
-            errs.append(f"{path}: Invalid value: {_cel_message(rule, obj)}")
-    if isinstance(obj, list) and isinstance(schema.get("items"), dict):
-        for i, x in enumerate(obj):
-            errs += _cel_errors(x, schema["items"], f"{path}[{i}]")
-    elif isinstance(obj, dict) and schema.get("type") == "object":
-        props = schema.get("properties") or {}
-        extra = schema.get("additionalProperties")
-        for k, v in obj.items():
-            sub = props.get(k) or (extra if isinstance(extra, dict) else None)
-            if sub and v is not None:
-                errs += _cel_errors(v, sub, f"{path}.{k}")
+    for value, node, path in _nodes(obj, schema):
+        for rule in node.get("x-kubernetes-validations") or []:
+            if "oldSelf" not in rule["rule"] and _cel_true(rule["rule"], value) is not True:
+                errs.append(f"{path}: Invalid value: {_cel_message(rule, value)}")
     return errs
 
 
@@ -193,12 +199,12 @@ def admit(obj: dict[str, Any]) -> tuple[Optional[dict[str, Any]], list[str]]:
     """Create ``obj`` (a DistTrainingJob as kubectl would send it). Returns the object as
     stored (pruned, defaulted) and no errors, or None and the apiserver-style errors."""
     name = (obj.get("metadata") or {}).get("name")
-    if not isinstance(name, str) or len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+    if not isinstance(name, str) or len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
         return None, [f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain"]
     schema = crd_schema()
     stored = _prune_and_default(_go_roundtrip(copy.deepcopy(obj)), schema, at_root=True)
     errs = [f"{_path(e.absolute_path)}: {e.message}" for e in _validator().iter_errors(stored)]
     if errs:  # the apiserver runs CEL only on a schema-valid object
         return None, errs
-    errs = _list_map_errors(stored, schema, "") + _cel_errors(stored, schema, "")
+    errs = _list_map_errors(stored, schema) + _cel_errors(stored, schema)
     return (None, errs) if errs else (stored, [])

@@ -54,17 +54,17 @@ def _pydantic(spec_body) -> tuple[DistTrainingJobSpec | None, str]:
 
 def _valid_label_key(k: str) -> bool:
     prefix, _, name = k.rpartition("/")
-    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
         return False
-    return len(name) <= 63 and bool(LABEL_NAME.match(name))
+    return len(name) <= 63 and bool(LABEL_NAME.fullmatch(name))
 
 
 def _check_object_meta(meta: dict, what: str) -> None:
     assert isinstance(meta["name"], str) and len(meta["name"]) <= 253, what
-    assert DNS1123_SUBDOMAIN.match(meta["name"]), (what, meta["name"])
+    assert DNS1123_SUBDOMAIN.fullmatch(meta["name"]), (what, meta["name"])
     for k, v in (meta.get("labels") or {}).items():
         assert isinstance(k, str) and _valid_label_key(k), (what, "label key", k)
-        assert isinstance(v, str) and len(v) <= 63 and LABEL_VALUE.match(v), (what, "label", k, v)
+        assert isinstance(v, str) and len(v) <= 63 and LABEL_VALUE.fullmatch(v), (what, "label", k, v)
     for k, v in (meta.get("annotations") or {}).items():
         assert isinstance(k, str) and _valid_label_key(k) and isinstance(v, str), (what, "annotation", k)
 
@@ -75,7 +75,7 @@ def _check_pod(pod: dict, spec: DistTrainingJobSpec, raw_trainer: dict, role: st
     ps = pod["spec"]
     for key in ("hostname", "subdomain"):
         if key in ps:
-            assert len(ps[key]) <= 63 and DNS1123_LABEL.match(ps[key]), (name, key, ps[key])
+            assert len(ps[key]) <= 63 and DNS1123_LABEL.fullmatch(ps[key]), (name, key, ps[key])
     names = [x["name"] for x in (ps.get("initContainers") or []) + ps["containers"]]
     assert len(names) == len(set(names)), (name, "container names", names)
     vols = [v["name"] for v in ps.get("volumes") or []]
@@ -119,7 +119,7 @@ def _build_all(name: str, spec: DistTrainingJobSpec) -> None:
             _check_pod(worker, spec, raw_trainer, c.ROLE_WORKER)
     if uses_dns_hostnames(spec) and not spec.network.subdomain:
         svc = build_headless_service(job, spec)
-        assert len(svc["metadata"]["name"]) <= 63 and DNS1035_LABEL.match(svc["metadata"]["name"]), svc
+        assert len(svc["metadata"]["name"]) <= 63 and DNS1035_LABEL.fullmatch(svc["metadata"]["name"]), svc
         _check_object_meta(svc["metadata"], "service")
 
 
