@@ -285,7 +285,7 @@ def _parse(raw: Union[str, bytes, None]) -> ProbeReport:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ReportInvalid(f"report is not UTF-8: {e}") from None
+        raise ReportInvalid(f"report is not JSON: not UTF-8 text ({e})") from None
     depth = _depth(text)
     if depth > MAX_REPORT_DEPTH:
         raise ReportInvalid(f"report is nested {depth} deep, over the limit of {MAX_REPORT_DEPTH}")
