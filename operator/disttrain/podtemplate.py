@@ -191,6 +191,8 @@ class VolumeMount(_K8s):
 
 
 class Capabilities(_K8s):
+    """Linux capabilities added to or dropped from a container."""
+
     add: Optional[list[str]] = None
     drop: Optional[list[str]] = None
 
@@ -258,6 +260,8 @@ Volume.model_rebuild(force=True)
 
 
 class NodeSelectorRequirement(_K8s):
+    """One node requirement: a label ``key``, an ``operator`` and its ``values``."""
+
     key: str = Field(min_length=1)
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: Optional[list[str]] = None
@@ -271,10 +275,14 @@ class NodeSelectorTerm(_K8s):
 
 
 class NodeSelector(_K8s):
+    """Required node terms (at least one; ORed)."""
+
     node_selector_terms: list[NodeSelectorTerm] = Field(min_length=1)
 
 
 class PreferredSchedulingTerm(_K8s):
+    """A preferred node term with a ``weight`` of 1-100."""
+
     weight: StrictInt = Field(ge=1, le=100)
     preference: NodeSelectorTerm
 
@@ -287,6 +295,8 @@ class NodeAffinity(_K8s):
 
 
 class PodAffinityTerm(_K8s):
+    """Pods (``labelSelector``) in a topology domain (``topologyKey``, required)."""
+
     label_selector: Optional[dict[str, Any]] = None
     namespace_selector: Optional[dict[str, Any]] = None
     namespaces: Optional[list[str]] = None
@@ -294,6 +304,8 @@ class PodAffinityTerm(_K8s):
 
 
 class WeightedPodAffinityTerm(_K8s):
+    """A preferred pod (anti-)affinity term with a ``weight`` of 1-100."""
+
     weight: StrictInt = Field(ge=1, le=100)
     pod_affinity_term: PodAffinityTerm
 
@@ -306,12 +318,16 @@ class PodAffinity(_K8s):
 
 
 class Affinity(_K8s):
+    """Node affinity and pod (anti-)affinity; the operator extends both."""
+
     node_affinity: Optional[NodeAffinity] = None
     pod_affinity: Optional[PodAffinity] = None
     pod_anti_affinity: Optional[PodAffinity] = None
 
 
 class Toleration(_K8s):
+    """A toleration of a node taint."""
+
     key: Optional[str] = None
     operator: Optional[Literal["Exists", "Equal"]] = None
     value: Optional[str] = None
@@ -320,6 +336,8 @@ class Toleration(_K8s):
 
 
 class Sysctl(_K8s):
+    """A namespaced kernel parameter for the pod, both fields strings."""
+
     name: str = Field(min_length=1)
     value: str
 
