@@ -6,9 +6,18 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e fuzz bench bench-diagnosis crds chart-readme clean
+.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e fuzz bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check
+
+# System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
+# local cluster checks them first, so a missing one is installed (Debian packages, with the
+# reason) or named before the long builds, never after. Quiet and ~20 ms when all are there.
+SYSTEM_DEPS := PY=$(PY) VENV=$(VENV) bash localcluster/build/system-deps.sh
+
+system-deps:
+	@$(SYSTEM_DEPS)
 
 $(STAMP): pyproject.toml
+	@$(SYSTEM_DEPS) venv
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[train,test]'
@@ -16,12 +25,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm)
-# built from their Go modules, cached by version under $(DISTTRAIN_CACHE).
-build-cluster:
+# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm),
+# CoreDNS and Kubeflow's training operator built from their Go modules, cached by version
+# under $(DISTTRAIN_CACHE).
+build-cluster: system-deps
 	bash localcluster/build/build-k8s.sh all
 
-up: venv build-cluster
+up: system-deps venv build-cluster
 	$(VPY) -m localcluster up
 
 down: venv
@@ -35,39 +45,55 @@ crds: venv
 chart-readme: venv
 	$(VPY) charts/generate_readme.py > charts/disttrain-operator/README.md
 
+# docs/api.md from the models (through the CRD); a unit test fails when it is stale.
+api-docs: venv
+	$(VPY) docs/generate_api.py > docs/api.md
+
 # make demo SCENARIO=<name in scenarios/ | path>: build that scenario's cluster, run its job,
 # check its expected outcome (DISTTRAIN_CLUSTER_INSTANCE=N picks a separate local cluster).
-demo: venv build-cluster
+demo: system-deps venv build-cluster
 ifdef SCENARIO
 	$(VPY) -m localcluster.scenariorun $(SCENARIO)
 else
 	$(VPY) -m localcluster.demo
 endif
 
-test: venv build-cluster
+test: system-deps venv build-cluster
 	$(VPY) -m pytest -q -ra
 
 test-unit: venv
 	$(VPY) -m pytest -q -ra tests/unit
 
-test-probe: venv
+test-probe: system-deps venv
 	$(VPY) -m pytest -q -ra tests/probe
 
-test-e2e: venv build-cluster
+test-e2e: system-deps venv build-cluster
 	$(VPY) -m pytest -q -ra tests/e2e
 
-# The generated suites (tests/fuzz) at length: random seeds, 10,000 examples per suite
-# (`make test` runs the same suites derandomized with a few hundred; tests/conftest.py).
+# The generated suites (tests/fuzz) at length: random seeds, 10,000 generated probe reports
+# and manifests, 2,000 reconcile sequences (`make test` runs the same suites derandomized
+# with far fewer; tests/conftest.py).
 fuzz: venv
 	HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -q -ra --timeout=3600 --hypothesis-show-statistics tests/fuzz
 
-bench: venv build-cluster
+bench: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_overhead.py
 
 # Time to diagnosis of every failing scenario, probe on vs the same job without probes
 # (capped, 300 s by default); e.g. BENCH_ARGS='--cap 60 --scenario firewall-master-drop'.
-bench-diagnosis: venv build-cluster
+bench-diagnosis: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_diagnosis.py $(BENCH_ARGS)
+
+# Scale: 2, 8, 16, 32 simulated nodes (probe on vs off), the probe planner up to 4096 ranks,
+# 100 jobs at once (benchmarks/results/scale.md); e.g. BENCH_ARGS='--nodes 2,8 --jobs 10'.
+bench-scale: system-deps venv build-cluster
+	$(VPY) benchmarks/bench_scale.py $(BENCH_ARGS)
+
+# The probe's NCCL path on every local GPU (one process per GPU, NCCL_DEBUG=INFO): init,
+# all-reduce correctness, algbw/busbw for a few sizes, versions, the transports NCCL used;
+# one JSON summary on stdout (< 5 min). Without a GPU it says so and exits 0.
+gpu-check: venv
+	$(VPY) -m disttrain_probe.gpucheck $(GPU_CHECK_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

@@ -14,10 +14,23 @@ job runs twice, one after the other:
    the job names one, i.e. what a user would run by hand): seconds from ``kubectl apply``
    until it fails (a worker pod Failed or a container exited non-zero, or the job Failed),
    succeeds, or the cap (``--cap``, default 300 s) passes; the user sees the pods' states
-   and the last line of each worker's log.
+   and the last line of each worker's log;
+3. **as a Kubeflow PyTorchJob** (the peer: the same job translated by
+   :func:`localcluster.kubeflow.pytorchjob_documents`, one Master and numNodes-1 Workers
+   with the same image, command and env, run by Kubeflow's training operator v1.8.1 that
+   ``localcluster up --kubeflow`` starts): seconds from ``kubectl apply`` to the
+   PyTorchJob's ``Failed`` condition (or ``Succeeded``), else the cap; the user sees the
+   job's conditions, the pods' states and the first log line naming an error, if any.
+   ``restartPolicy: Never`` by default (``--pytorchjob-restart-policy``): the setting
+   under which a PyTorchJob says Failed soonest (one failed pod fails the job); with
+   upstream's examples' OnFailure a failing rank restarts in place and the job never
+   says Failed.
 
 The report gives per scenario probe seconds, plain seconds (``>= cap`` when capped), the
-ratio plain / probe (a lower bound when capped) and what the user sees in each case; it is
+ratio plain / probe (a lower bound when capped) and what the user sees in each case, and
+the same against the PyTorchJob with every scenario where the peer is faster or equally
+informative (its conditions, pod states and logs name every node the product's message
+names and carry an error line) stated; it is
 printed and written to ``benchmarks/results/diagnosis.json`` and ``diagnosis.md``. Times
 are wall-clock seconds measured by this script (polling every 0.5 s), on a shared machine:
 noisy, which is why the report is a ratio against the baseline measured right next to it.
@@ -26,6 +39,7 @@ the probe explains; rows that miss it are marked, never hidden.
 
     make bench-diagnosis                       # every failing scenario, cap 300 s
     .venv/bin/python benchmarks/bench_diagnosis.py --cap 60 --scenario firewall-master-drop
+    .venv/bin/python benchmarks/bench_diagnosis.py --cap 60 --columns probe,pytorchjob
 
 Use a cluster instance of your own when others share the machine
 (``DISTTRAIN_CLUSTER_INSTANCE=N``, see ``localcluster/localcluster/config.py``).
@@ -36,6 +50,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -50,6 +65,8 @@ REPO = Path(__file__).resolve().parents[1]
 GOAL_RATIO = 20.0
 POLL_SECONDS = 0.5
 JOB = "ddp-digits"
+COLUMNS = ("probe", "plain", "pytorchjob")
+PEER = "PyTorchJob"
 
 
 # ---- pure parts ------------------------------------------------------------------------
@@ -119,10 +136,20 @@ def plain_verdict(job: Optional[dict], pods: list[dict]) -> Optional[str]:
 
 def pod_summary(pod: dict, last_log_line: str = "") -> str:
     """One line a user would read from ``kubectl get pod`` / ``kubectl logs``: name, phase,
-    container state or the scheduler's message, and the last log line."""
+    container state (or the init container still running or failed) or the scheduler's
+    message, and the last log line."""
     st = pod.get("status") or {}
     name = (pod.get("metadata") or {}).get("name", "?")
     _, ctext = _container_state(pod)
+    for ic in st.get("initContainerStatuses") or []:  # the one still in the way, if any
+        ist = ic.get("state") or {}
+        if "terminated" in ist and ist["terminated"].get("exitCode") == 0:
+            continue
+        how = next(iter(ist), "waiting")
+        detail = (ist.get(how) or {}).get("reason") or (
+            f"exit {ist['terminated'].get('exitCode')}" if how == "terminated" else "")
+        ctext = f"init {ic.get('name')} {how}" + (f" ({detail})" if detail else "")
+        break
     why = ""
     for c in st.get("conditions") or []:
         if c.get("type") == "PodScheduled" and c.get("status") == "False":
@@ -156,20 +183,20 @@ def ratio_text(probe_s: Optional[float], plain_s: Optional[float], plain_end: st
 
 
 def assess(probe_s: Optional[float], plain_s: Optional[float], plain_end: str,
-           goal: float = GOAL_RATIO) -> str:
+           goal: float = GOAL_RATIO, who: str = "plain") -> str:
     """Whether a row meets the issue's goal: ``met`` (>= goal x, capped rows count with the
     cap as a lower bound), ``below goal`` (the probe is sooner, but by less than ``goal`` x),
-    ``plain fails sooner`` (the plain job fails before the probe explains), ``plain
-    succeeded`` or ``no probe verdict``."""
+    ``<who> fails sooner`` (the other job fails before the probe explains; ``who`` names
+    it, e.g. ``plain`` or ``PyTorchJob``), ``<who> succeeded`` or ``no probe verdict``."""
     if probe_s is None:
         return "no probe verdict"
     if plain_end == "succeeded":
-        return "plain succeeded"
+        return f"{who} succeeded"
     r = ratio(probe_s, plain_s)
     if r is None:
         return "no probe verdict"
     if plain_end == "failed" and plain_s < probe_s:
-        return "plain fails sooner"
+        return f"{who} fails sooner"
     if r >= goal:
         return "met"
     return "below goal"
@@ -202,17 +229,137 @@ def markdown(rows: list[dict], cap: float, meta: dict) -> str:
     ]
     for r in rows:
         probe = "-" if r["probe_s"] is None else f"{r['probe_s']:.1f}"
-        if r["plain_end"] == "capped":
-            plain = f">= {cap:g}"
-        elif r["plain_s"] is None:
-            plain = "-"
-        else:
-            plain = f"{r['plain_s']:.1f}" + (" (succeeded)" if r["plain_end"] == "succeeded" else "")
-        cells = [r["scenario"], probe, plain, r["ratio"], r["assessment"],
-                 r["probe_sees"], r["plain_sees"]]
-        out.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ")
-                                     for c in cells) + " |")
+        cells = [r["scenario"], probe, time_cell(r["plain_s"], r["plain_end"], cap), r["ratio"],
+                 r["assessment"], r["probe_sees"], r["plain_sees"]]
+        out.append(_md_row(cells))
+    if any(r.get("pj_end") for r in rows):
+        out += [""] + peer_markdown(rows, cap, meta)
     return "\n".join(out) + "\n"
+
+
+def _md_row(cells: list) -> str:
+    return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def time_cell(seconds: Optional[float], end: Optional[str], cap: float) -> str:
+    """A time as the tables print it: ``>= cap`` when capped, ``-`` when not measured,
+    ``(succeeded)`` appended when the job trained instead of failing."""
+    if end == "capped":
+        return f">= {cap:g}"
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f}" + (" (succeeded)" if end == "succeeded" else "")
+
+
+NODE_NAME = re.compile(r"\bnode-[a-z]{1,2}\b")
+
+
+def named_nodes(text: str) -> list[str]:
+    """The simulated nodes (node-a, ..., node-aa, ...) ``text`` names, sorted, once each."""
+    return sorted(set(NODE_NAME.findall(text or "")))
+
+
+def peer_verdict(job: Optional[dict]) -> Optional[str]:
+    """Whether a PyTorchJob has ended: ``"failed"`` once its condition Failed is True,
+    ``"succeeded"`` once Succeeded is True, None before (Created, Running, Restarting)."""
+    for c in ((job or {}).get("status") or {}).get("conditions") or []:
+        if c.get("status") == "True" and c.get("type") in ("Failed", "Succeeded"):
+            return c["type"].lower()
+    return None
+
+
+def conditions_text(job: Optional[dict]) -> str:
+    """The job's conditions as ``kubectl describe`` lists them: ``Type=Status Reason:
+    message`` joined by "; " ('no conditions' when it has none)."""
+    conds = ((job or {}).get("status") or {}).get("conditions") or []
+    return "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason') or '-'}: "
+                     f"{c.get('message') or ''}".rstrip(": ") for c in conds) or "no conditions"
+
+
+def first_error_line(logs: list[tuple[str, str]]) -> str:
+    """The first line naming an error (the words :func:`telling_line` looks for; not a
+    traceback's header, frame or ``raise`` line) among ``logs``, a list of (label, log
+    text) in the order a user reads them, as ``label: line``; '' when no log names one."""
+    for label, text in logs:
+        for ln in (text or "").splitlines():
+            ln = ln.strip()
+            if any(w in ln for w in _ERROR_WORDS) and not ln.startswith(_NOT_A_CAUSE):
+                return f"{label}: {ln}"
+    return ""
+
+
+# A traceback's header, its frames and source lines name no cause (its last line does).
+_NOT_A_CAUSE = ("traceback :", "Traceback (most recent call last)", "File \"", "raise ")
+
+
+def peer_informative(product_message: str, peer_sees: str, first_error: str) -> bool:
+    """Whether what the PyTorchJob user sees is as informative as the product's verdict,
+    by a mechanical lower bar: an error line in some log, and every node the product's
+    message names also named there (conditions, pod states, logs)."""
+    return bool(first_error) and all(n in peer_sees for n in named_nodes(product_message))
+
+
+def peer_faster(probe_s: Optional[float], peer_s: Optional[float], peer_end: Optional[str]) -> bool:
+    """True when the PyTorchJob said Failed no later than the product's verdict (or the
+    product gave none)."""
+    return peer_end == "failed" and peer_s is not None and (probe_s is None or peer_s <= probe_s)
+
+
+def peer_findings(rows: list[dict]) -> list[str]:
+    """One sentence per scenario where the peer is faster or equally informative, plus
+    the scenarios where the fault does not bite the PyTorchJob (it trains)."""
+    out = []
+    for r in rows:
+        if not r.get("pj_end"):
+            continue
+        probe = "no verdict" if r["probe_s"] is None else f"{r['probe_s']:.1f} s"
+        if r.get("pj_faster"):
+            out.append(f"{r['scenario']}: the {PEER} says Failed after {r['pj_s']:.1f} s, no later "
+                       f"than the product's verdict ({probe}).")
+        if r.get("pj_informative"):
+            out.append(f"{r['scenario']}: the {PEER} user sees an error line naming every node "
+                       f"the product names ({r.get('pj_first_error', '')[:160]}).")
+        if r["pj_end"] == "succeeded":
+            out.append(f"{r['scenario']}: the {PEER} trains to Succeeded (the fault does not "
+                       f"bite it here), after {r['pj_s']:.1f} s.")
+    return out
+
+
+def _yes_no(v: Optional[bool]) -> str:
+    return "-" if v is None else "yes" if v else "no"
+
+
+def peer_markdown(rows: list[dict], cap: float, meta: dict) -> list[str]:
+    """The section against Kubeflow's PyTorchJob: a table and the findings."""
+    pj = meta.get("pytorchjob") or {}
+    out = [
+        f"## Against Kubeflow's {PEER} (training operator {pj.get('version', '?')})",
+        "",
+        f"The same job as a {PEER} (Master + Workers, same image, command and env; "
+        f"restartPolicy {pj.get('restartPolicy', '?')}), run by Kubeflow's training operator on "
+        f"the same cluster: seconds from `kubectl apply` to its `Failed` condition, capped at "
+        f"**{cap:g} s**. Ratio = {PEER} / probe; goal >= {GOAL_RATIO:g}x. *peer as informative*: "
+        "what its user sees (conditions, pod states, logs) carries an error line and names "
+        "every node the product's message names (a mechanical lower bar, not a judgment of "
+        "the fix).",
+        "",
+        f"| scenario | probe s | {PEER} s | ratio | goal | peer faster | peer as informative | "
+        f"with the {PEER} the user sees |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if not r.get("pj_end"):
+            continue
+        probe = "-" if r["probe_s"] is None else f"{r['probe_s']:.1f}"
+        out.append(_md_row([r["scenario"], probe, time_cell(r["pj_s"], r["pj_end"], cap),
+                            r["pj_ratio"], r["pj_assessment"],
+                            _yes_no(r.get("pj_faster")), _yes_no(r.get("pj_informative")),
+                            r["pj_sees"]]))
+    found = peer_findings(rows)
+    out += ["", f"Where the {PEER} is faster or equally informative (or trains):", ""]
+    out += [f"- {f}" for f in found] or [f"- none: in every scenario measured the {PEER} is "
+                                         "slower and less informative."]
+    return out
 
 
 _ERROR_WORDS = ("Error", "Exception", "error:", "failed", "timed out", "Traceback")
@@ -260,6 +407,25 @@ def _last_log_line(ns: str, pod: str) -> str:
     return _short(telling_line(out.stdout or ""), 200)
 
 
+def _poll(t0: float, fetch, verdict, cap: float, who: str, say=print) -> tuple:
+    """Every POLL_SECONDS: ``fetch()`` (a transient API error is said and the last good
+    answer kept) until ``verdict(answer)`` is not None or ``cap`` seconds after ``t0``
+    (monotonic) passed. Returns (verdict or "capped", seconds after t0, last answer)."""
+    last = None
+    while True:
+        now = time.monotonic() - t0
+        try:
+            last = fetch()
+        except Exception as e:  # a transient API error: keep polling
+            say(f"  {who}: poll error {e}")
+        v = verdict(last)
+        if v is not None:
+            return v, now, last
+        if now >= cap:
+            return "capped", cap, last
+        time.sleep(POLL_SECONDS)
+
+
 def run_probe(sc, say=print) -> dict:
     """The scenario's job with probes: seconds from apply to its expected condition, and
     that condition as the user reads it."""
@@ -288,27 +454,19 @@ def run_plain(sc, cap: float, say=print) -> dict:
     ns = f"bd-plain-{sc.name[:34]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
     docs = plain_documents(scn.job_documents(sc))
-    end, seconds, job, pods = "capped", None, None, []
+
+    def fetch() -> tuple:
+        job = custom.get_namespaced_custom_object("disttrain.dev", "v1alpha1", ns,
+                                                  "disttrainingjobs", JOB)
+        items = core.list_namespaced_pod(ns, label_selector="disttrain.dev/role=worker").items
+        return job, [api.sanitize_for_serialization(p) for p in items]
+
     try:
         t0 = time.monotonic()
         kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-        while True:
-            now = time.monotonic() - t0
-            try:
-                job = custom.get_namespaced_custom_object("disttrain.dev", "v1alpha1", ns,
-                                                          "disttrainingjobs", JOB)
-                items = core.list_namespaced_pod(ns, label_selector="disttrain.dev/role=worker").items
-                pods = [api.sanitize_for_serialization(p) for p in items]
-            except Exception as e:  # a transient API error: keep polling
-                say(f"  plain: poll error {e}")
-            v = plain_verdict(job, pods)
-            if v is not None:
-                end, seconds = v, now
-                break
-            if now >= cap:
-                seconds = cap
-                break
-            time.sleep(POLL_SECONDS)
+        end, seconds, last = _poll(t0, fetch, lambda jp: plain_verdict(*jp) if jp else None,
+                                   cap, "plain", say)
+        job, pods = last or (None, [])
         summaries = [pod_summary(p, _last_log_line(ns, p["metadata"]["name"]))
                      for p in sorted(pods, key=lambda p: p["metadata"]["name"])]
         jphase = ((job or {}).get("status") or {}).get("phase")
@@ -325,6 +483,55 @@ def run_plain(sc, cap: float, say=print) -> dict:
     return {"end": end, "seconds": seconds, "job_phase": jphase, "pods": summaries, "sees": sees}
 
 
+def _pod_logs(ns: str, pod: dict) -> list[tuple[str, str]]:
+    """(``pod/container``, log) for the pod's init containers, then its containers."""
+    from localcluster.operator_install import kubectl
+
+    name = pod["metadata"]["name"]
+    spec = pod.get("spec") or {}
+    out = []
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        log = kubectl("logs", "-n", ns, name, "-c", c["name"], "--limit-bytes=200000", check=False)
+        out.append((f"{name}/{c['name']}", log.stdout or ""))
+    return out
+
+
+def run_pytorchjob(sc, cap: float, restart_policy: str, probe_message: str = "",
+                   say=print) -> dict:
+    """The scenario's job as a Kubeflow PyTorchJob: seconds from apply until its Failed
+    (or Succeeded) condition, else ``cap``; what the user sees at that moment."""
+    from localcluster import kubeflow, scenario as scn
+    from localcluster.operator_install import kubectl
+
+    core, custom, api = _clients()
+    ns = f"bd-pj-{sc.name[:36]}-{uuid.uuid4().hex[:5]}"
+    kubectl("create", "namespace", ns, check=False)
+    docs = kubeflow.pytorchjob_documents(scn.job_documents(sc), restart_policy=restart_policy)
+    try:
+        t0 = time.monotonic()
+        kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+        end, seconds, job = _poll(t0, lambda: custom.get_namespaced_custom_object(
+            "kubeflow.org", "v1", ns, "pytorchjobs", JOB), peer_verdict, cap, PEER, say)
+        items = core.list_namespaced_pod(ns, label_selector=f"training.kubeflow.org/job-name={JOB}").items
+        pods = sorted((api.sanitize_for_serialization(p) for p in items),
+                      key=lambda p: p["metadata"]["name"])
+        logs = {p["metadata"]["name"]: _pod_logs(ns, p) for p in pods}
+    finally:
+        _delete_namespace(ns)
+    summaries = [pod_summary(p, _short(telling_line(next(
+        (t for label, t in reversed(logs[p["metadata"]["name"]])), "")), 200)) for p in pods]
+    first = _short(first_error_line([x for p in pods for x in logs[p["metadata"]["name"]]]), 240)
+    head = (f"nothing failed within {cap:g}s" if end == "capped" else f"{PEER} {end}")
+    sees = (f"{head}; conditions: {conditions_text(job)}; "
+            + ("; ".join(summaries) if summaries else "no pods")
+            + f"; first error line: {first or 'none'}")
+    informative = peer_informative(probe_message, sees, first)
+    say(f"  {PEER}: {end} after {seconds:.1f}s: {_short(sees, 400)}")
+    return {"end": end, "seconds": seconds, "sees": sees, "first_error": first,
+            "conditions": ((job or {}).get("status") or {}).get("conditions") or [],
+            "pods": summaries, "informative": informative}
+
+
 def _meta() -> dict:
     import os
 
@@ -338,13 +545,52 @@ def _meta() -> dict:
             "cpus": os.cpu_count(), "machine": platform.machine(), "commit": commit or "?"}
 
 
+def _row(sc, p: Optional[dict], q: Optional[dict], k: Optional[dict]) -> dict:
+    """One report row from the three runs (None: that column was not run)."""
+    p = p or {"seconds": None, "ok": None, "why": "not run", "condition": {}, "sees": "-"}
+    row = {
+        "scenario": sc.name,
+        "expected": f"{sc.expect.condition}={sc.expect.status} {sc.expect.reason or ''}".strip(),
+        "probe_s": p["seconds"], "probe_ok": p["ok"], "probe_why": p["why"],
+        "probe_sees": _short(p["sees"], 300), "probe_condition": p["condition"],
+        "plain_s": None, "plain_end": None, "ratio_value": None, "ratio": "n/a",
+        "assessment": "not run", "plain_sees": "-", "plain_pods": [],
+    }
+    if q is not None:
+        row.update({"plain_s": q["seconds"], "plain_end": q["end"],
+                    "ratio_value": ratio(p["seconds"], q["seconds"]),
+                    "ratio": ratio_text(p["seconds"], q["seconds"], q["end"]),
+                    "assessment": assess(p["seconds"], q["seconds"], q["end"]),
+                    "plain_sees": _short(q["sees"], 400), "plain_pods": q["pods"]})
+    if k is not None:
+        row.update({"pj_s": k["seconds"], "pj_end": k["end"],
+                    "pj_ratio_value": ratio(p["seconds"], k["seconds"]),
+                    "pj_ratio": ratio_text(p["seconds"], k["seconds"], k["end"]),
+                    "pj_assessment": assess(p["seconds"], k["seconds"], k["end"], who=PEER),
+                    # without the probe run there is nothing to compare with
+                    "pj_faster": peer_faster(p["seconds"], k["seconds"], k["end"])
+                    if p["ok"] is not None else None,
+                    "pj_informative": k["informative"] if p["ok"] is not None else None,
+                    "pj_sees": _short(k["sees"], 500),
+                    "pj_first_error": k["first_error"], "pj_conditions": k["conditions"],
+                    "pj_pods": k["pods"]})
+    return row
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cap", type=float, default=300.0,
-                        help="seconds to wait for the plain job to fail (default 300)")
+                        help="seconds to wait for the plain job and the PyTorchJob to fail "
+                             "(default 300)")
     parser.add_argument("--scenario", action="append", default=[],
                         help="only this failing scenario (repeatable); default: all of them")
+    parser.add_argument("--columns", default=",".join(COLUMNS),
+                        help=f"which runs, comma-separated (default {','.join(COLUMNS)})")
+    parser.add_argument("--pytorchjob-restart-policy", default="Never",
+                        choices=["Never", "OnFailure", "ExitCode", "Always"],
+                        help="the PyTorchJob replicas' restartPolicy (default Never: it fails "
+                             "the job at the first failed pod)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results",
                         help="folder for diagnosis.json and diagnosis.md")
     parser.add_argument("--render", action="store_true",
@@ -352,6 +598,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.cap <= 0:
         parser.error("--cap must be positive")
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    if not columns or any(c not in COLUMNS for c in columns):
+        parser.error(f"--columns takes some of {', '.join(COLUMNS)}")
     if args.render:
         data = json.loads((args.out / "diagnosis.json").read_text())
         (args.out / "diagnosis.md").write_text(markdown(data["rows"], data["cap_s"], data["meta"]))
@@ -360,52 +609,56 @@ def main(argv: Optional[list[str]] = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from localcluster import config as lc_config, scenario as scn, scenariorun
+    from localcluster import cli, config as lc_config, kubeflow, scenario as scn, scenariorun
 
     console = Console(highlight=False, soft_wrap=True)
     try:
         scenarios = failing_scenarios(scn.all_names(), args.scenario or None)
-    except (ValueError, scn.ScenarioError) as e:
+        if "pytorchjob" in columns:
+            kubeflow.check_built()
+    except (ValueError, scn.ScenarioError, kubeflow.KubeflowError) as e:
         console.print(f"error: {e}", markup=False)
         return 2
     console.print(f"cluster instance {lc_config.INSTANCE}; {len(scenarios)} failing scenario(s): "
-                  f"{', '.join(s.name for s in scenarios)}; cap {args.cap:g}s", markup=False)
+                  f"{', '.join(s.name for s in scenarios)}; runs: {', '.join(columns)}; "
+                  f"cap {args.cap:g}s", markup=False)
+
+    def say(m: str) -> None:
+        console.print(m, markup=False)
+
     rows = []
     for sc in scenarios:
         console.rule(f"[bold]{sc.name}")
         scenariorun.prepare(sc, say=lambda *_: None)
-        p = run_probe(sc, say=lambda m: console.print(m, markup=False))
-        q = run_plain(sc, args.cap, say=lambda m: console.print(m, markup=False))
-        rows.append({
-            "scenario": sc.name,
-            "expected": f"{sc.expect.condition}={sc.expect.status} {sc.expect.reason or ''}".strip(),
-            "probe_s": p["seconds"],
-            "probe_ok": p["ok"],
-            "probe_why": p["why"],
-            "plain_s": q["seconds"],
-            "plain_end": q["end"],
-            "ratio_value": ratio(p["seconds"], q["seconds"]),
-            "ratio": ratio_text(p["seconds"], q["seconds"], q["end"]),
-            "assessment": assess(p["seconds"], q["seconds"], q["end"]),
-            "probe_sees": _short(p["sees"], 300),
-            "plain_sees": _short(q["sees"], 400),
-            "probe_condition": p["condition"],
-            "plain_pods": q["pods"],
-        })
-    table = Table(title=f"apply -> diagnosis (seconds; plain capped at {args.cap:g}s)")
-    for col in ("scenario", "probe s", "plain s", "ratio", "goal"):
+        if "pytorchjob" in columns:
+            state = lc_config.state_dir()
+            kubeflow.ensure(state, cli.admin_client(state))
+        p = run_probe(sc, say=say) if "probe" in columns else None
+        q = run_plain(sc, args.cap, say=say) if "plain" in columns else None
+        k = (run_pytorchjob(sc, args.cap, args.pytorchjob_restart_policy,
+                            ((p or {}).get("condition") or {}).get("message", ""), say=say)
+             if "pytorchjob" in columns else None)
+        rows.append(_row(sc, p, q, k))
+    table = Table(title=f"apply -> diagnosis (seconds; plain and {PEER} capped at {args.cap:g}s)")
+    for col in ("scenario", "probe s", "plain s", "ratio", "goal", f"{PEER} s", "ratio", "goal"):
         table.add_column(col)
     for r in rows:
-        plain = (f">= {args.cap:g}" if r["plain_end"] == "capped" else
-                 "-" if r["plain_s"] is None else f"{r['plain_s']:.1f}"
-                 + (" (succeeded)" if r["plain_end"] == "succeeded" else ""))
         table.add_row(r["scenario"], "-" if r["probe_s"] is None else f"{r['probe_s']:.1f}",
-                      plain, r["ratio"], r["assessment"])
+                      time_cell(r["plain_s"], r["plain_end"], args.cap), r["ratio"],
+                      r["assessment"], time_cell(r.get("pj_s"), r.get("pj_end"), args.cap),
+                      r.get("pj_ratio", "-"), r.get("pj_assessment", "not run"))
     console.print(table)
     for r in rows:
         console.print(f"{r['scenario']}:\n  with probes: {r['probe_sees']}\n"
-                      f"  without:     {r['plain_sees']}", markup=False)
+                      f"  without:     {r['plain_sees']}\n"
+                      f"  {PEER}:  {r.get('pj_sees', '-')}", markup=False)
     meta = _meta()
+    meta["columns"] = columns
+    if "pytorchjob" in columns:
+        meta["pytorchjob"] = {"version": lc_config.versions()["TRAINING_OPERATOR_VERSION"],
+                              "restartPolicy": args.pytorchjob_restart_policy}
+    for f in peer_findings(rows):
+        console.print(f"peer: {f}", markup=False)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "diagnosis.json").write_text(json.dumps(
         {"meta": meta, "cap_s": args.cap, "goal_ratio": GOAL_RATIO,

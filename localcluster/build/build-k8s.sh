@@ -6,6 +6,11 @@
 #   $DISTTRAIN_CACHE/etcd-$ETCD_VERSION/bin/etcd
 #   $DISTTRAIN_CACHE/helm-$HELM_VERSION/bin/helm
 #   $DISTTRAIN_CACHE/coredns-$COREDNS_VERSION/bin/coredns  (cluster DNS, a few plugins only)
+#   $DISTTRAIN_CACHE/training-operator-$TRAINING_OPERATOR_VERSION/bin/training-operator.v1
+#     and .../manifests/ (PyTorchJob CRD, ClusterRole, webhook configuration) from the same
+#     module: Kubeflow's training operator, the peer `localcluster up --kubeflow` runs
+#   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/bin/kueue        (Kueue's manager, cmd/kueue)
+#   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/config/           (its CRDs, ClusterRole, webhooks)
 #
 # k8s.io/kubernetes cannot be `go get`-ed alone: its go.mod replaces every staging module
 # k8s.io/* with ./staging/src/k8s.io/*. We write a throw-away module that requires it and
@@ -140,12 +145,74 @@ build_coredns() {
   (cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$out/coredns.tmp" .) && mv "$out/coredns.tmp" "$out/coredns"
 }
 
+# Kubeflow's training operator (the peer the benchmarks compare with): its v1 command from
+# the Go module proxy (the module has no replace directives, so `go install m@v` works),
+# plus the manifests `localcluster up --kubeflow` applies, copied from the same module
+# (never into the work tree). A cache missing any of them is completed.
+TRAINING_OPERATOR_MANIFESTS=(crds/kubeflow.org_pytorchjobs.yaml rbac/role.yaml webhook/manifests.yaml)
+
+build_training_operator() {
+  local root="$CACHE/training-operator-$TRAINING_OPERATOR_VERSION"
+  local out="$root/bin" man="$root/manifests" missing=0 f
+  for f in "${TRAINING_OPERATOR_MANIFESTS[@]}"; do [ -s "$man/$f" ] || missing=1; done
+  if [ -x "$out/training-operator.v1" ] && [ "$missing" = 0 ]; then
+    log "training-operator $TRAINING_OPERATOR_VERSION: cached"; return
+  fi
+  local mod="github.com/kubeflow/training-operator"
+  mkdir -p "$out"
+  if [ ! -x "$out/training-operator.v1" ]; then
+    log "training-operator $TRAINING_OPERATOR_VERSION: go install"
+    GOBIN="$out" go install -trimpath -ldflags "-s -w" \
+      "$mod/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
+  fi
+  local dir
+  dir="$(cd /tmp && go mod download -json "$mod@$TRAINING_OPERATOR_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  for f in "${TRAINING_OPERATOR_MANIFESTS[@]}"; do
+    mkdir -p "$man/$(dirname "$f")"
+    install -m 0644 "$dir/manifests/base/$f" "$man/$f"
+  done
+}
+
+# Kueue (sigs.k8s.io/kueue) has no replace directives, so `go install m@v` builds its own
+# cmd/kueue main. The manifests `localcluster/kueue.py` applies come from the same module
+# version: the CRDs (config/components/crd/bases), the manager's ClusterRole
+# (config/components/rbac/role.yaml) and the webhooks (config/components/webhook/manifests.yaml).
+build_kueue() {
+  local top="$CACHE/kueue-$KUEUE_VERSION"
+  local out="$top/bin"
+  if [ -x "$out/kueue" ] && [ -f "$top/config/webhook/manifests.yaml" ] \
+      && [ -f "$top/config/rbac/role.yaml" ] && ls "$top"/config/crd/*.yaml >/dev/null 2>&1; then
+    log "kueue $KUEUE_VERSION: cached"; return
+  fi
+  mkdir -p "$out"
+  local dir
+  dir="$(cd /tmp && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  rm -rf "$top/config.tmp"
+  mkdir -p "$top/config.tmp/crd" "$top/config.tmp/rbac" "$top/config.tmp/webhook"
+  cp "$dir"/config/components/crd/bases/*.yaml "$top/config.tmp/crd/"
+  cp "$dir/config/components/rbac/role.yaml" "$top/config.tmp/rbac/"
+  cp "$dir/config/components/webhook/manifests.yaml" "$top/config.tmp/webhook/"
+  chmod -R u+w "$top/config.tmp"
+  rm -rf "$top/config" && mv "$top/config.tmp" "$top/config"
+  if [ ! -x "$out/kueue" ]; then
+    log "kueue $KUEUE_VERSION: go install sigs.k8s.io/kueue/cmd/kueue"
+    local tmpbin="$top/bin.tmp"
+    rm -rf "$tmpbin" && mkdir -p "$tmpbin"
+    (cd /tmp && GOBIN="$tmpbin" go install -trimpath -ldflags "-s -w \
+      -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
+      "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION") && mv "$tmpbin/kueue" "$out/kueue"
+    rm -rf "$tmpbin"
+  fi
+}
+
 what="${1:-all}"
 case "$what" in
   k8s) build_k8s ;;
   etcd) build_etcd ;;
   helm) build_helm ;;
   coredns) build_coredns ;;
-  all) build_etcd; build_k8s; build_helm; build_coredns ;;
-  *) echo "usage: $0 [all|k8s|etcd|helm|coredns]" >&2; exit 2 ;;
+  kubeflow) build_training_operator ;;
+  kueue) build_kueue ;;
+  all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator; build_kueue ;;
+  *) echo "usage: $0 [all|k8s|etcd|helm|coredns|kubeflow|kueue]" >&2; exit 2 ;;
 esac

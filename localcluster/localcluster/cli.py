@@ -12,9 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, dns, network, procs
-from .config import (FABRIC_NS, IMAGES_FILE, k8s_bin_dir, node_spec_by_name, node_specs, state_dir,
-                     venv_python)
+from . import controlplane, dns, kubeflow, kueue, network, procs
+from .config import (FABRIC_NS, IMAGES_FILE, MAX_NODES, k8s_bin_dir, node_spec_by_name, node_specs,
+                     state_dir, venv_python)
 from .kubeapi import ApiError, KubeClient
 from .kubeconfig import SERVER
 
@@ -99,7 +99,8 @@ def _digest(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> Path:
+def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
+       with_kubeflow: bool = False, kueue_options: "kueue.Options | None" = None) -> Path:
     """Bring the cluster up (reusing whatever already runs healthily) and return the admin
     kubeconfig path. Extra nodes from an earlier `up` are removed; agents whose GPU count
     differs are restarted.
@@ -108,10 +109,15 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
     lines, firewall, env and GPUs instead of ``nodes``/``gpus``; a node whose topology
     changed since the last `up` is rebuilt (its pods killed, its namespace recreated).
 
-    Cluster DNS (CoreDNS, ``dns.py``) is set up last and answers before this returns.
+    Cluster DNS (CoreDNS, ``dns.py``) is set up after the nodes and answers before this
+    returns. ``with_kubeflow`` also runs Kubeflow's training operator (``kubeflow.py``,
+    ready before this returns); without it, one that runs is left running. With
+    ``kueue_options`` (or a scenario's ``kueue`` key) Kueue comes last, with its queues
+    (``kueue.py``); without, a Kueue an earlier `up` started is kept (restarted if it died)
+    with the options it had; `down` stops it.
 
     Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
-    dns.DnsError or TimeoutError.
+    dns.DnsError, kubeflow.KubeflowError, kueue.KueueError or TimeoutError.
     """
     from . import scenario as scn
     t0 = time.monotonic()
@@ -124,7 +130,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
         segments = list(scenario.segments)
     else:
         topos = scn.default_topology(nodes)
-        peers = scn.peer_hosts(scn.default_topology(26))
+        peers = scn.peer_hosts(scn.default_topology(MAX_NODES))
         segments = list(scn.DEFAULT_SEGMENTS)
     desired = node_specs(nodes)
     state = state_dir()
@@ -201,6 +207,24 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None) -> 
     p = dns.ensure_dns(state, desired, topos, client, timeout=timeout)
     _say(f"cluster DNS answers on {dns.DNS_SERVICE_IP} (in {dns.DNS_NS}, "
          f"{', '.join(sorted(set(p.gateways.values())))}) ({time.monotonic() - t0:.1f}s)")
+    if with_kubeflow:
+        pid = kubeflow.ensure(state, client, timeout=timeout)
+        _say(f"Kubeflow training operator ready (pid {pid}, PyTorchJob; log "
+             f"{state}/logs/{kubeflow.PROCESS}.log) ({time.monotonic() - t0:.1f}s)")
+    if kueue_options is None and scenario is not None and scenario.kueue is not None:
+        kueue_options = scenario.kueue.options()
+    if kueue_options is None and cfg.get("kueue"):  # started by an earlier `up`: keep it up
+        kueue_options = kueue.Options.from_json(cfg["kueue"])
+    if kueue_options is not None:
+        secs = kueue.ensure_kueue(state, client, dict(kueue_options.quota),
+                                  kueue_options.namespaces, kueue_options.integrations,
+                                  timeout=timeout)
+        cfg["kueue"] = kueue_options.to_json()
+        _save_cfg(state, cfg)
+        _say(f"kueue ready ({'started, queues Active in %.1fs' % secs if secs else 'kept running'}; "
+             f"ClusterQueue {kueue.CLUSTER_QUEUE}, LocalQueue {kueue.LOCAL_QUEUE} in "
+             f"{', '.join(kueue_options.namespaces) or 'no namespace'}) "
+             f"({time.monotonic() - t0:.1f}s)")
     return state / "admin.kubeconfig"
 
 
@@ -243,9 +267,10 @@ def down() -> None:
         operator_install.stop(timeout=5.0)
     except Exception as e:  # module absent or broken: not ours to fix here
         _say(f"operator not stopped: {e}")
+    kf_stopped = [kubeflow.PROCESS] if kubeflow.stop(state) else []
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
-    dns_stopped = dns.stop_dns(state)
+    addons = dns.stop_dns(state) + ([kueue.KUEUE] if kueue.stop_kueue(state) else [])
     for pf in agents:
         pf.unlink(missing_ok=True)
     killed = 0
@@ -253,7 +278,7 @@ def down() -> None:
         killed += _kill_node_pods(ns)
     if killed:
         _say(f"killed {killed} pod process(es)")
-    stopped = dns_stopped + controlplane.stop_control_plane(state)
+    stopped = kf_stopped + addons + controlplane.stop_control_plane(state)
     for pid in procs.stray_pids(state):
         procs.stop_pid(pid, grace=2)
     for ns in network.our_netns():
@@ -290,7 +315,18 @@ def status() -> int:
     h = dns.dns_healthy(state)
     ok &= h
     print(f"  {'cluster DNS (coredns)':26s} {'healthy' if h else 'DOWN'}")
+    kf = kubeflow.status_line(state)
+    if kf is not None:  # only once `up --kubeflow` started it
+        ok &= kf.startswith("healthy")
+        print(f"  {'training operator (kubeflow)':26s} {kf}")
     cfg = _load_cfg(state)
+    if cfg.get("kueue"):
+        h = kueue.kueue_healthy(state)
+        ok &= h
+        print(f"  {'kueue':26s} {'healthy' if h else 'DOWN'} quota="
+              + ",".join(f"{k}={v}" for k, v in sorted(cfg["kueue"].get("quota", {}).items()))
+              + f" localQueue={kueue.LOCAL_QUEUE} in "
+              + ",".join(cfg["kueue"].get("namespaces") or []))
     api_nodes = {}
     try:
         api_nodes = {i["metadata"]["name"]: i for i in admin_client(state).get("/api/v1/nodes")["items"]}
@@ -331,6 +367,15 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--gpus-per-node", type=int, default=0)
     u.add_argument("--timeout", type=float, default=120.0)
     u.add_argument("--scenario", help="build the nodes a scenario describes (name in scenarios/ or path)")
+    u.add_argument("--kubeflow", action="store_true",
+                   help="also run Kubeflow's training operator (PyTorchJob), see localcluster/README.md")
+    u.add_argument("--kueue", action="store_true",
+                   help="also run Kueue with a ClusterQueue and LocalQueue(s) (see kueue.py)")
+    u.add_argument("--kueue-quota", default="",
+                   help="the ClusterQueue's nominal quota, e.g. cpu=4,memory=8Gi,nvidia.com/gpu=2 "
+                        f"(unnamed resources keep {kueue.DEFAULT_QUOTA})")
+    u.add_argument("--kueue-namespace", action="append", dest="kueue_namespaces",
+                   help="a namespace that gets the LocalQueue user-queue (repeatable; default: default)")
     sub.add_parser("down", help="stop everything and clean up")
     sub.add_parser("status", help="show health")
     sub.add_parser("env", help="print export lines for KUBECONFIG and PATH")
@@ -341,7 +386,12 @@ def main(argv: list[str] | None = None) -> int:
             if a.scenario:
                 from . import scenario as scn
                 sc = scn.load(a.scenario)
-            print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc))
+            ko = None
+            if a.kueue or a.kueue_quota or a.kueue_namespaces:
+                ko = kueue.Options(tuple(sorted(kueue.parse_quota(a.kueue_quota).items())),
+                                   tuple(a.kueue_namespaces or ["default"]))
+            print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, with_kubeflow=a.kubeflow,
+                     kueue_options=ko))
         except Exception as e:
             _say(f"up failed: {e}")
             return 1

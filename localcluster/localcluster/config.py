@@ -38,6 +38,14 @@ SCHEDULER_PORT = 16459 + _PORT_OFFSET
 KUBELET_PORT_BASE = 16500 + _PORT_OFFSET  # node i serves its kubelet API on 127.0.0.1:(base+i)
 OPERATOR_LIVENESS_PORT = 18080 + _PORT_OFFSET  # localcluster.operator_install's host process
 OPERATOR_METRICS_PORT = 18090 + _PORT_OFFSET
+# Kubeflow's training operator (`up --kubeflow`, kubeflow.py): its webhook server, metrics
+# and health endpoints. Bases are distinct modulo 1000 from every port above (and from the
+# kubelet ports 16500..16563), so no two instances' ports collide.
+KUBEFLOW_WEBHOOK_PORT = 18070 + _PORT_OFFSET
+KUBEFLOW_METRICS_PORT = 18071 + _PORT_OFFSET
+KUBEFLOW_HEALTH_PORT = 18072 + _PORT_OFFSET
+KUEUE_WEBHOOK_PORT = 16471 + _PORT_OFFSET  # Kueue's webhook server (https, 127.0.0.1)
+KUEUE_HEALTH_PORT = 16472 + _PORT_OFFSET  # Kueue's healthz/readyz (http, 127.0.0.1)
 
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service ClusterIP (see serviceproxy.py)
@@ -46,6 +54,7 @@ KUBERNETES_SERVICE_PORT = 443
 # node's `cni0` bridge; cluster DNS (CoreDNS, localcluster/dns.py) answers on the kube-dns
 # Service ClusterIP, put directly on the DNS namespace's loopback (there is no kube-proxy).
 POD_CIDR_TEMPLATE = "10.244.{index}.0/24"
+POD_NETWORK_CIDR = "10.244.0.0/16"  # every node's pod CIDR lies in it
 CLUSTER_DOMAIN = "cluster.local"
 DNS_SERVICE_IP = "10.96.0.10"
 
@@ -61,7 +70,7 @@ DECOY_DOCKER_ADDR = "172.17.0.1/16"
 NODE_NS_PREFIX = "dtj-" if INSTANCE == 0 else f"dtj{INSTANCE}-"
 FABRIC_NS = NODE_NS_PREFIX + "fabric"
 DNS_NS = NODE_NS_PREFIX + "dns"
-MAX_NODES = 26
+MAX_NODES = 64  # node-a .. node-z, node-aa .. node-bl (see node_name)
 
 
 def versions() -> dict[str, str]:
@@ -95,6 +104,18 @@ def coredns_bin() -> Path:
     return cache_dir() / f"coredns-{versions()['COREDNS_VERSION']}" / "bin" / "coredns"
 
 
+def training_operator_dir() -> Path:
+    """Kubeflow's training operator, built by ``build-k8s.sh kubeflow``:
+    ``<cache>/training-operator-<version>`` with ``bin/training-operator.v1`` and
+    ``manifests/`` (the PyTorchJob CRD, ClusterRole and webhook configuration of the same
+    module). The files may not exist yet."""
+    return cache_dir() / f"training-operator-{versions()['TRAINING_OPERATOR_VERSION']}"
+def kueue_dir() -> Path:
+    """``<cache>/kueue-<KUEUE_VERSION>``: ``bin/kueue`` and ``config/`` (its CRDs,
+    ClusterRole and webhooks, copied from the same module version by ``build-k8s.sh kueue``)."""
+    return cache_dir() / f"kueue-{versions()['KUEUE_VERSION']}"
+
+
 def state_dir() -> Path:
     """The state dir: $DISTTRAIN_STATE_DIR or ``<repo>/.localcluster`` (instance N > 0:
     ``<repo>/.localcluster-N``)."""
@@ -112,16 +133,43 @@ def venv_bin() -> str:
     return str(Path(sys.executable).parent)
 
 
+def node_name(index: int) -> str:
+    """Node ``index``'s name (0-based): node-a .. node-z, then node-aa, node-ab, ...,
+    node-az, node-ba, ... (letters counted as spreadsheet columns are: bijective base 26).
+    Raises ValueError for a negative index."""
+    if index < 0:
+        raise ValueError(f"node index must be >= 0, got {index}")
+    letters = ""
+    n = index + 1
+    while n:
+        n, r = divmod(n - 1, 26)
+        letters = string.ascii_lowercase[r] + letters
+    return f"node-{letters}"
+
+
+def node_index(name: str) -> int:
+    """Inverse of :func:`node_name`. Raises ValueError for a name not of the form
+    ``node-<letters>`` (1 to 3 lower-case letters)."""
+    letters = name[5:] if name.startswith("node-") else ""
+    if not 1 <= len(letters) <= 3 or any(c not in string.ascii_lowercase for c in letters):
+        raise ValueError(f"not a local node name: {name}")
+    n = 0
+    for c in letters:
+        n = n * 26 + string.ascii_lowercase.index(c) + 1
+    return n - 1
+
+
 @dataclass(frozen=True)
 class NodeSpec:
-    """A simulated node: index i gives name node-<letter>, addresses 10.10{0,1}.0.(10+i)."""
+    """A simulated node: index i gives name :func:`node_name` (node-a, ..., node-z,
+    node-aa, ...), addresses 10.10{0,1}.0.(11+i)."""
 
     index: int
 
     @property
     def name(self) -> str:
-        """node-a, node-b, ..."""
-        return f"node-{string.ascii_lowercase[self.index]}"
+        """node-a, node-b, ..., node-z, node-aa, ..."""
+        return node_name(self.index)
 
     @property
     def netns(self) -> str:
@@ -145,14 +193,14 @@ class NodeSpec:
 
 
 def node_specs(n: int) -> list[NodeSpec]:
-    """Specs for nodes node-a .. node-<n>. Raises ValueError if n is not in 1..26."""
+    """Specs for the first ``n`` nodes (node-a ...). Raises ValueError if n is not in
+    1..MAX_NODES (64)."""
     if not 1 <= n <= MAX_NODES:
         raise ValueError(f"--nodes must be between 1 and {MAX_NODES}, got {n}")
     return [NodeSpec(i) for i in range(n)]
 
 
 def node_spec_by_name(name: str) -> NodeSpec:
-    """Inverse of NodeSpec.name. Raises ValueError for a name not of the form node-<letter>."""
-    if not (name.startswith("node-") and len(name) == 6 and name[5] in string.ascii_lowercase):
-        raise ValueError(f"not a local node name: {name}")
-    return NodeSpec(string.ascii_lowercase.index(name[5]))
+    """Inverse of NodeSpec.name. Raises ValueError for a name that is no node's
+    (see :func:`node_index`)."""
+    return NodeSpec(node_index(name))

@@ -9,7 +9,11 @@ so this runs in the node's network namespace with a private mount and UTS namesp
 It sets the hostname, bind-mounts /etc/hosts, the volumes and the termination-message
 file, changes to the working directory and execs the command with a clean environment.
 Mount points missing on the host are created and appended to the spec's
-``created_paths_file`` so that ``localcluster down`` can remove them.
+``created_paths_file`` (an absolute path) so that ``localcluster down`` can remove them.
+That file is opened before the first mount: a volume mounted over one of its ancestors (the
+chart's emptyDir on /tmp while the state dir lives under /tmp) would hide it, and the
+container would fail once per path it created, a crash loop that ends only when every
+mount point exists.
 
 Spec (JSON): hostname, hosts_file, mounts [{source, target, read_only}], preserve [paths
 that must stay visible; default the repository and this venv], workingDir, command [argv], env {name: value}, created_paths_file. Exit code 127 if the command is
@@ -51,15 +55,27 @@ def bind_mount(source: str, target: str, read_only: bool = False) -> None:
             raise OSError(e, f"remount ro {target}: {os.strerror(e)}")
 
 
-def _record(created_file: str | None, path: str) -> None:
-    if created_file:
-        with open(created_file, "a") as f:
-            f.write(path + "\n")
+def open_created_paths(path: str | None) -> int | None:
+    """Open the created-paths file for appending (created if missing; its directory must
+    exist) and return the descriptor, or None without a path. Call it before any mount, so
+    that no volume can hide it. Raises ValueError for a relative path (it would depend on
+    the working directory and on the mounts), OSError if it cannot be opened."""
+    if not path:
+        return None
+    if not os.path.isabs(path):
+        raise ValueError(f"created_paths_file must be absolute, got {path!r}")
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
 
 
-def ensure_mount_point(target: str, is_dir: bool, created_file: str | None) -> None:
+def _record(created_fd: int | None, path: str) -> None:
+    if created_fd is not None:
+        os.write(created_fd, (path + "\n").encode())  # one O_APPEND write: lines never interleave
+
+
+def ensure_mount_point(target: str, is_dir: bool, created_fd: int | None) -> None:
     """Create ``target`` (directory or empty file) and missing parents on the host,
-    recording every path created. Raises OSError if it cannot."""
+    appending every path created to the descriptor ``created_fd`` (from
+    :func:`open_created_paths`; None records nothing). Raises OSError if it cannot."""
     target = os.path.normpath(target)
     missing = []
     p = target if is_dir else os.path.dirname(target)
@@ -71,14 +87,14 @@ def ensure_mount_point(target: str, is_dir: bool, created_file: str | None) -> N
             os.mkdir(d)
         except FileExistsError:  # another container made it meanwhile
             continue
-        _record(created_file, d)
+        _record(created_fd, d)
     if not is_dir and not os.path.lexists(target):
         try:
             fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return
         os.close(fd)
-        _record(created_file, target)
+        _record(created_fd, target)
 
 
 def _under(parent: str, path: str) -> bool:
@@ -86,8 +102,9 @@ def _under(parent: str, path: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def setup(spec: dict) -> None:
-    """Apply hostname, /etc/hosts and mounts from ``spec`` in the current namespaces.
+def setup(spec: dict, created_fd: int | None = None) -> None:
+    """Apply hostname, /etc/hosts and mounts from ``spec`` in the current namespaces,
+    appending the mount points it creates on the host to ``created_fd``.
 
     Every mount source (and every ``preserve`` path: the project and its venv, which the
     container's programs run from) is opened with O_PATH before the first mount, and
@@ -97,7 +114,6 @@ def setup(spec: dict) -> None:
     """
     if spec.get("hostname"):
         socket.sethostname(spec["hostname"])
-    created = spec.get("created_paths_file")
     mounts = list(spec.get("mounts") or [])
     if spec.get("hosts_file"):
         mounts.insert(0, {"source": spec["hosts_file"], "target": "/etc/hosts", "read_only": False})
@@ -109,7 +125,7 @@ def setup(spec: dict) -> None:
     keep = {p: os.open(p, os.O_PATH) for p in preserve if os.path.isdir(p)}
     for m in mounts:
         fd, is_dir = sources[m["source"]]
-        ensure_mount_point(m["target"], is_dir, created)
+        ensure_mount_point(m["target"], is_dir, created_fd)
         bind_mount(f"/proc/self/fd/{fd}", m["target"], bool(m.get("read_only")))
     for path, fd in keep.items():
         if any(_under(m["target"], path) and os.path.normpath(m["target"]) != os.path.normpath(path)
@@ -129,12 +145,15 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0]) as f:
         spec = json.load(f)
     try:
-        setup(spec)
+        created_fd = open_created_paths(spec.get("created_paths_file"))  # before any mount
+        setup(spec, created_fd)
         wd = spec.get("workingDir")
         if wd:
-            ensure_mount_point(wd, True, spec.get("created_paths_file"))
+            ensure_mount_point(wd, True, created_fd)
         os.chdir(wd or "/")  # as a container runtime: the image's WORKDIR defaults to /
-    except OSError as e:
+        if created_fd is not None:
+            os.close(created_fd)
+    except (OSError, ValueError) as e:
         print(f"localcluster containerinit: setup failed: {e}", file=sys.stderr, flush=True)
         return 128
     cmd = spec["command"]

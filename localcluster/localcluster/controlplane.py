@@ -14,6 +14,13 @@ from .config import (APISERVER_PORT, CONTROLLER_MANAGER_PORT, ETCD_CLIENT_PORT, 
 from .kubeconfig import write_kubeconfig
 
 COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+# KEP-4671's workload scheduling API: Workload and PodGroup in scheduling.k8s.io/v1beta1
+# (beta in v1.37, off by default). The apiserver serves them (and the pod field
+# spec.schedulingGroup), the scheduler adds its GangScheduling plugin (a PodGroup with a
+# gang policy is scheduled all or nothing), the controller-manager runs the
+# podgroup-protection controller. See localcluster/README.md.
+FEATURE_GATES = "GenericWorkload=true"
+RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 
 
 class ControlPlaneError(RuntimeError):
@@ -42,16 +49,22 @@ def ensure_pki_and_kubeconfigs(state: Path) -> None:
                      p / "scheduler.crt", p / "scheduler.key")
 
 
-def _etcd_healthy() -> bool:
+def http_ok(port: int, path: str, needle: bytes = b"", timeout: float = 2.0) -> bool:
+    """True if plain http://127.0.0.1:``port````path`` answers 200 with ``needle`` in its
+    body (seconds ``timeout``); False on any error."""
     try:
-        c = http.client.HTTPConnection("127.0.0.1", ETCD_CLIENT_PORT, timeout=2)
-        c.request("GET", "/health")
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        c.request("GET", path)
         r = c.getresponse()
         body = r.read()
         c.close()
-        return r.status == 200 and b'"true"' in body
-    except OSError:
+        return r.status == 200 and needle in body
+    except (OSError, http.client.HTTPException):
         return False
+
+
+def _etcd_healthy() -> bool:
+    return http_ok(ETCD_CLIENT_PORT, "/health", b'"true"')
 
 
 def _https_ok(state: Path, port: int, path: str) -> bool:
@@ -151,6 +164,7 @@ def _argv(state: Path, name: str) -> list[str]:
                 "--requestheader-extra-headers-prefix=X-Remote-Extra-",
                 f"--proxy-client-cert-file={p}/front-proxy-client.crt",
                 f"--proxy-client-key-file={p}/front-proxy-client.key",
+                f"--feature-gates={FEATURE_GATES}", f"--runtime-config={RUNTIME_CONFIG}",
                 "--allow-privileged=true", "--profiling=false", "--event-ttl=1h",
                 f"--cert-dir={state}/apiserver-certs", "--v=1"]
     if name == "kube-controller-manager":
@@ -164,7 +178,7 @@ def _argv(state: Path, name: str) -> list[str]:
                 f"--service-account-private-key-file={p}/sa.key",
                 f"--cluster-signing-cert-file={p}/ca.crt", f"--cluster-signing-key-file={p}/ca.key",
                 f"--service-cluster-ip-range={SERVICE_CIDR}",
-                "--profiling=false", "--v=1"]
+                f"--feature-gates={FEATURE_GATES}", "--profiling=false", "--v=1"]
     if name == "kube-scheduler":
         kc = state / "scheduler.kubeconfig"
         cfg = state / "scheduler-config.yaml"
@@ -177,19 +191,24 @@ def _argv(state: Path, name: str) -> list[str]:
         return [str(b / "kube-scheduler"), f"--config={cfg}",
                 f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
                 "--bind-address=127.0.0.1", f"--secure-port={SCHEDULER_PORT}",
-                f"--cert-dir={state}/scheduler-certs", "--profiling=false", "--v=1"]
+                f"--cert-dir={state}/scheduler-certs", f"--feature-gates={FEATURE_GATES}",
+                "--profiling=false", "--v=1"]
     raise ValueError(name)
 
 
 def ensure_control_plane(state: Path, timeout: float = 120.0) -> None:
-    """Start each component that is not healthy and wait until it is.
+    """Start each component that is not healthy, or runs with other flags than
+    :func:`_argv` gives now (e.g. feature gates added since it started), and wait until
+    it is healthy.
 
     Raises ControlPlaneError if a binary is missing or a component fails/times out.
     """
     check_binaries()
     ensure_pki_and_kubeconfigs(state)
     for name in COMPONENTS:
-        if component_healthy(state, name):
+        pid = procs.tracked_pid(state, name)
+        if pid is not None and procs.cmdline(pid) == _argv(state, name) \
+                and component_healthy(state, name):
             continue
         procs.stop_tracked(state, name)
         pid = procs.start_detached(state, name, _argv(state, name))

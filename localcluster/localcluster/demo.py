@@ -7,6 +7,11 @@ pod, reaching the apiserver through the node's 10.96.0.1 relay);
 then every condition change is printed as it happens, and at the end the job's conditions
 as kubectl shows them, the training log's accuracy line and the two ``export`` lines that
 point a shell's kubectl at the local cluster.
+
+The demo fails (exit 1) unless the job Succeeded and the operator pod never restarted: the
+local node agent has no liveness probes, so a restart means the operator process (or its
+container's set-up) exited, a defect the job's own success would otherwise hide. The
+restarted containers' last state and previous log are printed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import time
 from typing import Optional
 
 from rich.console import Console
+from rich.markup import escape
 
 from . import config, operator_install
 from .operator_install import kubectl
@@ -26,6 +32,7 @@ from .operator_install import kubectl
 console = Console(highlight=False, soft_wrap=True)
 EXAMPLE = config.REPO_ROOT / "examples" / "ddp-digits.yaml"
 JOB = "ddp-digits"
+OPERATOR_SELECTOR = f"app.kubernetes.io/instance={operator_install.RELEASE}"
 CONDITIONS_TEMPLATE = (
     '{{range .status.conditions}}{{.type}}{{"\\t"}}{{.status}}{{"\\t"}}{{.reason}}'
     '{{"\\t"}}{{.message}}{{"\\n"}}{{end}}'
@@ -60,6 +67,55 @@ def watch(timeout: float) -> Optional[dict]:
     return job
 
 
+def restarted_containers(pods: list[dict]) -> list[str]:
+    """One line per container of ``pods`` (Pod objects as JSON) whose restartCount is above
+    0: ``pod/container: N restart(s); last state: <reason> exit <code> at <finishedAt>:
+    <first line of message>``. Empty when nothing restarted. Pure."""
+    out = []
+    for pod in pods:
+        name = pod.get("metadata", {}).get("name", "?")
+        status = pod.get("status") or {}
+        for cs in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+            n = int(cs.get("restartCount") or 0)
+            if n <= 0:
+                continue
+            last = (cs.get("lastState") or {}).get("terminated") or {}
+            now = next(iter(cs.get("state") or {}), "unknown")
+            detail = (f"{last.get('reason', '?')} exit {last.get('exitCode', '?')} at "
+                      f"{last.get('finishedAt', '?')}" if last else "not recorded")
+            msg = (last.get("message") or "").strip().splitlines()
+            out.append(f"{name}/{cs.get('name', '?')}: {n} restart{'s' if n > 1 else ''} "
+                       f"(now {now}); last state: {detail}" + (f": {msg[0]}" if msg else ""))
+    return out
+
+
+def check_operator_restarts() -> bool:
+    """Print the operator pod's restarts loudly (last state, previous log tail); True when
+    it never restarted."""
+    out = kubectl("get", "pods", "-n", operator_install.NAMESPACE, "-l", OPERATOR_SELECTOR,
+                  "-o", "json", check=False)
+    if out.returncode != 0:
+        console.print("[bold red]cannot read the operator pod:[/bold red] "
+                      + escape(out.stderr.strip()), markup=True)
+        return False
+    pods = json.loads(out.stdout).get("items") or []
+    lines = restarted_containers(pods)
+    if not lines:
+        names = ", ".join(p["metadata"]["name"] for p in pods)
+        console.print(f"operator pod {names}: 0 restarts")
+        return True
+    console.rule("[bold red]The operator pod restarted: make demo fails")
+    for ln in lines:
+        console.print(f"[red]{escape(ln)}[/red]", markup=True, highlight=False)
+    for pod in pods:
+        prev = kubectl("logs", "-n", operator_install.NAMESPACE, pod["metadata"]["name"],
+                       "--previous", "--tail=20", check=False)
+        if prev.returncode == 0 and prev.stdout.strip():
+            console.print(f"previous log of {pod['metadata']['name']} (last 20 lines):", markup=False)
+            console.print(prev.stdout.rstrip(), markup=False)
+    return False
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster.demo", description=__doc__)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the job")
@@ -72,6 +128,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     console.rule("[bold]2. helm install disttrain charts/disttrain-operator (the operator runs as a pod)")
     console.print(operator_install.helm_install(), markup=False)
     console.print(kubectl("get", "pods", "-n", operator_install.NAMESPACE, "-o", "wide").stdout, markup=False)
+    operator_ok = check_operator_restarts()
 
     console.rule(f"[bold]3. kubectl apply -f examples/{EXAMPLE.name}")
     kubectl("delete", "-f", str(EXAMPLE), "--ignore-not-found", "--wait=true", check=False)
@@ -95,12 +152,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         console.print(f"[bold]Training log[/bold] (kubectl logs {JOB}-worker-0): {acc[-1]}")
     phase = ((job or {}).get("status") or {}).get("phase")
     console.print(f"job {JOB}: [bold]{phase}[/bold] {elapsed:.1f}s after kubectl apply")
+    console.print(kubectl("get", "pods", "-n", operator_install.NAMESPACE, "-l", OPERATOR_SELECTOR).stdout,
+                  markup=False)
+    operator_ok = check_operator_restarts() and operator_ok
     console.rule("[bold]Keep using kubectl against the local cluster")
     from .cli import env_lines
     console.print(env_lines().rstrip(), markup=False)
     console.print("# or: eval \"$(.venv/bin/python -m localcluster env)\"", markup=False)
     console.print("make down   # stops the cluster and removes its namespaces and processes")
-    return 0 if phase == "Succeeded" else 1
+    return 0 if phase == "Succeeded" and operator_ok else 1
 
 
 if __name__ == "__main__":

@@ -1160,7 +1160,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if a.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(threadName)s %(message)s",
                         stream=sys.stdout)
-    agent = Agent(node_spec_by_name(a.node), a.gpus, Path(a.state))
+    agent = Agent(node_spec_by_name(a.node), a.gpus, Path(a.state).resolve())
 
     def on_term(*_):
         agent.stop.set()

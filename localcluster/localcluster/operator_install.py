@@ -75,6 +75,7 @@ def render_rbac() -> str:
             "--namespace", NAMESPACE,
             "--kube-version", versions["K8S_VERSION"],
             "--set", f"serviceAccount.name={SERVICE_ACCOUNT}",
+            "--set", "kueue.enabled=true",  # the e2e tests queue jobs in Kueue
             "--show-only", "templates/serviceaccount.yaml",
             "--show-only", "templates/rbac.yaml",
         ],

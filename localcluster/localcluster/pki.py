@@ -31,14 +31,8 @@ APISERVER_SANS_DNS = [
 APISERVER_SANS_IP = ["127.0.0.1", "10.96.0.1", "::1"]
 
 
-def _write_key(path: Path, key) -> None:
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+def _write_key(path: Path, key, fmt=serialization.PrivateFormat.PKCS8) -> None:
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, fmt, serialization.NoEncryption()))
     path.chmod(0o600)
 
 
@@ -52,8 +46,12 @@ def _name(cn: str, orgs: list[str] | None = None) -> x509.Name:
     return x509.Name(attrs)
 
 
-def ensure_ca(pki: Path) -> tuple[Path, Path]:
-    """Create the cluster CA in ``pki`` unless it exists.
+def ensure_ca(pki: Path, cn: str = "disttrain-localcluster-ca",
+              dns: list[str] | None = None, rsa_pkcs1: bool = False) -> tuple[Path, Path]:
+    """Create a CA (``ca.{crt,key}``) in ``pki`` unless it exists: the cluster CA by
+    default; ``cn``/``dns`` name another one, and ``rsa_pkcs1`` gives it an RSA 2048 key
+    in PKCS#1 PEM instead of ECDSA P-256 (the training operator's webhook CA: its cert
+    rotator parses only that, and wants the CA's name as a DNS SAN).
 
     Returns (cert path, key path). Raises OSError if ``pki`` is not writable.
     """
@@ -61,10 +59,11 @@ def ensure_ca(pki: Path) -> tuple[Path, Path]:
     crt, key_path = pki / "ca.crt", pki / "ca.key"
     if crt.exists() and key_path.exists():
         return crt, key_path
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = (rsa.generate_private_key(public_exponent=65537, key_size=2048) if rsa_pkcs1
+           else ec.generate_private_key(ec.SECP256R1()))
     now = _dt.datetime.now(_dt.timezone.utc)
-    name = _name("disttrain-localcluster-ca")
-    cert = (
+    name = _name(cn)
+    b = (
         x509.CertificateBuilder()
         .subject_name(name)
         .issuer_name(name)
@@ -82,9 +81,13 @@ def ensure_ca(pki: Path) -> tuple[Path, Path]:
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
     )
-    _write_key(key_path, key)
+    if dns:
+        b = b.add_extension(x509.SubjectAlternativeName([x509.DNSName(d) for d in dns]),
+                            critical=False)
+    cert = b.sign(key, hashes.SHA256())
+    _write_key(key_path, key, serialization.PrivateFormat.TraditionalOpenSSL if rsa_pkcs1
+               else serialization.PrivateFormat.PKCS8)
     crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return crt, key_path
 

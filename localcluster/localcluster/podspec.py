@@ -177,7 +177,7 @@ def build_env(pod: dict, container: dict, node_ip: str, node_allocatable: dict,
 
 
 def load_image_map(path: Path = IMAGES_FILE) -> list[dict]:
-    """Entries of ``images.yaml`` (pattern, pythonpath, env, command); [] if absent."""
+    """Entries of ``images.yaml`` (pattern, pythonpath, path, env, command); [] if absent."""
     try:
         doc = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
@@ -187,22 +187,24 @@ def load_image_map(path: Path = IMAGES_FILE) -> list[dict]:
 
 def image_entry(image: str, entries: list[dict]) -> dict:
     """The first entry whose fnmatch ``pattern`` matches ``image`` ({} if none), with
-    ``pythonpath`` made absolute against the repo root."""
+    ``pythonpath`` and ``path`` made absolute against the repo root."""
     for ent in entries:
         if fnmatch.fnmatchcase(image or "", ent.get("pattern", "")):
             out = dict(ent)
-            out["pythonpath"] = [str((REPO_ROOT / p).resolve()) for p in ent.get("pythonpath") or []]
+            for key in ("pythonpath", "path"):
+                out[key] = [str((REPO_ROOT / p).resolve()) for p in ent.get(key) or []]
             return out
     return {}
 
 
 def container_process_env(container_env: dict[str, str], image: dict, venv_bin: str,
                           hostname: str) -> dict[str, str]:
-    """Final exec environment: image defaults (PATH with the venv first, the image map's
-    env), overridden by the container's env; the image's PYTHONPATH entries are appended
-    to any PYTHONPATH the container sets; HOSTNAME is ``hostname`` (the pod's, see
-    nodeagent.PodWorker._hostname)."""
-    env = {"PATH": f"{venv_bin}:/usr/local/bin:/usr/bin:/bin", "HOSTNAME": hostname}
+    """Final exec environment: image defaults (PATH with the image's ``path`` entries,
+    then the venv, first; the image map's env), overridden by the container's env; the
+    image's PYTHONPATH entries are appended to any PYTHONPATH the container sets;
+    HOSTNAME is ``hostname`` (the pod's, see nodeagent.PodWorker._hostname)."""
+    path = [*(image.get("path") or []), venv_bin, "/usr/local/bin", "/usr/bin", "/bin"]
+    env = {"PATH": os.pathsep.join(path), "HOSTNAME": hostname}
     # As kubelet does for every container: where the `kubernetes` Service is.
     env.update({
         "KUBERNETES_SERVICE_HOST": KUBERNETES_SERVICE_IP,

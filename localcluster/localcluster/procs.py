@@ -8,7 +8,8 @@ import time
 from pathlib import Path
 
 
-OUR_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns"}
+OUR_BINARIES = {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "coredns",
+                "training-operator.v1", "kueue"}
 
 
 def _pidfile(state: Path, name: str) -> Path:
@@ -116,7 +117,8 @@ def stop_tracked(state: Path, name: str, grace: float = 5.0) -> bool:
 
 
 def stray_pids(state: Path) -> list[int]:
-    """PIDs of our control-plane binaries, CoreDNS, its relay and node agents whose command
+    """PIDs of our control-plane binaries, CoreDNS, its relay, the training operator, Kueue
+    and node agents whose command
     line mentions the state dir (e.g. after a lost pid file), excluding this process and
     its parent."""
     me = {os.getpid(), os.getppid()}

@@ -40,7 +40,6 @@ from __future__ import annotations
 import copy
 import ipaddress
 import re
-import string
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -49,12 +48,16 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator,
                       model_validator)
 
-from .config import REPO_ROOT
+from .config import MAX_NODES, POD_NETWORK_CIDR, REPO_ROOT, SERVICE_CIDR, node_name
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 IFNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$"
 SEGMENT_PATTERN = r"^[a-z][a-z0-9]{0,6}$"  # br-<segment> and <segment>N-node-x fit in 15 chars
-NODE_NAME_PATTERN = r"^node-[a-z]$"
+NODE_NAME_PATTERN = r"^node-[a-z]{1,2}$"  # config.node_name: node-a .. node-z, node-aa ..
+IFNAMSIZ = 15  # the longest Linux interface name, in bytes
+# Ranges of the cluster's own that no segment, NIC or decoy may overlap: a node routes them
+# elsewhere (pod CIDRs to their nodes, the DNS and `kubernetes` ClusterIPs to the services).
+RESERVED_RANGES = {"pod network": POD_NETWORK_CIDR, "Service range": SERVICE_CIDR}
 DEFAULT_SEGMENTS = {"mgmt": {"subnet": "10.100.0.0/24"}, "data": {"subnet": "10.101.0.0/24"}}
 DEFAULT_DECOYS = [{"name": "docker0", "addresses": ["172.17.0.1/16"]}]
 DEFAULT_NICS = [{"name": "eth0", "segment": "mgmt"}, {"name": "eth1", "segment": "data"}]
@@ -275,16 +278,49 @@ class Expect(_Strict):
         return self
 
 
+class KueueSettings(_Strict):
+    """Kueue on the cluster (``localcluster/kueue.py``): the ClusterQueue's nominal quota
+    and Kueue's integrations; the job's namespace gets the LocalQueue ``user-queue``."""
+
+    quota: dict[str, Union[StrictInt, str]] = Field(
+        default_factory=dict, description="resource -> quantity (cpu, memory, nvidia.com/gpu); "
+        "unnamed resources keep kueue.DEFAULT_QUOTA")
+    integrations: list[str] = Field(default_factory=lambda: ["batch/job"])
+
+    @field_validator("quota")
+    @classmethod
+    def _quota(cls, v):
+        from .kueue import parse_quota
+        parse_quota(",".join(f"{k}={q}" for k, q in v.items()))
+        return {k: str(q) for k, q in v.items()}
+
+    @field_validator("integrations")
+    @classmethod
+    def _integrations(cls, v):
+        from .kueue import INTEGRATION_RESOURCES
+        bad = [i for i in v if i not in INTEGRATION_RESOURCES]
+        if bad:
+            raise ValueError(f"unknown integration(s) {bad}; known: {sorted(INTEGRATION_RESOURCES)}")
+        return v
+
+    def options(self):
+        """The ``kueue.Options`` for `up` (no namespace: scenariorun adds the job's)."""
+        from .kueue import Options, parse_quota
+        quota = parse_quota(",".join(f"{k}={q}" for k, q in self.quota.items()))
+        return Options(tuple(sorted(quota.items())), (), tuple(self.integrations))
+
+
 class Scenario(_Strict):
     """A whole scenario file."""
 
     description: str = ""
-    nodes: int = Field(2, ge=1, le=26)
+    nodes: int = Field(2, ge=1, le=MAX_NODES)
     segments: dict[str, Segment] = Field(default_factory=lambda: {
         k: Segment(**v) for k, v in DEFAULT_SEGMENTS.items()})
     defaults: NodeConfig = Field(default_factory=NodeConfig)
     nodeOverrides: dict[str, NodeConfig] = Field(default_factory=dict)
     job: dict[str, Any] = Field(default_factory=dict, description="deep-merged into the example job's spec")
+    kueue: Optional[KueueSettings] = Field(None, description="run Kueue; the job's namespace gets its LocalQueue")
     expect: Expect
     name: str = Field("", exclude=True)
 
@@ -293,7 +329,7 @@ class Scenario(_Strict):
         for k in self.segments:
             if not re.match(SEGMENT_PATTERN, k):
                 raise ValueError(f"segments.{k}: segment names match {SEGMENT_PATTERN}")
-        names = {f"node-{string.ascii_lowercase[i]}" for i in range(self.nodes)}
+        names = {node_name(i) for i in range(self.nodes)}
         for k, cfg in self.nodeOverrides.items():
             if k not in names:
                 raise ValueError(f"nodeOverrides.{k}: no such node (nodes: {', '.join(sorted(names))})")
@@ -355,9 +391,63 @@ class NodeTopology:
         return cls(**d)
 
 
-def _host(subnet: str, index: int) -> str:
+def _host(subnet: str, index: int, segment: str = "?") -> str:
+    """Node ``index``'s default address on ``subnet``: host .(11+index), as addr/prefix.
+    Raises ScenarioError when the subnet has no such host (naming the segment)."""
     net = ipaddress.ip_network(subnet)
+    last = net.num_addresses - (1 if net.version == 6 else 2)  # the highest usable host
+    if 11 + index > last:
+        raise ScenarioError(f"segments.{segment}: {subnet} has no host .{11 + index} for "
+                            f"{node_name(index)} (nodes get host 11+i; {last - 10} node(s) fit): "
+                            f"use a larger subnet (a /24 holds {MAX_NODES})")
     return f"{net.network_address + 11 + index}/{net.prefixlen}"
+
+
+def check_address_plan(topos: list["NodeTopology"], segments: dict[str, "Segment"],
+                       where: str = "scenario") -> None:
+    """Refuse an address plan the cluster cannot run: segment subnets that overlap each
+    other or the cluster's pod network (10.244.0.0/16) or Service range (10.96.0.0/16); a
+    NIC or decoy address inside those ranges; one address on two NICs (decoys are
+    node-local and may repeat, like docker0); a NIC whose fabric end
+    (``<segment><k>-<node>``) exceeds the 15 bytes of an interface name. Pure.
+    Raises ScenarioError naming the field, the nodes and what to change."""
+    reserved = {k: ipaddress.ip_network(v) for k, v in RESERVED_RANGES.items()}
+
+    def clash(net) -> Optional[str]:
+        return next((f"the {what} {r}" for what, r in reserved.items()
+                     if r.version == net.version and r.overlaps(net)), None)
+
+    nets = [(name, ipaddress.ip_network(c)) for name, seg in segments.items()
+            for c in (seg.subnet, seg.subnet6) if c]
+    for i, (name, net) in enumerate(nets):
+        if (what := clash(net)) is not None:
+            raise ScenarioError(f"{where}: segments.{name}: {net} overlaps {what}; "
+                                f"pick another subnet")
+        for other, onet in nets[i + 1:]:
+            if other != name and onet.version == net.version and onet.overlaps(net):
+                raise ScenarioError(f"{where}: segments.{name} ({net}) and segments.{other} "
+                                    f"({onet}) overlap; give each segment its own subnet")
+    owner: dict = {}
+    for t in topos:
+        for ln in t.links:
+            for a in ln.addresses:
+                iface = ipaddress.ip_interface(a)
+                if (what := clash(iface.network)) is not None:
+                    raise ScenarioError(f"{where}: {t.name}: {ln.name} {a} overlaps {what}; "
+                                        f"pick another address")
+                if ln.segment is None:
+                    continue
+                if iface.ip in owner:
+                    raise ScenarioError(f"{where}: {t.name}: {ln.name} {iface.ip} is also "
+                                        f"{owner[iface.ip]}'s address: duplicate addresses on "
+                                        f"the fabric; give each NIC its own")
+                owner[iface.ip] = f"{t.name} {ln.name}"
+            if ln.fabric_peer and len(ln.fabric_peer.encode()) > IFNAMSIZ:
+                room = IFNAMSIZ - len(ln.fabric_peer.encode()) + len(ln.segment)
+                raise ScenarioError(f"{where}: segments.{ln.segment}: the fabric end of "
+                                    f"{t.name}'s {ln.name}, {ln.fabric_peer!r}, is longer than "
+                                    f"the {IFNAMSIZ} bytes of an interface name: use a segment "
+                                    f"name of at most {max(room, 1)} characters")
 
 
 def node_config(sc: Scenario, node: str) -> NodeConfig:
@@ -369,11 +459,13 @@ def node_config(sc: Scenario, node: str) -> NodeConfig:
 
 
 def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> list[NodeTopology]:
-    """One NodeTopology per node. Raises ScenarioError for a node without an IPv4 NIC."""
+    """One NodeTopology per node (names: config.node_name), its address plan checked
+    (:func:`check_address_plan`). Raises ScenarioError for a node without an IPv4 NIC,
+    a segment too small for the nodes, or a plan the checks refuse."""
     segs = segments or sc.segments
     out = []
     for i in range(sc.nodes):
-        name = f"node-{string.ascii_lowercase[i]}"
+        name = node_name(i)
         cfg = node_config(sc, name)
         decoys = cfg.decoys if cfg.decoys is not None else [Decoy(**d) for d in DEFAULT_DECOYS]
         nics = cfg.nics if cfg.nics is not None else [Nic(**n) for n in DEFAULT_NICS]
@@ -385,7 +477,8 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             if nic.addresses is not None:
                 addrs = list(nic.addresses)
             else:
-                addrs = [_host(seg.subnet, i)] + ([_host(seg.subnet6, i)] if seg.subnet6 else [])
+                addrs = [_host(seg.subnet, i, nic.segment)] + \
+                    ([_host(seg.subnet6, i, nic.segment)] if seg.subnet6 else [])
             k = used.get(nic.segment, 0)
             used[nic.segment] = k + 1
             peer = f"{nic.segment}{k if k else ''}-{name}"
@@ -408,6 +501,7 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             env={k: expand(v) for k, v in (cfg.env or {}).items()},
             library_paths=[expand(p) for p in cfg.libraryPaths or []],
             pythonpath=[expand(p) for p in cfg.pythonpath or []], gpus=cfg.gpus))
+    check_address_plan(out, segs, sc.name or "scenario")
     return out
 
 

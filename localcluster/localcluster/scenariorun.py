@@ -143,6 +143,9 @@ def _rank_nodes(ns: str) -> dict[int, str]:
 def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.0) -> Outcome:
     """Apply the scenario's job in namespace ``ns`` (created) and wait for ``expect``."""
     _kubectl("create", "namespace", ns, check_=False)
+    if sc.kueue is not None:  # the job's namespace gets Kueue's LocalQueue
+        from . import cli, kueue
+        kueue.apply(cli.admin_client(config.state_dir()), kueue.local_queue(ns))
     docs = scn.job_documents(sc)
     t0 = time.monotonic()
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))

@@ -193,8 +193,44 @@ class ProbeSpec(_Model):
     )
 
 
+class GangScheduler(str, Enum):
+    """Who schedules the job's pods all or nothing (see docs/scheduling.md)."""
+
+    auto = "auto"
+    workload = "workload"
+    coscheduling = "coscheduling"
+    volcano = "volcano"
+    none = "none"
+
+
+class SchedulingPolicy(_Model):
+    """All-or-nothing scheduling of the probe pods and of the training pods (each a gang of
+    numNodes pods), so a job never holds some nodes while it waits for the rest."""
+
+    gang: GangScheduler = Field(
+        GangScheduler.auto,
+        description="auto: Kubernetes' workload scheduling API (Workload and PodGroup in "
+        "scheduling.k8s.io/v1beta1, GenericWorkload feature gate) when the apiserver serves it, "
+        "else none. workload: that API, required. coscheduling: a PodGroup of "
+        "scheduler-plugins (scheduling.x-k8s.io/v1alpha1) and its scheduler. volcano: a "
+        "Volcano PodGroup (scheduling.volcano.sh/v1beta1) and the volcano scheduler. none: "
+        "pods are scheduled one by one (a job may hold some nodes while it waits for others).",
+    )
+    scheduler_name: Optional[str] = Field(
+        None,
+        max_length=253,
+        description="schedulerName for the pods; default: scheduler-plugins-scheduler with "
+        "coscheduling, volcano with volcano, the template's (or the default scheduler) else.",
+    )
+    schedule_timeout_seconds: Optional[int] = Field(
+        None, strict=True, ge=1, description="coscheduling: the PodGroup's scheduleTimeoutSeconds."
+    )
+
+
 class RunPolicy(_Model):
     """What happens when training fails or ends (Kubeflow's RunPolicy)."""
+
+    scheduling_policy: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
 
     backoff_limit: int = Field(
         0, strict=True, ge=0, le=100, description="Gang restarts of all ranks before the job is Failed."
@@ -203,7 +239,9 @@ class RunPolicy(_Model):
         None, strict=True, ge=1, description="Seconds from the start of training until the job is Failed."
     )
     ttl_seconds_after_finished: Optional[int] = Field(
-        None, strict=True, ge=0, description="Reserved: seconds after finishing before the job is deleted."
+        None, strict=True, ge=0, description="Seconds after the job finished (Succeeded or Failed) until the "
+        "operator deletes it, and with it its pods and Service (as batch/v1 Job and Kubeflow do). "
+        "Unset: the job is kept."
     )
     clean_pod_policy: CleanPodPolicy = Field(
         CleanPodPolicy.Running,
@@ -246,6 +284,13 @@ class DistTrainingJobSpec(_Model):
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    suspend: bool = Field(
+        False, strict=True,
+        description="Suspend the job (as batch/v1 Job, JobSet and Kubeflow Trainer): created "
+        "suspended, nothing runs; suspended while probing or training, its pods are deleted; "
+        "resumed, the probes run again (the nodes may differ), then training. "
+        "runPolicy.activeDeadlineSeconds counts from the last resume.",
+    )
 
     @field_validator("num_proc_per_node")
     @classmethod
@@ -356,6 +401,7 @@ NAME_RULES: list[dict[str, Any]] = [
         "check": lambda name, spec: len(name) <= 63,
     },
     {
+        "needs_spec": True,
         "rule": f"!{_CEL_DNS} || size(self.metadata.name) + "
         "size(string(self.spec.numNodes - 1)) <= 62",
         # A static message at admission: the apiserver refuses string concatenation here (its
@@ -370,6 +416,7 @@ NAME_RULES: list[dict[str, Any]] = [
             "spec.network.enableDNSHostnames: false"),
     },
     {
+        "needs_spec": True,
         "rule": f"!{_CEL_OWN_SERVICE} || self.metadata.name.matches('^[a-z]')",
         "message": "must start with a letter: it names the job's headless "
         "Service (a DNS-1035 label); rename the job, or set spec.network.subdomain to a "
@@ -392,14 +439,13 @@ def job_name_problem(name: Any, spec: Optional[DistTrainingJobSpec] = None) -> O
     (no dots) of at most 63 characters; with DNS hostnames, ``<name>-<rank>`` within 63
     characters for the last rank; with an operator-created headless Service, a leading
     letter. ``spec`` is the validated spec (its numNodes and network decide the last two);
-    without it the strictest case is assumed (DNS hostnames, own Service, 4096 nodes).
+    without it only the first two are checked, so pass it once the spec is valid.
     Pure; never raises. The message names metadata.name, why and the fix."""
     if not isinstance(name, str) or not name:
         return "metadata.name is missing"
-    if spec is None:
-        spec = DistTrainingJobSpec.model_construct(
-            num_nodes=4096, network=NetworkSpec(), num_proc_per_node="auto")
     for rule in NAME_RULES:
+        if spec is None and rule.get("needs_spec"):
+            continue
         if not rule["check"](name, spec):
             why = rule["message_of"](name, spec) if "message_of" in rule else rule["message"]
             return f"metadata.name {name[:80]!r} {why}"
@@ -418,12 +464,14 @@ def name_rules_cel() -> list[dict[str, str]]:
 class Condition(_Model):
     """metav1.Condition."""
 
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
+    type: str = Field(description="Condition type, e.g. Validated (docs/conditions.md).")
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="True is good (positive polarity); Unknown: not decided yet.")
+    reason: str = Field(description="CamelCase reason constant (docs/conditions.md).")
+    message: str = Field("", description="At most 400 characters: cause, node(s), fix.")
     last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
-    observed_generation: Optional[int] = None
+    observed_generation: Optional[int] = Field(
+        None, description="metadata.generation of the spec this condition was computed from.")
 
 
 class NodeResult(_Model):
@@ -433,9 +481,10 @@ class NodeResult(_Model):
     name: str = Field(description="Kubernetes node name.")
     address: Optional[str] = Field(None, description="Address on the chosen interface.")
     interface: Optional[str] = Field(None, description="Chosen NCCL_SOCKET_IFNAME on this node.")
-    torch: Optional[str] = None
-    cuda: Optional[str] = None
-    nccl: Optional[str] = None
+    torch: Optional[str] = Field(None, description="torch version the probe ran with.")
+    cuda: Optional[str] = Field(None, description="CUDA version torch was built with.")
+    nccl: Optional[str] = Field(
+        None, description="Version of the libnccl loaded in the probe's process.")
 
 
 class RendezvousStatus(_Model):
@@ -444,7 +493,7 @@ class RendezvousStatus(_Model):
     master_addr: Optional[str] = Field(
         None, description="MASTER_ADDR: rank 0's DNS name (<job>-0.<subdomain>) with DNS "
         "hostnames, else rank 0's pod address (its node's with hostNetwork).")
-    master_port: Optional[int] = None
+    master_port: Optional[int] = Field(None, description="MASTER_PORT (spec.rendezvous.port).")
     socket_ifname: Optional[str] = Field(
         None, description="NCCL_SOCKET_IFNAME: one name, or a comma list when names differ."
     )
@@ -454,11 +503,14 @@ class ProbeStatus(_Model):
     """Summary of the last probe run."""
 
     attempt: int = Field(0, description="Probe runs started for this job.")
-    start_time: Optional[str] = None
-    completion_time: Optional[str] = None
-    duration_seconds: Optional[float] = None
-    backend: Optional[str] = None
-    message_size_bytes: Optional[int] = None
+    start_time: Optional[str] = Field(
+        None, description="RFC 3339: the attempt's first probe pod was created.")
+    completion_time: Optional[str] = Field(None, description="RFC 3339: the verdict was written.")
+    duration_seconds: Optional[float] = Field(
+        None, description="Seconds from startTime to the verdict.")
+    backend: Optional[str] = Field(None, description="Backend of the all-reduce: nccl or gloo.")
+    message_size_bytes: Optional[int] = Field(
+        None, description="All-reduce message size in bytes.")
     alg_bandwidth_gbps: Optional[float] = Field(
         None, alias="algBandwidthGBps", description="algbw in GB/s (1e9 B/s)."
     )
@@ -479,14 +531,19 @@ class DistTrainingJobStatus(_Model):
         None, description="Summary of the conditions: Pending, Probing, Validated, Running, "
         "Succeeded, Failed."
     )
-    observed_generation: Optional[int] = None
-    conditions: list[Condition] = Field(default_factory=list)
-    nodes: list[NodeResult] = Field(default_factory=list)
+    observed_generation: Optional[int] = Field(
+        None, description="metadata.generation of the spec last acted on.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="metav1.Conditions, one per type (docs/conditions.md).")
+    nodes: list[NodeResult] = Field(
+        default_factory=list, description="Per node rank: what its probe validated.")
     rendezvous: RendezvousStatus = Field(default_factory=RendezvousStatus)
     probe: ProbeStatus = Field(default_factory=ProbeStatus)
     restarts: int = Field(0, description="Gang restarts so far.")
-    start_time: Optional[str] = None
-    completion_time: Optional[str] = None
+    start_time: Optional[str] = Field(
+        None, description="RFC 3339: the first training pod was created.")
+    completion_time: Optional[str] = Field(
+        None, description="RFC 3339: the job finished (Succeeded or Failed).")
 
 
 class DistTrainingJob(_Model):

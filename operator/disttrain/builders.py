@@ -215,6 +215,20 @@ def _base_pod(
     }
 
 
+def _declare_rendezvous_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, rank: int) -> None:
+    """With hostNetwork, node rank 0's pod binds the rendezvous port on its node: declare it
+    as a hostPort (equal to containerPort, as hostNetwork requires), so the scheduler never
+    puts two jobs' rank 0 on one node (their stores would collide: Address already in use);
+    it places the second elsewhere, or it waits. Other ranks bind no fixed port."""
+    if not spec.network.host_network or rank != 0:
+        return
+    port = spec.rendezvous.port
+    ports = [p for p in _list(ctr.get("ports")) if isinstance(p, dict)
+             and p.get("containerPort") != port and p.get("hostPort") != port]
+    ports.append({"name": "rendezvous", "containerPort": port, "hostPort": port, "protocol": "TCP"})
+    ctr["ports"] = ports
+
+
 def _require_node_affinity(pod_spec: dict[str, Any], node: str) -> None:
     """Pin to one node through the scheduler (nodeAffinity on kubernetes.io/hostname)."""
     affinity = pod_spec["affinity"] = _dict(pod_spec.get("affinity"))
@@ -288,6 +302,9 @@ def build_probe_pod(
         _env_var("DISTTRAIN_PROBE_TIMEOUT_SECONDS", spec.probe.timeout_seconds),
         _env_var("DISTTRAIN_PROBE_MIN_BUSBW_GBPS", spec.probe.min_bus_bandwidth_gbps),
         _env_var("DISTTRAIN_PROBE_REPORT_PATH", c.TERMINATION_MESSAGE_PATH),
+        # Echoed in the report: the operator trusts a report only from this job's attempt.
+        _env_var("DISTTRAIN_PROBE_JOB_UID", job.uid),
+        _env_var("DISTTRAIN_PROBE_ATTEMPT", attempt),
         _env_var("PYTHONUNBUFFERED", "1"),
     ]
     if spec.network.port_range:
@@ -330,6 +347,7 @@ def build_probe_pod(
         probe["env"] = _merge_env(
             probe["env"], [_env_var("PYTHONPATH", c.PROBE_INSTALL_DIR)]
         )
+    _declare_rendezvous_port(probe, spec, rank)
     pod_spec["containers"] = [probe]
     # The probe must end on its own; this is the kubelet-enforced backstop.
     pod_spec["activeDeadlineSeconds"] = spec.probe.timeout_seconds + 60
@@ -458,5 +476,6 @@ def build_worker_pod(
         )
         trainer["args"] = []
     trainer.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    _declare_rendezvous_port(trainer, spec, rank)
     pod_spec["containers"] = [trainer] + _list(pod_spec.get("containers"))[1:]
     return pod

@@ -15,6 +15,21 @@ from . import constants as c
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
+# A condition message says the cause, the node(s) and the fix in at most this many
+# characters; details go to status fields, Events and `disttrain explain`.
+MAX_MESSAGE = 400
+
+
+def clip(message: str, limit: int = MAX_MESSAGE) -> str:
+    """``message`` cut to ``limit`` characters at a word boundary, ending in "..." when cut."""
+    if len(message) <= limit:
+        return message
+    cut = message[: limit - 3]
+    space = cut.rfind(" ")
+    if space > limit // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ;,:") + "..."
+
 
 def now_rfc3339(now: Optional[datetime] = None) -> str:
     """``now`` (default: the current UTC time) as RFC 3339 with second precision and ``Z``."""
@@ -97,6 +112,8 @@ def phase(conditions: list[dict[str, Any]], probing: bool) -> str:
         return c.PHASE_SUCCEEDED
     if is_true(conditions, c.FAILED):
         return c.PHASE_FAILED
+    if is_true(conditions, c.SUSPENDED):
+        return c.PHASE_SUSPENDED
     if is_true(conditions, c.TRAINING_STARTED):
         return c.PHASE_RUNNING
     if is_true(conditions, c.VALIDATED):

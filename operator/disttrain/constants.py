@@ -55,6 +55,8 @@ VALIDATED = "Validated"
 TRAINING_STARTED = "TrainingStarted"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
+SUSPENDED = "Suspended"  # written only once a job was suspended (True), False after a resume
+ADMITTED = "Admitted"  # written only for jobs queued in Kueue (label kueue.x-k8s.io/queue-name)
 
 # Order matters: the probe checks run in this order, so the first failing one is the cause.
 CHECK_CONDITIONS = (
@@ -73,6 +75,7 @@ PHASE_VALIDATED = "Validated"
 PHASE_RUNNING = "Running"
 PHASE_SUCCEEDED = "Succeeded"
 PHASE_FAILED = "Failed"
+PHASE_SUSPENDED = "Suspended"
 
 # ---- reasons ---------------------------------------------------------------------------
 # Unknown / in progress
@@ -87,6 +90,7 @@ REASON_PROBES_SCHEDULED = "AllProbesScheduled"
 REASON_PROBE_UNSCHEDULABLE = "ProbeUnschedulable"
 REASON_PROBE_IMAGE_PULL_FAILED = "ProbeImagePullFailed"
 REASON_NOT_ENOUGH_NODES = "NotEnoughNodes"
+REASON_WAITING_FOR_RESOURCES = "WaitingForResources"  # Unknown: nodes only busy; it waits
 
 # MasterReachable
 REASON_MASTER_REACHABLE = "MasterPortOpen"
@@ -137,6 +141,24 @@ REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
 REASON_PREFLIGHT_FAILED = "PreflightFailed"
 REASON_RESTARTING = "Restarting"
 
+# The control loop itself (any condition; see docs/conditions.md)
+REASON_INVALID_SPEC = "InvalidSpec"  # the spec (or the job's name) cannot be acted on
+REASON_INVALID_POD_TEMPLATE = "InvalidPodTemplate"  # the apiserver refused a pod built from it
+REASON_API_ERROR = "APIError"  # API calls keep failing; retried with backoff
+REASON_NAME_CONFLICT = "NameConflict"  # a pod the job needs is held by one that is not its own
+REASON_TTL_EXPIRED = "TTLExpired"  # Event only: the finished job is deleted
+REASON_PROBE_POD_LOST = "ProbePodLost"  # a probe pod was evicted or deleted before it reported
+REASON_JOB_SUSPENDED = "JobSuspended"  # Suspended=True, and the stage conditions it stopped
+REASON_JOB_RESUMED = "JobResumed"  # Suspended=False after a resume
+REASON_WORKLOAD_ADMITTED = "WorkloadAdmitted"  # Admitted=True: Kueue reserved the quota
+REASON_WAITING_FOR_QUOTA = "WaitingForQuota"  # Admitted=False: queued, with Kueue's message
+REASON_WORKLOAD_EVICTED = "WorkloadEvicted"  # Admitted=False: preempted or its queue stopped
+REASON_WORKLOAD_DEACTIVATED = "WorkloadDeactivated"  # Failed: Kueue deactivated the Workload
+REASON_KUEUE_UNAVAILABLE = "KueueUnavailable"  # Admitted=False: Kueue's objects cannot be read
+REASON_OPERATOR_ERROR = "OperatorError"  # a bug in the operator; retried with backoff
+# Terminal reasons that are the spec's fault, not the cluster's (no "preflight failed").
+SPEC_REASONS = frozenset({REASON_INVALID_SPEC, REASON_INVALID_POD_TEMPLATE})
+
 # Failure reason -> the condition type that reports it. Reasons absent here are summary-only.
 REASON_CONDITION: dict[str, str] = {
     REASON_PROBE_UNSCHEDULABLE: PROBES_SCHEDULED,
@@ -175,4 +197,12 @@ PASS_REASON = {
     NETWORK_VALIDATED: REASON_INTERFACE_SELECTED,
     VERSIONS_CONSISTENT: REASON_VERSIONS_MATCH,
     COLLECTIVE_VALIDATED: REASON_ALLREDUCE_PASSED,
+}
+
+# Reasons of progress or success: their Events are Normal (all others are Warnings).
+QUIET_REASONS = frozenset(PASS_REASON.values()) | {
+    REASON_ALL_CHECKS_PASSED, REASON_ALL_RANKS_RUNNING, REASON_ALL_RANKS_SUCCEEDED,
+    REASON_NOT_CHECKED, REASON_PROBING, REASON_PROBES_PENDING, REASON_NOT_REACHED,
+    REASON_PROBE_DISABLED, REASON_TRAINING_PENDING, REASON_TRAINING_RUNNING, REASON_RESTARTING,
+    REASON_JOB_SUSPENDED, REASON_JOB_RESUMED, REASON_WORKLOAD_ADMITTED, REASON_WAITING_FOR_QUOTA,
 }

@@ -6,7 +6,7 @@ is a :class:`Diagnosis`: the five check conditions plus the ``Validated`` summar
 results, the interface each rank must use, bandwidth, warnings.
 
 Rules:
-- the cause is the failure of the earliest check (DESIGN.md order: scheduling, master,
+- the cause is the failure of the earliest check (docs/conditions.md order: scheduling, master,
   network, versions, collective); a specific reason from any rank beats a generic one
   (rank 0's RendezvousTimeout is usually a peer's MasterAddrLoopback);
 - checks before the failing one are True, checks after it Unknown (not reached);

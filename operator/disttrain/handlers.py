@@ -1,12 +1,15 @@
 """kopf wiring: watch events only trigger the level-based reconcile; no logic lives here.
 
 Why event handlers and not ``@kopf.timer``: kopf puts a finalizer on every object that has
-timers or daemons, so deleting a job while the operator is down would hang. Events plus a
-sweep task (for deadlines and as a safety net) need no finalizer: ownerReferences and the
-garbage collector remove the children.
+timers or daemons, so deleting a job while the operator is down would hang. Events, the
+plan's own ``requeue_after`` (the next time-based decision: a probe budget, a deadline, a
+TTL) and a slow sweep as a safety net need no finalizer: ownerReferences and the garbage
+collector remove the children.
 
 Each trigger runs :func:`step` for one job in a worker thread; triggers for a job that is
-already being reconciled are coalesced into one more run afterwards.
+already being reconciled are coalesced into one more run afterwards. A step never raises
+into kopf: a failed read is retried with exponential backoff, and failed writes are fed to
+the next step (:mod:`disttrain.policies.apierrors`), which shows them on the job.
 """
 
 from __future__ import annotations
@@ -14,58 +17,72 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from datetime import datetime, timezone
+from typing import Optional
 
 import kopf
 from kubernetes import config as kube_config
 
-from . import conditions as cond
 from . import constants as c
 from . import metrics
 from .kube import Kube
-from .reconcile import reconcile
-from .report import parse_report as _parse_report_model
+from .runner import Reconciler
 
 log = logging.getLogger("disttrain.handlers")
 
-SWEEP_SECONDS = float(os.environ.get("DISTTRAIN_SWEEP_SECONDS", "2"))
+# Safety net only: precise wake-ups come from each plan's requeue_after.
+SWEEP_SECONDS = float(os.environ.get("DISTTRAIN_SWEEP_SECONDS", "10"))
 
-_kube: Kube | None = None
-_running: set[tuple[str, str]] = set()
-_dirty: set[tuple[str, str]] = set()
-_active: set[tuple[str, str]] = set()  # known, non-terminal jobs (swept periodically)
+Key = tuple[str, str]
+_reconciler: Optional[Reconciler] = None
+_running: set[Key] = set()
+_dirty: set[Key] = set()
+_active: set[Key] = set()  # known, non-terminal jobs (swept periodically)
+_timers: dict[Key, asyncio.TimerHandle] = {}
+_due: dict[Key, float] = {}  # loop time at which the pending timer fires
 
 
-def parse_report(raw: str) -> dict:
-    """Termination message -> the report's camelCase dict; ValueError when invalid."""
-    return _parse_report_model(raw).model_dump(by_alias=True, mode="json")
-
-
-def step(namespace: str, name: str) -> None:
-    """One reconcile of one job: read fresh, compute the plan, apply it."""
-    assert _kube is not None
-    job = _kube.get_job(namespace, name)
-    if job is None or job["metadata"].get("deletionTimestamp"):
-        _active.discard((namespace, name))
-        metrics.forget(namespace, name)
-        return
-    pods = _kube.list_pods(namespace, name)
-    plan = reconcile(
-        job,
-        pods,
-        datetime.now(timezone.utc),
-        parse_report,
-        probe_image=os.environ.get("DISTTRAIN_PROBE_IMAGE", c.DEFAULT_PROBE_IMAGE),
-    )
-    _kube.apply(job, plan)
-    metrics.observe(namespace, name, job.get("status"), plan.status)
-    conds = plan.status.get("conditions") or []
-    terminal = cond.is_true(conds, c.SUCCEEDED) or cond.is_true(conds, c.FAILED)
-    # Terminal jobs are still visited by events (cleanup), not by the sweep.
-    if terminal and not plan.deletes:
-        _active.discard((namespace, name))
+def step(namespace: str, name: str) -> Optional[float]:
+    """One step of one job with the operator's API handle (see :meth:`Reconciler.step`)."""
+    assert _reconciler is not None
+    key = (namespace, name)
+    result = _reconciler.step(namespace, name)
+    if result.gone:
+        _forget(key)
+        return None
+    if result.settled:
+        _active.discard(key)  # still visited by events and its TTL timer
     else:
-        _active.add((namespace, name))
+        _active.add(key)
+    return result.delay
+
+
+def _forget(key: Key) -> None:
+    _active.discard(key)
+    if _reconciler is not None:
+        _reconciler.forget(key)
+    handle = _timers.pop(key, None)
+    _due.pop(key, None)
+    if handle is not None:
+        handle.cancel()
+    metrics.forget(*key)
+
+
+def _schedule(key: Key, delay: float) -> None:
+    """Run the job's step again in ``delay`` seconds (an earlier pending wake-up wins)."""
+    loop = asyncio.get_running_loop()
+    at = loop.time() + max(0.2, delay)
+    if key in _timers and _due.get(key, float("inf")) <= at:
+        return
+    if key in _timers:
+        _timers[key].cancel()
+
+    def fire() -> None:
+        _timers.pop(key, None)
+        _due.pop(key, None)
+        asyncio.ensure_future(trigger(*key))
+
+    _timers[key] = loop.call_at(at, fire)
+    _due[key] = at
 
 
 async def trigger(namespace: str, name: str) -> None:
@@ -79,10 +96,12 @@ async def trigger(namespace: str, name: str) -> None:
         while True:
             _dirty.discard(key)
             try:
-                await asyncio.to_thread(step, namespace, name)
-            except Exception:  # the sweep retries; never kill the event loop
-                log.exception("reconcile of %s/%s failed; will retry", namespace, name)
-                _active.add(key)
+                delay = await asyncio.to_thread(step, namespace, name)
+            except Exception:  # noqa: BLE001 - a bug in the shell: never kill the event loop
+                log.exception("reconcile of %s/%s failed; retrying", namespace, name)
+                delay = 10.0
+            if delay is not None:
+                _schedule(key, delay)
             if key not in _dirty:
                 break
     finally:
@@ -98,7 +117,7 @@ async def _sweep() -> None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_) -> None:
-    global _kube
+    global _reconciler
     # kopf's own progress goes to annotations under our prefix; .status is for users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.disttrain.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -110,14 +129,14 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
         kube_config.load_incluster_config()
     except kube_config.ConfigException:
         kube_config.load_kube_config()
-    _kube = Kube()
+    _reconciler = Reconciler(Kube(), os.environ.get("DISTTRAIN_PROBE_IMAGE", c.DEFAULT_PROBE_IMAGE))
     asyncio.create_task(_sweep())
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL)
 async def job_event(event, name, namespace, **_) -> None:
     if event.get("type") == "DELETED":
-        _active.discard((namespace, name))
+        _forget((namespace, name))
         return
     await trigger(namespace, name)
 

@@ -6,7 +6,9 @@
 - ``disttrain_probe_duration_seconds``: preflight duration, first probe pod created to
   verdict (histogram, seconds);
 - ``disttrain_job_bus_bandwidth_gbps{namespace,job}``: the last probe's all-reduce busbw
-  per job (gauge, GB/s with GB = 1e9 bytes).
+  per job (gauge, GB/s with GB = 1e9 bytes);
+- ``disttrain_api_errors_total{verb,kind,code}``: API calls that failed and are retried
+  (counter; code 0 when the apiserver did not answer).
 
 :func:`observe` derives every update from the status before and after one reconcile step,
 so a metric moves exactly once per transition however often the step runs.
@@ -34,6 +36,11 @@ PROBE_DURATION = Histogram(
 BUS_BANDWIDTH = Gauge(
     "disttrain_job_bus_bandwidth_gbps", "Last probe all-reduce busbw per job (GB/s).",
     ["namespace", "job"], registry=REGISTRY,
+)
+
+API_ERRORS = Counter(
+    "disttrain_api_errors", "API calls of reconcile steps that failed, by verb, kind and HTTP code "
+    "(0: no answer).", ["verb", "kind", "code"], registry=REGISTRY,
 )
 
 _phases: dict[tuple[str, str], str] = {}
@@ -67,6 +74,11 @@ def observe(namespace: str, name: str, old: Optional[dict], new: dict) -> None:
     busbw = (new.get("probe") or {}).get("busBandwidthGBps")
     if busbw is not None:
         BUS_BANDWIDTH.labels(namespace, name).set(float(busbw))
+
+
+def api_error(verb: str, kind: str, code: int) -> None:
+    """Count one failed API call (retried by the next step)."""
+    API_ERRORS.labels(verb, kind, str(code)).inc()
 
 
 def forget(namespace: str, name: str) -> None:

@@ -174,8 +174,8 @@ TrainerEnvVar.model_rebuild(force=True)
 
 
 class ResourceRequirements(_K8s):
-    """Compute resources; quantities as Kubernetes writes them (``2``, ``500m``, ``4Gi``;
-    a plain number must be an integer: write ``0.5`` as ``"0.5"`` or ``500m``)."""
+    """Compute resources; quantities as Kubernetes writes them (2, "500m", "4Gi"; a plain
+    number must be an integer: write 0.5 as "0.5" or "500m")."""
 
     limits: Optional[dict[str, Quantity]] = None
     requests: Optional[dict[str, Quantity]] = None

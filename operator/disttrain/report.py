@@ -148,6 +148,8 @@ class ProbeReport(_Model):
     v: int = Field(description="report contract version")
     rank: Optional[int] = None
     world_size: Optional[int] = None
+    job_uid: Optional[str] = Field(default=None, description="the job's UID, echoed")
+    attempt: Optional[int] = Field(default=None, description="probe attempt, echoed")
     node: Optional[str] = None
     pod: Optional[str] = None
     hostname: Optional[str] = None

@@ -64,6 +64,8 @@ class Probe:
             "v": REP.VERSION,
             "rank": cfg.rank,
             "worldSize": cfg.world_size,
+            "jobUid": cfg.job_uid,
+            "attempt": cfg.attempt,
             "node": cfg.node_name,
             "pod": cfg.pod_name,
             "hostname": self.inv.get("hostname"),
@@ -160,10 +162,10 @@ class Probe:
 
     # -- phases ---------------------------------------------------------------------
     def run(self) -> int:
-        from . import collective, connectivity, interfaces, inventory, rendezvous, versions
+        from . import collective, connectivity, hardware, interfaces, inventory, rendezvous, versions
         cfg = self.cfg
         node = cfg.node_name
-        if cfg.rank == 0:  # listen on the master port now, not after the slow torch import
+        if cfg.rank == 0 and not cfg.agent_store:  # listen on the master port now, not after the slow torch import
             self.state["master_listener"] = rendezvous.listen_early(cfg.master_port)
         try:
             d = self.begin("inventory", R.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
@@ -179,6 +181,8 @@ class Probe:
             w = connectivity.port_range_warning(node, self.inv.get("portRange"), cfg.port_range)
             if w:
                 self.state["warnings"].append(w)
+            hw = hardware.collect(hardware.requested_gpus())  # GPUs, RDMA, /dev/shm (hardware.py)
+            self.state["warnings"].extend(hardware.findings(hw, node))
 
             d = self.begin("rendezvous", R.MASTER_PORT_TIMEOUT, f"{node}: rendezvous hung")
             self.store, self.bus = rendezvous.rendezvous(cfg, self.inv, d, self.tracker, self.state)
@@ -210,8 +214,12 @@ class Probe:
 
             d = self.begin("collective", R.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
             self.allreduce = {}
+            nccl_log = hardware.start_nccl_capture(self.backend)  # NCCL's own INFO lines
             collective.run(cfg, self.store, (self.chosen or {}).get("ifname"), self.backend, d,
                            self.tracker, self.allreduce)
+            seen = {w.get("reason") for w in self.state["warnings"]}
+            self.state["warnings"].extend(w for w in hardware.finish_nccl_capture(nccl_log, hw, node)
+                                          if w["reason"] not in seen)
             self.ok = True
             d = self.begin("report", None, f"{node}: final barrier hung")
             self._finish_barrier(d)
@@ -287,7 +295,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0  # --help
         msg = str(e) if isinstance(e, C.ConfigError) else "invalid command line (see --help)"
         rank = os.environ.get("RANK")
+        attempt = os.environ.get("DISTTRAIN_PROBE_ATTEMPT")
         r = {"v": REP.VERSION, "rank": int(rank) if (rank or "").isdigit() else None,
+             "jobUid": os.environ.get("DISTTRAIN_PROBE_JOB_UID") or None,
+             "attempt": int(attempt) if (attempt or "").isdigit() else None,
+             "pod": os.environ.get("POD_NAME") or None,
              "worldSize": None, "node": os.environ.get("NODE_NAME") or None, "ok": False,
              "phase": "config", "failure": {"reason": R.PROBE_INTERNAL_ERROR, "phase": "config",
                                             "message": f"bad probe input: {msg}"},

@@ -46,6 +46,17 @@ class Config:
     # was already running before this rank's pod was created (None: no such evidence).
     master_started_at: Optional[str] = None
     master_grace_seconds: float = DEFAULT_MASTER_GRACE
+    # Echoed in the report so the operator can tell this run's report from another job's
+    # (same name, deleted and re-applied) or an older attempt's: the job's UID and the
+    # probe attempt (None when run outside the operator).
+    job_uid: Optional[str] = None
+    attempt: Optional[int] = None
+    # The launcher that started the probe (launcher.py): torchrun's agent may already
+    # host the store on MASTER_PORT (agent_store: every rank joins it as a client, keys
+    # under store_prefix).
+    launcher: str = "env"
+    agent_store: bool = False
+    store_prefix: str = ""
 
     @property
     def loopback_requested(self) -> bool:
@@ -61,6 +72,11 @@ def _int(name: str, raw: Optional[str], minimum: int = 0) -> int:
     if v < minimum:
         raise ConfigError(f"{name}={v} must be >= {minimum}")
     return v
+
+
+def _optional_int(name: str, raw: Optional[str]) -> Optional[int]:
+    """``raw`` as an integer >= 0, None when unset; ConfigError naming ``name`` otherwise."""
+    return None if raw is None else _int(name, raw, 0)
 
 
 def _float(name: str, raw: Optional[str], minimum: float = 0.0) -> float:
@@ -127,6 +143,8 @@ def _parser() -> argparse.ArgumentParser:
     a("--report-path", help="DISTTRAIN_PROBE_REPORT_PATH (default /dev/termination-log)")
     a("--master-started-at", help="DISTTRAIN_PROBE_MASTER_STARTED_AT: when rank 0's probe started "
                                   "(RFC 3339); set it only if rank 0 ran before this rank started")
+    a("--job-uid", help="DISTTRAIN_PROBE_JOB_UID: echoed in the report (set by the operator)")
+    a("--attempt", help="DISTTRAIN_PROBE_ATTEMPT: probe attempt, echoed in the report")
     a("--master-grace-seconds", help="DISTTRAIN_PROBE_MASTER_GRACE_SECONDS: with "
                                      "--master-started-at, stop dialling the master this many "
                                      "seconds after this probe started (default 5)")
@@ -147,7 +165,11 @@ def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[dict] =
 
 def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Config:
     """Build the config; raises :class:`ConfigError` naming the bad input."""
-    env = dict(os.environ if env is None else env)
+    from .launcher import LauncherError, resolve
+    try:  # torchrun / Slurm fill RANK, WORLD_SIZE, MASTER_* where the user set nothing
+        env, launch = resolve(dict(os.environ if env is None else env))
+    except LauncherError as e:
+        raise ConfigError(str(e))
     ns = _parser().parse_args(list(argv or []))
 
     def get(flag: Optional[str], var: str, default: Optional[str] = None) -> Optional[str]:
@@ -205,6 +227,9 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         master_grace_seconds=_float("DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
                                     get(ns.master_grace_seconds, "DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
                                         str(DEFAULT_MASTER_GRACE)), 0.0),
+        job_uid=get(ns.job_uid, "DISTTRAIN_PROBE_JOB_UID"),
+        attempt=_optional_int("DISTTRAIN_PROBE_ATTEMPT", get(ns.attempt, "DISTTRAIN_PROBE_ATTEMPT")),
+        launcher=launch.name, agent_store=launch.agent_store, store_prefix=launch.store_prefix,
     )
 
 

@@ -20,7 +20,7 @@ Listeners go on up interfaces only (a down one is rejected as Down anyway), at m
 :data:`MAX_ADDRS_PER_IFACE` addresses each (kube-ipvs0 can carry hundreds of service
 addresses). Up to :data:`FULL_MESH_MAX` ranks every rank dials every peer; beyond, the
 plan is ring neighbours (±1, ±2) plus two rounds of disjoint random pairs shared by all
-ranks, so the dials per rank stay constant (DESIGN.md, "Scale").
+ranks, so the dials per rank stay constant (docs/probe-report.md, "Limits").
 """
 from __future__ import annotations
 

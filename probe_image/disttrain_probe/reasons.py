@@ -44,7 +44,7 @@ FAILURES = (
     PROBE_INTERNAL_ERROR,
 )
 
-# Condition type (operator side, DESIGN.md) that each failure reason falsifies.
+# Condition type (operator side, docs/conditions.md) that each failure reason falsifies.
 CONDITION_OF = {
     MASTER_ADDR_LOOPBACK: "MasterReachable",
     MASTER_ADDR_UNRESOLVABLE: "MasterReachable",

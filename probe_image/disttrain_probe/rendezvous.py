@@ -267,7 +267,8 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
             f"{time.monotonic() - t_resolve:.0f}s of retries; use rank 0's node IP or a headless "
             f"Service name that exists before the probe starts"))
     loop = [a for a in resolved if is_loopback(a)]
-    if cfg.rank == 0:
+    agent_store = getattr(cfg, "agent_store", False)  # torchrun's agent hosts it: join
+    if cfg.rank == 0 and not agent_store:
         if (loop and cfg.world_size > 1 and not cfg.loopback_requested and not _is_ip(cfg.master_addr)
                 and not cfg.master_addr.lower().startswith("localhost")):
             # Rank 0 itself would serve, but the name is mapped to loopback on this node
@@ -294,7 +295,7 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
     else:
-        if loop and not cfg.loopback_requested:
+        if loop and not cfg.loopback_requested and cfg.rank != 0:
             raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(loop)} (loopback), "
                 f"so this rank would dial itself instead of rank 0; set MASTER_ADDR to rank 0's "
@@ -342,6 +343,8 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore handshake failed "
                 f"({str(e).splitlines()[0][:160]}); another service may own that port; change "
                 f"rendezvous.port"))
+    if getattr(cfg, "store_prefix", ""):  # a shared store: keys of this attempt only
+        store = dist.PrefixStore(cfg.store_prefix, store)
     store.set_timeout(timedelta(seconds=max(5.0, cfg.timeout_seconds)))
     bus = Bus(store, cfg.rank, cfg.world_size, node)
     state["bus"] = bus  # the caller needs it to abort peers even if the gather below fails

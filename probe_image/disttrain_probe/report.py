@@ -133,7 +133,8 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
     chosen = r.get("chosen") if isinstance(r.get("chosen"), dict) else {}
     master = r.get("master") if isinstance(r.get("master"), dict) else {}
     keep = {"v": r.get("v", VERSION), "rank": r.get("rank"), "worldSize": r.get("worldSize"),
-            "node": _cut(r.get("node"), 63), "ok": r.get("ok"), "phase": r.get("phase"),
+            "jobUid": _cut(r.get("jobUid"), 63), "attempt": r.get("attempt"),
+            "pod": _cut(r.get("pod"), 253), "node": _cut(r.get("node"), 63), "ok": r.get("ok"), "phase": r.get("phase"),
             "failure": r.get("failure"), "warnings": [], "truncated": True,
             "chosen": {k: _cut(chosen.get(k), 63) for k in ("ifname", "addr", "subnet") if chosen.get(k)}
             or None,

@@ -97,6 +97,23 @@ def cluster() -> Cluster:
             _localcluster("down", timeout=120)
 
 
+@pytest.fixture(scope="session")
+def kubeflow_operator(cluster: Cluster) -> Cluster:
+    """Kubeflow's training operator (PyTorchJob) running on the session's cluster
+    (`localcluster up --kubeflow`); `down` at the end of the session stops it."""
+    from localcluster import kubeflow
+
+    unmet = pytest.fail if os.environ.get("DISTTRAIN_REQUIRE_E2E") == "1" else pytest.skip
+    try:
+        kubeflow.check_built()
+    except kubeflow.KubeflowError as e:
+        unmet(str(e))
+    p = _localcluster("up", "--nodes", str(len(cluster.node_names)), "--kubeflow")
+    if p.returncode != 0:
+        pytest.fail(f"localcluster up --kubeflow failed:\n{p.stderr}\n{p.stdout}")
+    return cluster
+
+
 @pytest.fixture
 def ns(cluster: Cluster, request) -> str:
     """A fresh namespace for one test, named after its module; deleted afterwards

@@ -74,14 +74,17 @@ def test_operator_pod_trains_the_example_under_its_service_account(cluster, rele
 @pytest.mark.parametrize("verb,resource,allowed", [
     ("create", "pods", "yes"),
     ("create", "services", "yes"),
+    ("get", "services", "yes"),
     ("delete", "services", "no"),
+    ("update", "services", "no"),
     ("patch", "disttrainingjobs.disttrain.dev --subresource=status", "yes"),
     ("patch", "disttrainingjobs.disttrain.dev", "no"),
     ("get", "secrets", "no"),
     ("list", "secrets", "no"),
     ("get", "nodes", "no"),
     ("create", "deployments.apps", "no"),
-    ("delete", "disttrainingjobs.disttrain.dev", "no"),
+    ("delete", "disttrainingjobs.disttrain.dev", "yes"),  # runPolicy.ttlSecondsAfterFinished
+    ("update", "disttrainingjobs.disttrain.dev", "no"),
     ("create", "clusterroles.rbac.authorization.k8s.io", "no"),
     ("get", "configmaps", "no"),
 ])

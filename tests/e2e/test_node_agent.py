@@ -345,3 +345,27 @@ def test_volume_over_an_ancestor_of_the_project_does_not_hide_it(cluster):
     pod = _wait(cluster, "ancestor", _phase_in("Succeeded", "Failed"))
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     assert "cm: v" in cluster.kubectl("logs", "ancestor", "-n", NS).stdout
+
+
+def test_mount_points_made_under_a_volume_that_hides_the_state_dir_start_first_time(cluster):
+    """The first run's crash loop: with the state dir hidden by a volume over an ancestor
+    (the chart's emptyDir on /tmp, a clone under /tmp), every mount point the container had
+    to create on the host failed it once (created-paths could not be written). It must
+    start on its first try and record each path it created, for `down` to remove."""
+    from localcluster.config import REPO_ROOT
+
+    parent = str(REPO_ROOT.parent)
+    base = f"/var/run/dtj-e2e-{uuid.uuid4().hex[:8]}"
+    # at least as deep as `parent`: mounts go shallowest first, so the hiding one is first
+    target = "/".join([base, *["d"] * max(2, parent.count("/"))])
+    _apply(cluster, _pod("hidden-state", [{
+        "name": "main", "command": _py("import sys; print('started')"),
+        "volumeMounts": [{"name": "scratch", "mountPath": parent},
+                         {"name": "deep", "mountPath": target}]}],
+        volumes=[{"name": "scratch", "emptyDir": {}}, {"name": "deep", "emptyDir": {}}]))
+    pod = _wait(cluster, "hidden-state", _phase_in("Succeeded", "Failed"))
+    st = _cstatus(pod, "main")
+    assert pod["status"]["phase"] == "Succeeded", st
+    assert st.get("restartCount", 0) == 0
+    created = (cluster.state_dir / "created-paths").read_text().splitlines()
+    assert base in created and target in created

@@ -39,13 +39,20 @@ def job(num_nodes: int = 2, status: Optional[dict] = None, generation: int = 1, 
     return body
 
 
+JOB_UID = "uid-1"
+
+
 def report(rank: int, node: str, ok: bool = True, *, ifname: str = "eth1", addr: Optional[str] = None,
            failure: Optional[dict] = None, warnings: Optional[list] = None, torch: str = "2.8.0",
-           nccl: Optional[str] = None, busbw: float = 1.5) -> dict:
+           nccl: Optional[str] = None, busbw: float = 1.5, world_size: int = 2, attempt: int = 1,
+           job_uid: str = JOB_UID) -> dict:
+    """A probe report as the probe writes it (camelCase), echoing the job's UID and attempt."""
     return {
         "v": 1,
         "rank": rank,
-        "worldSize": 2,
+        "worldSize": world_size,
+        "jobUid": job_uid,
+        "attempt": attempt,
         "node": node,
         "hostname": node,
         "ok": ok,
@@ -69,10 +76,17 @@ def report(rank: int, node: str, ok: bool = True, *, ifname: str = "eth1", addr:
 def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pending", node: Optional[str] = None,
         host_ip: Optional[str] = None, pod_ip: Optional[str] = None, message: Optional[str] = None, exit_code: Optional[int] = None,
         container: str = "probe", unschedulable: Optional[str] = None, deleting: bool = False,
-        started_at: Optional[str] = None, finished_at: Optional[str] = None) -> dict:
+        started_at: Optional[str] = None, finished_at: Optional[str] = None,
+        owner_uid: Optional[str] = JOB_UID, created: Optional[str] = None) -> dict:
+    """A pod as the API returns it, owned (controller ownerReference) by the job with
+    ``owner_uid`` (None: no owner)."""
     p: dict[str, Any] = {
         "metadata": {
             "name": name,
+            "ownerReferences": [] if owner_uid is None else [
+                {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "j", "uid": owner_uid,
+                 "controller": True}],
+            **({"creationTimestamp": created} if created else {}),
             "labels": {c.LABEL_JOB: "j", c.LABEL_ROLE: role, c.LABEL_RANK: str(rank), c.LABEL_ATTEMPT: str(attempt)},
         },
         "spec": {"nodeName": node, "containers": [{"name": container}]},
@@ -102,3 +116,15 @@ def json_parser(raw: str) -> dict:
     if not isinstance(data, dict) or data.get("v") != 1:
         raise ValueError("not a v1 report")
     return data
+
+
+def load_benchmark(name: str):
+    """Import ``benchmarks/<name>.py`` (not a package) as a module, for its pure parts."""
+    import importlib.util
+
+    from localcluster.config import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

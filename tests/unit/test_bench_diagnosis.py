@@ -1,27 +1,20 @@
 """The time-to-diagnosis benchmark's pure parts (benchmarks/bench_diagnosis.py): which
-scenarios it measures, the plain job's documents, when a plain job has ended, the ratio
-and the verdict against the issue's 20x goal. No cluster, no timing."""
+scenarios it measures, the plain job's documents, when a plain job or a PyTorchJob has
+ended, what their users see, the ratio and the verdict against the issue's 20x goal, and
+the report with its PyTorchJob section. No cluster, no timing."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import textwrap
 
 import pytest
 
 from localcluster import scenario as scn
-from localcluster.config import REPO_ROOT
+
+from .fixtures import load_benchmark
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_diagnosis",
-                                                  REPO_ROOT / "benchmarks" / "bench_diagnosis.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bd = _load_bench()
+bd = load_benchmark("bench_diagnosis")
 
 
 def _pod(name, phase="Running", state=None, sched=None):
@@ -137,3 +130,136 @@ def test_render_rewrites_the_markdown_from_the_json(tmp_path):
     assert bd.main(["--render", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "diagnosis.md").read_text()
     assert "| a | 2.0 | >= 300 | >= 150.0x | met |" in md and "How to read it" in md
+
+
+# ---- the PyTorchJob column ---------------------------------------------------------------
+
+def _pj(*conds):
+    return {"status": {"conditions": [{"type": t, "status": st, "reason": f"PyTorchJob{t}",
+                                       "message": m} for t, st, m in conds]}}
+
+
+def test_peer_verdict_reads_the_pytorchjob_conditions():
+    assert bd.peer_verdict(None) is None and bd.peer_verdict({}) is None
+    running = _pj(("Created", "True", "created"), ("Running", "True", "is running."))
+    assert bd.peer_verdict(running) is None
+    assert bd.peer_verdict(_pj(("Restarting", "True", "restarting"))) is None
+    assert bd.peer_verdict(_pj(("Created", "True", ""), ("Failed", "True", "1 Worker failed"))) == "failed"
+    assert bd.peer_verdict(_pj(("Succeeded", "True", "done"))) == "succeeded"
+    assert bd.peer_verdict(_pj(("Failed", "False", ""))) is None
+    assert bd.conditions_text(_pj(("Created", "True", "PyTorchJob ddp-digits is created."),
+                                  ("Running", "True", ""))) == \
+        "Created=True PyTorchJobCreated: PyTorchJob ddp-digits is created.; Running=True PyTorchJobRunning"
+    assert bd.conditions_text({}) == "no conditions"
+
+
+def test_first_error_line_is_the_first_one_a_user_meets():
+    logs = [("w-0/init-pytorch", "Server: 10.96.0.10\nwaiting for master\n"),
+            ("w-0/pytorch", "rank 1/2\nRuntimeError: Connection timed out\nlater Error"),
+            ("m-0/pytorch", "Exception: never read")]
+    assert bd.first_error_line(logs) == "w-0/pytorch: RuntimeError: Connection timed out"
+    assert bd.first_error_line([("x", "all fine\n")]) == "" and bd.first_error_line([]) == ""
+    tb = ("Traceback (most recent call last):\n  File \"/workspace/t.py\", line 9, in <module>\n"
+          "    raise RuntimeError(msg)\nRuntimeError: Unable to find address for: eth2\n")
+    assert bd.first_error_line([("w/pytorch", tb)]) == \
+        "w/pytorch: RuntimeError: Unable to find address for: eth2"
+
+
+def test_peer_informative_needs_an_error_line_and_the_products_nodes():
+    msg = "node-b (rank 1): connection to MASTER_ADDR 10.100.0.11:29500 timeout; node-a ..."
+    assert bd.named_nodes(msg) == ["node-a", "node-b"]
+    assert bd.named_nodes("node-aa and node-z, node-aa") == ["node-aa", "node-z"]
+    sees = "conditions: Running; w-0 on node-a; log node-b: RuntimeError"
+    assert bd.peer_informative(msg, sees, "w-0/pytorch: RuntimeError") is True
+    assert bd.peer_informative(msg, sees, "") is False  # no error line at all
+    assert bd.peer_informative(msg, "w-0 on node-a: RuntimeError", "w-0: RuntimeError") is False
+    assert bd.peer_informative("no node named", "x", "w: Error") is True
+
+
+def test_peer_faster_and_findings():
+    assert bd.peer_faster(5.0, 4.0, "failed") and bd.peer_faster(5.0, 5.0, "failed")
+    assert not bd.peer_faster(5.0, 6.0, "failed") and not bd.peer_faster(5.0, 60.0, "capped")
+    assert not bd.peer_faster(5.0, 2.0, "succeeded") and bd.peer_faster(None, 9.0, "failed")
+    rows = [{"scenario": "a", "probe_s": 5.0, "pj_s": 300.0, "pj_end": "capped"},
+            {"scenario": "b", "probe_s": 3.5, "pj_s": 2.1, "pj_end": "failed", "pj_faster": True,
+             "pj_informative": True, "pj_first_error": "w-0/pytorch: RuntimeError: eth2"},
+            {"scenario": "c", "probe_s": 1.0, "pj_s": 30.0, "pj_end": "succeeded"},
+            {"scenario": "d", "probe_s": 1.0}]
+    found = bd.peer_findings(rows)
+    assert found == [
+        "b: the PyTorchJob says Failed after 2.1 s, no later than the product's verdict (3.5 s).",
+        "b: the PyTorchJob user sees an error line naming every node the product names "
+        "(w-0/pytorch: RuntimeError: eth2).",
+        "c: the PyTorchJob trains to Succeeded (the fault does not bite it here), after 30.0 s."]
+    assert bd.peer_findings(rows[:1]) == []
+
+
+def _full_row(**kw):
+    r = {"scenario": "s", "probe_s": 6.0, "plain_s": 300.0, "plain_end": "capped", "ratio": ">= 50.0x",
+         "assessment": "met", "probe_sees": "MasterReachable=False", "plain_sees": "-",
+         "pj_s": 300.0, "pj_end": "capped", "pj_ratio": ">= 50.0x", "pj_assessment": "met",
+         "pj_faster": False, "pj_informative": False, "pj_sees": "nothing failed | x"}
+    r.update(kw)
+    return r
+
+
+def test_markdown_has_the_pytorchjob_section_only_when_measured():
+    meta = {"date": "d", "cpus": 2, "machine": "m", "commit": "c",
+            "pytorchjob": {"version": "v1.8.1", "restartPolicy": "Never"}}
+    md = bd.markdown([_full_row()], 300.0, meta)
+    assert "## Against Kubeflow's PyTorchJob (training operator v1.8.1)" in md
+    assert "restartPolicy Never" in md and "capped at **300 s**" in md
+    assert "| s | 6.0 | >= 300 | >= 50.0x | met | no | no | nothing failed \\| x |" in md
+    assert "- none: in every scenario measured the PyTorchJob is slower and less informative." in md
+    md = bd.markdown([_full_row(pj_s=4.0, pj_end="failed", pj_ratio="0.7x", pj_faster=True,
+                                pj_assessment="PyTorchJob fails sooner")], 300.0, meta)
+    assert "| s | 6.0 | 4.0 | 0.7x | PyTorchJob fails sooner | yes | no |" in md
+    assert "- s: the PyTorchJob says Failed after 4.0 s" in md
+    md = bd.markdown([_full_row(pj_faster=None, pj_informative=None)], 300.0, meta)
+    assert "| >= 50.0x | met | - | - |" in md  # the probe was not run: nothing to compare
+    old = {k: v for k, v in _full_row().items() if not k.startswith("pj_")}  # an older JSON
+    assert "PyTorchJob" not in bd.markdown([old], 300.0, meta)
+
+
+def test_plain_column_may_be_skipped():
+    md = bd.markdown([_full_row(plain_s=None, plain_end=None, ratio="n/a", assessment="not run")],
+                     60.0, {"date": "d", "cpus": 2, "machine": "m", "commit": "c"})
+    assert "| s | 6.0 | - | n/a | not run |" in md
+    assert bd.time_cell(3.04, "succeeded", 60) == "3.0 (succeeded)"
+    assert bd.time_cell(60.0, "capped", 60) == ">= 60" and bd.time_cell(None, None, 60) == "-"
+
+
+def test_pod_summary_shows_the_init_container_in_the_way():
+    pod = _pod("ddp-digits-worker-0", "Pending", {"waiting": {"reason": "PodInitializing"}})
+    pod["status"]["initContainerStatuses"] = [{"name": "init-pytorch", "state": {"running": {}}}]
+    assert bd.pod_summary(pod) == "ddp-digits-worker-0 Pending, init init-pytorch running"
+    pod["status"]["initContainerStatuses"] = [
+        {"name": "init-pytorch", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]
+    assert bd.pod_summary(pod).endswith("init init-pytorch terminated (Error)")
+    pod["status"]["initContainerStatuses"] = [
+        {"name": "init-pytorch", "state": {"terminated": {"exitCode": 0}}}]
+    assert bd.pod_summary(pod) == "ddp-digits-worker-0 Pending, waiting (PodInitializing)"
+
+
+def test_columns_option_is_checked():
+    with pytest.raises(SystemExit):
+        bd.main(["--columns", "probe,nonsense"])
+    with pytest.raises(SystemExit):
+        bd.main(["--columns", ","])
+
+
+def test_row_compares_with_the_peer_only_when_the_probe_ran():
+    sc = scn.load("ifname-missing")
+    k = {"seconds": 4.7, "end": "failed", "informative": True, "sees": "PyTorchJob failed",
+         "first_error": "w/pytorch: RuntimeError: eth2", "conditions": [], "pods": []}
+    alone = bd._row(sc, None, None, k)
+    assert alone["pj_faster"] is None and alone["pj_informative"] is None
+    assert alone["plain_end"] is None and alone["assessment"] == "not run"
+    p = {"seconds": 3.5, "ok": True, "why": "", "condition": {"message": "node-b: eth2"},
+         "sees": "NetworkValidated=False"}
+    both = bd._row(sc, p, None, k)
+    assert both["pj_faster"] is False and both["pj_informative"] is True
+    assert both["pj_ratio"] == "1.3x" and both["pj_assessment"] == "below goal"
+    assert bd.peer_findings([both]) == [
+        "ifname-missing: the PyTorchJob user sees an error line naming every node the product "
+        "names (w/pytorch: RuntimeError: eth2)."]

@@ -211,3 +211,18 @@ def test_builders_take_nulls_in_the_template_as_absent():
     worker = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.0.0.1", 29500), 0)
     assert worker["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert worker["metadata"]["labels"][c.LABEL_RANK] == "1" and worker["metadata"]["annotations"] == {}
+
+
+def test_host_network_rank0_declares_the_rendezvous_port_as_host_port():
+    from disttrain.builders import build_probe_pod, build_worker_pod, Rendezvous
+
+    s = spec_of()
+    s.network.host_network = True
+    rv = Rendezvous("10.0.0.1", 29500, "eth1", exact=True)
+    for pod in (build_probe_pod(REF, s, 0, None, 1), build_worker_pod(REF, s, 0, "node-a", rv, 0)):
+        ports = pod["spec"]["containers"][0]["ports"]
+        assert {"name": "rendezvous", "containerPort": 29500, "hostPort": 29500, "protocol": "TCP"} in ports
+    for pod in (build_probe_pod(REF, s, 1, "10.0.0.1", 1), build_worker_pod(REF, s, 1, "node-b", rv, 0)):
+        assert not any(p.get("hostPort") for p in pod["spec"]["containers"][0].get("ports") or [])
+    s.network.host_network = False
+    assert not build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0].get("ports")

@@ -63,7 +63,9 @@ def test_rbac_least_privilege():
     assert ("disttrain.dev", "disttrainingjobs/status", "patch") in flat
     assert ("", "pods", "create") in flat and ("", "pods", "delete") in flat
     assert not any(res == "pods" and v in ("update", "patch") for _, res, v in flat)
-    assert [v for _, res, v in flat if res == "services"] == ["create"]
+    assert [v for _, res, v in flat if res == "services"] == ["get", "create"]
+    # the job itself: deleted only by ttlSecondsAfterFinished; never patched or updated
+    assert [v for _, res, v in flat if res == "disttrainingjobs"] == ["get", "list", "watch", "delete"]
 
 
 def test_namespaced_mode_uses_roles():
@@ -120,3 +122,14 @@ def test_dockerfiles_clean_under_hadolint(dockerfile):
     hadolint = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     p = subprocess.run([hadolint, str(ROOT / dockerfile)], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_kueue_rbac_only_when_enabled():
+    def kueue_rules(docs):
+        rules = [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
+        return sorted((res, v) for r in rules if "kueue.x-k8s.io" in r["apiGroups"]
+                      for res in r["resources"] for v in r["verbs"])
+
+    assert kueue_rules(render()) == []
+    assert kueue_rules(render("kueue.enabled=true")) == [
+        ("resourceflavors", "get"), ("workloads", "create"), ("workloads", "get"), ("workloads/status", "patch")]

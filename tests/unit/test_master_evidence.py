@@ -20,11 +20,11 @@ STARTED = "2026-11-30T11:59:50Z"
 ENDED = "2026-11-30T11:59:59+00:00"
 
 
-def refused(rank, node):
+def refused(rank, node, world_size=2):
     msg = (f"{node} (rank {rank}): connection to MASTER_ADDR 10.100.0.10:29500 refused for 2.0s "
            f"although rank 0's probe has been running since {STARTED}")
-    return report(rank, node, ok=False, failure={"reason": c.REASON_MASTER_PORT_REFUSED,
-                                                 "phase": "rendezvous", "message": msg})
+    return report(rank, node, ok=False, world_size=world_size,
+                  failure={"reason": c.REASON_MASTER_PORT_REFUSED, "phase": "rendezvous", "message": msg})
 
 
 def running0():
@@ -49,7 +49,7 @@ def test_probe_pod_carries_rank0_start_only_when_given():
 def test_a_slow_rank0_start_does_not_hold_the_others_back_for_long():
     """A cold image pull on rank 0's node: the others start without the evidence after
     PEER_START_WAIT_SECONDS (their own pulls must not wait for rank 0's)."""
-    from disttrain.reconcile import PEER_START_WAIT_SECONDS
+    from disttrain.policies.probing import PEER_START_WAIT_SECONDS
 
     body = advance(job(), step(job(), []))
     p0 = pod("j-probe-0", "probe", 0, phase="Pending", node="node-a", host_ip="10.100.0.10")
@@ -90,7 +90,7 @@ def test_other_dialling_ranks_get_a_moment_to_end_on_their_own():
     body = advance(job(num_nodes=3), step(job(num_nodes=3), []))
     r2 = pod("j-probe-2", "probe", 2, phase="Running", node="node-c", host_ip="10.100.0.12",
              started_at=STARTED)
-    pods = [running0(), failed(1, "node-b", refused(1, "node-b")), r2]
+    pods = [running0(), failed(1, "node-b", refused(1, "node-b", 3)), r2]
     # one second after rank 1 ended: rank 2 (same checks, same timing) may be about to end
     assert cond.status_of(step(body, pods).status["conditions"], c.VALIDATED) == "Unknown"
     later = step(body, pods, now=NOW + timedelta(seconds=3))
@@ -98,8 +98,8 @@ def test_other_dialling_ranks_get_a_moment_to_end_on_their_own():
     assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_PORT_REFUSED)
     assert sorted(later.deletes) == ["j-probe-0", "j-probe-2"]
     # had rank 2 ended too, both would be named at once
-    both = step(body, [running0(), failed(1, "node-b", refused(1, "node-b")),
-                       failed(2, "node-c", refused(2, "node-c"))])
+    both = step(body, [running0(), failed(1, "node-b", refused(1, "node-b", 3)),
+                       failed(2, "node-c", refused(2, "node-c", 3))])
     msg = cond.get(both.status["conditions"], c.VALIDATED)["message"]
     assert "node-b (rank 1)" in msg and "node-c (rank 2)" in msg
 
@@ -120,17 +120,17 @@ def test_rank0_that_never_served_the_store_gives_the_verdict_at_once():
     serves the store. The others could only be refused by its closed port: not waited for,
     and rank 0's cause is the verdict."""
     body = advance(job(num_nodes=3), step(job(num_nodes=3), []))
-    rep0 = report(0, "node-a", ok=False, failure={
+    rep0 = report(0, "node-a", ok=False, world_size=3, failure={
         "reason": c.REASON_MASTER_ADDR_LOOPBACK, "phase": "rendezvous",
         "message": "node-a (rank 0): MASTER_ADDR=j-0.j resolves to 127.0.0.1 (loopback) on rank 0's own node"})
     r1 = pod("j-probe-1", "probe", 1, phase="Running", node="node-b", host_ip="10.100.0.11",
              started_at=STARTED)
-    plan = step(body, [failed(0, "node-a", rep0), r1, failed(2, "node-c", refused(2, "node-c"))])
+    plan = step(body, [failed(0, "node-a", rep0), r1, failed(2, "node-c", refused(2, "node-c", 3))])
     v = cond.get(plan.status["conditions"], c.MASTER_REACHABLE)
     assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_ADDR_LOOPBACK)
     assert v["message"].startswith("node-a (rank 0)") and "node-c" not in v["message"]
     assert plan.deletes == ["j-probe-1"] and not plan.creates
     # a rank 0 that failed after serving the store (the all-reduce) leaves the others be
-    late = report(0, "node-a", ok=False, failure={"reason": c.REASON_RENDEZVOUS_TIMEOUT,
+    late = report(0, "node-a", ok=False, world_size=3, failure={"reason": c.REASON_RENDEZVOUS_TIMEOUT,
                                                   "phase": "rendezvous", "message": "x"})
     assert step(body, [failed(0, "node-a", late), r1]).deletes == []

@@ -12,8 +12,8 @@ from .fixtures import job, json_parser, pod, report
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def step(body, pods, now=NOW):
-    return reconcile(body, pods, now, json_parser, probe_image="probe:1")
+def step(body, pods, now=NOW, **kw):
+    return reconcile(body, pods, now, json_parser, probe_image="probe:1", **kw)
 
 
 def advance(body, plan):
@@ -118,8 +118,13 @@ def test_garbage_report_gives_false_condition():
 
 def test_probe_timeout():
     body = advance(job(), step(job(), []))
-    pods = [pod("j-probe-0", "probe", 0, phase="Running", node="node-a", host_ip="10.100.0.10")]
-    plan = step(body, pods, now=NOW + timedelta(seconds=200))
+    pods = [pod("j-probe-0", "probe", 0, phase="Running", node="node-a", host_ip="10.100.0.10",
+                created="2026-11-30T12:00:00Z")]
+    # the budget (timeoutSeconds 60 + 30) counts from the first probe pod's creation
+    plan = step(body, pods, now=NOW + timedelta(seconds=89))
+    assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBING
+    assert 0 < plan.requeue_after <= 1.0  # woken when the budget ends, not by a sweep
+    plan = step(body, pods, now=NOW + timedelta(seconds=91))
     assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBE_TIMEOUT
 
 
@@ -197,16 +202,19 @@ def test_pod_network_rank0_brings_the_headless_service_and_others_get_its_dns_na
     plan = step(body, [])
     assert names(plan) == ["j-probe-0"]
     assert [s["metadata"]["name"] for s in plan.services] == ["j"]
+    svc = plan.services[0]
     body = advance(body, plan)
     p0 = pod("j-probe-0", "probe", 0, phase="Running", node="node-a", host_ip="10.100.0.10")
     p0["status"]["podIP"] = None
-    assert names(step(body, [p0])) == []  # no pod IP yet: wait
+    assert names(step(body, [p0], services=[svc])) == []  # no pod IP yet: wait
     p0["status"]["podIP"] = "10.244.0.2"
     p0["status"]["containerStatuses"] = [{"name": "probe", "state": {"running": {"startedAt": "t"}}}]
-    plan = step(body, [p0])
-    assert names(plan) == ["j-probe-1"] and plan.services == []
+    plan = step(body, [p0], services=[svc])
+    assert names(plan) == ["j-probe-1"] and plan.services == []  # observed: not created again
     e = {x["name"]: x.get("value") for x in plan.creates[0]["spec"]["containers"][0]["env"]}
     assert e["MASTER_ADDR"] == "j-0.j" and plan.status["rendezvous"]["masterAddr"] == "j-0.j"
+    # the Service went missing (deleted by hand) while pods exist: created again
+    assert [x["metadata"]["name"] for x in step(body, [p0]).services] == ["j"]
 
 
 def test_user_subdomain_is_not_created_by_the_operator():

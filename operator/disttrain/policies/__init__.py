@@ -1,0 +1,11 @@
+"""One module per policy of the reconcile loop (pure functions of a :class:`~disttrain.step.Step`).
+
+- :mod:`.probing`: probe pods, rank 0 first; scheduling verdict; when to stop waiting;
+- :mod:`.verdict`: finished probe reports (checked by :mod:`disttrain.trust`) -> conditions;
+- :mod:`.training`: training pods pinned to validated nodes; their outcome;
+- :mod:`.restart`: gang restart and re-probe after a rank fails (runPolicy.backoffLimit);
+- :mod:`.deadline`: the probe budget and runPolicy.activeDeadlineSeconds;
+- :mod:`.cleanup`: pods deleted when the job ends, and runPolicy.ttlSecondsAfterFinished;
+- :mod:`.suspend`: spec.suspend: pods deleted while suspended, probes again on resume;
+- :mod:`.apierrors`: API calls that keep failing become a condition, never a silent loop.
+"""

@@ -1,0 +1,350 @@
+"""The probe run (pure): probe pods, rank 0 first, and when to stop waiting for them.
+
+Rank 0's probe hosts the rendezvous store, so its address must be known before the other
+ranks start, but which node it lands on is the scheduler's decision: rank 0's pod is created
+first (its MASTER_ADDR is its own DNS name or address), the others once rank 0 has its
+address and its probe container has started (or :data:`PEER_START_WAIT_SECONDS` after it
+reached its node), carrying that start time as the evidence that lets a dialling rank call
+a silent master port blocked after a short grace.
+
+Pods of an older attempt are deleted; a rank's pod is created only when no observed pod
+holds its name (:meth:`~disttrain.step.Step.create`). Unschedulable or unpullable probes
+fail ``ProbesScheduled`` at once. The verdict waits for every rank, except when a rank
+failed before joining the store (:func:`stranded`), and never longer than the probe budget.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Optional
+
+from .. import conditions as cond
+from .. import constants as c
+from .. import observe as o
+from .. import trust
+from ..api import DistTrainingJobSpec
+from ..builders import JobRef, build_probe_pod, master_dns_name, probe_pod_name, uses_dns_hostnames
+from ..diagnosis import ProbeOutcome
+from ..step import ReportParser, Step
+from . import scheduling
+from .deadline import probe_budget_seconds, seconds_left
+
+# How long after rank 0's pod got to its node the other probes wait for rank 0's probe
+# container to start (s). Started, it is the evidence that lets them diagnose a blocked
+# master port in seconds; a slow start (a cold image pull) must not hold back their own
+# pulls for longer: they then start without it (and dial until their deadline).
+PEER_START_WAIT_SECONDS = 5.0
+
+# A rank >= 1 that failed for one of these (or before the rendezvous) never joined rank 0's
+# store, so no peer learns of it: they would wait for it until their own deadline.
+STRANDING_REASONS = frozenset({
+    c.REASON_MASTER_ADDR_LOOPBACK, c.REASON_MASTER_ADDR_UNRESOLVABLE,
+    c.REASON_MASTER_PORT_REFUSED, c.REASON_MASTER_PORT_TIMEOUT,
+})
+# After the first such rank ended, how long the other dialling ranks get to end on their
+# own (they run the same checks at about the same time) before the verdict goes without them.
+STRANDED_SETTLE_SECONDS = 3.0
+
+
+def master_addr(job: JobRef, spec: DistTrainingJobSpec, rank0: Optional[dict]) -> Optional[str]:
+    """MASTER_ADDR for the other ranks once rank 0's pod has its address (None before):
+    rank 0's DNS name with DNS hostnames, else its node IP (hostNetwork) or pod IP."""
+    if rank0 is None:
+        return None
+    addr = o.host_ip(rank0) if spec.network.host_network else o.pod_ip(rank0)
+    if not addr:
+        return None
+    return master_dns_name(job, spec) if uses_dns_hostnames(spec) else addr
+
+
+def peers_wait_left(rank0: dict, now: datetime) -> Optional[float]:
+    """Seconds the probes of ranks 1..n-1 must still wait (<= 0: create them now): none once
+    rank 0's probe container started, else until PEER_START_WAIT_SECONDS after rank 0's pod
+    started on its node; None while it has not reached a node."""
+    if o.started_at(rank0, "probe"):
+        return 0.0
+    return seconds_left(o.pod_start_time(rank0), PEER_START_WAIT_SECONDS, now)
+
+
+def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Optional[dict]:
+    """The probe container's terminated state when ``pod`` failed before joining rank 0's
+    store (STRANDING_REASONS, or a failure in config/inventory), else None."""
+    if pod is None or o.phase(pod) != "Failed":
+        return None
+    term = o.terminated(pod, "probe")
+    if not term:
+        return None
+    try:
+        rep = parse_report(o.termination_message(pod, "probe"))
+    except ValueError:
+        return None
+    failure = rep.get("failure") if isinstance(rep.get("failure"), dict) else {}
+    if failure.get("reason") in STRANDING_REASONS or rep.get("phase") in ("config", "inventory"):
+        return term
+    return None
+
+
+def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
+             now: datetime) -> tuple[bool, Optional[float]]:
+    """(True, None) when the verdict need not wait for the probes still running: some rank
+    >= 1 failed before joining the store and every other rank >= 1 has ended or
+    STRANDED_SETTLE_SECONDS have passed since it ended (rank 0 could only time out waiting
+    for it); or rank 0 itself failed before serving the store (the others could only be
+    refused). (False, seconds) while the settle time runs; (False, None) otherwise."""
+    if _failed_before_store(by_rank.get(0), parse_report) is not None:
+        return True, None
+    first: Optional[datetime] = None
+    found = False
+    for r in range(1, n):
+        term = _failed_before_store(by_rank.get(r), parse_report)
+        if term is not None:
+            found = True
+            ended = o.parse_time(term.get("finishedAt"))
+            if ended and (first is None or ended < first):
+                first = ended
+    if not found:
+        return False, None
+    if all(o.finished(by_rank.get(r)) for r in range(1, n)) or first is None:
+        return True, None
+    left = seconds_left(first, STRANDED_SETTLE_SECONDS, now)
+    return (True, None) if left is not None and left <= 0 else (False, left)
+
+
+def attempt_of(s: Step) -> int:
+    """The current probe attempt (1-based), recorded in status.probe.attempt."""
+    pst = s.status.setdefault("probe", {})
+    attempt = pst.get("attempt")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        attempt = 1
+        pst["attempt"] = attempt
+    return attempt
+
+
+def current_probes(s: Step, attempt: int) -> dict[int, dict]:
+    """The attempt's probe pods by node rank; every other probe pod of the job is deleted."""
+    by_rank: dict[int, dict] = {}
+    n = s.spec.num_nodes
+    for p in s.alive(c.ROLE_PROBE):
+        rank = o.int_label(p, c.LABEL_RANK)
+        if o.int_label(p, c.LABEL_ATTEMPT) != attempt or not 0 <= rank < n or rank in by_rank:
+            s.delete(p)
+        else:
+            by_rank[rank] = p
+    return by_rank
+
+
+def _record_start(s: Step, by_rank: dict[int, dict]) -> None:
+    """status.probe.startTime: when the attempt's first probe pod was created (its budget
+    starts then, not while the job waits for a name or for quota)."""
+    pst = s.status["probe"]
+    if pst.get("startTime") or not by_rank:
+        return
+    created = [o.parse_time(o.meta(p).get("creationTimestamp")) for p in by_rank.values()]
+    first = min((t for t in created if t), default=None)
+    pst["startTime"] = (first.strftime("%Y-%m-%dT%H:%M:%SZ") if first else s.ts)
+
+
+def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
+    """Create the missing probe pods (rank 0 first); returns MASTER_ADDR once known."""
+    job, spec = s.job, s.spec
+    rank0 = by_rank.get(0)
+    master = master_addr(job, spec, rank0)
+    if c.ROLE_PROBE in s.gangs:  # a gang is placed only once all its pods exist: all at once
+        master = master_dns_name(job, spec)
+        s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
+        for rank in range(spec.num_nodes):
+            if rank not in by_rank:
+                s.create(build_probe_pod(job, spec, rank, master if rank else None, attempt, s.probe_image))
+        return master
+    if rank0 is None:
+        s.create(build_probe_pod(job, spec, 0, None, attempt, s.probe_image))
+        return master
+    if not master:
+        return None
+    left = peers_wait_left(rank0, s.now)
+    if left is None or left > 0:
+        if left is not None:
+            s.plan.requeue(left)
+        return master
+    s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
+    started = o.started_at(rank0, "probe")
+    for rank in range(1, spec.num_nodes):
+        if rank not in by_rank:
+            s.create(build_probe_pod(job, spec, rank, master, attempt, s.probe_image, started))
+    return master
+
+
+def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
+    """ProbesScheduled from the pods' scheduling and image state; True when the preflight
+    failed here (unschedulable, image pull)."""
+    n = s.spec.num_nodes
+    unsched = [(r, p, o.unschedulable(p)) for r, p in sorted(by_rank.items())]
+    unsched = [(r, p, m) for r, p, m in unsched if m]
+    pull = [(r, p, o.image_pull_error(p)) for r, p in sorted(by_rank.items())]
+    pull = [(r, p, m) for r, p, m in pull if m]
+    if pull:
+        msg = "; ".join(f"{o.name(p)} (rank {r}): {m}" for r, p, m in pull)
+        msg += "; fix the image name or pull secret (spec.probe.image / the training image)"
+        s.set(c.PROBES_SCHEDULED, "False", c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
+        s.fail_preflight(c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
+        return True
+    if unsched:
+        kinds = {scheduling.classify(m, n) for _, _, m in unsched}
+        msg = "; ".join(f"{o.name(p)} (rank {r}): {m}" for r, p, m in unsched)
+        if kinds == {"wait"}:  # only busy nodes: it schedules when they free up
+            s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_WAITING_FOR_RESOURCES, cond.clip(
+                f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
+                "(without gang scheduling, pods already placed keep their nodes meanwhile)"))
+            return False
+        scheduled = sorted({o.node(p) for p in by_rank.values() if o.node(p)})
+        if "not-enough-nodes" in kinds:
+            reason = c.REASON_NOT_ENOUGH_NODES
+            msg = (f"numNodes={n} needs {n} nodes, one probe per node, but only {len(scheduled)} "
+                   f"could take one ({', '.join(scheduled) or 'none'}); scheduler: {msg}; add "
+                   "nodes or lower spec.numNodes")
+        else:
+            reason = c.REASON_PROBE_UNSCHEDULABLE
+            msg += "; relax the template's nodeSelector/tolerations/resources or add capacity"
+        s.set(c.PROBES_SCHEDULED, "False", reason, msg)
+        s.fail_preflight(reason, msg)
+        return True
+    placed = {r: o.node(p) for r, p in by_rank.items() if o.node(p)}
+    shared = sorted({x for x in placed.values() if list(placed.values()).count(x) > 1})
+    if shared:  # the required one-per-node anti-affinity was not honoured
+        ranks = ", ".join(f"{r}:{x}" for r, x in sorted(placed.items()) if x in shared)
+        msg = (f"probe pods of several ranks were placed on one node (rank:node {ranks}) although "
+               "they require one per node: is spec.template.spec.schedulerName a scheduler that "
+               "ignores pod anti-affinity? Use one that honours it")
+        s.set(c.PROBES_SCHEDULED, "False", c.REASON_PROBE_UNSCHEDULABLE, msg)
+        s.fail_preflight(c.REASON_PROBE_UNSCHEDULABLE, msg)
+        return True
+    if len(placed) == n:
+        nodes = ", ".join(f"{r}:{placed[r]}" for r in sorted(placed))
+        s.set(c.PROBES_SCHEDULED, "True", c.REASON_PROBES_SCHEDULED,
+              f"{n} probe pods scheduled, one per node (rank:node {nodes})")
+    else:
+        s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_PROBES_PENDING,
+              f"{len(placed)}/{n} probe pods scheduled")
+    return False
+
+
+def _name_conflicts(s: Step, attempt: int) -> None:
+    """Say which foreign pods hold names this attempt needs (they block its creation)."""
+    wanted = [probe_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)]
+    held = s.blockers(wanted)
+    if not held:
+        return
+    names = ", ".join(sorted(o.name(p) for p in held))
+    old = [p for p in held if o.controller_kind(p) == c.KIND]
+    if len(old) == len(held):
+        msg = (f"waiting for {names} of a deleted job with the same name to be removed by the "
+               "garbage collector")
+    else:
+        msg = (f"{names} exist(s) and is not this job's (no controller reference to it, e.g. "
+               "orphaned by kubectl delete --cascade=orphan): delete it, or rename the job")
+    s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_NAME_CONFLICT, msg)
+    s.plan.requeue(2.0)
+
+
+def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, dict]]]:
+    """Advance the probe run. Returns (outcomes, MASTER_ADDR, pods by rank) once the verdict
+    can be reached, else None (still running, or the preflight already failed here)."""
+    attempt = attempt_of(s)
+    by_rank = current_probes(s, attempt)
+    s.set(c.VALIDATED, "Unknown", c.REASON_PROBING, "preflight probe running")
+    _record_start(s, by_rank)
+    master = launch(s, attempt, by_rank)
+    if scheduling_verdict(s, by_rank):
+        return None
+    _name_conflicts(s, attempt)
+    n = s.spec.num_nodes
+    complete = len(by_rank) == n
+    finished = complete and all(o.finished(p) for p in by_rank.values())
+    if not finished:
+        done, settle = stranded(by_rank, n, s.parse_report, s.now) if complete else (False, None)
+        if not done:
+            if settle is not None:
+                s.plan.requeue(settle)
+            _budget(s, by_rank)
+            return None
+    return collect(s, by_rank), master, by_rank
+
+
+def _budget(s: Step, by_rank: dict[int, dict]) -> None:
+    """ProbeTimeout once the attempt overran its budget. The budget counts from the attempt's
+    first pod or, if later, from when its last pod was scheduled; it does not run while the
+    job waits for capacity (WaitingForResources says so instead)."""
+    if cond.get(s.conds, c.PROBES_SCHEDULED) and \
+            cond.get(s.conds, c.PROBES_SCHEDULED).get("reason") == c.REASON_WAITING_FOR_RESOURCES:
+        return
+    budget = probe_budget_seconds(s.spec)
+    start = o.parse_time(s.status["probe"].get("startTime"))
+    scheduled = [o.scheduled_at(p) for p in by_rank.values()]
+    if start is not None and scheduled and all(scheduled):
+        start = max([start] + scheduled)
+    left = seconds_left(start, budget, s.now)
+    if left is None:
+        return
+    if left > 0:
+        s.plan.requeue(left)
+        return
+    waiting = ", ".join(f"{o.name(p)} ({o.phase(p)} on {o.node(p) or 'no node'})"
+                        for p in by_rank.values() if not o.finished(p)) or "no probe pods"
+    s.fail_preflight(c.REASON_PROBE_TIMEOUT, (
+        f"probe did not finish within {budget:g}s: {waiting}; check the pods' events "
+        "(kubectl describe pod) or raise spec.probe.timeoutSeconds"))
+
+
+def _given_master(pod: dict) -> Optional[str]:
+    """The MASTER_ADDR value the operator put in the probe pod (None for a downward-API field)."""
+    for ctr in (pod.get("spec") or {}).get("containers") or []:
+        if isinstance(ctr, dict) and ctr.get("name") == "probe":
+            for e in ctr.get("env") or []:
+                if isinstance(e, dict) and e.get("name") == "MASTER_ADDR":
+                    v = e.get("value")
+                    return v if isinstance(v, str) else None
+    return None
+
+
+def collect(s: Step, by_rank: dict[int, dict]) -> list[ProbeOutcome]:
+    """One outcome per rank: its report (parsed and checked by :mod:`disttrain.trust`) or
+    why there is none; ranks still running (not waited for, see :func:`stranded`) are marked."""
+    attempt = attempt_of(s)
+    outcomes = []
+    for r in range(s.spec.num_nodes):
+        pod = by_rank[r]
+        name, node = o.name(pod), o.node(pod)
+        out = ProbeOutcome(rank=r, pod=name, node=node)
+        outcomes.append(out)
+        if not o.finished(pod):
+            out.running = True
+            continue
+        raw = o.termination_message(pod, "probe")
+        code = o.exit_code(pod, "probe")
+        lost = o.evicted(pod)
+        try:
+            report = s.parse_report(raw)
+        except ValueError as exc:
+            if lost and not raw:
+                out.error = (f"{name} on {node} ended before it reported ({lost}); run the job "
+                             "again once the node is healthy")
+                out.error_reason = c.REASON_PROBE_POD_LOST
+            elif raw.lstrip().startswith("{") or code == 0 or not raw:
+                out.error = f"{name} on {node}: report invalid: {exc}"
+                out.error_reason = c.REASON_PROBE_REPORT_INVALID
+            else:
+                tail = raw.strip().splitlines()[-3:]
+                out.error = f"{name} on {node}: probe exited {code} without a report: " + " | ".join(tail)
+                out.error_reason = c.REASON_PROBE_FAILED
+            continue
+        expected = trust.Expected(
+            rank=r, world_size=s.spec.num_nodes, job_uid=s.job.uid, attempt=attempt, pod=name,
+            node=node, master_addr=_given_master(pod), master_port=s.spec.rendezvous.port,
+            min_busbw_gbps=s.spec.probe.min_bus_bandwidth_gbps)
+        checked = trust.check(report, expected)
+        if checked.error:
+            out.error = checked.error
+            out.error_reason = c.REASON_PROBE_REPORT_INVALID
+        else:
+            out.report = checked.report
+    return outcomes

@@ -1,0 +1,52 @@
+"""What the scheduler's "unschedulable" message means for a job (pure).
+
+The scheduler explains a pod it cannot place in one counted sentence, e.g.
+``0/3 nodes are available: 1 Insufficient nvidia.com/gpu, 2 node(s) didn't match pod
+anti-affinity rules. preemption: ...``. :func:`classify` reads it:
+
+- ``not-enough-nodes``: the cluster has fewer nodes than ``numNodes`` (the one-per-node
+  anti-affinity can never be met): fail at once (NotEnoughNodes);
+- ``wait``: some node is only busy (Insufficient cpu/memory/GPU, its rendezvous hostPort
+  taken by another job, too many pods): the pod will schedule when that frees up, so the
+  job waits and says why (WaitingForResources), as a batch/v1 Job would;
+- ``unschedulable``: the pod's own constraints exclude the nodes (node selector or
+  affinity, untolerated taints, cordoned nodes, volume conflicts): fail at once
+  (ProbeUnschedulable) with the scheduler's words and the fix.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+_TOTAL = re.compile(r"(\d+)/(\d+) nodes are available")
+_ITEM = re.compile(r"(\d+) ([^,.]+)")
+TRANSIENT = ("Insufficient ", "didn't have free ports", "Too many pods")
+ANTI_AFFINITY = "didn't match pod anti-affinity rules"
+
+
+def reasons(message: str) -> list[tuple[int, str]]:
+    """(count, reason) items of the scheduler's first sentence (before "preemption:")."""
+    head = message.split("preemption:", 1)[0]
+    _, _, tail = head.partition("nodes are available:")
+    return [(int(n), r.strip()) for n, r in _ITEM.findall(tail)]
+
+
+def total_nodes(message: str) -> Optional[int]:
+    m = _TOTAL.search(message)
+    return int(m.group(2)) if m else None
+
+
+def classify(message: str, num_nodes: int) -> str:
+    """``not-enough-nodes``, ``wait`` or ``unschedulable`` (see the module docstring)."""
+    total = total_nodes(message)
+    if total is not None and total < num_nodes:
+        return "not-enough-nodes"
+    items = reasons(message)
+    if any(any(t in r for t in TRANSIENT) for _, r in items):
+        return "wait"
+    if items and all(ANTI_AFFINITY in r for _, r in items):
+        return "not-enough-nodes"
+    if not items and ANTI_AFFINITY in message:
+        return "not-enough-nodes"
+    return "unschedulable"

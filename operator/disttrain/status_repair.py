@@ -1,0 +1,178 @@
+"""Repair a status written by hand or by an older operator (pure).
+
+``status`` is the operator's memory between steps, but anyone with access to the status
+subresource can write it, and an older operator may have written other shapes. Before a
+step reads it, :func:`repair` keeps what is well formed and drops or coerces the rest, so a
+step never crashes on it:
+
+- a condition without a known ``status`` (True/False/Unknown) or without a ``type`` is
+  dropped (it is written again on this visit); a duplicated type keeps its first entry;
+  a missing reason/message/lastTransitionTime is filled in;
+- ``restarts``, ``probe.attempt``, ``rendezvous.masterPort`` and ``nodes[].rank`` given as
+  integer strings (``"1"``) become integers; anything else non-integer is dropped;
+- times that are not strings are dropped (any RFC 3339 form, with fractional seconds or an
+  offset, is read by :func:`disttrain.observe.parse_time`);
+- a node entry without an integer ``rank`` is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from . import conditions as cond
+
+_KNOWN = frozenset({"conditions", "restarts", "suspensions", "probe", "rendezvous", "nodes", "startTime",
+                    "completionTime", "phase", "observedGeneration"})
+_STR_FIELDS_PROBE = ("startTime", "completionTime", "backend")
+_NUM_FIELDS_PROBE = ("durationSeconds", "algBandwidthGBps", "busBandwidthGBps")
+
+
+def _int(value: Any) -> Optional[int]:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip(), 10)
+        except ValueError:
+            return None
+    return None
+
+
+def _num(value: Any) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _str(value: Any) -> Optional[str]:
+    return value if isinstance(value, str) else None
+
+
+def _conditions(raw: Any, now: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for x in raw if isinstance(raw, list) else []:
+        if not isinstance(x, dict):
+            continue
+        ctype, status = x.get("type"), x.get("status")
+        if not isinstance(ctype, str) or not ctype or ctype in seen:
+            continue
+        if status not in (cond.TRUE, cond.FALSE, cond.UNKNOWN):
+            continue
+        seen.add(ctype)
+        gen = _int(x.get("observedGeneration"))
+        out.append({
+            "type": ctype,
+            "status": status,
+            "reason": _str(x.get("reason")) or "Unknown",
+            "message": _str(x.get("message")) or "",
+            "lastTransitionTime": _str(x.get("lastTransitionTime")) or now,
+            "observedGeneration": gen,
+        })
+    return out
+
+
+def _nodes(raw: Any) -> list[dict[str, Any]]:
+    out = []
+    for x in raw if isinstance(raw, list) else []:
+        if not isinstance(x, dict):
+            continue
+        rank = _int(x.get("rank"))
+        if rank is None or rank < 0:
+            continue
+        node = {k: v for k, v in x.items() if isinstance(v, str) or v is None}
+        node["rank"] = rank
+        node["name"] = _str(x.get("name")) or ""
+        out.append(node)
+    return out
+
+
+def _probe(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, Any] = {}
+    attempt = _int(raw.get("attempt"))
+    if attempt is not None and attempt >= 0:
+        out["attempt"] = attempt
+    for k in _STR_FIELDS_PROBE:
+        if _str(raw.get(k)) is not None:
+            out[k] = raw[k]
+    for k in _NUM_FIELDS_PROBE:
+        if _num(raw.get(k)) is not None:
+            out[k] = raw[k]
+    size = _int(raw.get("messageSizeBytes"))
+    if size is not None:
+        out["messageSizeBytes"] = size
+    phases = raw.get("phaseSeconds")
+    if isinstance(phases, dict):
+        out["phaseSeconds"] = {k: v for k, v in phases.items()
+                               if isinstance(k, str) and _num(v) is not None}
+    for k in ("failures", "warnings"):
+        items = raw.get(k)
+        if isinstance(items, list):
+            out[k] = [x for x in items if isinstance(x, str)]
+    for k, v in raw.items():  # fields added by newer code (kept when JSON-clean scalars)
+        if k not in out and isinstance(v, str):
+            out[k] = v
+    return out
+
+
+def _rendezvous(raw: Any) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for k in ("masterAddr", "socketIfname"):
+        if _str(raw.get(k)) is not None:
+            out[k] = raw[k]
+    port = _int(raw.get("masterPort"))
+    if port is not None:
+        out["masterPort"] = port
+    return out
+
+
+def repair(raw: Any, now: str) -> dict[str, Any]:
+    """A well-formed copy of ``raw`` (the job's ``status``, any JSON value); ``now`` (RFC
+    3339) fills a condition's missing lastTransitionTime. Never raises."""
+    if not isinstance(raw, dict):
+        raw = {}
+    out: dict[str, Any] = {}
+    out["conditions"] = _conditions(raw.get("conditions"), now)
+    restarts = _int(raw.get("restarts"))
+    out["restarts"] = restarts if restarts is not None and restarts >= 0 else 0
+    suspensions = _int(raw.get("suspensions"))
+    if suspensions is not None and suspensions >= 0:
+        out["suspensions"] = suspensions
+    out["probe"] = _probe(raw.get("probe"))
+    out["rendezvous"] = _rendezvous(raw.get("rendezvous"))
+    if "nodes" in raw:
+        out["nodes"] = _nodes(raw.get("nodes"))
+    for k in ("startTime", "completionTime", "phase"):
+        if _str(raw.get(k)) is not None:
+            out[k] = raw[k]
+    gen = _int(raw.get("observedGeneration"))
+    if gen is not None:
+        out["observedGeneration"] = gen
+    for k, v in raw.items():  # other fields (newer operators): kept when JSON-clean
+        if k not in out and k not in _KNOWN and _json_clean(v):
+            out[k] = v
+    return out
+
+
+def _json_clean(v: Any, depth: int = 0) -> bool:
+    """True for JSON values without NaN/Infinity, at most 32 levels deep."""
+    if depth > 32:
+        return False
+    if v is None or isinstance(v, (str, bool, int)):
+        return True
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, list):
+        return all(_json_clean(x, depth + 1) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _json_clean(x, depth + 1) for k, x in v.items())
+    return False

@@ -1,0 +1,185 @@
+"""What a GPU node offers NCCL, from files and libraries inside the image (standard library only).
+
+:func:`collect` gathers, absent-safe (a CPU node gets empty or ``None`` fields, never an
+error): the GPUs (``nvml.inventory``), the RDMA devices and the GPUDirect RDMA module
+(``rdma``), the size of ``/dev/shm`` (NCCL's SHM transport and its proxy buffers live
+there; a container's default 64 MiB makes NCCL fail with "failed to extend /dev/shm"),
+whether ``libibverbs`` can be loaded (NCCL's IB transport dlopens it) and which NCCL
+network plugins (``libnccl-net*.so``) are on the library path. :func:`findings` turns
+that, and optionally what NCCL logged (``nccllog.parse``), into warnings.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import tempfile
+from typing import Any, Dict, Iterable, List, Optional
+
+from . import nccllog, nvml, rdma
+
+SHM_PATH = "/dev/shm"
+SHM_MIN_BYTES = 1 << 30  # below 1 GiB, NCCL on several local GPUs may run out (see module doc)
+DEV_SHM_TOO_SMALL = "DevShmTooSmall"  # warning reason (CamelCase, as disttrain_probe.reasons)
+STANDARD_LIB_DIRS = ("/usr/local/lib", "/usr/lib", "/usr/lib64", "/lib", "/lib64",
+                     "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
+LD_SO_CONF_DIR = "/etc/ld.so.conf.d"
+GPUS_REQUESTED_VAR = "DISTTRAIN_PROBE_GPUS"  # nvidia.com/gpu the pod requested (the operator sets it)
+NCCL_SUBSYS = "INIT,BOOTSTRAP,ENV,NET"  # INIT: channels and Init COMPLETE; NET: GDR per HCA
+
+
+def shm(path: str = SHM_PATH) -> Dict[str, Any]:
+    """``{"path", "totalBytes", "freeBytes"}`` of the filesystem at ``path`` (bytes);
+    ``None`` sizes when it does not exist. Never raises."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return {"path": path, "totalBytes": None, "freeBytes": None}
+    return {"path": path, "totalBytes": st.f_frsize * st.f_blocks,
+            "freeBytes": st.f_frsize * st.f_bavail}
+
+
+def library_dirs(env: Optional[Dict[str, str]] = None, conf_dir: str = LD_SO_CONF_DIR,
+                 extra: Iterable[str] = ()) -> List[str]:
+    """Where the dynamic loader looks, in order: ``extra``, LD_LIBRARY_PATH, the
+    directories listed in ``conf_dir``/*.conf, then :data:`STANDARD_LIB_DIRS`; each once.
+    Never raises."""
+    env = os.environ if env is None else env
+    dirs: List[str] = list(extra)
+    dirs += [d for d in (env.get("LD_LIBRARY_PATH") or "").split(":") if d]
+    for conf in sorted(glob.glob(os.path.join(conf_dir, "*.conf"))):
+        try:
+            with open(conf) as f:
+                dirs += [ln.strip() for ln in f
+                         if ln.strip().startswith("/") and not ln.startswith("include")]
+        except OSError:
+            pass
+    dirs += STANDARD_LIB_DIRS
+    seen: List[str] = []
+    for d in dirs:
+        if d not in seen:
+            seen.append(d)
+    return seen
+
+
+def find_libraries(pattern: str, dirs: Iterable[str]) -> List[str]:
+    """Paths matching the glob ``pattern`` (e.g. ``libnccl-net*.so*``) in ``dirs``, in
+    search order. Never raises."""
+    out: List[str] = []
+    for d in dirs:
+        for p in sorted(glob.glob(os.path.join(d, pattern))):
+            if p not in out:
+                out.append(p)
+    return out
+
+
+def net_plugin(env: Optional[Dict[str, str]] = None, dirs: Optional[List[str]] = None
+               ) -> Dict[str, Any]:
+    """The NCCL network plugins this process could load: ``{"requested": NCCL_NET_PLUGIN
+    or None, "found": [paths of libnccl-net*.so*]}``; NCCL loads ``libnccl-net.so`` (or
+    ``libnccl-net-<NCCL_NET_PLUGIN>.so``) and otherwise uses its internal IB/Socket
+    transports. Never raises."""
+    env = os.environ if env is None else env
+    dirs = library_dirs(env) if dirs is None else dirs
+    return {"requested": env.get("NCCL_NET_PLUGIN") or None,
+            "found": find_libraries("libnccl-net*.so*", dirs)[:8]}
+
+
+def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] = None,
+            nvml_api: Any = None, ib_root: str = rdma.SYS_IB, module_root: str = rdma.SYS_MODULE,
+            shm_path: str = SHM_PATH, lib_dirs: Optional[List[str]] = None) -> Dict[str, Any]:
+    """The node's accelerator inventory (JSON-able, camelCase)::
+
+        {"gpus": nvml.inventory(...), "rdma": [rdma.devices()...],
+         "peermem": "nvidia_peermem" | None, "shm": shm(), "ibverbs": [paths],
+         "netPlugin": net_plugin()}
+
+    ``requested_gpus``: what the pod asked for (``nvidia.com/gpu``), compared with what it
+    sees; ``env`` (default os.environ) gives CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES,
+    LD_LIBRARY_PATH and NCCL_NET_PLUGIN. The other arguments point at fakes in tests.
+    Never raises."""
+    env = dict(os.environ if env is None else env)
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        visible = env.get("NVIDIA_VISIBLE_DEVICES")
+    dirs = library_dirs(env) if lib_dirs is None else lib_dirs
+    return {"gpus": nvml.inventory(nvml_api, requested_gpus, visible),
+            "rdma": rdma.devices(ib_root), "peermem": rdma.peermem_module(module_root),
+            "shm": shm(shm_path), "ibverbs": find_libraries("libibverbs.so*", dirs)[:4],
+            "netPlugin": net_plugin(env, dirs)}
+
+
+def findings(hw: Dict[str, Any], node: str, nccl: Optional[Dict[str, Any]] = None
+             ) -> List[Dict[str, str]]:
+    """Warnings (``[{"reason", "message"}]``, each naming the node and the fix) from the
+    inventory ``hw`` (:func:`collect`) and, when given, NCCL's own log (``nccl``,
+    ``nccllog.parse``): GPU count and ECC (``nvml.gpu_warnings``), RDMA ports not ACTIVE,
+    a small /dev/shm on a node with more than one GPU, RDMA devices without libibverbs in
+    the image, and NCCL's fallbacks (``nccllog.warnings``). Pure."""
+    out = nvml.gpu_warnings(hw.get("gpus") or {}, node)
+    devs = hw.get("rdma") or []
+    out += rdma.port_warnings(devs, node)
+    total = (hw.get("shm") or {}).get("totalBytes")
+    if (hw.get("gpus") or {}).get("count", 0) > 1 and total is not None and total < SHM_MIN_BYTES:
+        out.append({"reason": DEV_SHM_TOO_SMALL, "message": (
+            f"{node}: /dev/shm is {total / 2**20:.0f} MiB; NCCL between local GPUs needs more "
+            f"(it fails with 'failed to extend /dev/shm'); mount an emptyDir with medium: Memory "
+            f"at /dev/shm (sizeLimit of a few GiB)")[:400]})
+    if devs and not hw.get("ibverbs"):
+        out.append({"reason": nccllog.NCCL_SOCKETS_DESPITE_RDMA, "message": (
+            f"{node}: the node has RDMA device(s) {', '.join(d['name'] for d in devs[:4])} but "
+            f"libibverbs.so is not in the image, so NCCL can only use sockets; install rdma-core "
+            f"(libibverbs1) in the training image")[:400]})
+    if nccl is not None:
+        p2p = (hw.get("gpus") or {}).get("p2p")
+        seen = {w["reason"] for w in out}
+        out += [w for w in nccllog.warnings(nccl, node, devs, p2p) if w["reason"] not in seen]
+    return out
+
+
+def requested_gpus(env: Optional[Dict[str, str]] = None) -> Optional[int]:
+    """:data:`GPUS_REQUESTED_VAR` as a count; None when unset or not a number. Pure."""
+    raw = ((os.environ if env is None else env).get(GPUS_REQUESTED_VAR) or "").strip()
+    return int(raw) if raw.isdigit() else None
+
+
+def start_nccl_capture(backend: str, env: Any = None) -> Optional[str]:
+    """Before NCCL initializes in this process: with ``backend`` nccl, make NCCL write its
+    INFO lines (:data:`NCCL_SUBSYS`) to a file and return its path; None (nothing changed)
+    for gloo or when the user already routes NCCL's log (NCCL_DEBUG_FILE set). ``env``
+    defaults to os.environ, which NCCL reads at its first call. Never raises."""
+    env = os.environ if env is None else env
+    if backend != "nccl" or env.get("NCCL_DEBUG_FILE"):
+        return None
+    try:
+        fd, path = tempfile.mkstemp(prefix="disttrain-nccl-", suffix=".log")
+        os.close(fd)
+    except OSError:
+        return None
+    env["NCCL_DEBUG_FILE"] = path
+    if (env.get("NCCL_DEBUG") or "").upper() not in ("INFO", "TRACE"):
+        env["NCCL_DEBUG"] = "INFO"
+    env.setdefault("NCCL_DEBUG_SUBSYS", NCCL_SUBSYS)
+    return path
+
+
+def finish_nccl_capture(path: Optional[str], hw: Dict[str, Any], node: str,
+                        echo: Any = None) -> List[Dict[str, str]]:
+    """Read what NCCL logged to ``path`` (:func:`start_nccl_capture`), copy it to ``echo``
+    (default stderr: the pod log keeps NCCL's lines) and return the NCCL fallbacks
+    (``nccllog.warnings`` with this node's RDMA devices and GPU P2P matrix from ``hw``),
+    and remove the file. [] when ``path`` is None or unreadable. Never raises."""
+    if not path:
+        return []
+    try:
+        with open(path, errors="replace") as f:
+            lines = f.read().splitlines()
+        os.unlink(path)
+    except OSError:
+        return []
+    try:
+        (echo or sys.stderr).write("\n".join(lines[-400:]) + "\n")
+    except Exception:
+        pass
+    parsed = nccllog.parse(lines)
+    return nccllog.warnings(parsed, node, hw.get("rdma") or [], (hw.get("gpus") or {}).get("p2p"))

@@ -1,0 +1,115 @@
+"""Table tests of the pure policies: restart, deadline, cleanup/TTL, API failures."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from disttrain import constants as c
+from disttrain.api import DistTrainingJobSpec
+from disttrain.policies import apierrors, cleanup, deadline, restart
+from disttrain.step import ApiFailure
+
+from .fixtures import TEMPLATE, pod
+
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def spec(**kw):
+    return DistTrainingJobSpec.model_validate({"numNodes": 2, "template": TEMPLATE, **kw})
+
+
+@pytest.mark.parametrize("restarts,limit,reprobe,probe,want", [
+    (0, 0, False, True, restart.Decision(False, False, c.REASON_RANK_FAILED)),
+    (0, 2, False, True, restart.Decision(True, False, c.REASON_RESTARTING)),
+    (1, 2, True, True, restart.Decision(True, True, c.REASON_RESTARTING)),
+    (1, 2, True, False, restart.Decision(True, False, c.REASON_RESTARTING)),  # nothing to re-probe
+    (2, 2, True, True, restart.Decision(False, False, c.REASON_BACKOFF_LIMIT_EXCEEDED)),
+    (5, 2, False, True, restart.Decision(False, False, c.REASON_BACKOFF_LIMIT_EXCEEDED)),
+])
+def test_restart_decision(restarts, limit, reprobe, probe, want):
+    assert restart.on_rank_failure(restarts, limit, reprobe, probe) == want
+
+
+@pytest.mark.parametrize("start,limit,now_offset,want", [
+    (None, 90, 0, None),
+    (NOW, None, 0, None),
+    (NOW, 90, 0, 90.0),
+    (NOW, 90, 89.5, 0.5),
+    (NOW, 90, 120, -30.0),
+])
+def test_seconds_left(start, limit, now_offset, want):
+    assert deadline.seconds_left(start, limit, NOW + timedelta(seconds=now_offset)) == want
+
+
+def test_probe_budget_is_timeout_plus_slack():
+    assert deadline.probe_budget_seconds(spec(probe={"timeoutSeconds": 20})) == 20 + deadline.PROBE_SLACK_SECONDS
+
+
+def test_training_deadline_only_when_set():
+    assert deadline.training_seconds_left(spec(), NOW, NOW) is None
+    s = spec(runPolicy={"activeDeadlineSeconds": 10})
+    assert deadline.training_seconds_left(s, NOW, NOW + timedelta(seconds=4)) == 6
+    assert deadline.training_seconds_left(s, None, NOW) is None
+
+
+def probes():
+    return [pod("j-probe-0", "probe", 0, phase="Succeeded"), pod("j-probe-1", "probe", 1, phase="Running")]
+
+
+@pytest.mark.parametrize("keep,failed,want", [
+    ("OnFailure", True, ["j-probe-1"]),             # kept for their logs; a running one goes
+    ("OnFailure", False, ["j-probe-0", "j-probe-1"]),
+    ("Never", True, ["j-probe-0", "j-probe-1"]),
+    ("Always", False, ["j-probe-1"]),               # still running: it only blocks ports
+])
+def test_probes_to_delete(keep, failed, want):
+    out = cleanup.probes_to_delete(spec(probe={"keepPods": keep}), failed, probes())
+    assert [p["metadata"]["name"] for p in out] == want
+
+
+@pytest.mark.parametrize("policy,want", [
+    ("Running", ["j-worker-1", "j-worker-2"]),
+    ("All", ["j-worker-0", "j-worker-1", "j-worker-2"]),
+    ("None", []),
+])
+def test_workers_to_delete(policy, want):
+    ws = [pod(f"j-worker-{r}", "worker", r, phase=ph) for r, ph in enumerate(("Succeeded", "Running", "Pending"))]
+    out = cleanup.workers_to_delete(spec(runPolicy={"cleanPodPolicy": policy}), ws)
+    assert [p["metadata"]["name"] for p in out] == want
+
+
+@pytest.mark.parametrize("ttl,finished_ago,want", [
+    (None, 100, None),
+    (0, 0, 0.0),
+    (60, 10, 50.0),
+    (60, 61, -1.0),
+])
+def test_ttl_seconds_left(ttl, finished_ago, want):
+    s = spec(runPolicy={} if ttl is None else {"ttlSecondsAfterFinished": ttl})
+    assert cleanup.ttl_seconds_left(s, NOW - timedelta(seconds=finished_ago), NOW) == want
+
+
+@pytest.mark.parametrize("failure,terminal", [
+    (ApiFailure("create", "Pod", "j-probe-0", 422, 'Pod "j-probe-0" is invalid: spec.containers[0].image: Required value'), True),
+    (ApiFailure("create", "Pod", "j-probe-0", 400, "bad request"), True),
+    (ApiFailure("create", "Pod", "j-probe-0", 403, 'pods "j-probe-0" is forbidden: violates PodSecurity "restricted:latest"'), True),
+    (ApiFailure("create", "Pod", "j-probe-0", 403, 'pods "j-probe-0" is forbidden: exceeded quota: q'), False),
+    (ApiFailure("create", "Service", "j", 422, "invalid"), True),
+    (ApiFailure("create", "Pod", "j-probe-0", 500, "etcd timeout"), False),
+    (ApiFailure("create", "Pod", "j-probe-0", 0, "ConnectionRefused"), False),
+    (ApiFailure("patch", "status", "j", 422, "invalid status"), False),
+    (ApiFailure("delete", "Pod", "j-probe-0", 422, "x"), False),
+])
+def test_which_api_failures_are_terminal(failure, terminal):
+    assert apierrors.is_terminal(failure) is terminal
+
+
+def test_backoff_doubles_to_a_cap():
+    assert [apierrors.backoff_seconds(n) for n in (1, 2, 3, 4, 7, 30)] == [1, 2, 4, 8, 60, 60]
+
+
+def test_pod_field_paths_become_the_jobs():
+    msg = 'Pod "j-probe-0" is invalid: spec.containers[0].resources.limits[cpu]: Invalid value: "abc"; metadata.labels: bad'
+    out = apierrors.template_field_message(msg)
+    assert "spec.template.spec.containers[0].resources.limits[cpu]" in out
+    assert "spec.template.metadata.labels" in out and out.startswith('Pod "j-probe-0" is invalid: ')
