@@ -155,6 +155,8 @@ def containers(init: bool = False) -> st.SearchStrategy:
         "securityContext": maybe(container_security),
         "imagePullPolicy": maybe(st.sampled_from(["IfNotPresent", "Always", "Never", "Sometimes"])),
         "workingDir": maybe(st.just("/workspace")),
+        "ports": maybe(st.lists(optional_dict({"containerPort": st.sampled_from([8080, 29500])},
+                                              {"hostPort": st.sampled_from([29500, 1])}), max_size=2)),
     })
     return weighted((3, st.lists(maybe(one, junk_weight=0 if not init else 1), min_size=0 if init else 1,
                                  max_size=1)),
