@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check
+.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e fuzz bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -69,6 +69,12 @@ test-probe: system-deps venv
 
 test-e2e: system-deps venv build-cluster
 	$(VPY) -m pytest -q -ra tests/e2e
+
+# The generated suites (tests/fuzz) at length: random seeds, 10,000 generated probe reports
+# and manifests, 2,000 reconcile sequences (`make test` runs the same suites derandomized
+# with far fewer; tests/conftest.py).
+fuzz: venv
+	HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -q -ra --timeout=3600 --hypothesis-show-statistics tests/fuzz
 
 bench: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_overhead.py

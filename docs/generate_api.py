@@ -174,7 +174,8 @@ def _rules_list(root: dict[str, Any], path: str) -> list[str]:
 def render() -> str:
     """docs/api.md as text."""
     version = build_crd()["spec"]["versions"][0]
-    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    root = version["schema"]["openAPIV3Schema"]
+    schema = root["properties"]
     spec, status = schema["spec"], schema["status"]
     out = [HEADER.rstrip(), "", "## spec", "", _cell(spec.get("description", "")), ""]
     out += _table(spec, "spec")
@@ -182,7 +183,10 @@ def render() -> str:
             "Checked by the apiserver at `kubectl apply` (CEL, `x-kubernetes-validations`); "
             "a refused manifest gets the message shown. The operator repeats each check "
             "in pydantic, so an object admitted by an older CRD fails with `InvalidSpec` "
-            "instead of being acted on.", ""]
+            "instead of being acted on. Why each rule exists: [admission](admission.md).", ""]
+    # The job-name rules sit at the root, where self.metadata.name is visible.
+    out += _rules_list({"x-kubernetes-validations": root.get("x-kubernetes-validations")},
+                       "metadata.name")
     out += _rules_list(spec, "spec")
     out += ["", "## status", "", _cell(status.get("description", "")) + " Users read it; "
             "the operator also keeps its memory between reconcile steps here, so a "

@@ -8,19 +8,28 @@ Trainer / PyTorchJob where one exists (``numNodes``, ``numProcPerNode``, ``runPo
 Validation happens at the earliest point: the CRD schema and its CEL rules
 (``x-kubernetes-validations``, written here in ``json_schema_extra``) reject bad manifests at
 ``kubectl apply``; the pydantic validators below repeat the same rules so the operator
-never acts on an object that slipped past an older CRD.
+never acts on an object that slipped past an older CRD. The pod template's typed fields are
+in :mod:`disttrain.podtemplate`; the job-name rules (:data:`NAME_RULES`, CEL at the CRD's
+root) are :func:`job_name_problem` in Python. One rule is the operator's only: torchrun
+options in the user's command that contradict the spec (:func:`torchrun_option_problem`),
+since telling them from the script's own options needs torchrun's parser. See
+docs/admission.md.
 """
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from . import constants as c
+from . import torchrun
+# PodTemplate and its message are part of this API (crdgen and tests import them from here).
+from .podtemplate import HOST_NETWORK_IN_TEMPLATE, QUANTITY_PATTERN, PodTemplate  # noqa: F401
 
 PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
 IFNAME_PATTERN = r"^(auto|\^?[A-Za-z0-9_.:=-]+(,\^?[A-Za-z0-9_.:=-]+)*)$"
@@ -65,59 +74,6 @@ class CleanPodPolicy(str, Enum):
     None_ = "None"
 
 
-class PodTemplate(_Model):
-    """A PodTemplateSpec for one node's pod (metadata + spec); only ``spec.containers`` is
-    required. The first container is the trainer; the operator injects rendezvous
-    environment into it. Everything else (resources, nodeSelector, tolerations, volumes,
-    serviceAccountName, annotations such as Multus networks) is passed through."""
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-    metadata: dict[str, Any] = Field(
-        default_factory=dict, description="Labels and annotations copied to every pod."
-    )
-    spec: dict[str, Any] = Field(
-        description="A core/v1 PodSpec. spec.containers[0] runs the training command."
-    )
-
-    @field_validator("spec")
-    @classmethod
-    def _containers_present(cls, spec: dict[str, Any]) -> dict[str, Any]:
-        containers = spec.get("containers")
-        if not isinstance(containers, list) or not containers:
-            raise ValueError(
-                "spec.template.spec.containers must list at least one container "
-                "(the first one runs training)"
-            )
-        for i, ctr in enumerate(containers):
-            if not isinstance(ctr, dict) or not ctr.get("name"):
-                raise ValueError(f"spec.template.spec.containers[{i}].name is required")
-            envs = ctr.get("env") or []
-            if not isinstance(envs, list):
-                raise ValueError(f"spec.template.spec.containers[{i}].env must be a list of "
-                                 "{name, value} entries")
-            for j, env in enumerate(envs):
-                name = env.get("name") if isinstance(env, dict) else None
-                if not isinstance(name, str) or not name:
-                    raise ValueError(f"spec.template.spec.containers[{i}].env[{j}].name must be "
-                                     "a non-empty string")
-                if name in c.RESERVED_ENV or name.startswith(c.RESERVED_ENV_PREFIX):
-                    raise ValueError(
-                        f"spec.template.spec.containers[{i}].env: {name} is set by the operator "
-                        "(it owns rank and rendezvous variables); remove it"
-                    )
-        if "hostNetwork" in spec:
-            raise ValueError(HOST_NETWORK_IN_TEMPLATE)
-        return spec
-
-
-HOST_NETWORK_IN_TEMPLATE = (
-    "spec.template.spec.hostNetwork is set by the operator from spec.network.hostNetwork "
-    "(probe and training pods must share one network mode); remove it and set "
-    "spec.network.hostNetwork instead"
-)
-
-
 class RendezvousSpec(_Model):
     """Where ranks meet before training (torch.distributed's TCPStore)."""
 
@@ -127,7 +83,7 @@ class RendezvousSpec(_Model):
         "--master-addr/--master-port); c10d: torchrun's c10d rendezvous at the same endpoint.",
     )
     port: int = Field(
-        29500, ge=1, le=65535, description="MASTER_PORT: the TCP port of the rendezvous store."
+        29500, strict=True, ge=1, le=65535, description="MASTER_PORT: the TCP port of the rendezvous store."
     )
 
 
@@ -135,7 +91,7 @@ class NetworkSpec(_Model):
     """How pods reach each other."""
 
     host_network: bool = Field(
-        False, description="Run probe and training pods in the node's network namespace."
+        False, strict=True, description="Run probe and training pods in the node's network namespace."
     )
     socket_ifname: str = Field(
         "auto",
@@ -147,6 +103,7 @@ class NetworkSpec(_Model):
     port_range: Optional[str] = Field(
         None,
         pattern=PORT_RANGE_PATTERN,
+        max_length=11,
         description='Ephemeral ports the cluster firewall admits, "lo-hi" (e.g. 60000-61000). '
         "NCCL and gloo listen on ports from net.ipv4.ip_local_port_range: on the pod network "
         "the operator sets that sysctl on probe and training pods to this range; with "
@@ -165,7 +122,7 @@ class NetworkSpec(_Model):
     )
 
     enable_dns_hostnames: Optional[bool] = Field(
-        None,
+        None, strict=True,
         alias="enableDNSHostnames",
         description="Give each pod a DNS name, <job>-<rank>.<subdomain>, through a headless "
         "Service (as JobSet does) and use rank 0's name as MASTER_ADDR, so every rank resolves "
@@ -199,7 +156,7 @@ class NetworkSpec(_Model):
 class ProbeSpec(_Model):
     """The preflight probe run on every node before training."""
 
-    enabled: bool = Field(True, description="Run the probe before creating training pods.")
+    enabled: bool = Field(True, strict=True, description="Run the probe before creating training pods.")
     image: Optional[str] = Field(
         None,
         description="Probe image. With useTrainingImage it only supplies the probe program "
@@ -207,7 +164,7 @@ class ProbeSpec(_Model):
         "operator's configured probe image.",
     )
     use_training_image: bool = Field(
-        True,
+        True, strict=True,
         description="Run the probe inside the training image, so the NCCL and torch that are "
         "checked are the ones that will train.",
     )
@@ -215,21 +172,21 @@ class ProbeSpec(_Model):
         ProbeBackend.auto, description="auto: nccl when the pod requests GPUs, else gloo."
     )
     message_size_bytes: int = Field(
-        4 * 1024 * 1024,
+        4 * 1024 * 1024, strict=True,
         ge=4,
         le=1 << 30,
         description="All-reduce message size in bytes (float32 elements x 4).",
     )
-    iterations: int = Field(10, ge=1, le=1000, description="Timed all-reduce iterations.")
+    iterations: int = Field(10, strict=True, ge=1, le=1000, description="Timed all-reduce iterations.")
     min_bus_bandwidth_gbps: float = Field(
-        0.0,
+        0.0, strict=True,
         alias="minBusBandwidthGBps",
         ge=0,
         description="Fail when the measured all-reduce busbw is below this many GB/s "
         "(gigabytes, 1e9 bytes, per second; not gigabits). 0 disables the threshold.",
     )
     timeout_seconds: int = Field(
-        60, ge=5, le=3600, description="Budget for the whole probe, in seconds."
+        60, strict=True, ge=5, le=3600, description="Budget for the whole probe, in seconds."
     )
     keep_pods: KeepPods = Field(
         KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe."
@@ -266,7 +223,7 @@ class SchedulingPolicy(_Model):
         "coscheduling, volcano with volcano, the template's (or the default scheduler) else.",
     )
     schedule_timeout_seconds: Optional[int] = Field(
-        None, ge=1, description="coscheduling: the PodGroup's scheduleTimeoutSeconds."
+        None, strict=True, ge=1, description="coscheduling: the PodGroup's scheduleTimeoutSeconds."
     )
 
 
@@ -276,13 +233,13 @@ class RunPolicy(_Model):
     scheduling_policy: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
 
     backoff_limit: int = Field(
-        0, ge=0, le=100, description="Gang restarts of all ranks before the job is Failed."
+        0, strict=True, ge=0, le=100, description="Gang restarts of all ranks before the job is Failed."
     )
     active_deadline_seconds: Optional[int] = Field(
-        None, ge=1, description="Seconds from the start of training until the job is Failed."
+        None, strict=True, ge=1, description="Seconds from the start of training until the job is Failed."
     )
     ttl_seconds_after_finished: Optional[int] = Field(
-        None, ge=0, description="Seconds after the job finished (Succeeded or Failed) until the "
+        None, strict=True, ge=0, description="Seconds after the job finished (Succeeded or Failed) until the "
         "operator deletes it, and with it its pods and Service (as batch/v1 Job and Kubeflow do). "
         "Unset: the job is kept."
     )
@@ -291,7 +248,7 @@ class RunPolicy(_Model):
         description="Pods deleted when the job finishes: Running (still running), All, None.",
     )
     reprobe_on_failure: bool = Field(
-        False,
+        False, strict=True,
         description="After a rank fails, probe again before restarting, to tell an "
         "infrastructure fault from a code fault.",
     )
@@ -300,8 +257,8 @@ class RunPolicy(_Model):
 class DistTrainingJobSpec(_Model):
     """Desired state of a multi-node PyTorch training job."""
 
-    num_nodes: int = Field(ge=1, le=4096, description="Number of nodes (one pod per node).")
-    num_proc_per_node: Union[int, Literal["auto"]] = Field(
+    num_nodes: int = Field(strict=True, ge=1, le=4096, description="Number of nodes (one pod per node).")
+    num_proc_per_node: Union[StrictInt, Literal["auto"]] = Field(
         "auto",
         description='Processes per node (torchrun --nproc-per-node). "auto": the GPUs the '
         "pod requests (nvidia.com/gpu), or 1 without GPUs.",
@@ -318,15 +275,17 @@ class DistTrainingJobSpec(_Model):
     launcher: Launcher = Field(
         Launcher.torchrun,
         description="torchrun: the operator wraps the container command in torchrun with the "
-        "validated rendezvous. env: it only sets MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, "
-        "PET_* and NCCL/GLOO variables and runs the command as given.",
+        "validated rendezvous; a command that already runs torchrun is left as written and "
+        "gets the rendezvous in PET_* variables (an option contradicting the spec is "
+        "refused). env: it only sets MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, PET_* and "
+        "NCCL/GLOO variables and runs the command as given.",
     )
     rendezvous: RendezvousSpec = Field(default_factory=RendezvousSpec)
     network: NetworkSpec = Field(default_factory=NetworkSpec)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     suspend: bool = Field(
-        False,
+        False, strict=True,
         description="Suspend the job (as batch/v1 Job, JobSet and Kubeflow Trainer): created "
         "suspended, nothing runs; suspended while probing or training, its pods are deleted; "
         "resumed, the probes run again (the nodes may differ), then training. "
@@ -345,6 +304,9 @@ class DistTrainingJobSpec(_Model):
         for rule in SPEC_RULES:
             if not rule["check"](self):
                 raise ValueError(rule["message"])
+        problem = torchrun_option_problem(self)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -379,6 +341,121 @@ DistTrainingJobSpec.model_config["json_schema_extra"] = {
     ]
 }
 DistTrainingJobSpec.model_rebuild(force=True)
+
+
+def nproc_for(spec: DistTrainingJobSpec) -> int:
+    """Processes per node: the explicit number, or for ``auto`` the GPUs the trainer
+    container requests (``nvidia.com/gpu``), or 1 without GPUs."""
+    if spec.num_proc_per_node != "auto":
+        return int(spec.num_proc_per_node)
+    return max(1, gpus_requested(spec.template.spec["containers"][0]))
+
+
+def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
+    """When the trainer's command runs torchrun itself (see :mod:`disttrain.torchrun`), the
+    first option that contradicts the rendezvous the operator passes in ``PET_*``, as one
+    message naming the field, the option, why and the fix; else None. Checked by the
+    operator (an InvalidSpec condition within a second of apply), not by the CRD: telling
+    torchrun's options from the training script's needs torchrun's parser."""
+    trainer = spec.template.spec["containers"][0]
+    command = list(trainer.get("command") or [])
+    argv = command + list(trainer.get("args") or [])
+    problems = torchrun.conflicting_options(
+        argv, num_nodes=spec.num_nodes, nproc=nproc_for(spec),
+        backend=str(spec.rendezvous.backend), port=spec.rendezvous.port)
+    if not problems:
+        return None
+    opt, why = problems[0]
+    field = "command" if opt.index < len(command) else "args"
+    var = f"PET_{opt.dest.upper()}"
+    fix = ("remove it" if opt.dest == "standalone"
+           else f"remove it (torchrun reads {var}) or write $({var})")
+    more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+    return (f"spec.template.spec.containers[0].{field}: torchrun option {opt.text[:60]} "
+            f"contradicts the validated rendezvous ({why}){more}; {fix}")
+
+
+# ---- the job's name -----------------------------------------------------------------------
+# Children: pods <job>-probe-<rank> and <job>-worker-<rank> (DNS subdomains, always short
+# enough when the name is a label), pod hostnames <job>-<rank> (DNS labels, with DNS
+# hostnames), the headless Service <job> (a DNS-1035 label, when the operator creates it)
+# and the label disttrain.dev/job-name=<job> (a label value, at most 63 characters).
+# CEL at the CRD's root (where self.metadata.name is visible) and the same checks in Python.
+_CEL_DNS = ("(has(self.spec.network) && has(self.spec.network.enableDNSHostnames) ? "
+            "self.spec.network.enableDNSHostnames : !(has(self.spec.network) && "
+            "has(self.spec.network.hostNetwork) && self.spec.network.hostNetwork))")
+_CEL_OWN_SERVICE = (f"({_CEL_DNS} && !(has(self.spec.network) && "
+                    "has(self.spec.network.subdomain)))")
+NAME_RULES: list[dict[str, Any]] = [
+    {
+        "rule": "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
+        "message": "must be a DNS label (lowercase letters, digits and '-', no "
+        "dots): it names the job's pods' hostnames <name>-<rank>, its headless Service and "
+        "the disttrain.dev/job-name label",
+        "check": lambda name, spec: bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)),
+    },
+    {
+        "rule": "size(self.metadata.name) <= 63",
+        "message": "is longer than 63 characters, the limit of a label value "
+        "(every pod carries disttrain.dev/job-name=<name>); shorten it",
+        "check": lambda name, spec: len(name) <= 63,
+    },
+    {
+        "needs_spec": True,
+        "rule": f"!{_CEL_DNS} || size(self.metadata.name) + "
+        "size(string(self.spec.numNodes - 1)) <= 62",
+        # A static message at admission: the apiserver refuses string concatenation here (its
+        # cost estimate); the operator's message (message_of) gives the numbers.
+        "message": "is too long: the pod hostname <name>-<last rank> would exceed 63 "
+        "characters; shorten the name (at most 62 minus the digits of numNodes - 1) or set "
+        "spec.network.enableDNSHostnames: false",
+        "check": lambda name, spec: not _dns(spec) or len(name) + len(str(spec.num_nodes - 1)) <= 62,
+        "message_of": lambda name, spec: (
+            f"is too long: the pod hostname <name>-{spec.num_nodes - 1} would exceed 63 characters; "
+            f"shorten the name to at most {62 - len(str(spec.num_nodes - 1))} characters or set "
+            "spec.network.enableDNSHostnames: false"),
+    },
+    {
+        "needs_spec": True,
+        "rule": f"!{_CEL_OWN_SERVICE} || self.metadata.name.matches('^[a-z]')",
+        "message": "must start with a letter: it names the job's headless "
+        "Service (a DNS-1035 label); rename the job, or set spec.network.subdomain to a "
+        "Service you manage",
+        "check": lambda name, spec: not (_dns(spec) and not spec.network.subdomain)
+        or bool(re.match(r"[a-z]", name)),
+    },
+]
+
+
+def _dns(spec: DistTrainingJobSpec) -> bool:
+    v = spec.network.enable_dns_hostnames
+    return (not spec.network.host_network) if v is None else bool(v)
+
+
+def job_name_problem(name: Any, spec: Optional[DistTrainingJobSpec] = None) -> Optional[str]:
+    """Why a job named ``name`` cannot name its children, or None when it can.
+
+    The same rules as the CRD's CEL rules on ``metadata.name`` (NAME_RULES): a DNS label
+    (no dots) of at most 63 characters; with DNS hostnames, ``<name>-<rank>`` within 63
+    characters for the last rank; with an operator-created headless Service, a leading
+    letter. ``spec`` is the validated spec (its numNodes and network decide the last two);
+    without it only the first two are checked, so pass it once the spec is valid.
+    Pure; never raises. The message names metadata.name, why and the fix."""
+    if not isinstance(name, str) or not name:
+        return "metadata.name is missing"
+    for rule in NAME_RULES:
+        if spec is None and rule.get("needs_spec"):
+            continue
+        if not rule["check"](name, spec):
+            why = rule["message_of"](name, spec) if "message_of" in rule else rule["message"]
+            return f"metadata.name {name[:80]!r} {why}"
+    return None
+
+
+def name_rules_cel() -> list[dict[str, str]]:
+    """NAME_RULES as the CRD writes them (x-kubernetes-validations at the root)."""
+    keep = ("rule", "message", "messageExpression")
+    return [{k: r[k] for k in keep if k in r} | {"fieldPath": ".metadata.name"} for r in NAME_RULES]
 
 
 # ---- status ----------------------------------------------------------------------------
@@ -481,45 +558,75 @@ class DistTrainingJob(_Model):
     status: DistTrainingJobStatus = Field(default_factory=DistTrainingJobStatus)
 
 
+def field_path(loc: tuple[Any, ...], root: str = "spec") -> str:
+    """A pydantic error location as Kubernetes writes field paths:
+    ``("template", "spec", "containers", 0, "command")`` ->
+    ``spec.template.spec.containers[0].command``; a map key that is not a plain name is
+    bracketed (``labels[example.com/tier]``)."""
+    out = root
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(part)):
+            out += f".{part}" if out else str(part)
+        else:
+            out += f"[{part}]"
+    return out
+
+
 def spec_error_message(exc: Exception) -> str:
-    """One line per pydantic error, each naming the field path under ``spec``."""
+    """One line per pydantic error, each naming the field path under ``spec``
+    (``spec.template.spec.containers[0].command: Input should be a valid list``)."""
     errors = getattr(exc, "errors", None)
     if not callable(errors):
         return str(exc)
     lines = []
     for err in errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        lines.append(f"spec.{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
-    return "; ".join(lines)
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        loc = tuple(err.get("loc", ()))
+        lines.append(f"{field_path(loc)}: {msg}" if loc and not msg.startswith("spec.") else msg)
+    return "; ".join(dict.fromkeys(lines))
 
 
-DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUANTITY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+                    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
+                    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
-def job_name_problem(name: Any) -> Optional[str]:
-    """Why a DistTrainingJob named ``name`` cannot name its children, or None when it can.
+def parse_quantity(value: Any) -> Optional[Decimal]:
+    """A Kubernetes quantity (``2``, ``"500m"``, ``"4Gi"``, ``"1e3"``) as a Decimal; None
+    when ``value`` is not one (wrong type, bad text, exponent beyond 1e±30). Never raises."""
+    if type(value) is int:
+        return Decimal(value)
+    if not isinstance(value, str) or not re.fullmatch(QUANTITY_PATTERN, value):
+        return None
+    m = re.fullmatch(r"\+?([0-9.]+)(?:([KMGTPE]i|[numkMGTPE])|[eE]([-+]?[0-9.]+))?", value)
+    if not m:
+        return None
+    try:
+        number = Decimal(m.group(1))
+        if m.group(3) is not None:
+            exponent = Decimal(m.group(3))
+            if abs(exponent) > 30 or exponent != exponent.to_integral_value():
+                return None
+            return number.scaleb(int(exponent))
+        return number * _QUANTITY_SUFFIX[m.group(2) or ""]
+    except (InvalidOperation, ValueError):
+        return None
 
-    Children are the pods ``<name>-probe-<rank>``/``<name>-worker-<rank>``, the hostnames
-    ``<name>-<rank>``, the headless Service ``<name>`` (a DNS-1035 label) and the label
-    value ``disttrain.dev/job-name=<name>`` (at most 63 characters)."""
-    if not isinstance(name, str) or not name:
-        return "metadata.name is required"
-    if len(name) > 63:
-        return (f"metadata.name is {len(name)} characters: at most 63 (it names the job's "
-                "headless Service and labels its pods)")
-    if not DNS1035_LABEL.match(name):
-        return (f"metadata.name {name!r} must be a DNS-1035 label: lower-case letters, digits "
-                "and '-', starting with a letter (it names the job's headless Service and pods)")
-    return None
 
-
-def gpus_requested(container: dict[str, Any]) -> int:
-    """GPUs (``nvidia.com/gpu``) a container asks for: limits, else requests; 0 if none."""
-    res = container.get("resources") or {}
+def gpus_requested(container: Any) -> int:
+    """GPUs (``nvidia.com/gpu``) a container asks for: limits, else requests; 0 if none, or
+    if the value is not a whole number below 2**31 (Kubernetes refuses fractional GPUs).
+    Takes any value (a container dict as written); never raises."""
+    res = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(res, dict):
+        return 0
     for key in ("limits", "requests"):
-        val = (res.get(key) or {}).get("nvidia.com/gpu")
-        if val is not None:
-            m = re.fullmatch(r"\s*(\d+)\s*", str(val))
-            if m:
-                return int(m.group(1))
+        section = res.get(key)
+        if not isinstance(section, dict) or section.get("nvidia.com/gpu") is None:
+            continue
+        q = parse_quantity(section["nvidia.com/gpu"])
+        if q is not None and q == q.to_integral_value() and 0 <= q < 2**31:
+            return int(q)
     return 0

@@ -2,6 +2,12 @@
 
 No I/O here. Each builder returns a plain dict (a core/v1 Pod) with labels and an
 ownerReference to the job, so deleting the job garbage-collects its children.
+
+Builders never raise for a spec that :class:`disttrain.api.DistTrainingJobSpec` accepted:
+the template is typed at admission (:mod:`disttrain.podtemplate`), and the code that reads
+it still takes a null or an odd shape as absent (``_dict``/``_list``), so a job that
+slipped past an older CRD cannot crash a reconcile step. Children are validly named when
+:func:`disttrain.api.job_name_problem` accepts the job's name.
 """
 
 from __future__ import annotations
@@ -12,7 +18,18 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from . import constants as c
-from .api import DistTrainingJobSpec, Launcher, gpus_requested
+from . import torchrun
+from .api import DistTrainingJobSpec, Launcher, gpus_requested, nproc_for
+
+
+def _dict(value: Any) -> dict:
+    """``value`` if it is a dict, else a new empty one (null or a wrong shape is absent)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list:
+    """``value`` if it is a list, else a new empty one."""
+    return value if isinstance(value, list) else []
 
 
 @dataclass(frozen=True)
@@ -116,20 +133,29 @@ def own_address_field(spec: DistTrainingJobSpec) -> str:
 def nproc_per_node(spec: DistTrainingJobSpec) -> int:
     """Processes per node: the explicit number, or for ``auto`` the GPUs the trainer
     container requests (``nvidia.com/gpu``), or 1 without GPUs."""
-    if spec.num_proc_per_node != "auto":
-        return int(spec.num_proc_per_node)
-    return max(1, gpus_requested(spec.template.spec["containers"][0]))
+    return nproc_for(spec)
+
+
+def _trainer(spec: DistTrainingJobSpec) -> dict[str, Any]:
+    """A deep copy of the template's first container (the trainer)."""
+    containers = _list(_dict(spec.template.spec).get("containers"))
+    return copy.deepcopy(_dict(containers[0])) if containers else {}
+
+
+def _template_labels(spec: DistTrainingJobSpec) -> dict[str, str]:
+    labels = _dict(_dict(spec.template.metadata).get("labels"))
+    return {k: v for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def probe_backend(spec: DistTrainingJobSpec) -> str:
     """``nccl`` or ``gloo``; ``auto`` is nccl exactly when the trainer requests GPUs."""
     if spec.probe.backend != "auto":
         return str(spec.probe.backend)
-    return "nccl" if gpus_requested(spec.template.spec["containers"][0]) > 0 else "gloo"
+    return "nccl" if gpus_requested(_trainer(spec)) > 0 else "gloo"
 
 
 def _labels(job: JobRef, role: str, rank: int, attempt: int, extra: dict[str, str]) -> dict:
-    labels = dict(extra)
+    labels = {k: v for k, v in _dict(extra).items() if isinstance(k, str) and isinstance(v, str)}
     labels.update(
         {
             c.LABEL_JOB: job.name,
@@ -149,16 +175,16 @@ def _field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def _merge_env(existing: list[dict[str, Any]], add: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _merge_env(existing: Any, add: list[dict[str, Any]]) -> list[dict[str, Any]]:
     names = {e["name"] for e in add}
-    return [e for e in existing if e.get("name") not in names] + add
+    return [e for e in _list(existing) if isinstance(e, dict) and e.get("name") not in names] + add
 
 
 def _base_pod(
     job: JobRef, spec: DistTrainingJobSpec, name: str, labels: dict[str, str], rank: int
 ) -> dict[str, Any]:
-    tmpl_meta = spec.template.metadata or {}
-    pod_spec = copy.deepcopy(spec.template.spec)
+    tmpl_meta = _dict(spec.template.metadata)
+    pod_spec = copy.deepcopy(_dict(spec.template.spec))
     pod_spec["restartPolicy"] = "Never"
     if spec.network.host_network:
         pod_spec["hostNetwork"] = True
@@ -169,10 +195,10 @@ def _base_pod(
     if spec.network.port_range and not spec.network.host_network:
         # NCCL and gloo take their listening ports from the kernel's ephemeral range; the
         # sysctl is namespaced and on Kubernetes' safe list, so a pod may set its own.
-        sc = pod_spec.setdefault("securityContext", {})
+        sc = pod_spec["securityContext"] = _dict(pod_spec.get("securityContext"))
         lo, hi = spec.network.port_range.split("-")
-        sc["sysctls"] = [x for x in sc.get("sysctls") or []
-                         if x.get("name") != "net.ipv4.ip_local_port_range"]
+        sc["sysctls"] = [x for x in _list(sc.get("sysctls"))
+                         if isinstance(x, dict) and x.get("name") != "net.ipv4.ip_local_port_range"]
         sc["sysctls"].append({"name": "net.ipv4.ip_local_port_range", "value": f"{lo} {hi}"})
     return {
         "apiVersion": "v1",
@@ -181,7 +207,8 @@ def _base_pod(
             "name": name,
             "namespace": job.namespace,
             "labels": labels,
-            "annotations": dict(tmpl_meta.get("annotations") or {}),
+            "annotations": {k: v for k, v in _dict(tmpl_meta.get("annotations")).items()
+                            if isinstance(k, str) and isinstance(v, str)},
             "ownerReferences": [job.owner_reference()],
         },
         "spec": pod_spec,
@@ -196,7 +223,7 @@ def _declare_rendezvous_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, ran
     if not spec.network.host_network or rank != 0:
         return
     port = spec.rendezvous.port
-    ports = [p for p in ctr.get("ports") or [] if isinstance(p, dict)
+    ports = [p for p in _list(ctr.get("ports")) if isinstance(p, dict)
              and p.get("containerPort") != port and p.get("hostPort") != port]
     ports.append({"name": "rendezvous", "containerPort": port, "hostPort": port, "protocol": "TCP"})
     ctr["ports"] = ports
@@ -204,21 +231,23 @@ def _declare_rendezvous_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, ran
 
 def _require_node_affinity(pod_spec: dict[str, Any], node: str) -> None:
     """Pin to one node through the scheduler (nodeAffinity on kubernetes.io/hostname)."""
-    affinity = pod_spec.setdefault("affinity", {})
-    na = affinity.setdefault("nodeAffinity", {})
-    req = na.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    affinity = pod_spec["affinity"] = _dict(pod_spec.get("affinity"))
+    na = affinity["nodeAffinity"] = _dict(affinity.get("nodeAffinity"))
+    key = "requiredDuringSchedulingIgnoredDuringExecution"
+    req = na[key] = _dict(na.get(key))
     term = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
-    terms = req.get("nodeSelectorTerms") or [{}]
+    terms = [t for t in _list(req.get("nodeSelectorTerms")) if isinstance(t, dict)] or [{}]
     # Terms are ORed: add the pin to every term so each still requires the node.
     req["nodeSelectorTerms"] = [
-        {**t, "matchExpressions": list(t.get("matchExpressions") or []) + [term]} for t in terms
+        {**t, "matchExpressions": _list(t.get("matchExpressions")) + [term]} for t in terms
     ]
 
 
 def _one_per_node(pod_spec: dict[str, Any], match_labels: dict[str, str]) -> None:
-    affinity = pod_spec.setdefault("affinity", {})
-    pa = affinity.setdefault("podAntiAffinity", {})
-    req = pa.setdefault("requiredDuringSchedulingIgnoredDuringExecution", [])
+    affinity = pod_spec["affinity"] = _dict(pod_spec.get("affinity"))
+    pa = affinity["podAntiAffinity"] = _dict(affinity.get("podAntiAffinity"))
+    key = "requiredDuringSchedulingIgnoredDuringExecution"
+    req = pa[key] = _list(pa.get(key))
     req.append(
         {"labelSelector": {"matchLabels": match_labels}, "topologyKey": "kubernetes.io/hostname"}
     )
@@ -247,11 +276,10 @@ def build_probe_pod(
     rank call the master port blocked after a short grace instead of its whole rendezvous
     deadline (rank 0 listens within moments of starting, see docs/probe-report.md).
     """
-    tmpl_labels = (spec.template.metadata or {}).get("labels") or {}
-    labels = _labels(job, c.ROLE_PROBE, rank, attempt, tmpl_labels)
+    labels = _labels(job, c.ROLE_PROBE, rank, attempt, _template_labels(spec))
     pod = _base_pod(job, spec, probe_pod_name(job.name, rank), labels, rank)
     pod_spec = pod["spec"]
-    trainer = copy.deepcopy(spec.template.spec["containers"][0])
+    trainer = _trainer(spec)
     image = spec.probe.image or probe_image
     env = [
         _env_var("RANK", rank),
@@ -285,21 +313,25 @@ def build_probe_pod(
         env.append(_env_var("DISTTRAIN_PROBE_MASTER_STARTED_AT", master_started_at))
     probe = {
         "name": "probe",
-        "image": trainer.get("image", image) if spec.probe.use_training_image else image,
+        "image": (trainer.get("image") or image) if spec.probe.use_training_image else image,
         "command": ["python", "-m", "disttrain_probe"],
         "args": [],
-        "env": _merge_env(trainer.get("env") or [], env),
-        "resources": trainer.get("resources", {}),
-        "volumeMounts": list(trainer.get("volumeMounts") or []),
+        "env": _merge_env(trainer.get("env"), env),
+        "resources": _dict(trainer.get("resources")),
+        # The probe program's own mount wins over one of the trainer's at the same path.
+        "volumeMounts": [m for m in _list(trainer.get("volumeMounts")) if isinstance(m, dict)
+                         and m.get("mountPath") != c.PROBE_INSTALL_DIR
+                         and m.get("name") != c.PROBE_VOLUME],
         "terminationMessagePath": c.TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     for key in ("securityContext", "imagePullPolicy", "envFrom"):
-        if key in trainer:
+        if trainer.get(key) is not None:
             probe[key] = trainer[key]
     pod_spec["initContainers"] = []
     if spec.probe.use_training_image:
-        volumes = list(pod_spec.get("volumes") or [])
+        volumes = [v for v in _list(pod_spec.get("volumes"))
+                   if isinstance(v, dict) and v.get("name") != c.PROBE_VOLUME]
         volumes.append({"name": c.PROBE_VOLUME, "emptyDir": {}})
         pod_spec["volumes"] = volumes
         pod_spec["initContainers"] = [
@@ -343,8 +375,13 @@ def torchrun_command(
     Options: ``--nnodes``, ``--nproc-per-node``, and for the static backend ``--node-rank``
     ``--master-addr`` ``--master-port``; for c10d ``--rdzv-backend=c10d``
     ``--rdzv-endpoint=addr:port`` ``--rdzv-id=<job uid>``.
+    A command that already runs torchrun (:func:`disttrain.torchrun.launches`) is returned
+    as written (command + args): torchrun then reads the rendezvous from PET_* (see
+    :func:`build_worker_pod`). Never raises.
     """
-    full = list(command) + list(args)
+    full = [a for a in list(command) + list(args) if isinstance(a, str)]
+    if torchrun.launches(full):
+        return full
     opts = ["torchrun", f"--nnodes={num_nodes}", f"--nproc-per-node={nproc}"]
     if backend == "c10d":
         opts += [
@@ -364,11 +401,6 @@ def torchrun_command(
             return opts + rest
         if not rest[0].startswith("-"):
             return opts + rest
-    if full and os.path.basename(full[0]) == "torchrun":
-        raise ValueError(
-            "spec.template.spec.containers[0].command already starts torchrun; with "
-            "launcher torchrun give the script (python train.py), or use launcher env"
-        )
     return opts + ["--no-python"] + full
 
 
@@ -385,12 +417,14 @@ def build_worker_pod(
     Pinned to ``node`` (the node whose probe validated rank ``rank``) by a required
     nodeAffinity, so the scheduler still checks resources and taints. The first container
     gets MASTER_ADDR/MASTER_PORT, WORLD_SIZE/RANK/LOCAL_RANK (env launcher), PET_* (read by
-    torchrun and Kubeflow tooling), NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME; with the
-    torchrun launcher its command is wrapped by :func:`torchrun_command`.
-    Raises ValueError when the command cannot be wrapped.
+    torchrun and Kubeflow tooling: PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE,
+    PET_MASTER_ADDR, PET_MASTER_PORT, and for rendezvous.backend c10d PET_RDZV_BACKEND,
+    PET_RDZV_ENDPOINT, PET_RDZV_ID), NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME. With the
+    torchrun launcher its command is wrapped by :func:`torchrun_command`, unless it runs
+    torchrun itself: then it is left as written and torchrun reads the PET_* variables.
+    Never raises for a validated spec.
     """
-    tmpl_labels = (spec.template.metadata or {}).get("labels") or {}
-    labels = _labels(job, c.ROLE_WORKER, rank, attempt, tmpl_labels)
+    labels = _labels(job, c.ROLE_WORKER, rank, attempt, _template_labels(spec))
     pod = _base_pod(job, spec, worker_pod_name(job.name, rank), labels, rank)
     pod_spec = pod["spec"]
     if node:
@@ -407,6 +441,12 @@ def build_worker_pod(
         _env_var("PET_NODE_RANK", rank),
         _env_var("NODE_RANK", rank),
     ]
+    if str(spec.rendezvous.backend) == "c10d":
+        env += [
+            _env_var("PET_RDZV_BACKEND", "c10d"),
+            _env_var("PET_RDZV_ENDPOINT", f"{rdzv.master_addr}:{rdzv.master_port}"),
+            _env_var("PET_RDZV_ID", job.uid),
+        ]
     if spec.launcher == Launcher.env.value:
         env += [
             _env_var("WORLD_SIZE", world),
@@ -420,12 +460,13 @@ def build_worker_pod(
             _env_var("NCCL_SOCKET_IFNAME", nccl),
             _env_var("GLOO_SOCKET_IFNAME", rdzv.socket_ifname),
         ]
-    trainer = copy.deepcopy(pod_spec["containers"][0])
-    trainer["env"] = _merge_env(trainer.get("env") or [], env)
-    if spec.launcher == Launcher.torchrun.value:
+    trainer = _trainer(spec)
+    trainer["env"] = _merge_env(trainer.get("env"), env)
+    command, args = _list(trainer.get("command")), _list(trainer.get("args"))
+    if spec.launcher == Launcher.torchrun.value and not torchrun.launches(command + args):
         trainer["command"] = torchrun_command(
-            trainer.get("command") or [],
-            trainer.get("args") or [],
+            command,
+            args,
             spec.num_nodes,
             nproc,
             rank,
@@ -436,5 +477,5 @@ def build_worker_pod(
         trainer["args"] = []
     trainer.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     _declare_rendezvous_port(trainer, spec, rank)
-    pod_spec["containers"] = [trainer] + pod_spec["containers"][1:]
+    pod_spec["containers"] = [trainer] + _list(pod_spec.get("containers"))[1:]
     return pod

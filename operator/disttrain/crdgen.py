@@ -6,12 +6,18 @@ kube-rs's ``StructuralSchemaRewriter``:
 
 - every ``$ref``/``$defs`` is inlined and ``title`` stripped;
 - ``Optional[T]`` (anyOf with null) becomes ``T`` with ``nullable: true``; null defaults go;
-- ``Literal``/``const`` becomes a one-value ``enum``; ``int | "auto"`` becomes
-  ``x-kubernetes-int-or-string: true``;
-- free-form dicts (the pod template's metadata and spec) keep ``type: object`` with
-  ``x-kubernetes-preserve-unknown-fields: true``;
-- optional nested objects get ``default: {}`` so the apiserver fills their defaults too;
-- CEL rules given in ``json_schema_extra`` ride along as ``x-kubernetes-validations``.
+- ``Literal``/``const`` becomes a one-value ``enum``; ``int | "auto"`` and quantities
+  (``int | str`` with a pattern) become ``x-kubernetes-int-or-string: true``, keeping the
+  variants' constraints;
+- free-form dicts keep ``type: object`` with ``x-kubernetes-preserve-unknown-fields: true``,
+  and so do models that allow extra fields (the pod template's typed parts, see
+  :mod:`disttrain.podtemplate`): their other fields are preserved, not pruned;
+- optional nested objects get ``default: {}`` so the apiserver fills their defaults too,
+  except under the pod template, which has no defaults and no ``nullable`` (a null there is
+  dropped by the apiserver, as the operator's models treat it as absent);
+- CEL rules given in ``json_schema_extra`` ride along as ``x-kubernetes-validations``, and
+  the job-name rules (:data:`disttrain.api.NAME_RULES`) sit at the root, where
+  ``self.metadata.name`` is visible.
 
 Run ``python -m disttrain.crdgen > crds/disttrain.dev_disttrainingjobs.yaml``; a unit test
 fails when the checked-in file and the models disagree.
@@ -26,9 +32,11 @@ from typing import Any
 import yaml
 
 from . import constants as c
-from .api import HOST_NETWORK_IN_TEMPLATE, DistTrainingJobSpec, DistTrainingJobStatus
+from .api import DistTrainingJobSpec, DistTrainingJobStatus, name_rules_cel
 
 _DROP_KEYS = {"title", "$defs", "discriminator"}
+# Constraints a variant of an int-or-string union may carry (they apply to its own type).
+_VARIANT_KEYS = ("pattern", "minimum", "maximum", "minLength", "maxLength")
 
 
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
@@ -59,8 +67,12 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
                 for k, v in node.items():
                     merged.setdefault(k, v)
                 node = merged
-            elif types <= {"integer", "string"} and types == {"integer", "string"}:
+            elif types == {"integer", "string"}:
                 node["x-kubernetes-int-or-string"] = True
+                for v in non_null:
+                    for k in _VARIANT_KEYS:
+                        if k in v:
+                            node.setdefault(k, v[k])
             else:  # pragma: no cover - the models use no other unions
                 raise ValueError(f"unsupported union in CRD schema: {variants}")
             if nullable:
@@ -72,13 +84,15 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
     for key in _DROP_KEYS:
         node.pop(key, None)
     extra = node.pop("additionalProperties", None)
-    if node.get("type") == "object" and isinstance(extra, dict) and not node.get("properties"):
+    if node.get("type") == "object" and isinstance(extra, dict) and extra and not node.get("properties"):
         node["additionalProperties"] = _structural(extra)  # a map, e.g. phase -> seconds
         return node
     if node.get("type") == "object":
         props = node.get("properties")
         if props:
             node["properties"] = {k: _structural(v) for k, v in props.items()}
+            if extra is True:  # a model with extra="allow": its other fields are kept
+                node["x-kubernetes-preserve-unknown-fields"] = True
             required = set(node.get("required", []))
             for name, prop in node["properties"].items():
                 if (
@@ -102,76 +116,20 @@ def model_schema(model: type) -> dict[str, Any]:
     return _structural(_resolve(raw, defs))
 
 
-def _template_schema() -> dict[str, Any]:
-    # The pod template is free-form (a core/v1 PodTemplateSpec) except for the parts the
-    # operator needs: spec.containers with at least one named container.
-    return {
-        "type": "object",
-        "description": "PodTemplateSpec for one node's pod. spec.containers[0] runs training.",
-        "required": ["spec"],
-        "properties": {
-            "metadata": {
-                "type": "object",
-                "description": "Labels and annotations copied to every pod.",
-                "x-kubernetes-preserve-unknown-fields": True,
-            },
-            "spec": {
-                "type": "object",
-                "description": "A core/v1 PodSpec.",
-                "required": ["containers"],
-                "x-kubernetes-preserve-unknown-fields": True,
-                "x-kubernetes-validations": [
-                    {"rule": "!has(self.hostNetwork)", "message": HOST_NETWORK_IN_TEMPLATE},
-                ],
-                "properties": {
-                    "hostNetwork": {"type": "boolean"},
-                    "containers": {
-                        "type": "array",
-                        "minItems": 1,
-                        "maxItems": 16,
-                        "description": "Containers; the first one runs the training command.",
-                        "items": {
-                            "type": "object",
-                            "required": ["name"],
-                            "x-kubernetes-preserve-unknown-fields": True,
-                            "properties": {
-                                "name": {"type": "string", "minLength": 1},
-                                "env": {
-                                    "type": "array",
-                                    "maxItems": 256,
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["name"],
-                                        "x-kubernetes-preserve-unknown-fields": True,
-                                        "properties": {"name": {"type": "string", "maxLength": 256}},
-                                        "x-kubernetes-validations": [
-                                            {
-                                                "rule": "!(self.name in "
-                                                + "["
-                                                + ", ".join(f"'{n}'" for n in c.RESERVED_ENV)
-                                                + "]) && !self.name.startsWith('"
-                                                + c.RESERVED_ENV_PREFIX
-                                                + "')",
-                                                "messageExpression": "'env ' + self.name + "
-                                                "' is set by the operator (it owns rank and "
-                                                "rendezvous variables); remove it'",
-                                            }
-                                        ],
-                                    },
-                                },
-                            },
-                        },
-                    }
-                },
-            },
-        },
-    }
+def _no_defaults_or_nulls(node: Any) -> Any:
+    """The pod template's schema: Kubernetes' own shapes have no defaults and no nulls."""
+    if isinstance(node, dict):
+        return {k: _no_defaults_or_nulls(v) for k, v in node.items()
+                if k not in ("default", "nullable")}
+    if isinstance(node, list):
+        return [_no_defaults_or_nulls(v) for v in node]
+    return node
 
 
 def build_crd() -> dict[str, Any]:
     """The CustomResourceDefinition as a dict (apiextensions.k8s.io/v1)."""
     spec_schema = model_schema(DistTrainingJobSpec)
-    spec_schema["properties"]["template"] = _template_schema()
+    spec_schema["properties"]["template"] = _no_defaults_or_nulls(spec_schema["properties"]["template"])
     spec_schema["description"] = DistTrainingJobSpec.__doc__.strip()
     status_schema = model_schema(DistTrainingJobStatus)
     status_schema["description"] = DistTrainingJobStatus.__doc__.strip()
@@ -224,10 +182,15 @@ def build_crd() -> dict[str, Any]:
                             "description": "A multi-node PyTorch training job that runs only "
                             "after a preflight probe proves the nodes can train together.",
                             "required": ["spec"],
+                            "x-kubernetes-validations": name_rules_cel(),
                             "properties": {
                                 "apiVersion": {"type": "string"},
                                 "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                # name is declared so the name rules can point at it
+                                # (fieldPath); only name/generateName may be.
+                                "metadata": {"type": "object",
+                                             "properties": {"name": {"type": "string",
+                                                                     "maxLength": 253}}},
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },

@@ -1,30 +1,43 @@
 """The probe's report, as the operator reads it (contract version ``v`` = 1).
 
 One report per rank, read from the probe pod's termination message (at most 4096 bytes;
-Kubernetes truncates there). Probe reports are untrusted input: :func:`parse_report`
-caps the size, checks the version and validates the shape, raising :class:`ReportInvalid`
-with a readable reason. Unknown fields are ignored, so the probe can add fields
-without breaking older operators. Units are in the field names and docstrings:
-seconds, bytes, Mb/s (link speed), GB/s with GB = 1e9 bytes (bandwidths).
+Kubernetes truncates there). Probe reports are untrusted input (any process in the probe
+pod can write that file): :func:`parse_report` caps the size and the nesting, refuses
+what strict JSON and the status it is copied into cannot carry (NaN, Infinity, numbers
+beyond float64, integers beyond int64, lone surrogates, duplicate keys), checks the version
+and validates the shape strictly (``"ok": "true"`` or ``"rank": "1"`` are refused, not
+coerced), raising :class:`ReportInvalid` with a readable reason. Unknown fields are
+ignored, so the probe can add fields without breaking older operators. Units are in the
+field names and docstrings: seconds, bytes, Mb/s (link speed), GB/s with GB = 1e9 bytes
+(bandwidths).
 """
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional, Union
+import math
+from typing import Any, Dict, List, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 REPORT_VERSION = 1
 MAX_REPORT_BYTES = 4096
+# The deepest a real report goes is 3 (report.master.route.iface); unknown fields may add a
+# little, but nothing needs more than this. Deeper input is refused before json.loads.
+MAX_REPORT_DEPTH = 10
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 class ReportInvalid(ValueError):
-    """The termination message is not a usable probe report (garbage, oversize, wrong version)."""
+    """The termination message is not a usable probe report (garbage, oversize, too deep,
+    not strict JSON, wrong version, wrong shape); the message says which."""
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+    # strict: JSON types must match (no "true" -> True, 1 -> True, "1" -> 1 coercion);
+    # an integer is still accepted where a float is expected.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore",
+                              strict=True)
 
 
 class Failure(_Model):
@@ -168,24 +181,132 @@ class ProbeReport(_Model):
         return self.failure.reason if self.failure else None
 
 
-def parse_report(raw: Union[str, bytes]) -> ProbeReport:
-    """Parse and validate one termination message; raises :class:`ReportInvalid`."""
+class _Refused(ValueError):
+    """Raised by the json hooks below; parse_report turns it into ReportInvalid."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Refused(f"report contains {name}, which is not JSON (NaN, Infinity and -Infinity "
+                   "cannot be written into the job's status)")
+
+
+def _finite_float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise _Refused(f"report number {text[:40]} is not a finite float64")
+    return x
+
+
+def _int64(text: str) -> int:
+    if len(text) > 20:  # longer than any int64, and int() of huge strings is slow
+        raise _Refused(f"report integer {text[:24]}... is outside int64")
+    x = int(text)
+    if not INT64_MIN <= x <= INT64_MAX:
+        raise _Refused(f"report integer {text} is outside int64")
+    return x
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Refused(f"report has the duplicate key {k!r} (which one counts is ambiguous)")
+        out[k] = v
+    return out
+
+
+def _depth(text: str) -> int:
+    """Deepest nesting of [ and { outside strings (the text need not be valid JSON)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def _unencodable(obj: Any, path: str = "$") -> Optional[str]:
+    """The path of the first key or string that UTF-8 cannot encode (a lone surrogate such
+    as "\\ud800", valid as a JSON escape but not as text), else None."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return path
+    elif isinstance(obj, list):
+        for i, x in enumerate(obj):
+            bad = _unencodable(x, f"{path}[{i}]")
+            if bad:
+                return bad
+    elif isinstance(obj, dict):
+        for k, x in obj.items():
+            bad = _unencodable(k, f"{path} (a key)") or _unencodable(x, f"{path}.{k}")
+            if bad:
+                return bad
+    return None
+
+
+def parse_report(raw: Union[str, bytes, None]) -> ProbeReport:
+    """Parse and validate one termination message (at most :data:`MAX_REPORT_BYTES` bytes
+    of UTF-8 JSON, nested at most :data:`MAX_REPORT_DEPTH` deep). Returns the report, whose
+    ``model_dump(mode="json")`` is always strict JSON (finite floats, int64 integers, valid
+    UTF-8). Raises :class:`ReportInvalid`, and nothing else, for anything else."""
+    try:
+        return _parse(raw)
+    except ReportInvalid:
+        raise
+    except (ValueError, TypeError, RecursionError, MemoryError) as e:  # pragma: no cover - belt
+        raise ReportInvalid(f"report could not be read: {type(e).__name__}: {e}"[:300]) from None
+
+
+def _parse(raw: Union[str, bytes, None]) -> ProbeReport:
     if raw is None:
         raise ReportInvalid("empty report")
-    data = raw.encode("utf-8") if isinstance(raw, str) else bytes(raw)
+    if isinstance(raw, str):
+        data = raw.encode("utf-8", "surrogatepass")
+    elif isinstance(raw, (bytes, bytearray)):
+        data = bytes(raw)
+    else:
+        raise ReportInvalid(f"report is a {type(raw).__name__}, not text")
     if len(data) > MAX_REPORT_BYTES:
         raise ReportInvalid(f"report is {len(data)} bytes, over the {MAX_REPORT_BYTES}-byte cap")
     if not data.strip():
         raise ReportInvalid("empty report")
     try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as e:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ReportInvalid(f"report is not JSON: not UTF-8 text ({e})") from None
+    depth = _depth(text)
+    if depth > MAX_REPORT_DEPTH:
+        raise ReportInvalid(f"report is nested {depth} deep, over the limit of {MAX_REPORT_DEPTH}")
+    try:
+        obj = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                         parse_int=_int64, object_pairs_hook=_unique_keys)
+    except _Refused as e:
+        raise ReportInvalid(str(e)) from None
+    except ValueError as e:
         raise ReportInvalid(f"report is not JSON: {e}") from None
+    bad = _unencodable(obj)
+    if bad:
+        raise ReportInvalid(f"report text at {bad} is not valid UTF-8 (a lone surrogate escape "
+                            "such as \\ud800)")
     if not isinstance(obj, dict):
         raise ReportInvalid(f"report is a JSON {type(obj).__name__}, not an object")
     v = obj.get("v")
-    if v != REPORT_VERSION:
-        raise ReportInvalid(f"report version {v!r} is not supported (want {REPORT_VERSION})")
+    if type(v) is not int or v != REPORT_VERSION:
+        raise ReportInvalid(f"report version {v!r} is not supported (want {REPORT_VERSION})"[:300])
     try:
         return ProbeReport.model_validate(obj)
     except ValidationError as e:

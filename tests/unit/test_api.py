@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from disttrain.api import DistTrainingJobSpec, gpus_requested, spec_error_message
+from disttrain.api import DistTrainingJobSpec, gpus_requested, job_name_problem, spec_error_message
 
 from .fixtures import TEMPLATE
 
@@ -38,7 +38,7 @@ def test_defaults():
     (spec(template={"spec": {"containers": [{"name": "t", "env": [{"name": "PET_NNODES", "value": "2"}]}]}}), "PET_NNODES"),
     (spec(template={"spec": {"hostNetwork": True, "containers": [{"name": "t"}]}}), "spec.network.hostNetwork"),
     (spec(template={"spec": {"containers": [{"name": "t", "env": [{"name": None}]}]}}), "env[0].name"),
-    (spec(template={"spec": {"containers": [{"name": "t", "env": "RANK"}]}}), "containers[0].env must be a list"),
+    (spec(template={"spec": {"containers": [{"name": "t", "env": "RANK"}]}}), "spec.template.spec.containers[0].env: Input should be a valid list"),
 ])
 def test_bad_input_names_the_field(data, field):
     assert field in err(data)
@@ -48,3 +48,99 @@ def test_gpus_requested():
     assert gpus_requested({"resources": {"limits": {"nvidia.com/gpu": "8"}}}) == 8
     assert gpus_requested({"resources": {"requests": {"nvidia.com/gpu": 2}}}) == 2
     assert gpus_requested({}) == 0
+
+
+def ctr_spec(**container):
+    return spec(template={"spec": {"containers": [{"name": "t", **container}]}})
+
+
+@pytest.mark.parametrize("data,expect", [
+    (ctr_spec(command="python train.py"), "spec.template.spec.containers[0].command: Input should be a valid list"),
+    (ctr_spec(args="--epochs 3"), "spec.template.spec.containers[0].args: Input should be a valid list"),
+    (ctr_spec(command=["python", 3]), "spec.template.spec.containers[0].command[1]: Input should be a valid string"),
+    (ctr_spec(resources={"limits": {"cpu": "two"}}), "spec.template.spec.containers[0].resources.limits.cpu: 'two' is not a quantity"),
+    (ctr_spec(resources={"limits": {"cpu": 0.5}}), "resources.limits.cpu"),
+    (ctr_spec(resources={"requests": {"memory": "-1Gi"}}), "resources.requests.memory"),
+    (ctr_spec(resources=["cpu"]), "spec.template.spec.containers[0].resources: Input should be"),
+    (ctr_spec(env=[{"name": "A", "value": 1}]), "spec.template.spec.containers[0].env[0].value: Input should be a valid string"),
+    (ctr_spec(env=[{"name": "A", "value": "x", "valueFrom": {}}]), "set value or valueFrom, not both"),
+    (ctr_spec(volumeMounts=[{"name": "v"}]), "volumeMounts[0].mountPath: Field required"),
+    (ctr_spec(securityContext={"privileged": "yes"}), "securityContext.privileged: Input should be a valid boolean"),
+    (spec(template={"metadata": {"labels": {"team": 7}}, "spec": {"containers": [{"name": "t"}]}}), "spec.template.metadata.labels.team"),
+    (spec(template={"metadata": {"labels": {"team": "-x"}}, "spec": {"containers": [{"name": "t"}]}}), "spec.template.metadata.labels.team"),
+    (spec(template={"metadata": {"labels": {"bad key": "x"}}, "spec": {"containers": [{"name": "t"}]}}), "labels key 'bad key' is not a qualified name"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "affinity": [{"nodeAffinity": {}}]}}), "spec.template.spec.affinity: Input should be"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": {"a": 1}}}}}}), "nodeSelectorTerms: Input should be a valid list"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "tolerations": {"key": "gpu"}}}), "spec.template.spec.tolerations: Input should be a valid list"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "nodeSelector": {"pool": True}}}), "spec.template.spec.nodeSelector.pool"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "securityContext": {"sysctls": [{"name": "a", "value": 1}]}}}), "securityContext.sysctls[0].value"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "volumes": [{"configMap": {}}]}}), "spec.template.spec.volumes[0].name: Field required"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "volumes": [{"name": "disttrain-probe"}]}}), "the operator's"),
+    (spec(template={"spec": {"containers": [{"name": "t"}, {"name": "t"}]}}), "used twice"),
+    (spec(template={"spec": {"containers": [{"name": "t"}], "initContainers": [{"name": "t"}]}}), "names must be unique"),
+    (spec(template={"spec": {"containers": [{"name": "Trainer"}]}}), "spec.template.spec.containers[0].name"),
+])
+def test_template_shapes_are_typed_and_errors_name_the_path(data, expect):
+    assert expect in err(data)
+
+
+def test_template_keeps_unknown_fields_and_nulls_are_absent():
+    tmpl = {"metadata": {"labels": {"app": "x"}, "annotations": {"k8s.v1.cni.cncf.io/networks": "net1"}},
+            "spec": {"containers": [{"name": "t", "command": ["python", "t.py"], "ports": [{"containerPort": 1}],
+                                     "resources": {"limits": {"cpu": 2, "memory": "1Gi"}, "claims": [{"name": "c"}]}}],
+                     "tolerations": None, "affinity": None, "serviceAccountName": "sa", "priorityClassName": "high"}}
+    s = DistTrainingJobSpec.model_validate(spec(template=tmpl))
+    assert s.template.spec == tmpl["spec"] and s.template.metadata == tmpl["metadata"]  # the plain dicts
+
+
+def test_torchrun_command_is_accepted_and_contradicting_options_are_refused():
+    ok = ctr_spec(command=["torchrun", "--nproc-per-node=1", "--nnodes=2", "--node-rank=$(PET_NODE_RANK)",
+                           "/w/train.py", "--nnodes", "9"])
+    assert DistTrainingJobSpec.model_validate(ok)
+    msg = err(ctr_spec(command=["torchrun", "--nnodes=4", "train.py"]))
+    assert msg.startswith("spec.template.spec.containers[0].command: torchrun option --nnodes=4") and "spec.numNodes is 2" in msg
+    msg = err(ctr_spec(command=["bash", "-c"], args=["torchrun --master-addr=10.0.0.1 t.py"]))
+    assert "containers[0].args: torchrun option --master-addr=10.0.0.1" in msg and "PET_MASTER_ADDR" in msg
+    msg = err({**ctr_spec(command=["python", "-m", "torch.distributed.run", "--nproc_per_node", "8", "t.py"]), "numProcPerNode": 2})
+    assert "--nproc_per_node 8" in msg and "numProcPerNode makes it 2" in msg
+    assert "--standalone" in err(ctr_spec(command=["torchrun", "--standalone", "t.py"]))
+
+
+@pytest.mark.parametrize("name,net,nodes,problem", [
+    ("ddp-digits", {}, 2, None),
+    ("my.job", {}, 2, "no dots"),
+    ("x" * 64, {"hostNetwork": True}, 2, "longer than 63"),
+    ("x" * 61, {}, 2, None),
+    ("x" * 62, {}, 2, "at most 61 characters"),
+    ("x" * 61, {}, 11, "pod hostname <name>-10 would exceed 63"),
+    ("x" * 63, {"hostNetwork": True}, 11, None),
+    ("7up", {}, 2, "must start with a letter"),
+    ("7up", {"subdomain": "svc"}, 2, None),
+    ("7up", {"hostNetwork": True}, 2, None),
+    ("Job", {}, 2, "DNS label"),
+])
+def test_job_name_rule(name, net, nodes, problem):
+    s = DistTrainingJobSpec.model_validate({"numNodes": nodes, "template": TEMPLATE, "network": net})
+    got = job_name_problem(name, s)
+    assert (got is None) if problem is None else (problem in got), got
+    if got:
+        assert got.startswith("metadata.name"), got
+
+
+def test_job_name_rule_without_spec_checks_what_needs_no_spec():
+    assert job_name_problem("my.job") and job_name_problem("x" * 64)
+    assert job_name_problem("7up") is None and job_name_problem("x" * 63) is None  # decided by the spec
+    assert job_name_problem(None) == "metadata.name is missing"
+
+
+@pytest.mark.parametrize("value,gpus", [
+    ("8", 8), (8, 8), ("1k", 1000), ("500m", 0), ("1.5", 0), ("2e0", 2), ("1e999999999", 0), ("x", 0),
+    (True, 0), (None, 0), ([1], 0), ("-1", 0),
+])
+def test_gpus_requested_never_raises(value, gpus):
+    assert gpus_requested({"resources": {"limits": {"nvidia.com/gpu": value}}}) == gpus
+
+
+@pytest.mark.parametrize("container", [None, [], "x", {"resources": []}, {"resources": {"limits": ["a"]}}])
+def test_gpus_requested_takes_any_shape(container):
+    assert gpus_requested(container) == 0

@@ -162,6 +162,57 @@ def test_port_range_becomes_the_pods_sysctl_only_without_host_network():
     assert "sysctls" not in (build_probe_pod(REF, s, 0, None, attempt=1)["spec"].get("securityContext") or {})
 
 
+@pytest.mark.parametrize("command,args", [
+    (["torchrun", "--nproc-per-node=1", "/w/train.py", "--epochs", "3"], []),
+    (["python", "-m", "torch.distributed.run"], ["--nnodes=$(PET_NNODES)", "train.py"]),
+    (["bash", "-c", "pip install -q x && torchrun --node_rank=$PET_NODE_RANK train.py"], []),
+])
+def test_users_own_torchrun_is_left_as_written_with_the_rendezvous_in_pet_env(command, args):
+    tmpl = job()["spec"]["template"]
+    tmpl["spec"]["containers"][0].update(command=command, args=args)
+    s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl})
+    ctr = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.0.0.1", 29500, "eth1"), 0)["spec"]["containers"][0]
+    assert (ctr["command"], ctr["args"]) == (command, args)
+    e = env(ctr)
+    assert (e["PET_NNODES"], e["PET_NODE_RANK"], e["PET_NPROC_PER_NODE"]) == ("2", "1", "1")
+    assert (e["PET_MASTER_ADDR"], e["PET_MASTER_PORT"]) == ("10.0.0.1", "29500")
+    assert "PET_RDZV_BACKEND" not in e  # static: torchrun's default backend, from master addr/port
+
+
+def test_c10d_hands_the_endpoint_to_torchrun_in_pet_env():
+    tmpl = job()["spec"]["template"]
+    tmpl["spec"]["containers"][0]["command"] = ["torchrun", "train.py"]
+    s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl, "rendezvous": {"backend": "c10d"}})
+    e = env(build_worker_pod(REF, s, 0, None, Rendezvous("j-0.j", 29400), 0)["spec"]["containers"][0])
+    assert (e["PET_RDZV_BACKEND"], e["PET_RDZV_ENDPOINT"], e["PET_RDZV_ID"]) == ("c10d", "j-0.j:29400", "uid-1")
+
+
+def test_torchrun_command_returns_a_torchrun_command_unchanged():
+    cmd = ["torchrun", "--nproc-per-node=2", "t.py"]
+    assert torchrun_command(cmd, ["--x"], 2, 2, 0, Rendezvous("m", 1), "static", "id") == cmd + ["--x"]
+
+
+def test_builders_take_nulls_in_the_template_as_absent():
+    """A job that slipped past an older CRD (nulls, a user mount where the probe mounts its
+    program) still builds: nothing raises, the operator's additions are there."""
+    tmpl = job()["spec"]["template"]
+    tmpl["metadata"] = {"labels": None, "annotations": None}
+    tmpl["spec"].update(affinity={"nodeAffinity": None, "podAntiAffinity": None}, tolerations=None,
+                        securityContext={"sysctls": None}, volumes=None)
+    tmpl["spec"]["containers"][0].update(env=None, resources=None, securityContext=None,
+                                         volumeMounts=[{"name": "x", "mountPath": c.PROBE_INSTALL_DIR}])
+    s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl,
+                                            "network": {"portRange": "60000-61000"}})
+    probe = build_probe_pod(REF, s, 1, "10.0.0.1", attempt=1)
+    mounts = [m["mountPath"] for m in probe["spec"]["containers"][0]["volumeMounts"]]
+    assert mounts == [c.PROBE_INSTALL_DIR]  # the probe program's, once
+    assert probe["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert probe["spec"]["securityContext"]["sysctls"][0]["value"] == "60000 61000"
+    worker = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.0.0.1", 29500), 0)
+    assert worker["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert worker["metadata"]["labels"][c.LABEL_RANK] == "1" and worker["metadata"]["annotations"] == {}
+
+
 def test_host_network_rank0_declares_the_rendezvous_port_as_host_port():
     from disttrain.builders import build_probe_pod, build_worker_pod, Rendezvous
 

@@ -65,3 +65,34 @@ def test_chart_ships_the_same_crd():
     assert chart_crd.read_text() == CRD.read_text(), (
         "charts/disttrain-operator/crds/ drifted from crds/: copy crds/*.yaml into the chart"
     )
+
+
+def _template():
+    crd = yaml.safe_load(CRD.read_text())
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["template"]
+
+
+def test_template_fields_the_operator_reads_are_typed_and_the_rest_preserved():
+    t = _template()
+    pod = t["properties"]["spec"]
+    ctr = pod["properties"]["containers"]["items"]
+    assert ctr["properties"]["command"] == {"type": "array", "items": {"type": "string"},
+                                            "description": ctr["properties"]["command"]["description"]}
+    cpu = ctr["properties"]["resources"]["properties"]["limits"]["additionalProperties"]
+    assert cpu["x-kubernetes-int-or-string"] and cpu["pattern"].startswith("^") and cpu["minimum"] == 0
+    assert pod["properties"]["affinity"]["type"] == "object" and pod["properties"]["tolerations"]["type"] == "array"
+    assert pod["properties"]["containers"]["x-kubernetes-list-map-keys"] == ["name"]
+    assert t["properties"]["metadata"]["properties"]["labels"]["additionalProperties"]["maxLength"] == 63
+    # Kubernetes shapes: no defaults or nulls injected; unknown fields kept at every level.
+    for path, node in _walk(t):
+        assert "default" not in node and "nullable" not in node, path
+        if node.get("type") == "object" and "properties" in node:
+            assert node.get("x-kubernetes-preserve-unknown-fields"), path
+
+
+def test_job_name_rules_sit_at_the_root_and_point_at_metadata_name():
+    crd = yaml.safe_load(CRD.read_text())
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    rules = root["x-kubernetes-validations"]
+    assert all(r["fieldPath"] == ".metadata.name" and "self.metadata.name" in r["rule"] for r in rules)
+    assert root["properties"]["metadata"]["properties"] == {"name": {"type": "string", "maxLength": 253}}

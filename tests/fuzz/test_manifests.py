@@ -1,0 +1,152 @@
+"""Generated DistTrainingJob manifests through the CRD (a model of the apiserver's
+admission, tests/fuzz/crd_admission.py, with the CRD's CEL rules evaluated by cel-python),
+the pydantic models and the builders.
+
+Invariants:
+- what the CRD admits, pydantic accepts and ``job_name_problem`` passes; the one deliberate
+  difference: torchrun flags in the container command that contradict the spec are found
+  by the operator (pydantic), not the CRD (telling torchrun's options from the script's
+  needs torchrun's parser; see docs/admission.md);
+- what pydantic accepts with a good name, the CRD admits too (the rules are the same);
+- the builders never raise for anything pydantic accepts, and the pods and Service they
+  build have valid names, labels and hostnames, unique container and volume names, string
+  commands, and with a torchrun command of the user's the command is left as written and
+  the rendezvous is handed over in PET_* variables.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import HealthCheck, event, given, note, settings
+from pydantic import ValidationError
+
+from disttrain import constants as c
+from disttrain import torchrun
+from disttrain.api import DistTrainingJobSpec, job_name_problem, spec_error_message
+from disttrain.builders import (
+    JobRef,
+    Rendezvous,
+    build_headless_service,
+    build_probe_pod,
+    build_worker_pod,
+    uses_dns_hostnames,
+)
+
+from .crd_admission import admit
+from .manifests import manifests
+
+pytestmark = pytest.mark.fuzz
+
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _pydantic(spec_body) -> tuple[DistTrainingJobSpec | None, str]:
+    try:
+        return DistTrainingJobSpec.model_validate(spec_body), ""
+    except ValidationError as e:
+        return None, spec_error_message(e)
+
+
+def _valid_label_key(k: str) -> bool:
+    prefix, _, name = k.rpartition("/")
+    if prefix and (len(prefix) > 253 or not DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return len(name) <= 63 and bool(LABEL_NAME.fullmatch(name))
+
+
+def _check_object_meta(meta: dict, what: str) -> None:
+    assert isinstance(meta["name"], str) and len(meta["name"]) <= 253, what
+    assert DNS1123_SUBDOMAIN.fullmatch(meta["name"]), (what, meta["name"])
+    for k, v in (meta.get("labels") or {}).items():
+        assert isinstance(k, str) and _valid_label_key(k), (what, "label key", k)
+        assert isinstance(v, str) and len(v) <= 63 and LABEL_VALUE.fullmatch(v), (what, "label", k, v)
+    for k, v in (meta.get("annotations") or {}).items():
+        assert isinstance(k, str) and _valid_label_key(k) and isinstance(v, str), (what, "annotation", k)
+
+
+def _check_pod(pod: dict, spec: DistTrainingJobSpec, raw_trainer: dict, role: str) -> None:
+    name = pod["metadata"]["name"]
+    _check_object_meta(pod["metadata"], name)
+    ps = pod["spec"]
+    for key in ("hostname", "subdomain"):
+        if key in ps:
+            assert len(ps[key]) <= 63 and DNS1123_LABEL.fullmatch(ps[key]), (name, key, ps[key])
+    names = [x["name"] for x in (ps.get("initContainers") or []) + ps["containers"]]
+    assert len(names) == len(set(names)), (name, "container names", names)
+    vols = [v["name"] for v in ps.get("volumes") or []]
+    assert len(vols) == len(set(vols)), (name, "volume names", vols)
+    for ctr in (ps.get("initContainers") or []) + ps["containers"]:
+        for key in ("command", "args"):
+            assert all(isinstance(a, str) for a in ctr.get(key) or []), (name, key)
+        mounts = [m["mountPath"] for m in ctr.get("volumeMounts") or []]
+        assert len(mounts) == len(set(mounts)), (name, "mountPaths", mounts)
+        for e in ctr.get("env") or []:
+            assert isinstance(e["name"], str) and e["name"], (name, e)
+            assert isinstance(e.get("value", ""), str) or isinstance(e.get("valueFrom"), dict), (name, e)
+    for s in (ps.get("securityContext") or {}).get("sysctls") or []:
+        assert isinstance(s["name"], str) and isinstance(s["value"], str), (name, s)
+    terms = (((ps.get("affinity") or {}).get("nodeAffinity") or {})
+             .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
+    assert terms is None or (isinstance(terms, list) and all(isinstance(t, dict) for t in terms)), name
+    if role == c.ROLE_WORKER and spec.launcher == "torchrun":
+        trainer = ps["containers"][0]
+        env = {e["name"]: e.get("value") for e in trainer["env"]}
+        if trainer["command"][:1] != ["torchrun"]:  # the user's own torchrun: left as written
+            assert trainer.get("command") == raw_trainer.get("command"), name
+            assert trainer.get("args") == raw_trainer.get("args"), name
+        for var in ("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT"):
+            assert var in env, (name, var)
+        if spec.rendezvous.backend == "c10d":
+            assert env.get("PET_RDZV_BACKEND") == "c10d" and env.get("PET_RDZV_ENDPOINT"), name
+
+
+def _build_all(name: str, spec: DistTrainingJobSpec) -> None:
+    job = JobRef(name, "ns", "uid-1")
+    raw_trainer = spec.template.spec["containers"][0]
+    n = spec.num_nodes
+    for rank in sorted({0, min(1, n - 1), n - 1}):
+        master = None if rank == 0 else "10.0.0.1"
+        probe = build_probe_pod(job, spec, rank, master, 1, master_started_at="2026-01-01T00:00:00Z")
+        _check_pod(probe, spec, raw_trainer, c.ROLE_PROBE)
+        for rdzv in (Rendezvous("10.0.0.1", spec.rendezvous.port, "eth1", exact=True),
+                     Rendezvous("ddp-0.ddp", spec.rendezvous.port)):
+            worker = build_worker_pod(job, spec, rank, "node-a" if rank else None, rdzv, 2)
+            _check_pod(worker, spec, raw_trainer, c.ROLE_WORKER)
+    if uses_dns_hostnames(spec) and not spec.network.subdomain:
+        svc = build_headless_service(job, spec)
+        assert len(svc["metadata"]["name"]) <= 63 and DNS1035_LABEL.fullmatch(svc["metadata"]["name"]), svc
+        _check_object_meta(svc["metadata"], "service")
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(manifests())
+def test_crd_pydantic_and_builders_agree(m):
+    note(repr(m))
+    name = m["metadata"]["name"]
+    stored, crd_errors = admit(m)
+    note(f"CRD: {'admitted' if stored else crd_errors}")
+    event("CRD admitted" if stored is not None else "CRD refused")
+    raw_spec, raw_err = _pydantic(m["spec"])
+    note(f"pydantic (raw): {raw_err or 'accepted'}")
+    raw_name_problem = job_name_problem(name, raw_spec) if raw_spec else None
+    if stored is not None:
+        spec, err = _pydantic(stored["spec"])
+        assert spec is not None or "torchrun" in err, f"CRD admitted, pydantic refused: {err}"
+        if spec is None:
+            event("admitted, then refused by the operator: contradicting torchrun option")
+        elif torchrun.launches(list(spec.template.spec["containers"][0].get("command") or [])
+                               + list(spec.template.spec["containers"][0].get("args") or [])):
+            event("admitted: the user's own torchrun")
+        if spec is not None:
+            assert job_name_problem(name, spec) is None, "CRD admitted a name the operator refuses"
+            _build_all(name, spec)
+    elif raw_spec is not None and raw_name_problem is None:
+        pytest.fail(f"pydantic accepted and the name is fine, the CRD refused: {crd_errors}")
+    if raw_spec is not None and raw_name_problem is None:
+        _build_all(name, raw_spec)

@@ -1,0 +1,76 @@
+"""Recognising the user's own torchrun, and the options that would override the
+validated rendezvous (disttrain.torchrun), checked against torch's own parser."""
+import pytest
+
+from disttrain import torchrun as tr
+
+KW = dict(num_nodes=2, nproc=1, backend="static", port=29500)
+
+
+@pytest.mark.parametrize("argv,found", [
+    (["torchrun", "t.py"], True),
+    (["/opt/conda/bin/torchrun", "--nproc-per-node=8", "t.py"], True),
+    (["python3", "-u", "-m", "torch.distributed.run", "t.py"], True),
+    (["python", "-mtorch.distributed.run", "t.py"], True),
+    (["env", "A=1", "torchrun", "t.py"], True),
+    (["bash", "-c", "cd /w && torchrun t.py"], True),
+    (["/bin/sh", "-ec", "exec torchrun t.py\necho done"], True),
+    (["python", "train.py"], False),
+    (["python", "-m", "pkg.torchrun"], False),
+    (["python", "-c", "import torchrun"], False),
+    (["bash", "-c", "echo torchrun"], False),  # an argument, not the command
+    (["bash", "-c", "echo 'unbalanced"], False),
+    (["bash", "script.sh"], False),
+    ([], False),
+])
+def test_launches(argv, found):
+    assert bool(tr.launches(argv)) is found
+
+
+@pytest.mark.parametrize("argv,bad", [
+    (["torchrun", "--nnodes=2", "--nproc-per-node=1", "--master-port=29500", "--rdzv-backend=static", "t.py"], []),
+    (["torchrun", "--nnodes", "2:2", "t.py", "--nnodes=9", "--master-addr=x"], []),  # the script's own args
+    (["torchrun", "--node-rank=$(PET_NODE_RANK)", "--master-addr=${PET_MASTER_ADDR}", "t.py"], []),
+    (["torchrun", "--max-restarts=3", "--rdzv-conf=join_timeout=60", "-m", "pkg"], []),
+    (["torchrun", "--nnodes=4", "t.py"], ["--nnodes=4"]),
+    (["torchrun", "--nnode=4", "t.py"], ["--nnode=4"]),  # argparse abbreviation
+    (["torchrun", "--nproc_per_node", "8", "t.py"], ["--nproc_per_node 8"]),
+    (["torchrun", "--node-rank=0", "--master_addr", "10.0.0.1", "t.py"], ["--node-rank=0", "--master_addr 10.0.0.1"]),
+    (["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-id=j", "t.py"],
+     ["--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-id=j"]),
+    (["torchrun", "--standalone", "t.py"], ["--standalone"]),
+    (["torchrun", "--node-rank=$(PET_NNODES)", "t.py"], ["--node-rank=$(PET_NNODES)"]),  # another variable
+    (["bash", "-c", "torchrun --master-port 1234 t.py"], ["--master-port 1234"]),
+])
+def test_conflicting_options(argv, bad):
+    assert [o.text for o, _ in tr.conflicting_options(argv, **KW)] == bad
+
+
+def test_standalone_is_fine_on_one_node():
+    assert tr.conflicting_options(["torchrun", "--standalone", "t.py"], **{**KW, "num_nodes": 1}) == []
+
+
+def test_our_option_table_is_torchs():
+    """The option table, abbreviations included, resolves every option of the installed
+    torch's parser to the same dest (torchrun reads PET_<DEST>)."""
+    run = pytest.importorskip("torch.distributed.run")
+    parser = run.get_args_parser()
+    for action in parser._actions:
+        for opt in action.option_strings:
+            if opt.startswith("--"):
+                assert tr._resolve_long(opt) == (action.dest, action.nargs != 0), opt
+    assert parser.allow_abbrev
+
+
+def test_pet_variables_reach_torchrun(monkeypatch):
+    """torch reads PET_<DEST> as the default of every option the command leaves unset."""
+    run = pytest.importorskip("torch.distributed.run")
+    env = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_NPROC_PER_NODE": "1",
+           "PET_MASTER_ADDR": "10.0.0.1", "PET_MASTER_PORT": "29511", "PET_RDZV_BACKEND": "c10d",
+           "PET_RDZV_ENDPOINT": "h:29400", "PET_RDZV_ID": "uid-1"}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    a = run.parse_args(["t.py"])
+    assert (a.nnodes, a.node_rank, a.nproc_per_node, a.master_addr, a.master_port) == ("2", 1, "1", "10.0.0.1", 29511)
+    assert (a.rdzv_backend, a.rdzv_endpoint, a.rdzv_id) == ("c10d", "h:29400", "uid-1")
+    assert run.parse_args(["--nnodes=4", "t.py"]).nnodes == "4"  # an option beats its variable
