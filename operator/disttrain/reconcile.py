@@ -93,7 +93,9 @@ def _reconcile(body, pods, now, parse_report, probe_image, services, api_failure
     except ValidationError as exc:
         spec, problem = None, problem or f"invalid spec: {spec_error_message(exc)}"
     if spec is not None and not problem:
-        spec, problem = gangpolicy.effective_spec(spec, capabilities)
+        spec, problem = gangpolicy.effective_spec(spec, capabilities, meta.get("name"))
+    if spec is not None and not problem:
+        problem = job_name_problem(meta.get("name"), spec)
     if problem or spec is None:
         return _invalid(plan, old, raw_status, gen, ts, problem or "invalid spec")
     if not conds:
@@ -105,12 +107,7 @@ def _reconcile(body, pods, now, parse_report, probe_image, services, api_failure
              kueue=kueue)
     s.gangs = gangpolicy.gangs(s)
     _recall_attempts(s)
-    try:
-        _stages(s)
-    except ValueError as exc:  # a builder could not build a child from this spec
-        s.fail_preflight(c.REASON_INVALID_SPEC, cond.clip(f"invalid spec: {exc}"))
-        plan.creates.clear()
-        _cleanup(s)
+    _stages(s)
     return _finish(s, old, raw_status)
 
 

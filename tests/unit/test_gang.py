@@ -96,3 +96,13 @@ def test_a_resumed_training_gang_is_a_new_group():
     plan = step(body, [], capabilities=caps)  # probes again, as a new gang
     assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in plan.creates} == {"j-probe-2"}
     assert c.ROLE_PROBE == plan.creates[0]["metadata"]["labels"][c.LABEL_ROLE]
+
+
+def test_a_name_that_cannot_name_dns_hostnames_keeps_auto_off_the_gang():
+    caps = frozenset({CAP_WORKLOAD_API})
+    s, problem = effective_spec(spec("auto"), caps, "7up")  # a Service cannot start with a digit
+    assert problem is None and g.provider(s, True) is None
+    _, problem = effective_spec(spec("workload"), caps, "7up")
+    assert problem and "metadata.name" in problem
+    s, problem = effective_spec(spec("auto"), caps, "ok-name")
+    assert problem is None and g.provider(s, True) == "workload"

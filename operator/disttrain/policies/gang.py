@@ -10,21 +10,22 @@ the short grace (see docs/scheduling.md).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from .. import constants as c
 from .. import gang as g
-from ..api import DistTrainingJobSpec
+from ..api import DistTrainingJobSpec, job_name_problem
 from ..step import Step
 
 CAP_WORKLOAD_API = "workload-api"  # the apiserver serves scheduling.k8s.io/v1beta1 podgroups
 
 
-def effective_spec(spec: DistTrainingJobSpec, capabilities: frozenset[str]
+def effective_spec(spec: DistTrainingJobSpec, capabilities: frozenset[str], name: Any = None
                    ) -> tuple[DistTrainingJobSpec, Optional[str]]:
     """The spec the step acts on, and a problem (InvalidSpec) if the gang cannot work.
-    A gang needs DNS hostnames: unset, they are turned on; explicitly off, ``auto`` falls
-    back to no gang and an explicit provider is a spec error."""
+    A gang needs DNS hostnames: unset, they are turned on; explicitly off, or when the job's
+    ``name`` cannot name DNS hostnames (:func:`disttrain.api.job_name_problem`), ``auto``
+    falls back to no gang and an explicit provider is a spec error."""
     provider = g.provider(spec, CAP_WORKLOAD_API in capabilities)
     wanted = g.gang_setting(spec)
     if provider is None:
@@ -40,7 +41,12 @@ def effective_spec(spec: DistTrainingJobSpec, capabilities: frozenset[str]
                       "has an address: it needs DNS hostnames; unset network.enableDNSHostnames")
     if spec.network.enable_dns_hostnames is None:
         net = spec.network.model_copy(update={"enable_dns_hostnames": True})
-        spec = spec.model_copy(update={"network": net})
+        with_dns = spec.model_copy(update={"network": net})
+        if name is not None and job_name_problem(name, with_dns) and not job_name_problem(name, spec):
+            if wanted == "auto":
+                return _without_gang(spec), None
+            return spec, f"{job_name_problem(name, with_dns)} (gang scheduling gives the pods DNS names)"
+        spec = with_dns
     return spec, None
 
 
