@@ -261,9 +261,10 @@ class Expect(_Strict):
         from disttrain import constants as c
         from disttrain_probe import reasons as R
 
-        if self.condition not in c.ALL_CONDITIONS:
+        conditions = c.ALL_CONDITIONS + c.OPTIONAL_CONDITIONS
+        if self.condition not in conditions:
             raise ValueError(f"expect.condition: {self.condition!r} is not a condition "
-                             f"({', '.join(c.ALL_CONDITIONS)})")
+                             f"({', '.join(conditions)})")
         if self.reason is None:
             return self
         known = {v for k, v in vars(c).items() if k.startswith("REASON_") and isinstance(v, str)}
@@ -286,6 +287,10 @@ class KueueSettings(_Strict):
         default_factory=dict, description="resource -> quantity (cpu, memory, nvidia.com/gpu); "
         "unnamed resources keep kueue.DEFAULT_QUOTA")
     integrations: list[str] = Field(default_factory=lambda: ["batch/job"])
+    holdSeconds: StrictInt = Field(
+        0, ge=0, le=600, description="before the job is applied, a batch/v1 Job in the same queue "
+        "holds all of the quota's CPU for this many seconds, so the job is seen waiting in its "
+        "queue, then admitted")
 
     @field_validator("quota")
     @classmethod
@@ -671,4 +676,7 @@ def job_documents(sc: Scenario, example: Optional[Path] = None) -> list[dict]:
     for d in docs:
         if d.get("kind") == "DistTrainingJob":
             d["spec"] = deep_merge(d.get("spec") or {}, sc.job)
+            if sc.kueue is not None:  # queued in the LocalQueue scenariorun creates
+                from .kueue import LOCAL_QUEUE, QUEUE_LABEL
+                d.setdefault("metadata", {}).setdefault("labels", {})[QUEUE_LABEL] = LOCAL_QUEUE
     return docs

@@ -55,9 +55,12 @@ def substitute(text: str, rank_nodes: dict[int, str]) -> str:
 def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -> tuple[Optional[bool], str]:
     """(True, '') when the expected condition is met, (False, why) when it can no longer
     be, (None, what is awaited) otherwise. ``phase`` is checked after the condition."""
+    from disttrain import constants as k
+
     c = _condition(job, expect.condition)
     phase = ((job or {}).get("status") or {}).get("phase")
-    if c is None or (c.get("status") == "Unknown" and expect.status != "Unknown"):
+    waiting = c is not None and c.get("reason") in k.WAITING_REASONS and c.get("reason") != expect.reason
+    if c is None or waiting or (c.get("status") == "Unknown" and expect.status != "Unknown"):
         if phase in ("Succeeded", "Failed"):
             return False, f"job {phase} but {expect.condition} is {c and c.get('status')}"
         return None, f"{expect.condition} not yet decided"
@@ -146,6 +149,8 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     if sc.kueue is not None:  # the job's namespace gets Kueue's LocalQueue
         from . import cli, kueue
         kueue.apply(cli.admin_client(config.state_dir()), kueue.local_queue(ns))
+        if sc.kueue.holdSeconds:
+            _hold_quota(sc, ns, say)
     docs = scn.job_documents(sc)
     t0 = time.monotonic()
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
@@ -178,6 +183,28 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
             return Outcome(False, f"timed out after {now:.0f}s: {why}", met_at, now, job,
                            ((job or {}).get("status") or {}).get("conditions") or [])
         time.sleep(0.5)
+
+
+def _hold_quota(sc: scn.Scenario, ns: str, say=print) -> None:
+    """A batch/v1 Job queued in the same LocalQueue that holds all of the quota's CPU for
+    ``kueue.holdSeconds``: the scenario's job waits in the queue until it ends."""
+    from . import kueue
+    cpu = dict(kueue.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
+    hold = {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "quota-holder", "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
+            "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
+                "restartPolicy": "Never", "containers": [{
+                    "name": "hold", "image": "busybox", "command": ["sleep", str(sc.kueue.holdSeconds)],
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}}
+    _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(hold))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = _kubectl("get", "job", "quota-holder", "-n", ns, "-o", "jsonpath={.spec.suspend}", check_=False)
+        if out.stdout.strip() == "false":
+            say(f"  a batch Job holds the queue's {cpu} CPU for {sc.kueue.holdSeconds}s")
+            return
+        time.sleep(0.5)
+    say("  the quota holder was not admitted within 60s; applying the job anyway")
 
 
 def prepare(sc: scn.Scenario, say=print) -> None:
