@@ -231,3 +231,27 @@ def test_deleting_the_job_removes_its_pods(cluster, operator, ns):
     wait_for(lambda: not pods(cluster, ns), 90, what="garbage collection of the job's pods")
     # No finalizer kept the job alive.
     assert cluster.kubectl("get", "dtj", "-n", ns, "-o", "name").stdout.strip() == ""
+
+
+def test_job_deleted_and_reapplied_while_its_probe_pods_remain(cluster, operator, ns):
+    """kubectl delete --cascade=orphan leaves the old job's probe pods behind: the new job
+    with the same name is never judged on them; within 30 s it says which pods hold its
+    names, and once they are deleted it probes and validates on its own pods."""
+    apply(cluster, ns, example_docs())
+    wait_for(lambda: len(pods(cluster, ns, "disttrain.dev/role=probe")) == 2, 60, what="probe pods")
+    old_uid = get_job(cluster, ns)["metadata"]["uid"]
+    cluster.kubectl("delete", "dtj", "ddp-digits", "-n", ns, "--cascade=orphan", "--timeout=30s", timeout=40)
+    apply(cluster, ns, example_docs())
+    t0 = time.monotonic()
+    new = wait_for(lambda: (j := get_job(cluster, ns)) and j["metadata"]["uid"] != old_uid
+                   and (condition(j, "ProbesScheduled") or {}).get("reason") == "NameConflict" and j, 30,
+                   what="NameConflict on the new job")
+    assert time.monotonic() - t0 < 30
+    assert "ddp-digits-probe-0" in condition(new, "ProbesScheduled")["message"]
+    assert condition(new, "Validated")["status"] == "Unknown"
+    for p in pods(cluster, ns):
+        cluster.kubectl("delete", "pod", p["metadata"]["name"], "-n", ns, "--wait=false")
+    cluster.kubectl("wait", "--for=condition=Validated", "dtj/ddp-digits", "-n", ns, "--timeout=120s", timeout=130)
+    job = get_job(cluster, ns)
+    owners = {r["uid"] for p in pods(cluster, ns) for r in p["metadata"].get("ownerReferences") or []}
+    assert owners <= {job["metadata"]["uid"]}
