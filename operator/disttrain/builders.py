@@ -296,6 +296,8 @@ def build_probe_pod(
         # The address this rank is known by: the node's, or the pod's on the pod network.
         _field_env("HOST_IP", own_address_field(spec)),
         _env_var("DISTTRAIN_PROBE_BACKEND", probe_backend(spec)),
+        # the GPUs the pod asked for: the probe checks that it sees as many (GPUCountMismatch)
+        _env_var("DISTTRAIN_PROBE_GPUS", gpus_requested(_trainer(spec))),
         _env_var("DISTTRAIN_PROBE_SOCKET_IFNAME", spec.network.socket_ifname),
         _env_var("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES", spec.probe.message_size_bytes),
         _env_var("DISTTRAIN_PROBE_ITERATIONS", spec.probe.iterations),

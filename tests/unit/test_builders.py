@@ -226,3 +226,12 @@ def test_host_network_rank0_declares_the_rendezvous_port_as_host_port():
         assert not any(p.get("hostPort") for p in pod["spec"]["containers"][0].get("ports") or [])
     s.network.host_network = False
     assert not build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0].get("ports")
+
+
+def test_probe_pod_says_how_many_gpus_the_pod_requested():
+    from disttrain.builders import build_probe_pod
+
+    s = spec_of()
+    assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "0"
+    s.template.spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "8"
