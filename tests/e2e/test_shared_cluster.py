@@ -16,7 +16,8 @@ import yaml
 
 from localcluster import kueue
 
-from .test_operator import apply, condition, example_docs, get_job, pods, wait_for
+from .test_operator import apply, condition, get_job, pods, wait_for
+from .test_operator import example_docs as _example_docs
 
 pytestmark = pytest.mark.e2e
 
@@ -40,6 +41,15 @@ def kueue_cluster(cluster):
     if p.returncode != 0:
         pytest.fail(f"localcluster up --kueue failed:\n{p.stderr}")
     return cluster
+
+
+def example_docs(**spec):
+    """The example job, training 3 epochs (these tests are about scheduling, not accuracy)."""
+    docs = _example_docs(**spec)
+    for d in docs:
+        if d["kind"] == "DistTrainingJob":
+            d["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "EPOCHS", "value": "3"})
+    return docs
 
 
 def named(docs, name):
