@@ -15,14 +15,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Optional
 
+from kubernetes.client.rest import ApiException
+
 from . import conditions as cond
 from . import constants as c
 from . import kueue as kq
 from . import metrics
 from .api import DistTrainingJobSpec
 from .builders import JobRef, service_name, uses_dns_hostnames
-from kubernetes.client.rest import ApiException
-
 from .kube import Kube, failure_from
 from .policies.apierrors import SHOW_AFTER, backoff_seconds
 from .policies.gang import CAP_WORKLOAD_API
