@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from . import config
+from . import config, procs
 
 NAMESPACE = "disttrain-system"
 RELEASE = "disttrain"  # the Helm release (make demo, tests/e2e/test_helm.py)
@@ -135,26 +135,41 @@ def helm_uninstall() -> None:
     helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", check=False)
 
 
+def _alive(value: int) -> bool:
+    """True while ``value`` runs; a killed operator started by this process is reaped here
+    (else it stays a zombie, which os.kill(pid, 0) still finds, until the next Popen)."""
+    try:
+        os.waitpid(value, os.WNOHANG)
+    except ChildProcessError:  # not our child: its parent or init reaps it
+        pass
+    except OSError:
+        return False
+    return procs.alive(value)
+
+
 def pid() -> Optional[int]:
     """The running operator's pid, or None."""
     try:
         value = int(_paths()["pid"].read_text().strip())
-        os.kill(value, 0)
-        return value
     except (OSError, ValueError):
         return None
+    return value if _alive(value) else None
 
 
-def start(wait_seconds: float = 30.0) -> int:
+def start(wait_seconds: float = 30.0, reinstall: bool = True) -> int:
     """Install if needed and start the operator process; wait for its liveness endpoint.
 
-    Returns the pid. Raises RuntimeError (with the log tail) if it does not become live.
+    ``reinstall=False`` skips the Helm uninstall, CRD, RBAC and token steps (several
+    seconds) when they were done by an earlier ``start`` of this cluster: the fault
+    injection tests restart a killed operator that way. Returns the pid. Raises
+    RuntimeError (with the log tail) if it does not become live.
     """
     running = pid()
     if running:
         return running
-    helm_uninstall()  # never two operators at once
-    install()
+    if reinstall or not _paths()["kubeconfig"].exists():
+        helm_uninstall()  # never two operators at once
+        install()
     p = _paths()
     p["log"].parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, KUBECONFIG=str(p["kubeconfig"]), PYTHONUNBUFFERED="1")
@@ -195,11 +210,9 @@ def stop(sig: int = signal.SIGTERM, timeout: float = 15.0) -> None:
         pass
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(value, 0)
-        except OSError:
+        if not _alive(value):
             break
-        time.sleep(0.1)
+        time.sleep(0.05)
     else:
         try:
             os.killpg(value, signal.SIGKILL)
