@@ -2,6 +2,7 @@
 
 - :mod:`.probing`: probe pods, rank 0 first; scheduling verdict; when to stop waiting;
 - :mod:`.verdict`: finished probe reports (checked by :mod:`disttrain.trust`) -> conditions;
+- :mod:`.nodeloss`: a probe that outlives its peers on a node that stopped reporting: the node is lost;
 - :mod:`.training`: training pods pinned to validated nodes; their outcome;
 - :mod:`.restart`: gang restart and re-probe after a rank fails (runPolicy.backoffLimit);
 - :mod:`.deadline`: the probe budget and runPolicy.activeDeadlineSeconds;

@@ -10,7 +10,8 @@ a silent master port blocked after a short grace.
 Pods of an older attempt are deleted; a rank's pod is created only when no observed pod
 holds its name (:meth:`~disttrain.step.Step.create`). Unschedulable or unpullable probes
 fail ``ProbesScheduled`` at once. The verdict waits for every rank, except when a rank
-failed before joining the store (:func:`stranded`), and never longer than the probe budget.
+failed before joining the store (:func:`stranded`) or a rank's node was lost
+(:mod:`.nodeloss`), and never longer than the probe budget.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from ..api import DistTrainingJobSpec
 from ..builders import JobRef, build_probe_pod, master_dns_name, probe_pod_name, uses_dns_hostnames
 from ..diagnosis import ProbeOutcome
 from ..step import ReportParser, Step
-from . import scheduling
+from . import nodeloss, scheduling
 from .deadline import probe_budget_seconds, seconds_left
 
 # How long after rank 0's pod got to its node the other probes wait for rank 0's probe
@@ -260,14 +261,20 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
     n = s.spec.num_nodes
     complete = len(by_rank) == n
     finished = complete and all(o.finished(p) for p in by_rank.values())
+    lost: dict[int, float] = {}
     if not finished:
         done, settle = stranded(by_rank, n, s.parse_report, s.now) if complete else (False, None)
         if not done:
-            if settle is not None:
-                s.plan.requeue(settle)
-            _budget(s, by_rank)
-            return None
-    return collect(s, by_rank), master, by_rank
+            lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now)
+            if not lost:
+                for wait in (settle, silent_wait):
+                    if wait is not None:
+                        s.plan.requeue(wait)
+                _budget(s, by_rank)
+                return None
+    outcomes = collect(s, by_rank)
+    nodeloss.mark(outcomes, lost)
+    return outcomes, master, by_rank
 
 
 def _budget(s: Step, by_rank: dict[int, dict]) -> None:

@@ -4,7 +4,8 @@
 :func:`disttrain.advice.apply_advice` adds the fix that depends on the job's spec. The
 verdict then writes ``status.nodes`` (what each rank validated), ``status.rendezvous``
 (what training will use) and a new ``status.probe`` (replaced whole, so nothing of an
-earlier attempt is left behind), and fails the preflight when a check is False.
+earlier attempt is left behind), and fails the preflight when a check is False. A probe pod
+lost with its node (:mod:`.nodeloss`) is the cause whatever the other ranks then saw.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from .. import observe as o
 from ..advice import apply_advice
 from ..diagnosis import ProbeOutcome, diagnose, summarize_ifnames
 from ..step import Step
+from . import nodeloss
 
 
 def apply(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     """Write the verdict; True when the job was validated."""
     diag = diagnose(outcomes, master)
     apply_advice(diag, s.job, s.spec)
+    nodeloss.override(diag, outcomes)  # a lost probe pod is the cause, not what followed
     for ctype, v in diag.conditions.items():
         if ctype == c.PROBES_SCHEDULED and s.is_true(ctype):
             continue  # keep the rank:node placement message

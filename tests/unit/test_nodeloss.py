@@ -1,0 +1,157 @@
+"""A node lost mid-probe (policies/nodeloss.py): its probe pod outlives every peer with no
+word from its kubelet; the verdict names the node within NODE_LOST_SETTLE_SECONDS of the
+last peer's end instead of a ProbeTimeout listing pods at the end of the probe budget."""
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from disttrain import conditions as cond
+from disttrain import constants as c
+from disttrain.diagnosis import ProbeOutcome, diagnose
+from disttrain.policies.nodeloss import NODE_LOST_SETTLE_SECONDS, lost_ranks, mark, override
+
+from .fixtures import job, pod, report
+from .test_reconcile import NOW, advance, step
+
+STARTED = "2026-11-30T11:59:30Z"
+ENDED = "2026-11-30T11:59:59+00:00"  # one second before NOW
+
+
+def running(rank, node, started=STARTED):
+    return pod(f"j-probe-{rank}", "probe", rank, phase="Running", node=node,
+               host_ip=f"10.100.0.1{rank}", started_at=started)
+
+
+def ended(rank, node, rep, finished_at=ENDED, phase="Failed"):
+    return pod(f"j-probe-{rank}", "probe", rank, phase=phase, node=node, host_ip=f"10.100.0.1{rank}",
+               message=json.dumps(rep), exit_code=0 if phase == "Succeeded" else 1,
+               started_at=STARTED, finished_at=finished_at)
+
+
+def waited_for_rank1():
+    return report(0, "node-a", ok=False, failure={
+        "reason": c.REASON_RENDEZVOUS_TIMEOUT, "phase": "connectivity",
+        "message": "node-a: rank(s) 1 never published their connectivity results within the "
+                   "deadline; present: 0 (node-a)"})
+
+
+def lost_store():
+    return report(1, "node-b", ok=False, failure={
+        "reason": c.REASON_ALLREDUCE_TIMEOUT, "phase": "collective",
+        "message": "node-b: all-reduce did not complete within 12s"})
+
+
+LATER = NOW + timedelta(seconds=NODE_LOST_SETTLE_SECONDS)
+
+
+@pytest.mark.parametrize("pods,now,want_lost,want_wait", [
+    # rank 1 still runs, rank 0 ended 1 s ago: wait out the settle time
+    ([ended(0, "node-a", waited_for_rank1()), running(1, "node-b")], NOW, {}, NODE_LOST_SETTLE_SECONDS - 1),
+    # ... and once it has passed, rank 1 is lost
+    ([ended(0, "node-a", waited_for_rank1()), running(1, "node-b")], LATER, {1: NODE_LOST_SETTLE_SECONDS + 1}, None),
+    # a probe that never started (a slow image pull looks the same) is left to the budget
+    ([ended(0, "node-a", waited_for_rank1()),
+      pod("j-probe-1", "probe", 1, phase="Pending", node="node-b")], LATER, {}, None),
+    # nobody ended: nothing to compare with
+    ([running(0, "node-a"), running(1, "node-b")], LATER, {}, None),
+    # an end time that cannot be read: left to the budget
+    ([ended(0, "node-a", waited_for_rank1(), finished_at="garbage"), running(1, "node-b")], LATER, {}, None),
+    # every rank ended: not this rule's business
+    ([ended(0, "node-a", waited_for_rank1()), ended(1, "node-b", lost_store())], LATER, {}, None),
+])
+def test_lost_ranks(pods, now, want_lost, want_wait):
+    by_rank = {int(p["metadata"]["labels"][c.LABEL_RANK]): p for p in pods}
+    lost, wait = lost_ranks(by_rank, 2, now)
+    assert lost == pytest.approx(want_lost)
+    assert wait == (pytest.approx(want_wait) if want_wait is not None else None)
+
+
+def test_a_rank_still_pending_among_three_keeps_the_rule_out():
+    by_rank = {0: ended(0, "node-a", waited_for_rank1()), 1: running(1, "node-b"),
+               2: pod("j-probe-2", "probe", 2, phase="Pending", node="node-c")}
+    assert lost_ranks(by_rank, 3, LATER) == ({}, None)
+    assert lost_ranks({0: by_rank[0], 1: by_rank[1]}, 3, LATER) == ({}, None)  # incomplete
+
+
+def test_two_silent_ranks_are_both_lost():
+    by_rank = {0: ended(0, "node-a", waited_for_rank1()), 1: running(1, "node-b"), 2: running(2, "node-c")}
+    lost, _ = lost_ranks(by_rank, 3, LATER)
+    assert sorted(lost) == [1, 2]
+
+
+def test_lost_rank1_is_named_within_the_settle_time_not_at_the_budget():
+    """Rank 1's node died: rank 0 waited for it at a gather until its phase deadline and
+    reported; rank 1's pod stays Running in the API. Before this rule the job waited for
+    the probe budget (timeoutSeconds + 30 s) and said ProbeTimeout listing the pod."""
+    body = advance(job(), step(job(), []))
+    pods = [ended(0, "node-a", waited_for_rank1()), running(1, "node-b")]
+    first = step(body, pods)
+    assert cond.status_of(first.status["conditions"], c.VALIDATED) == "Unknown"
+    assert first.requeue_after == pytest.approx(NODE_LOST_SETTLE_SECONDS - 1)  # woken for it
+    plan = step(body, pods, now=LATER)
+    conds = plan.status["conditions"]
+    v = cond.get(conds, c.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_POD_LOST)
+    assert v["message"].startswith("node-b was lost during the probe: j-probe-1 (rank 1)")
+    assert "kubectl describe node node-b" in v["message"] and len(v["message"]) <= cond.MAX_MESSAGE
+    f = cond.get(conds, c.FAILED)
+    assert (f["status"], f["reason"]) == ("True", c.REASON_PREFLIGHT_FAILED) and "node-b" in f["message"]
+    # rank 0's RendezvousTimeout follows from the loss: not the verdict, kept in the details
+    assert cond.get(conds, c.MASTER_REACHABLE)["status"] == "Unknown"
+    assert any("never published" in x for x in plan.status["probe"]["failures"])
+    assert not [p for p in plan.creates if p["metadata"]["labels"][c.LABEL_ROLE] == c.ROLE_WORKER]
+    # the lost pod is deleted (it holds nothing but may come back with its node); rank 0's is
+    # kept for its logs (keepPods OnFailure)
+    assert plan.deletes == ["j-probe-1"]
+
+
+def test_lost_rank0_beats_the_specific_reason_its_peer_reported():
+    """Rank 0's node (the rendezvous store) died: rank 1's all-reduce timed out. The
+    timeout is what followed, node-a is the cause."""
+    body = advance(job(), step(job(), []))
+    plan = step(body, [running(0, "node-a"), ended(1, "node-b", lost_store())], now=LATER)
+    conds = plan.status["conditions"]
+    v = cond.get(conds, c.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_POD_LOST)
+    assert v["message"].startswith("node-a was lost during the probe: j-probe-0 (rank 0)")
+    assert "rank 1 (node-b): AllReduceTimeout" in v["message"]
+    col = cond.get(conds, c.COLLECTIVE_VALIDATED)
+    assert (col["status"], col["reason"]) == ("Unknown", c.REASON_NOT_REACHED)
+    assert c.REASON_PROBE_POD_LOST in col["message"]
+
+
+def test_peers_that_passed_still_make_the_silent_one_lost():
+    """Every other rank passed the final barrier with it: a live probe would have ended
+    with them. Its node died before it could report."""
+    body = advance(job(), step(job(), []))
+    ok0 = report(0, "node-a")
+    plan = step(body, [ended(0, "node-a", ok0, phase="Succeeded"), running(1, "node-b")], now=LATER)
+    v = cond.get(plan.status["conditions"], c.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_POD_LOST)
+    assert "rank 0 (node-a) passed" in v["message"]
+
+
+def test_a_probe_that_never_started_still_times_out_at_the_budget():
+    body = advance(job(), step(job(), []))
+    p1 = pod("j-probe-1", "probe", 1, phase="Pending", node="node-b", created="2026-11-30T12:00:00Z")
+    p0 = ended(0, "node-a", waited_for_rank1())
+    p0["metadata"]["creationTimestamp"] = "2026-11-30T12:00:00Z"
+    assert cond.status_of(step(body, [p0, p1], now=LATER).status["conditions"], c.VALIDATED) == "Unknown"
+    plan = step(body, [p0, p1], now=NOW + timedelta(seconds=91))
+    assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBE_TIMEOUT
+
+
+def test_mark_and_override_leave_other_verdicts_alone():
+    outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=report(0, "node-a")),
+            ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=report(1, "node-b"))]
+    mark(outs, {})
+    d = diagnose(outs, "10.100.0.10")
+    assert not override(d, outs) and d.validated
+    outs[1] = ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", running=True)
+    mark(outs, {1: 20.0})
+    assert outs[1].error_reason == c.REASON_PROBE_POD_LOST and not outs[1].running
+    assert "20s after every other rank ended" in outs[1].error
+    d = diagnose(outs, "10.100.0.10")
+    assert override(d, outs) and d.conditions[c.VALIDATED].reason == c.REASON_PROBE_POD_LOST
