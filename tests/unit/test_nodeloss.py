@@ -48,24 +48,38 @@ LATER = NOW + timedelta(seconds=NODE_LOST_SETTLE_SECONDS)
 
 @pytest.mark.parametrize("pods,now,want_lost,want_wait", [
     # rank 1 still runs, rank 0 ended 1 s ago: wait out the settle time
-    ([ended(0, "node-a", waited_for_rank1()), running(1, "node-b")], NOW, {}, NODE_LOST_SETTLE_SECONDS - 1),
+    ([ended(0, "node-a", waited_for_rank1()), running(1, "node-b")], NOW, [], NODE_LOST_SETTLE_SECONDS - 1),
     # ... and once it has passed, rank 1 is lost
-    ([ended(0, "node-a", waited_for_rank1()), running(1, "node-b")], LATER, {1: NODE_LOST_SETTLE_SECONDS + 1}, None),
+    ([ended(0, "node-a", waited_for_rank1()), running(1, "node-b")], LATER, [1], None),
     # a probe that never started (a slow image pull looks the same) is left to the budget
     ([ended(0, "node-a", waited_for_rank1()),
-      pod("j-probe-1", "probe", 1, phase="Pending", node="node-b")], LATER, {}, None),
-    # nobody ended: nothing to compare with
-    ([running(0, "node-a"), running(1, "node-b")], LATER, {}, None),
+      pod("j-probe-1", "probe", 1, phase="Pending", node="node-b")], LATER, [], None),
+    # nobody ended, both within their own budget: nothing to go on yet
+    ([running(0, "node-a"), running(1, "node-b")], LATER, [], None),
     # an end time that cannot be read: left to the budget
-    ([ended(0, "node-a", waited_for_rank1(), finished_at="garbage"), running(1, "node-b")], LATER, {}, None),
+    ([ended(0, "node-a", waited_for_rank1(), finished_at="garbage"), running(1, "node-b")], LATER, [], None),
     # every rank ended: not this rule's business
-    ([ended(0, "node-a", waited_for_rank1()), ended(1, "node-b", lost_store())], LATER, {}, None),
+    ([ended(0, "node-a", waited_for_rank1()), ended(1, "node-b", lost_store())], LATER, [], None),
 ])
-def test_lost_ranks(pods, now, want_lost, want_wait):
+def test_lost_ranks_from_the_peers(pods, now, want_lost, want_wait):
     by_rank = {int(p["metadata"]["labels"][c.LABEL_RANK]): p for p in pods}
     lost, wait = lost_ranks(by_rank, 2, now)
-    assert lost == pytest.approx(want_lost)
+    assert sorted(lost) == want_lost
+    assert all("after every other rank ended" in why for why in lost.values())
     assert wait == (pytest.approx(want_wait) if want_wait is not None else None)
+
+
+def test_a_probe_past_its_own_budget_is_lost_whatever_its_peers_do():
+    """Its watchdog ends a probe at timeoutSeconds (a backstop 5 s later): a pod that still
+    shows Running OWN_DEADLINE_MARGIN_SECONDS past that has a node that stopped reporting."""
+    by_rank = {0: running(0, "node-a"), 1: running(1, "node-b")}  # both started 30 s before NOW
+    lost, wait = lost_ranks(by_rank, 2, NOW + timedelta(seconds=35), timeout_seconds=60)
+    assert lost == {} and wait == pytest.approx(5.0)  # woken when the margin ends
+    lost, wait = lost_ranks(by_rank, 2, NOW + timedelta(seconds=40), timeout_seconds=60)
+    assert sorted(lost) == [0, 1] and wait is None
+    assert "past its own 60s budget" in lost[0]
+    # without the timeout the rule is off
+    assert lost_ranks(by_rank, 2, NOW + timedelta(seconds=400)) == ({}, None)
 
 
 def test_a_rank_still_pending_among_three_keeps_the_rule_out():
@@ -79,6 +93,17 @@ def test_two_silent_ranks_are_both_lost():
     by_rank = {0: ended(0, "node-a", waited_for_rank1()), 1: running(1, "node-b"), 2: running(2, "node-c")}
     lost, _ = lost_ranks(by_rank, 3, LATER)
     assert sorted(lost) == [1, 2]
+
+
+def test_both_nodes_lost_are_named_once_past_their_own_budgets():
+    """Every node of the job died: no peer reports, but each probe outlived its watchdog."""
+    body = advance(job(), step(job(), []))
+    pods = [running(0, "node-a"), running(1, "node-b")]
+    plan = step(body, pods, now=NOW + timedelta(seconds=45))  # 75 s after they started
+    v = cond.get(plan.status["conditions"], c.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_POD_LOST)
+    assert "node-a was lost" in v["message"] and len(v["message"]) <= cond.MAX_MESSAGE
+    assert "node-b was lost" in plan.status["probe"]["failures"][1]
 
 
 def test_lost_rank1_is_named_within_the_settle_time_not_at_the_budget():
@@ -150,8 +175,9 @@ def test_mark_and_override_leave_other_verdicts_alone():
     d = diagnose(outs, "10.100.0.10")
     assert not override(d, outs) and d.validated
     outs[1] = ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", running=True)
-    mark(outs, {1: 20.0})
+    mark(outs, {1: "20s after every other rank ended"})
     assert outs[1].error_reason == c.REASON_PROBE_POD_LOST and not outs[1].running
-    assert "20s after every other rank ended" in outs[1].error
+    assert "Running there 20s after every other rank ended" in outs[1].error
+    assert outs[1].error.endswith("The other ranks saw: rank 0 (node-a) passed")
     d = diagnose(outs, "10.100.0.10")
     assert override(d, outs) and d.conditions[c.VALIDATED].reason == c.REASON_PROBE_POD_LOST

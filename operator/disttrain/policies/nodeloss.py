@@ -13,13 +13,20 @@ connection to the peer closes, and it reports within its wind-down (about 5 s); 
 peers pass, it passes the same final barrier at the same moment; and its kubelet reports
 its end within a second.
 
-The rule (:func:`lost_ranks`): once every other rank of the attempt has ended, a probe
-whose container had started and that has still not ended :data:`NODE_LOST_SETTLE_SECONDS`
-after the last of them is on a lost node. The peers' reports are the evidence that the
-probe run went on without it (they are quoted in the message); the pod's own silence is
-the evidence that its node stopped reporting. A probe whose container never started
-(Pending: a slow image pull looks the same) is not judged here: the probe budget
-(``ProbeTimeout``) still applies to it.
+The rule (:func:`lost_ranks`): a probe whose container had started and that has not ended
+is on a lost node when
+
+1. every other rank of the attempt has ended, the last of them at least
+   :data:`NODE_LOST_SETTLE_SECONDS` ago: the peers' reports are the evidence that the probe
+   run went on without it (they are quoted in the message), the pod's silence that its
+   node stopped reporting; or
+2. its own watchdog would have ended it: ``spec.probe.timeoutSeconds`` plus
+   :data:`OWN_DEADLINE_MARGIN_SECONDS` have passed since its container started (the probe
+   exits at its budget, a C-level backstop 5 s later), so a pod still Running says its
+   node no longer reports, whatever the peers did.
+
+A probe whose container never started (Pending: a slow image pull looks the same) is not
+judged here: the probe budget (``ProbeTimeout``) still applies to it.
 
 The verdict (:func:`override`): ``Validated=False`` with reason ``ProbePodLost`` naming the
 node(s), the pod and the fix, even when a peer's report carried a more specific reason:
@@ -43,29 +50,60 @@ from ..diagnosis import Diagnosis, ProbeOutcome, Verdict
 # live probe ends within its wind-down (about 5 s) of its peers; the rest is margin for a
 # loaded node and for clock skew between the nodes' kubelets and the operator.
 NODE_LOST_SETTLE_SECONDS = 15.0
+# How long past its own budget (timeoutSeconds, from its container's start) a probe that
+# still shows Running is judged lost (s): its watchdog's C-level backstop fires 5 s after
+# the budget; the rest is margin for the kubelet's report and clock skew.
+OWN_DEADLINE_MARGIN_SECONDS = 10.0
 
 
-def lost_ranks(by_rank: dict[int, dict], n: int, now: datetime) -> tuple[dict[int, float], Optional[float]]:
-    """The ranks whose node is lost, each with the seconds since the last other rank ended,
-    and the seconds until the rule can decide (None: it cannot, or already did).
+def _earliest(*waits: Optional[float]) -> Optional[float]:
+    left = [w for w in waits if w is not None]
+    return min(left) if left else None
 
-    ``by_rank`` holds the attempt's probe pods (all ``n`` of them). A rank is lost when its
-    probe container started, its pod has not finished, every rank that is not in the same
-    state has finished (at least one), and the last of those ended at least
-    :data:`NODE_LOST_SETTLE_SECONDS` ago (its ``finishedAt``)."""
-    if n < 2 or len(by_rank) < n:
+
+def lost_ranks(by_rank: dict[int, dict], n: int, now: datetime,
+               timeout_seconds: Optional[float] = None) -> tuple[dict[int, str], Optional[float]]:
+    """The ranks whose node is lost, each with the evidence (a phrase for the message), and
+    the seconds until a rule can decide (None: none can, or one already did).
+
+    ``by_rank`` holds the attempt's probe pods (all ``n`` of them); ``timeout_seconds`` is
+    ``spec.probe.timeoutSeconds`` (None: rule 2 off). See the module docstring for the rules:
+    every other rank ended :data:`NODE_LOST_SETTLE_SECONDS` ago (their ``finishedAt``), or
+    the silent probe's own budget plus :data:`OWN_DEADLINE_MARGIN_SECONDS` has passed since
+    its container started."""
+    if n < 1 or len(by_rank) < n:
         return {}, None
-    silent = [r for r, p in by_rank.items() if not o.finished(p) and o.started_at(p, "probe")]
+    silent = {r: p for r, p in by_rank.items() if not o.finished(p) and o.started_at(p, "probe")}
+    if not silent:
+        return {}, None
+    lost: dict[int, str] = {}
+    wait_own: Optional[float] = None
+    if timeout_seconds is not None:
+        for r, p in silent.items():
+            started = o.parse_time(o.started_at(p, "probe"))
+            if started is None:
+                continue
+            past = (now - started).total_seconds() - timeout_seconds
+            if past >= OWN_DEADLINE_MARGIN_SECONDS:
+                lost[r] = (f"{past:.0f}s past its own {timeout_seconds:g}s budget (its watchdog "
+                           "ends it at the budget)")
+            else:
+                wait_own = _earliest(wait_own, OWN_DEADLINE_MARGIN_SECONDS - past)
     ended = [p for r, p in by_rank.items() if r not in silent]
-    if not silent or not ended or not all(o.finished(p) for p in ended):
-        return {}, None
-    ends = [o.parse_time((o.terminated(p, "probe") or {}).get("finishedAt")) for p in ended]
-    if any(t is None for t in ends):
-        return {}, None  # an end time we cannot read: leave it to the probe budget
-    since = (now - max(t for t in ends if t is not None)).total_seconds()
-    if since < NODE_LOST_SETTLE_SECONDS:
-        return {}, NODE_LOST_SETTLE_SECONDS - since
-    return {r: since for r in silent}, None
+    wait_peers: Optional[float] = None
+    if ended and all(o.finished(p) for p in ended):
+        ends = [o.parse_time((o.terminated(p, "probe") or {}).get("finishedAt")) for p in ended]
+        if all(t is not None for t in ends):  # else: leave it to rule 2 and the budget
+            since = (now - max(t for t in ends if t is not None)).total_seconds()
+            if since >= NODE_LOST_SETTLE_SECONDS:
+                for r in silent:
+                    lost.setdefault(r, f"{since:.0f}s after every other rank ended (a probe on a "
+                                       "live node ends within seconds of its peers)")
+            else:
+                wait_peers = NODE_LOST_SETTLE_SECONDS - since
+    if lost:
+        return lost, None
+    return {}, _earliest(wait_own, wait_peers)
 
 
 def _saw(out: ProbeOutcome) -> str:
@@ -80,11 +118,12 @@ def _saw(out: ProbeOutcome) -> str:
     return f"{where}: {reason}: {(failure or {}).get('message') or 'probe reported not ok'}"
 
 
-def mark(outcomes: list[ProbeOutcome], lost: dict[int, float]) -> None:
-    """Turn the outcomes of the ``lost`` ranks (rank -> seconds since the others ended) into
-    ``ProbePodLost`` failures whose message names the node, the pod, the evidence and the fix."""
+def mark(outcomes: list[ProbeOutcome], lost: dict[int, str]) -> None:
+    """Turn the outcomes of the ``lost`` ranks (rank -> the evidence, from :func:`lost_ranks`)
+    into ``ProbePodLost`` failures whose message names the node, the pod, the evidence and
+    the fix, and quotes what the other ranks reported."""
     others = [x for x in outcomes if x.rank not in lost]
-    saw = "; ".join(_saw(x) for x in others)
+    saw = "; ".join(_saw(x) for x in others if not x.running) or "nothing (none ended)"
     for out in outcomes:
         if out.rank not in lost:
             continue
@@ -92,10 +131,9 @@ def mark(outcomes: list[ProbeOutcome], lost: dict[int, float]) -> None:
         out.running = False
         out.error_reason = c.REASON_PROBE_POD_LOST
         out.error = (f"{node} was lost during the probe: {out.pod} (rank {out.rank}) still shows "
-                     f"Running there {lost[out.rank]:.0f}s after every other rank ended, with no word "
-                     f"from {node}'s kubelet (a probe on a live node ends within seconds of its "
-                     f"peers); check the node (kubectl describe node {node}), cordon or repair it, "
-                     f"then apply the job again. The other ranks saw: {saw}")
+                     f"Running there {lost[out.rank]}, with no word from {node}'s kubelet; check the "
+                     f"node (kubectl describe node {node}), cordon or repair it, then apply the job "
+                     f"again. The other ranks saw: {saw}")
 
 
 def override(diag: Diagnosis, outcomes: list[ProbeOutcome]) -> bool:

@@ -261,11 +261,11 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
     n = s.spec.num_nodes
     complete = len(by_rank) == n
     finished = complete and all(o.finished(p) for p in by_rank.values())
-    lost: dict[int, float] = {}
+    lost: dict[int, str] = {}
     if not finished:
         done, settle = stranded(by_rank, n, s.parse_report, s.now) if complete else (False, None)
         if not done:
-            lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now)
+            lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now, s.spec.probe.timeout_seconds)
             if not lost:
                 for wait in (settle, silent_wait):
                     if wait is not None:
