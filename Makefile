@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e fuzz bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check
+.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e fuzz bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check chaos
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -75,6 +75,12 @@ test-e2e: system-deps venv build-cluster
 # with far fewer; tests/conftest.py).
 fuzz: venv
 	HYPOTHESIS_PROFILE=fuzz $(VPY) -m pytest -q -ra --timeout=3600 --hypothesis-show-statistics tests/fuzz
+
+# Fault injection, the long run (tests/e2e/test_chaos.py; `make test` runs a bounded
+# subset): 21 operator kills over 7 jobs, 3 apiserver restarts, a node lost at every probe
+# phase; prints a summary table. CHAOS_SEED=<n> replays a run's kill points.
+chaos: system-deps venv build-cluster
+	DISTTRAIN_CHAOS=long $(if $(CHAOS_SEED),DISTTRAIN_CHAOS_SEED=$(CHAOS_SEED)) $(VPY) -m pytest -q -s -ra tests/e2e/test_chaos.py -k long
 
 bench: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_overhead.py
