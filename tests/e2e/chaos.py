@@ -234,22 +234,32 @@ def lose_node(state: Path, node: str) -> dict[str, Any]:
     return {"node": node, "links": links, "agent": agent, "killed": killed}
 
 
+# Longer than the node lifecycle controller's --node-monitor-period (5 s): a taint it decided
+# on from a heartbeat that was stale just before the agent came back shows up within it.
+NODES_STABLE_SECONDS = 6.0
+
+
 def restore_nodes(nodes: int, core: client.CoreV1Api, timeout: float = 180) -> None:
     """Bring every node back (`localcluster up`: links up, agents started) and wait until
-    no node carries a taint the node lifecycle controller put on a lost node.
-    Raises RuntimeError if `up` fails, TimeoutError if a taint stays."""
+    every node is Ready and carries no taint the node lifecycle controller puts on a lost
+    node (``node.kubernetes.io/...``), for :data:`NODES_STABLE_SECONDS` in a row.
+    Raises RuntimeError if `up` fails, TimeoutError if that does not happen."""
     p = subprocess.run([sys.executable, "-m", "localcluster", "up", "--nodes", str(nodes)],
                        cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"localcluster up failed: {p.stderr[-2000:]}")
     deadline = now() + timeout
+    calm_since: Optional[float] = None
+    bad: list[str] = []
     while now() < deadline:
-        tainted = [n.metadata.name for n in core.list_node().items
-                   if any(t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])]
-        if not tainted:
+        bad = [n.metadata.name for n in core.list_node().items
+               if any(t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
+               or not any(x.type == "Ready" and x.status == "True" for x in n.status.conditions or [])]
+        calm_since = None if bad else (calm_since or now())
+        if calm_since is not None and now() - calm_since >= NODES_STABLE_SECONDS:
             return
         time.sleep(0.5)
-    raise TimeoutError(f"nodes still tainted after {timeout:.0f}s: {tainted}")
+    raise TimeoutError(f"nodes not Ready or still tainted after {timeout:.0f}s: {bad}")
 
 
 def probe_phase(state: Path, ns: str, pod: dict[str, Any]) -> Optional[str]:
@@ -684,6 +694,7 @@ class NodeLossRun:
     budget: float = 0.0  # the probe budget (s), counted from the first probe pod
     validated: dict[str, Any] = field(default_factory=dict)
     workers: int = 0
+    probes_after: dict[int, str] = field(default_factory=dict)  # rank -> "kept" | "deleting" | "gone"
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -709,6 +720,11 @@ class NodeLossRun:
             self.problems.append(f"no verdict within the probe budget ({self.budget:.0f}s)")
         if self.workers:
             self.problems.append(f"{self.workers} training pod(s) created")
+        # the lost node's probe is deleted (it stays Terminating until the node is back); the
+        # others are kept for their logs (keepPods OnFailure)
+        want = {r: "deleting" if r == self.victim_rank else "kept" for r in (0, 1)}
+        if self.verdict_after is not None and self.probes_after != want:
+            self.problems.append(f"probe pods after the verdict: {self.probes_after}, expected {want}")
 
 
 def _lose_when(state: Path, ns: str, pw: PodWatch, victim: int, phase: str,
@@ -763,8 +779,11 @@ def run_node_loss(h: "Harness", victim: int, phase: str, ns: str, timeout: float
                 run.validated = v
                 break
             time.sleep(0.25)
-        time.sleep(1.0)  # a training pod created right after the verdict would show now
-        run.workers = sum(1 for p in pw.snapshot() if p.role == c.ROLE_WORKER)
+        time.sleep(2.0)  # the cleanup after the verdict, or a training pod, would show by now
+        seen = pw.snapshot()
+        run.workers = sum(1 for p in seen if p.role == c.ROLE_WORKER)
+        run.probes_after = {p.rank: "gone" if not p.exists else "deleting" if o.deleting(p.obj) else "kept"
+                            for p in seen if p.role == c.ROLE_PROBE}
     finally:
         pw.stop()
     run.check()

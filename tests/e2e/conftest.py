@@ -123,3 +123,15 @@ def ns(cluster: Cluster, request) -> str:
     cluster.kubectl("create", "namespace", name)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="module")
+def operator(cluster):
+    """The operator as a host process under the chart's ServiceAccount and RBAC
+    (:mod:`localcluster.operator_install`), started for a test module, stopped at its end."""
+    from localcluster import operator_install
+
+    operator_install.stop()
+    operator_install.start()
+    yield operator_install
+    operator_install.stop()

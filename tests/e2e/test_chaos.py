@@ -15,8 +15,6 @@ import uuid
 
 import pytest
 
-from localcluster import operator_install
-
 from . import chaos
 
 pytestmark = pytest.mark.e2e
@@ -24,20 +22,16 @@ pytestmark = pytest.mark.e2e
 LONG = os.environ.get("DISTTRAIN_CHAOS") == "long"
 
 
-@pytest.fixture(scope="module")
-def operator(cluster):
-    """The operator as a host process under the chart's RBAC, stopped at the end."""
-    operator_install.stop()
-    operator_install.start()
-    yield operator_install
-    operator_install.stop()
+# One seed for the whole long run (drawn once, printed by every test), so that
+# DISTTRAIN_CHAOS_SEED replays all of it; the bounded tests default to a fixed one.
+_RUN_SEED = random.SystemRandom().randrange(1, 10**6)
 
 
 def _seed(default: int | None) -> int:
     raw = os.environ.get("DISTTRAIN_CHAOS_SEED")
     if raw:
         return int(raw)
-    return default if default is not None else random.SystemRandom().randrange(1, 10**6)
+    return default if default is not None else _RUN_SEED
 
 
 def _run(cluster, plans: list[chaos.JobPlan], seed: int) -> list[chaos.JobRun]:

@@ -24,15 +24,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
 
 
-@pytest.fixture(scope="module")
-def operator(cluster):
-    """The operator running as its chart ServiceAccount, stopped at the end."""
-    operator_install.stop()
-    operator_install.start()
-    yield operator_install
-    operator_install.stop()
-
-
 def example_docs(**spec_overrides):
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     for d in docs:
