@@ -91,6 +91,7 @@ runpy.run_path("/workspace/train_digits.py", run_name="__main__")
 
 
 def now() -> float:
+    """Seconds on the monotonic clock."""
     return time.monotonic()
 
 
@@ -291,6 +292,7 @@ class PodLife:
 
     @property
     def exists(self) -> bool:
+        """Not deleted (as far as the watch knows)."""
         return self.deleted is None
 
     @property
@@ -322,9 +324,11 @@ class PodWatch(threading.Thread):
         self.halt = threading.Event()
 
     def t(self) -> float:
+        """Seconds since the job was applied."""
         return round(now() - self.t0, 2)
 
     def run(self) -> None:
+        """Thread body: list, then watch until :meth:`stop`; never raises."""
         while not self.halt.is_set():
             try:
                 if self.rv is None:
@@ -352,6 +356,7 @@ class PodWatch(threading.Thread):
                 self.halt.wait(0.3)
 
     def stop(self) -> None:
+        """Stop watching (the thread ends within its watch timeout)."""
         self.halt.set()
 
     def _relist(self) -> None:
@@ -405,6 +410,7 @@ class PodWatch(threading.Thread):
                 self.duplicates.append(f"t={new.added}s: training pod {new} created while probe {p} runs")
 
     def snapshot(self) -> list[PodLife]:
+        """A copy of every pod seen so far."""
         with self.lock:
             return [copy.copy(p) for p in self.pods.values()]
 
@@ -432,6 +438,9 @@ def stages_reached(pods: list[PodLife], n: int) -> set[str]:
 
 @dataclass
 class Fired:
+    """A fault that was injected: ``at`` seconds after the job was applied; ``took``: seconds
+    the operator (or the apiserver) was unavailable."""
+
     fault: Fault
     at: float  # seconds after apply
     took: float  # seconds the operator (or the apiserver) was unavailable
@@ -460,6 +469,7 @@ class JobRun:
 
     @property
     def outcome(self) -> str:
+        """``<Succeeded|Failed>/<reason>`` of the True outcome condition, or "unfinished (...)"."""
         for ctype in (c.SUCCEEDED, c.FAILED):
             x = _cond(self.status, ctype)
             if x and x.get("status") == "True":
@@ -468,9 +478,11 @@ class JobRun:
 
     @property
     def ok(self) -> bool:
+        """No invariant broken and the expected end."""
         return not (self.duplicates or self.orphans or self.problems or self.regressions)
 
     def describe(self) -> str:
+        """The run in a few lines: outcome, every fault fired, every violation."""
         lines = [f"job {self.plan.index} ({self.plan.variant}, namespace {self.ns}, seed {self.seed}): "
                  f"{self.outcome} in {self.seconds:.0f}s"]
         lines += [f"  fired {f.fault} at t={f.at:.1f}s (unavailable {f.took:.1f}s)" for f in self.fired]
@@ -626,6 +638,7 @@ class Harness:
         return pods
 
     def delete_namespace(self, ns: str) -> None:
+        """Delete ``ns`` without waiting (the garbage collector removes what is in it)."""
         try:
             self.core.delete_namespace(ns)
         except ApiException:
@@ -699,9 +712,11 @@ class NodeLossRun:
 
     @property
     def ok(self) -> bool:
+        """The expected verdict, in time, and nothing else went wrong."""
         return not self.problems
 
     def describe(self) -> str:
+        """The run in one line, then its problems."""
         v = self.validated
         return (f"node loss: rank {self.victim_rank}'s node {self.node} lost in phase {self.phase} "
                 f"(probe phases {self.phases_at_loss}) {self.lost_after:.1f}s into the probe; verdict "
@@ -710,6 +725,7 @@ class NodeLossRun:
                 + "".join(f"\n  PROBLEM {p}" for p in self.problems))
 
     def check(self) -> None:
+        """Fill :attr:`problems` from the verdict, its timing and the pods after it."""
         v = self.validated
         if (v.get("status"), v.get("reason")) != ("False", c.REASON_PROBE_POD_LOST):
             self.problems.append(f"expected Validated=False {c.REASON_PROBE_POD_LOST}, got "
