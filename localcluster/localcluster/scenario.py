@@ -255,23 +255,23 @@ class Expect(_Strict):
     @model_validator(mode="after")
     def _known_condition_and_reason(self):
         """A misspelt condition or reason would only show as a timeout after a full run."""
-        from disttrain import constants as c
-        from disttrain_probe import reasons as R
+        from disttrain_probe import vocabulary as V
 
-        if self.condition not in c.ALL_CONDITIONS:
+        if self.condition not in V.ALL_CONDITIONS:
             raise ValueError(f"expect.condition: {self.condition!r} is not a condition "
-                             f"({', '.join(c.ALL_CONDITIONS)})")
+                             f"({', '.join(V.ALL_CONDITIONS)})")
         if self.reason is None:
             return self
-        known = {v for k, v in vars(c).items() if k.startswith("REASON_") and isinstance(v, str)}
-        known |= {v for k, v in vars(R).items() if k.isupper() and isinstance(v, str)}
-        if self.reason not in known:
+        r = V.get(self.reason)
+        if r is None or r.kinds == (V.REJECTION,):
             raise ValueError(f"expect.reason: {self.reason!r} is not a reason the operator or "
-                             f"the probe writes (docs/conditions.md lists them)")
-        owner = c.REASON_CONDITION.get(self.reason)
-        if self.status == "False" and owner and self.condition not in (owner, c.VALIDATED):
-            raise ValueError(f"expect.reason: {self.reason} is reported on {owner} (or Validated), "
-                             f"not {self.condition}")
+                             f"the probe writes on a condition (docs/conditions.md lists them)")
+        if self.condition != V.VALIDATED and self.condition not in r.conditions:
+            raise ValueError(f"expect.reason: {self.reason} is reported on "
+                             f"{' or '.join(r.conditions)}, not {self.condition}")
+        if self.condition == V.VALIDATED and self.status == "False" and V.FAILURE not in r.kinds:
+            raise ValueError(f"expect.reason: {self.reason} is a {r.kind} reason, never the "
+                             f"cause of Validated=False")
         return self
 
 
