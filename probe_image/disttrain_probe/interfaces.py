@@ -72,12 +72,18 @@ def nccl_default(interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
     return None
 
 
+NODES_NAMED = 6  # a list of nodes in a message names this many, then counts the rest
+
+
 def _nodes(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
-    names = []
+    """``node-a, node-b`` (rank order), or the first few and ``and N more``."""
+    names: List[str] = []
     for r in sorted(ranks):
         n = peers[r].get("node") or f"rank-{r}"
         if n not in names:
             names.append(n)
+    if len(names) > NODES_NAMED:
+        return f"{', '.join(names[:NODES_NAMED - 1])} and {len(names) - NODES_NAMED + 1} more"
     return ", ".join(names)
 
 
@@ -528,12 +534,12 @@ def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) 
                 f"{node}: validated on loopback ({c['ifname']}) only; this proves nothing about "
                 f"traffic between nodes")})
         elif d != c["ifname"]:
-            why = next((x["message"] for x in rejected[r] if x["ifname"] == d), "")
+            why = next((x["reason"] for x in rejected[r] if x["ifname"] == d), "")
             warnings[r].append({"reason": R.NCCL_DEFAULT_DIFFERS, "message": (
-                f"{node}: NCCL left alone would use {d or 'nothing'} (ib* first, else the first "
-                f"interface not lo/docker*/virbr*) but the validated interface is {c['ifname']}"
+                f"{node}: NCCL left alone would use {d or 'no interface'}"
                 + (f" ({why})" if why else "")
-                + f"; keep NCCL_SOCKET_IFNAME={c['ifname']} (the operator sets it)")})
+                + f", not the validated {c['ifname']}; keep NCCL_SOCKET_IFNAME={c['ifname']} "
+                f"(the operator sets it)")})
         mr = peers[r].get("masterRoute") or {}
         if r != 0 and not loopback_ok and mr.get("iface") and mr.get("iface") != c["ifname"]:
             warnings[r].append({"reason": R.MASTER_ROUTE_DIFFERS, "message": (
