@@ -86,12 +86,14 @@ def phase_seconds(ranks: Sequence[RankInput]) -> dict[str, float]:
 
 # Order in which rejected interfaces are listed: real alternatives first, noise last.
 _REJECTION_ORDER = (V.REJ_NOT_PREFERRED, V.REJ_UNREACHABLE, V.REJ_DOWN, V.REJ_MULTIPLE_ON_NODE,
-                    V.REJ_NOT_ON_ALL_NODES, V.REJ_DUPLICATE_ADDRESS, V.REJ_NOT_REQUESTED,
+                    V.REJ_NOT_ON_ALL_NODES, V.REJ_POD_NETWORK_DEVICE, V.REJ_DUPLICATE_ADDRESS,
+                    V.REJ_NOT_REQUESTED,
                     V.REJ_LOOPBACK, V.REJ_NO_IPV4)
 _REJECTION_WORDS = {
     V.REJ_DUPLICATE_ADDRESS: "the same address on every node, node-local bridges",
     V.REJ_NOT_ON_ALL_NODES: "not on every node",
     V.REJ_MULTIPLE_ON_NODE: "two NICs on one subnet",
+    V.REJ_POD_NETWORK_DEVICE: "pod-network devices: their traffic crosses the nodes' NICs anyway",
     V.REJ_DOWN: "link down",
     V.REJ_LOOPBACK: "never leaves the node",
 }

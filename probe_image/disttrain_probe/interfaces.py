@@ -8,17 +8,25 @@ every node, with exactly one interface per node, a distinct address per node, up
 every rank reached every peer on it (nonce-checked). Rejections carry a sub-reason
 (``reasons.REJ_*``) and a message naming the nodes and the evidence.
 
+A pod-network or overlay device (cni0, flannel.*, cali*, cilium_*, vxlan*, tunl0, weave,
+kube-bridge, genev_sys_*: :data:`POD_NETWORK_DEVICES`; present on the node with
+hostNetwork) is never chosen while a network of other interfaces joins the same nodes: its
+traffic crosses those NICs anyway (``PodNetworkDevice``).
+
 Preference among usable networks: highest minimum link speed (as the kernel reports it;
 only when every usable network's speed is known on every node), then measured throughput
-(the slowest measured pair, Mb/s, from the connectivity phase's timed transfers, capped at
-the kernel's link speed when known: a link cannot beat its line rate, and above it the
-measurement only shows CPU speed; sorted, the networks fall into tiers wherever one is at
-least :data:`MEASURED_MARGIN` times faster than the next, so noise cannot decide), then the network that carries the nodes' HOST_IP / the kernel's route to the master, then
-name.
+(the slowest measured pair, Mb/s, from the connectivity phase's timed transfers; capped at
+the kernel's link speed when every compared network's is known: a link cannot beat its
+line rate, and above it the measurement only shows CPU speed; sorted, the networks fall
+into tiers wherever one is faster than the next by at least :data:`MEASURED_MARGIN`
+times, and by more when the measurements' own run-to-run spread is wider, so noise cannot
+decide), then the network that carries the nodes' HOST_IP / the kernel's route to the
+master, then name. The result is the same on every run of the same cluster.
 """
 from __future__ import annotations
 
 import ipaddress
+from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import reasons as R
@@ -26,6 +34,14 @@ from .config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
 MEASURED_MARGIN = 2.0  # measured throughput decides only at this ratio or more
+# Pod-network and overlay devices (CNI bridges and tunnels) a host-network pod sees.
+POD_NETWORK_DEVICES = ("cni*", "flannel*", "cali*", "cilium_*", "vxlan*", "tunl*", "weave*",
+                       "kube-bridge", "genev_sys_*")
+
+
+def is_pod_network_device(name: str) -> bool:
+    """A CNI bridge or overlay tunnel (:data:`POD_NETWORK_DEVICES`)."""
+    return any(fnmatchcase(name, p) for p in POD_NETWORK_DEVICES)
 
 
 def _entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -46,6 +62,16 @@ def _entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
                 "loopback": bool(i.get("loopback")) or ipaddress.ip_address(ip).is_loopback,
             })
     return out
+
+
+def default_ifname(peer: Dict[str, Any]) -> Optional[str]:
+    """What NCCL would use on this rank with NCCL_SOCKET_IFNAME unset: NCCL's own answer
+    when the probe could ask it (``ncclDefault`` published by the rank: its ifname, None
+    when NCCL found none), else the re-implemented rule (:func:`nccl_default`)."""
+    asked = peer.get("ncclDefault")
+    if isinstance(asked, dict):
+        return asked.get("ifname")
+    return nccl_default(peer.get("interfaces") or [])
 
 
 def nccl_default(interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
@@ -98,6 +124,7 @@ class Network:
         self.pick: Dict[int, Dict[str, Any]] = {}
         self.kspeed: Optional[int] = None     # slowest kernel link speed, Mb/s (None: unknown)
         self.measured: Optional[float] = None  # slowest measured pair, Mb/s (None: unmeasured)
+        self.spread = 0.0                     # run-to-run spread of the measurements, 0..1
         self.rank_speed = 0                   # the speed that ranks it (0: not comparable)
         self.effective: Optional[float] = None  # measured, capped at kspeed (Mb/s)
         self.tier = 0                         # 0: the measurably fastest tier, 1: next, ...
@@ -225,7 +252,15 @@ def measured_mbps(net: Network, mesh: Dict[int, Dict[int, Any]],
                   dial_plan: Dict[int, List[int]]) -> Optional[float]:
     """The slowest measured throughput (Mb/s) between the network's picks: min over the
     dialled pairs' ``mbps`` on it; None when no pair was measured."""
-    vals = []
+    return measured_stats(net, mesh, dial_plan)[0]
+
+
+def measured_stats(net: Network, mesh: Dict[int, Dict[int, Any]],
+                   dial_plan: Dict[int, List[int]]) -> Tuple[Optional[float], float]:
+    """(the slowest measured pair's throughput in Mb/s or None, the run-to-run spread):
+    each measured pair keeps its best round (``mbps``) and its worst (``mbpsMin``); the
+    spread is the largest (best - worst) / best over the pairs, 0..1 (0 when measured once)."""
+    vals, spread = [], 0.0
     for i in sorted(net.pick):
         for j in dial_plan.get(i, []):
             if i == j or j not in net.pick:
@@ -234,20 +269,37 @@ def measured_mbps(net: Network, mesh: Dict[int, Dict[int, Any]],
             v = res.get("mbps") if isinstance(res, dict) else None
             if isinstance(v, (int, float)) and v > 0:
                 vals.append(float(v))
-    return min(vals) if vals else None
+                low = res.get("mbpsMin")
+                if isinstance(low, (int, float)) and 0 <= low <= v:
+                    spread = max(spread, (v - low) / v)
+    return (min(vals) if vals else None), min(spread, 0.9)
 
 
-def measured_tiers(values: Dict[str, float], margin: float = MEASURED_MARGIN) -> Dict[str, int]:
+def margin_for(spread_a: float, spread_b: float) -> float:
+    """How many times faster one network must measure than another to rank higher:
+    :data:`MEASURED_MARGIN`, or more when the two measurements' run-to-run spreads (0..1)
+    could close the gap: the faster one at its worst must still beat the slower one at its
+    best by 1.5x."""
+    a, b = min(max(spread_a, 0.0), 0.9), min(max(spread_b, 0.0), 0.9)
+    return max(MEASURED_MARGIN, 1.5 / (1.0 - a) * (1.0 + b))
+
+
+def measured_tiers(values: Dict[str, float], margin: float = MEASURED_MARGIN,
+                   spreads: Optional[Dict[str, float]] = None) -> Dict[str, int]:
     """Tier per key (0 = fastest) for throughputs in Mb/s: sorted from the fastest, a new
-    tier starts wherever a value is at least ``margin`` times below the previous one, so
-    values closer than that (measurement noise) always share a tier."""
+    tier starts wherever a value is at least ``margin`` times below the previous one (more
+    when ``spreads`` says the measurements vary: :func:`margin_for`), so values closer
+    than that (measurement noise) always share a tier."""
     out: Dict[str, int] = {}
     tier, prev = 0, None
+    spreads = spreads or {}
     for k, v in sorted(values.items(), key=lambda kv: (-kv[1], kv[0])):
-        if prev is not None and v * margin <= prev:
-            tier += 1
+        if prev is not None:
+            need = max(margin, margin_for(spreads.get(prev[0], 0.0), spreads.get(k, 0.0)))
+            if v * need <= prev[1]:
+                tier += 1
         out[k] = tier
-        prev = v
+        prev = (k, v)
     return out
 
 
@@ -260,19 +312,41 @@ def _rank_usable(usable: List[Network], mesh: Dict[int, Dict[int, Any]],
     for n in usable:
         speeds = [e.get("speed") for e in n.pick.values()]
         n.kspeed = min(speeds) if speeds and all(isinstance(x, int) and x > 0 for x in speeds) else None
-        n.measured = measured_mbps(n, mesh, dial_plan)
-        n.effective = None if n.measured is None else (
-            min(n.measured, float(n.kspeed)) if n.kspeed else n.measured)
+        n.measured, n.spread = measured_stats(n, mesh, dial_plan)
     known = all(n.kspeed is not None for n in usable)
     groups: Dict[int, List[Network]] = {}
     for n in usable:
         n.rank_speed = n.kspeed if known else 0
         groups.setdefault(n.rank_speed, []).append(n)
     for g in groups.values():
+        # cap at the line rate only when every compared network's is known: capping some
+        # and not others would let a device of unknown speed win on CPU speed alone
+        cap = all(n.kspeed for n in g)
+        for n in g:
+            n.effective = None if n.measured is None else (
+                min(n.measured, float(n.kspeed)) if cap else n.measured)
         if len(g) > 1 and all(n.effective is not None for n in g):
-            tiers = measured_tiers({n.key: n.effective for n in g})
+            tiers = measured_tiers({n.key: n.effective for n in g},
+                                   spreads={n.key: n.spread for n in g})
             for n in g:
                 n.tier = tiers[n.key]
+
+
+def _pod_network_only(net: Network) -> bool:
+    return bool(net.pick) and all(is_pod_network_device(e["ifname"]) for e in net.pick.values())
+
+
+def _reject_pod_network_devices(usable: List[Network]) -> None:
+    """A network of pod-network/overlay devices only (cni0 seen with hostNetwork) is
+    rejected while another usable network joins the same nodes: one reason, said once."""
+    physical = [n for n in usable if not _pod_network_only(n)]
+    if not physical:
+        return
+    for n in usable:
+        if _pod_network_only(n):
+            n.reject(R.REJ_POD_NETWORK_DEVICE, (
+                f"{n.where()} is a pod-network device: its traffic crosses the nodes' NICs "
+                f"anyway, and {physical[0].where()} joins the same nodes"))
 
 
 def _score(net: Network, peers: Dict[int, Dict[str, Any]]) -> Tuple[Any, ...]:
@@ -303,10 +377,11 @@ def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]])
                 f"measured; {kernel})")
     same = ""
     if best.measured is not None and other.measured is not None:
-        capped = [n.kspeed for n in (best, other) if n.kspeed and n.measured >= n.kspeed]
+        capped = [n.kspeed for n in (best, other) if n.kspeed and n.measured >= n.kspeed
+                  and n.effective is not None and n.effective < n.measured]
         kspeeds = "/".join(str(x) for x in sorted(set(capped)))
         why = (f"at or above the {kspeeds} Mb/s the kernel reports" if len(capped) == 2 else
-               f"less than {MEASURED_MARGIN:g}x apart"
+               f"less than {margin_for(best.spread, other.spread):.3g}x apart"
                + (f" once capped at the kernel's {kspeeds} Mb/s" if capped else ""))
         same = f"; measured {_mbps(best.measured)} vs {_mbps(other.measured)} Mb/s, {why}"
     if b[2] != o[2]:
@@ -387,6 +462,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     for n in nets:
         _evaluate(n, peers, mesh, mode, pats, loopback_ok, dial_plan, spec)
     usable = [n for n in nets if n.reason is None]
+    _reject_pod_network_devices(usable)
+    usable = [n for n in usable if n.reason is None]
     _rank_usable(usable, mesh, dial_plan)
     usable.sort(key=lambda n: _score(n, peers))
     best = usable[0] if usable else None
@@ -488,7 +565,9 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                 elif n.reason is not None:
                     rejected[r].append({"ifname": ifn, "reason": n.reason, "message": n.message})
 
-    defaults = {r: nccl_default(peers[r].get("interfaces") or []) for r in ranks}
+    for r, c in chosen.items():  # an interface is either chosen or rejected, never both
+        rejected[r] = [x for x in rejected[r] if x["ifname"] != c["ifname"]]
+    defaults = {r: default_ifname(peers[r]) for r in ranks}
     warnings: Dict[int, List[Dict[str, str]]] = {r: [] for r in ranks}
     if chosen:
         _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best)

@@ -238,11 +238,12 @@ def _is_ip(addr: str) -> bool:
         return False
 
 
-def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
-               state: Dict[str, Any]) -> Tuple[Any, Bus]:
-    """Join the store; fills ``state['master']``; returns (store, bus) with ``bus.peers`` set."""
-    import torch.distributed as dist
-
+def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+                 state: Dict[str, Any]) -> Optional[str]:
+    """The standard-library half of the rendezvous (it runs while torch is still being
+    imported): resolve MASTER_ADDR, refuse a loopback answer, and for ranks >= 1 dial the
+    master port until it answers. Fills ``state['master']``; returns the address the dial
+    reached (None for rank 0). Raises :class:`ProbeFailure` with the classified reason."""
     node = cfg.node_name
     where = f"{node} (rank {cfg.rank})"
     master: Dict[str, Any] = {"addr": cfg.master_addr, "port": cfg.master_port,
@@ -282,17 +283,13 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
             state["warnings"].append({"reason": R.MASTER_ADDR_NOT_LOCAL, "message": (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(resolved)}, none of "
                 f"which is an address of this node; other ranks may reach another host")})
-        tracker.step(R.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
         sock, early_err = state.get("master_listener") or (None, None)
-        try:
-            if early_err:
-                raise OSError(early_err)
-            store = _serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())))
-        except Exception as e:
+        if early_err:
             raise ProbeFailure(R.MASTER_PORT_REFUSED, (
                 f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
-                f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
+                f"{early_err[:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
+        return None
     else:
         if loop and not cfg.loopback_requested:
             raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
@@ -331,6 +328,30 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"drops TCP {cfg.master_port} or the address is not routable from this node; open "
                 f"TCP {cfg.master_port} between nodes or fix MASTER_ADDR"))
         master["connected"] = addr
+        return addr
+
+
+def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+               state: Dict[str, Any], addr: Optional[str]) -> Tuple[Any, Bus]:
+    """The torch half: rank 0 serves the TCPStore on the socket it listened on early, the
+    others join it at ``addr`` (what :func:`reach_master` reached); every rank publishes its
+    inventory and waits for all. Returns (store, bus) with ``bus.peers`` set. Raises
+    :class:`ProbeFailure`."""
+    import torch.distributed as dist
+
+    node = cfg.node_name
+    where = f"{node} (rank {cfg.rank})"
+    if cfg.rank == 0:
+        tracker.step(R.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
+        sock, _ = state.get("master_listener") or (None, None)
+        try:
+            store = _serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())))
+        except Exception as e:
+            raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
+                f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
+                f"set rendezvous.port to a free port"))
+    else:
         tracker.step(R.MASTER_PORT_TIMEOUT,
                      f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore did not answer")
         try:
@@ -355,3 +376,11 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
         bus.nodes[r] = p.get("node", "?")
     bus.peers = peers  # type: ignore[attr-defined]
     return store, bus
+
+
+def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+               state: Dict[str, Any]) -> Tuple[Any, Bus]:
+    """Both halves at once (:func:`reach_master`, then :func:`join_store`), for callers
+    that have torch imported already."""
+    addr = reach_master(cfg, inv, deadline, tracker, state)
+    return join_store(cfg, inv, deadline, tracker, state, addr)

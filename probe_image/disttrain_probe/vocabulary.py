@@ -121,6 +121,7 @@ HOSTNAME_LOOPBACK = _r("HostnameResolvesToLoopback", (NETWORK_VALIDATED,), _W, P
 NCCL_DEFAULT_DIFFERS = _r("NCCLDefaultInterfaceDiffers", (NETWORK_VALIDATED,), _W, PROBE)
 ROUTE_VIA_OTHER_INTERFACE = _r("RouteViaOtherInterface", (NETWORK_VALIDATED,), _W, PROBE)
 MIXED_ADDRESS_FAMILIES = _r("MixedAddressFamilies", (NETWORK_VALIDATED,), _W, PROBE)
+NCCL_IGNORES_INTERFACE = _r("NCCLIgnoresInterface", (NETWORK_VALIDATED,), _W, PROBE)
 LOOPBACK_ONLY = _r("LoopbackOnly", (NETWORK_VALIDATED,), _W, PROBE)
 PORT_RANGE_OUTSIDE_ALLOWED = _r("PortRangeOutsideAllowed", (NETWORK_VALIDATED,), _W, PROBE)
 
@@ -133,12 +134,14 @@ REJ_NO_IPV4 = _r("NoIPv4", (NETWORK_VALIDATED,), _X, PROBE)
 REJ_NOT_REQUESTED = _r("NotRequested", (NETWORK_VALIDATED,), _X, PROBE)
 REJ_NOT_ON_ALL_NODES = _r("NotOnAllNodes", (NETWORK_VALIDATED,), _X, PROBE)
 REJ_MULTIPLE_ON_NODE = _r("MultipleOnNode", (NETWORK_VALIDATED,), _X, PROBE)
+REJ_POD_NETWORK_DEVICE = _r("PodNetworkDevice", (NETWORK_VALIDATED,), _X, PROBE)
 REJ_NOT_PREFERRED = _r("NotPreferred", (NETWORK_VALIDATED,), _X, PROBE)
 
 # ---- VersionsConsistent ------------------------------------------------------------------
 VERSIONS_MATCH = _r("VersionsMatch", (VERSIONS_CONSISTENT,), _P, OPERATOR)
 NCCL_VERSION_MISMATCH = _r("NCCLVersionMismatch", (VERSIONS_CONSISTENT,), _F, PROBE)
 TORCH_VERSION_MISMATCH = _r("TorchVersionMismatch", (VERSIONS_CONSISTENT,), _F, PROBE)
+SLOW_TORCH_IMPORT = _r("SlowTorchImport", (VERSIONS_CONSISTENT,), _W, PROBE)
 CUDA_VERSION_MISMATCH = _r("CUDAVersionMismatch", (VERSIONS_CONSISTENT,), _F, PROBE)
 DRIVER_VERSION_MISMATCH = _r("DriverVersionMismatch", (VERSIONS_CONSISTENT,), _F, PROBE)
 
@@ -158,6 +161,7 @@ PROBE_REPORT_INVALID = _r("ProbeReportInvalid", (VALIDATED,), _F, OPERATOR)
 PROBE_FAILED = _r("ProbeFailed", (VALIDATED,), _F, OPERATOR)
 PROBE_TIMEOUT = _r("ProbeTimeout", (VALIDATED,), _F, OPERATOR)
 PROBE_INTERNAL_ERROR = _r("ProbeInternalError", (VALIDATED,), _F, PROBE, generic=True)
+TORCH_IMPORT_TIMEOUT = _r("TorchImportTimeout", (VALIDATED,), _F, PROBE)
 INVALID_SPEC = _r("InvalidSpec", (VALIDATED, FAILED), _F, OPERATOR)
 
 # ---- training outcome --------------------------------------------------------------------

@@ -425,3 +425,63 @@ def test_ipv6_only_nics_are_named_as_the_reason():
     mixed = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"fd00::{r + 1}/64"))
              for r in range(2)}
     assert choose(mixed, mesh_of(mixed, not_docker), "auto", master_port=29500)["failure"] is None
+
+
+def _with_cni0(pod_speed=None):
+    """hostNetwork: each node also has the pod bridge cni0 on its own /24 (routed)."""
+    peers = _mgmt_data()
+    for r, p in peers.items():
+        p["interfaces"].append(iface("cni0", f"10.244.{r}.1/24", speed=pod_speed))
+    return peers
+
+
+def test_pod_network_bridge_is_never_chosen_while_a_nic_joins_the_nodes():
+    """The demo's flake: cni0 (speed unknown, never capped) measured 26662 Mb/s against
+    eth0's 22660 capped at its 10000: cni0 won by 'measurement'. Now it is rejected once,
+    as a pod-network device, and the capping is consistent."""
+    peers = _with_cni0()
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 22660.0, "10.101.": 21000.0,
+                                               "10.244.": 26662.0}))
+    assert {r: c["ifname"] for r, c in res["chosen"].items()} == {0: "eth0", 1: "eth0"}
+    for r in (0, 1):
+        reasons = [x["reason"] for x in res["rejected"][r] if x["ifname"] == "cni0"]
+        assert R.REJ_POD_NETWORK_DEVICE in reasons
+        assert not any(x["ifname"] == "eth0" for x in res["rejected"][r])  # chosen, not rejected
+    # with only the pod network joining the nodes, it is used
+    only = {r: peer(r, LO, iface("cni0", f"10.244.{r}.1/24")) for r in range(2)}
+    assert choose(only, mesh_of(only))["chosen"][0]["ifname"] == "cni0"
+
+
+def test_an_interface_is_never_both_chosen_and_rejected():
+    # cni0's per-node /24s are NotOnAllNodes as subnets, while cni0 (routed) is chosen
+    peers = {r: peer(r, LO, iface("cni0", f"10.244.{r}.1/24")) for r in range(2)}
+    res = choose(peers, mesh_of(peers))
+    assert res["chosen"][0]["ifname"] == "cni0"
+    assert all(x["ifname"] != "cni0" for r in (0, 1) for x in res["rejected"][r])
+
+
+def test_unknown_link_speed_means_no_capping_for_anyone():
+    """Capping eth0 at its 10000 but not bond0 (speed unknown) would let bond0 win on CPU noise."""
+    peers = _mgmt_data()
+    for r, p in peers.items():
+        p["interfaces"][2] = iface("bond0", f"10.101.0.{r + 11}/24", speed=None)
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 22660.0, "10.101.": 26662.0}))
+    assert res["chosen"][0]["ifname"] == "eth0"  # a tie: HOST_IP decides
+
+
+def test_measurements_with_a_wide_spread_need_a_wider_margin():
+    from disttrain_probe.interfaces import margin_for, measured_tiers
+    assert margin_for(0.0, 0.0) == 2.0
+    assert margin_for(0.5, 0.5) == pytest.approx(4.5)
+    assert measured_tiers({"a": 2500.0, "b": 1000.0}) == {"a": 0, "b": 1}
+    assert measured_tiers({"a": 2500.0, "b": 1000.0}, spreads={"a": 0.5, "b": 0.2}) == {"a": 0, "b": 0}
+    peers = _mgmt_data()
+    mesh = _measured_mesh(peers, {"10.100.": 1000.0, "10.101.": 2500.0})
+    for i in mesh:
+        for j in mesh[i]:
+            for addr, res in mesh[i][j].items():
+                if "mbps" in res:
+                    res["mbpsMin"] = res["mbps"] * 0.4  # rounds varied by 60 %
+    res = choose(peers, mesh)
+    assert res["chosen"][0]["ifname"] == "eth0"  # 2.5x is within the noise: routing decides
+    assert "apart" in rej(res, 0, "eth1")["message"]

@@ -104,7 +104,7 @@ def test_reasons_are_unique_camelcase_and_cover_the_design_table():
               "TorchVersionMismatch", "CUDAVersionMismatch", "DriverVersionMismatch",
               "AllReduceTimeout", "AllReduceWrongResult", "BandwidthBelowThreshold",
               "ProcessGroupInitFailed", "RendezvousTimeout", "ProbeInternalError"}
-    assert set(R.FAILURES) == design
+    assert set(R.FAILURES) == design | {"TorchImportTimeout"}
     for group in (R.FAILURES, R.WARNINGS, R.REJECTIONS):
         assert len(set(group)) == len(group)
         for x in group:
@@ -199,9 +199,10 @@ def test_tracker_splits_budget_and_watchdog_fires():
     fired = []
     t = Tracker(10.0, on_overrun=lambda p, r, m: fired.append((p, r, m)), watchdog=False)
     d = t.begin("inventory")
-    assert 5.5 < d.remaining() <= 6.0  # min(10 s, 60 %) of a 10 s total
+    assert 2.5 < d.remaining() <= 3.0  # min(5 s, 30 %) of a 10 s total: no torch import here
     d = t.begin("rendezvous", R.RENDEZVOUS_TIMEOUT, "waiting")
-    assert 3.0 < d.remaining() < 5.0
+    # the rendezvous (it waits for torch) may use all but the 35 % kept for later phases
+    assert 5.5 < d.remaining() < 6.1
     t.hard = time.monotonic() - 1  # pretend the phase overran
     assert t.check() and fired[0][0] == "rendezvous" and fired[0][1] == R.RENDEZVOUS_TIMEOUT
     assert "waiting" in fired[0][2]
