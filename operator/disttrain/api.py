@@ -360,6 +360,15 @@ class NodeResult(_Model):
     torch: Optional[str] = None
     cuda: Optional[str] = None
     nccl: Optional[str] = None
+    paths: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per network (subnet, or ifname:<name> for a routed pod network), what "
+        "this node's dial to each peer rank did, one character per rank: o connected, t timed "
+        "out, r refused, u unreachable, w wrong host answered, e error, m mixed, - not "
+        "dialled, . itself; upper case: sent from another NIC's address.")
+    throughput_mbps: Optional[float] = Field(
+        None, alias="throughputMbps",
+        description="Mb/s this node moved on the chosen network (its best measured pair).")
 
 
 class RendezvousStatus(_Model):

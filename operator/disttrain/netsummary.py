@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence
 
 from disttrain_probe import vocabulary as V
 
+from . import evidence as E
 from . import messages as M
 from .findings import RankInput
 
@@ -40,7 +41,9 @@ def measured_by_ifname(ranks: Sequence[RankInput]) -> dict[str, float]:
 
 
 def node_results(ranks: Sequence[RankInput]) -> list[dict[str, Any]]:
-    """``status.nodes``: per rank its node, the chosen interface and address, versions."""
+    """``status.nodes``: per rank its node, the chosen interface and address, versions, and
+    its row of the dial matrix per network (node-local bridges and loopback left out)."""
+    keys = {m.key for m in E.matrices(ranks)}
     out = []
     for r in ranks:
         rep = r.report
@@ -54,6 +57,7 @@ def node_results(ranks: Sequence[RankInput]) -> list[dict[str, Any]]:
             "torch": ver.torch if ver else None,
             "cuda": ver.cuda if ver else None,
             "nccl": ver.nccl if ver else None,
+            "paths": {k: v for k, v in (rep.paths if rep else {}).items() if k in keys},
         })
     return out
 
@@ -122,14 +126,20 @@ def _duplicate_addr(message: str) -> str:
     return f" {m.group(1)}" if m else ""
 
 
-def rejected_clauses(rej: dict[str, tuple[str, str]]) -> list[str]:
-    """One clause per runner-up (NotPreferred: the criterion that decided), then one
-    ``not chosen: ...`` clause grouping the others by reason (each reason said once)."""
+def rejected_clauses(rej: dict[str, tuple[str, str]],
+                     culprits: Optional[dict[str, str]] = None) -> list[str]:
+    """One clause per runner-up (NotPreferred: the criterion that decided), one per
+    unreachable interface whose culprit the evidence names (``culprits``: ifname -> a short
+    explanation), then one ``not chosen: ...`` clause grouping the others by reason (each
+    reason said once)."""
+    culprits = culprits or {}
     out = [f"{ifn} not preferred: {_criterion(msg)}" for ifn, (reason, msg) in rej.items()
            if reason == V.REJ_NOT_PREFERRED]
+    out += [f"{ifn} unreachable: {culprits[ifn]}" for ifn, (reason, _) in rej.items()
+            if reason == V.REJ_UNREACHABLE and ifn in culprits]
     groups: dict[str, list[str]] = {}
     for ifn, (reason, msg) in rej.items():
-        if reason == V.REJ_NOT_PREFERRED:
+        if reason == V.REJ_NOT_PREFERRED or (reason == V.REJ_UNREACHABLE and ifn in culprits):
             continue
         label = ifn + (_duplicate_addr(msg) if reason == V.REJ_DUPLICATE_ADDRESS else "")
         groups.setdefault(reason, []).append(label)
@@ -158,7 +168,22 @@ def network_message(ranks: Sequence[RankInput]) -> str:
                  + ", ".join(f"{k} {v:.0f} Mb/s" for k, v in sorted(others.items(), key=lambda kv: -kv[1])))
     elif mine:
         head += f": {min(mine):.0f} Mb/s measured"
-    return M.join([head, *rejected_clauses(rej)], M.LIMIT)
+    return M.join([head, *rejected_clauses(rej, unreachable_culprits(ranks))], M.LIMIT)
+
+
+def unreachable_culprits(ranks: Sequence[RankInput]) -> dict[str, str]:
+    """ifname -> what the dial matrix of its network singles out (a NIC broken on one node,
+    a node filtering inbound, a blocked pair), for the networks with failed dials."""
+    from .attribution import explain_matrix  # attribution builds on this module's neighbours
+
+    out: dict[str, str] = {}
+    for m in E.matrices(ranks):
+        e = explain_matrix(m)
+        if e is None:
+            continue
+        for ifn in dict.fromkeys(n for n in m.ifnames if n):
+            out.setdefault(ifn, M.cut(e.cause.partition(", while")[0], 110))
+    return out
 
 
 __all__ = ["backend", "bandwidths", "measured_by_ifname", "network_message", "node_results",

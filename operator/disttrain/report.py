@@ -129,6 +129,24 @@ class MeshResult(_Model):
     src: Optional[str] = None
 
 
+class NcclAnswer(_Model):
+    """What NCCL's bootstrap reported: the interface and address it uses, or its error."""
+
+    ifname: Optional[str] = None
+    addr: Optional[str] = None
+    error: Optional[str] = None
+
+
+class NcclBootstrap(_Model):
+    """NCCL's own interface choice, asked of the node's libnccl (no GPU): alone
+    (``default``), with NCCL_SOCKET_IFNAME set to the chosen interface (``chosen``), and
+    the probe's re-implementation of NCCL's rule (``rule``)."""
+
+    default: Optional[NcclAnswer] = None
+    chosen: Optional[NcclAnswer] = None
+    rule: Optional[str] = None
+
+
 class ProbeReport(_Model):
     """One rank's probe report (the termination message of a probe pod)."""
 
@@ -160,6 +178,15 @@ class ProbeReport(_Model):
     timings: Dict[str, float] = Field(default_factory=dict, description="seconds per phase")
     mesh: List[MeshResult] = Field(default_factory=list)
     truncated: bool = False
+    # -- evidence added by the diagnosis work (additive; older probes leave them empty) --
+    paths: Dict[str, str] = Field(
+        default_factory=dict, description="network -> one character per peer rank: what this "
+        "rank's dial did (disttrain_probe/paths.py: o ok, w wrong host, r refused, t timeout, "
+        "u unreachable, e error, m mixed, - not dialled, . self; upper case: another source)")
+    path_mbps: Dict[str, Dict[str, float]] = Field(
+        default_factory=dict, alias="pathMbps",
+        description="network -> peer rank -> Mb/s this rank measured downloading from it")
+    nccl_bootstrap: Optional[NcclBootstrap] = None
 
     @property
     def failure_reason(self) -> Optional[str]:

@@ -39,6 +39,8 @@ class Probe:
         self.backend: Optional[str] = None
         self.allreduce: Optional[Dict[str, Any]] = None
         self.mesh_rows: List[Dict[str, Any]] = []
+        self.paths: Dict[str, str] = {}  # network -> one character per peer rank (paths.py)
+        self.path_mbps: Dict[str, Dict[str, float]] = {}
         self.network: Optional[str] = None
         self.measured: Dict[str, float] = {}  # ifname -> Mb/s measured on its network
         self.nccl_chosen: Optional[Dict[str, Any]] = None  # NCCL's answer with our ifname
@@ -97,6 +99,8 @@ class Probe:
             "backend": self.backend,
             "allreduce": self.allreduce,
             "timings": timings,
+            "paths": self.paths,
+            "pathMbps": self.path_mbps,
             "hostResolves": self.inv.get("hostResolves"),
             "mesh": self.mesh_rows,
             "env": self.inv.get("env"),
@@ -210,6 +214,7 @@ class Probe:
                               for p in sorted(mine) for a, res in sorted(mine[p].items())]
             if conn.get("errors"):
                 self.state["listenErrors"] = conn["errors"]
+            self.paths, self.path_mbps = conn.get("paths") or {}, conn.get("pathMbps") or {}
 
             d = self.begin("choice", R.PROBE_INTERNAL_ERROR, f"{node}: interface choice hung")
             ch = interfaces.choose(self.bus.peers, conn["mesh"], cfg.socket_ifname, cfg.master_port,

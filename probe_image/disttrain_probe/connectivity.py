@@ -39,6 +39,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
+from . import paths
 from . import reasons as R
 from .config import ifname_matches, parse_ifname_spec
 from .deadline import Deadline
@@ -316,7 +317,8 @@ def port_range_warning(node: str, kernel: Optional[List[int]],
 
 def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
                  tracker: Any) -> Dict[str, Any]:
-    """Run the mesh. Returns {listeners, errors, mesh: {rank: {peer: {addr: result}}}}."""
+    """Run the mesh. Returns {listeners, errors, mesh: {rank: {peer: {addr: result}}}, plan,
+    paths (this rank's compact rows, paths.py), pathMbps}."""
     nonce = secrets.token_hex(8)
     lst = Listeners(cfg.rank, nonce, inv["interfaces"])
     try:
@@ -370,4 +372,6 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
         lst.close()
     mesh = {int(r): {int(p): v for p, v in m.items()} for r, m in allmesh.items()}
     return {"listeners": lst.entries, "errors": lst.errors, "mesh": mesh, "dialTimeout": per,
-            "plan": dial_plan}
+            "plan": dial_plan,
+            "paths": paths.rows(cfg.rank, cfg.world_size, allpeers, mine),
+            "pathMbps": paths.measured(cfg.rank, allpeers, mine)}

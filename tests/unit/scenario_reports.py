@@ -9,7 +9,7 @@ import string
 from typing import Callable, Optional
 
 from disttrain.findings import ProbeOutcome
-from disttrain_probe import interfaces, versions
+from disttrain_probe import interfaces, paths, versions
 from disttrain_probe import vocabulary as V
 
 STARTED = "2026-11-30T11:59:50Z"
@@ -71,6 +71,10 @@ def reports_from(peers, m, spec="auto", failure=None, extra_warnings=None, world
                for i in p["interfaces"]]
         warnings = list(ch["warnings"].get(r, [])) + list((extra_warnings or {}).get(r, []))
         ok = fail is None
+        listeners = {q: {"l": [[i["name"], a.split("/")[0], int(a.split("/")[1]), 1]
+                               for i in peers[q]["interfaces"] for a in i["addrs"]
+                               if ":" not in a and not a.startswith("127.")]} for q in peers}
+        mine = {str(q): v for q, v in m.get(r, {}).items()}
         out.append({
             "v": 1, "rank": r, "worldSize": world or len(peers), "node": p["node"], "ok": ok,
             "phase": "report" if ok else "choice",
@@ -83,7 +87,8 @@ def reports_from(peers, m, spec="auto", failure=None, extra_warnings=None, world
             "ncclDefaultIfname": ch["ncclDefault"].get(r), "backend": "gloo",
             "allreduce": {"bytes": 4194304, "iterations": 10, "seconds": 0.2, "algbwGBps": 0.21,
                           "busbwGBps": 0.21, "correct": True} if ok else None,
-            "timings": {"inventory": 2.1, "rendezvous": 0.3, "total": 4.0}, "truncated": False})
+            "timings": {"inventory": 2.1, "rendezvous": 0.3, "total": 4.0}, "truncated": False,
+            "paths": paths.rows(r, len(peers), listeners, mine)})
     return out
 
 
@@ -166,8 +171,10 @@ def build() -> dict[str, tuple[list[ProbeOutcome], str]]:
                 "the deadline; present: 0 (node-a); check that their pods were scheduled and "
                 "started, and that they can reach MASTER_ADDR")})
         for r in (1, 2):
-            reps[r].update(ok=False, chosen=None, allreduce=None, phase="rendezvous",
+            reps[r].update(ok=False, chosen=None, allreduce=None, phase="rendezvous", paths={},
                            failure=rendezvous_failure(reason, r, 3, text.format(n=node(r), r=r)))
+            reps[r]["master"].pop("connected")
+        reps[0]["paths"] = {}
         out[name] = (outcomes(reps), "10.100.0.11")
     return out
 

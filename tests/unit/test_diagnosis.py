@@ -179,7 +179,8 @@ def test_summarize_ifnames():
 
 
 def test_master_port_failure_names_the_master_node():
-    """Rank 1 only knows MASTER_ADDR; the firewall is on rank 0's node: the message says so."""
+    """Rank 1 only knows MASTER_ADDR; the firewall is on rank 0's node: the message says so
+    (and, with one dialling rank, that the path is the other candidate and what decides)."""
     drop = {"reason": "MasterPortTimeout", "phase": "rendezvous",
             "message": "node-a (rank 1): connection to MASTER_ADDR 10.100.0.12:29500 timeout for 24.5s"}
     waited = {"reason": "RendezvousTimeout", "phase": "rendezvous", "message": "node-b: rank(s) 1 never arrived"}
@@ -187,8 +188,10 @@ def test_master_port_failure_names_the_master_node():
                           report(1, "node-a", ok=False, failure=drop)), "10.100.0.12")
     v = d.conditions[c.MASTER_REACHABLE]
     assert (v.status, v.reason) == ("False", "MasterPortTimeout")
-    assert v.message.startswith("node-a (rank 1)")
-    assert "MASTER_ADDR 10.100.0.12 is node-b (rank 0" in v.message and "node-b's firewall" in v.message
+    assert v.message.startswith("no rank reached MASTER_ADDR 10.100.0.12 (node-b, rank 0) on TCP 29500 "
+                                "(node-a timeout): node-b's firewall drops it")
+    assert "or the path node-a->node-b" in v.message and "decide: tcpdump on node-b" in v.message
+    assert d.conditions[c.VALIDATED].message.startswith("MasterReachable=False (MasterPortTimeout) on node-b")
 
 
 def test_passing_report_without_interface_or_master_is_invalid_not_validated():

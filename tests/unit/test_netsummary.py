@@ -45,3 +45,22 @@ def test_network_message_is_bounded_with_many_interfaces():
     rej = [{"ifname": f"veth{i:04d}", "reason": V.REJ_NO_IPV4, "message": "no IPv4"} for i in range(300)]
     m = N.network_message(ranks_with(rej + DECOYS))
     assert len(m) <= 400 and m.startswith("eth1 (10.101.0.0/24) chosen on every node")
+
+
+def test_a_nic_broken_on_one_node_is_named_in_the_passing_summary():
+    """eth0 works everywhere; node-c's eth1 reaches no one: eth0 is chosen and the
+    summary says whose eth1 is broken, not just 'Unreachable'."""
+    outs = []
+    for r, node in enumerate(("node-a", "node-b", "node-c")):
+        rep = report(r, node, ifname="eth0")
+        rep["chosen"]["subnet"] = "10.100.0.0/24"
+        rep["interfaces"] = [{"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "up": True},
+                             {"name": "eth1", "addrs": [f"10.101.0.{11 + r}/24"], "up": True}]
+        rep["rejected"] = [{"ifname": "eth1", "reason": V.REJ_UNREACHABLE, "message": "unreachable: ..."}]
+        eth1 = "".join("." if p == r else ("t" if 2 in (r, p) else "o") for p in range(3))
+        rep["paths"] = {"10.100.0.0/24": "".join("." if p == r else "o" for p in range(3)),
+                        "10.101.0.0/24": eth1}
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+    m = N.network_message(outs)
+    assert "eth1 unreachable: node-c reaches no peer on eth1 on 10.101.0.0/24" in m
+    assert N.node_results(outs)[2]["paths"] == {"10.100.0.0/24": "oo.", "10.101.0.0/24": "tt."}
