@@ -14,7 +14,7 @@ from . import constants as c
 from . import messages as M
 from .api import DistTrainingJobSpec
 from .builders import JobRef, service_name, uses_dns_hostnames
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis, apply_policy
 
 _PORT_REASONS = {c.REASON_EPHEMERAL_PORTS_BLOCKED, c.REASON_PORT_RANGE_OUTSIDE_ALLOWED}
 
@@ -47,7 +47,9 @@ def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> Non
     """Append :func:`advice` to every false check condition of ``diag`` it applies to (in
     place), shortening the probe's evidence so the message stays within
     :data:`messages.LIMIT`; ``Validated`` only points at the failing check, so it gets the
-    advice only when the cause belongs to no check."""
+    advice only when the cause belongs to no check. First the spec's policies decide
+    (``probe.maxLinkImbalance``: :func:`diagnosis.apply_policy`)."""
+    apply_policy(diag, spec.probe.max_link_imbalance)
     for ctype, v in diag.conditions.items():
         if v.status != "False":
             continue

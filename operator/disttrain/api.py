@@ -231,6 +231,12 @@ class ProbeSpec(_Model):
     timeout_seconds: int = Field(
         60, ge=5, le=3600, description="Budget for the whole probe, in seconds."
     )
+    max_link_imbalance: Optional[float] = Field(
+        None, ge=1, le=1000,
+        description="Fail when a node's measured link throughput on the chosen network is "
+        "more than this many times below the job's median (a straggler: every collective "
+        "runs at its pace). Unset: a node below half the median is only a SlowLink warning.",
+    )
     keep_pods: KeepPods = Field(
         KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe."
     )

@@ -36,6 +36,7 @@ from . import attribution
 from . import findings as F
 from . import messages as M
 from . import netsummary as N
+from . import stragglers as S
 from . import verdicts
 from .findings import ProbeOutcome  # noqa: F401  (re-exported: reconcile builds these)
 from .netsummary import measured_by_ifname, summarize_ifnames  # noqa: F401  (re-exported)
@@ -63,6 +64,8 @@ class Diagnosis:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # what diagnose() was given, so a spec policy can decide again (apply_policy)
+    inputs: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def validated(self) -> bool:
@@ -87,13 +90,15 @@ def _passed(ranks: list[F.RankInput], master_addr: Optional[str], busbw, algbw, 
     }
 
 
-def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagnosis:
+def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
+             max_link_imbalance: Optional[float] = None) -> Diagnosis:
     """Turn every rank's probe outcome into conditions (see the module docstring).
 
     ``outcomes`` holds one entry per node rank (all ranks finished, or not waited for:
     ``running``). ``master_addr`` is the address the probes were given as MASTER_ADDR.
-    Never raises for bad input: a report that does not match the schema is a
-    ProbeReportInvalid failure.
+    ``max_link_imbalance`` is ``probe.maxLinkImbalance`` (a straggler that many times below
+    the median fails; see :mod:`stragglers`). Never raises for bad input: a report that
+    does not match the schema is a ProbeReportInvalid failure.
     """
     ranks = [F.typed(o) for o in sorted(outcomes, key=lambda o: o.rank)]
     busbw, algbw, size = N.bandwidths(ranks)
@@ -102,11 +107,16 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
         conditions={V.PROBES_SCHEDULED: Verdict("True", V.PROBES_SCHEDULED_OK, "every probe pod ran")},
         nodes=N.node_results(ranks), socket_ifnames=ifnames, master_addr=master_addr,
         backend=N.backend(ranks), message_size_bytes=size, alg_bandwidth_gbps=algbw,
-        bus_bandwidth_gbps=busbw, phase_seconds=N.phase_seconds(ranks))
+        bus_bandwidth_gbps=busbw, phase_seconds=N.phase_seconds(ranks),
+        inputs=(list(outcomes), master_addr))
+    for i, mbps in S.node_throughput(ranks).items():
+        diag.nodes[i]["throughputMbps"] = round(mbps, 1)
 
     found = F.failures(ranks, master_addr)
+    slow_fail, slow_warn = S.findings(ranks, max_link_imbalance) if not found else ([], [])
+    found += slow_fail
     diag.failures = [f.text if f.node else f"{f.reason}: {f.message}" for f in found]
-    warns = F.warnings(ranks)
+    warns = F.warnings(ranks) + slow_warn
     diag.warnings = list(dict.fromkeys(w.text for w in warns))
 
     cause = F.cause(found)
@@ -122,5 +132,17 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str]) -> Diagno
     return diag
 
 
-__all__ = ["Diagnosis", "ProbeOutcome", "Verdict", "WARNING_CONDITION", "diagnose",
+def apply_policy(diag: Diagnosis, max_link_imbalance: Optional[float]) -> None:
+    """Decide again, in place, with the spec's policy (``probe.maxLinkImbalance``): the
+    operator's reconcile calls :func:`diagnose` without the spec, then the spec-aware step
+    (``advice.apply_advice``) calls this."""
+    if max_link_imbalance is None or not diag.inputs:
+        return
+    outcomes, master_addr = diag.inputs
+    new = diagnose(outcomes, master_addr, max_link_imbalance)
+    for name in ("conditions", "nodes", "failures", "warnings"):
+        setattr(diag, name, getattr(new, name))
+
+
+__all__ = ["Diagnosis", "ProbeOutcome", "Verdict", "WARNING_CONDITION", "apply_policy", "diagnose",
            "measured_by_ifname", "summarize_ifnames"]

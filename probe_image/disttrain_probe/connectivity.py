@@ -270,16 +270,19 @@ def measure(addr: str, port: int, want_rank: int, want_nonce: str, nbytes: int,
 def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
                  results: Dict[str, Dict[str, Dict[str, Any]]], interfaces: List[Dict[str, Any]],
                  spec: str = "auto") -> List[Tuple[int, str, int, str]]:
-    """One (peer, addr, port, nonce) per network this rank reached a peer on (``ok``
-    results), the peer next in ring order first; [] when fewer than two networks
-    qualify (nothing to compare). A network is the peer listener's subnet. Networks whose
-    local interface ``spec`` (socketIfname) leaves out are skipped."""
+    """(peer, addr, port, nonce) to time on every network this rank reached a peer on
+    (``ok`` results): the nearest peer next in ring order and the nearest before it (one
+    when they are the same), so every node is measured from both sides and a slow node
+    can be told from a slow pair. A network is keyed as ``paths.network_keys`` keys it
+    (the subnet, or ``ifname:<name>`` for a routed pod network). Networks whose local
+    interface ``spec`` (socketIfname) leaves out are skipped."""
     mode, pats = parse_ifname_spec(spec)
     local = []  # (network, ifname) of this rank's IPv4 addresses
     for i in interfaces:
         for a, pl in ipv4_addrs(i):
             local.append((ipaddress.IPv4Network(f"{a}/{pl}", strict=False), i.get("name") or ""))
-    by_net: Dict[str, Tuple[int, Tuple[int, str, int, str]]] = {}
+    keys = paths.network_keys(listeners)
+    by_net: Dict[str, Dict[int, Tuple[int, str, int, str]]] = {}
     for peer, info in listeners.items():
         if peer == rank:
             continue
@@ -293,12 +296,13 @@ def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
             if mode != "auto" and mine and not any(
                     ifname_matches(name, pats) == (mode == "include") for name in mine):
                 continue
-            key = str(net)
-            if key not in by_net or order < by_net[key][0]:
-                by_net[key] = (order, (peer, addr, port, info.get("nonce")))
-    if len(by_net) < 2:
-        return []
-    return [t for _, (_, t) in sorted(by_net.items())]
+            by_net.setdefault(keys.get((peer, addr), str(net)), {}).setdefault(
+                order, (peer, addr, port, info.get("nonce")))
+    out = []
+    for _key, by_order in sorted(by_net.items()):
+        picks = [by_order[min(by_order)], by_order[max(by_order)]]
+        out.extend(dict.fromkeys(picks))  # next, then previous (once when the same)
+    return out
 
 
 def port_range_warning(node: str, kernel: Optional[List[int]],

@@ -124,6 +124,7 @@ MIXED_ADDRESS_FAMILIES = _r("MixedAddressFamilies", (NETWORK_VALIDATED,), _W, PR
 NCCL_IGNORES_INTERFACE = _r("NCCLIgnoresInterface", (NETWORK_VALIDATED,), _W, PROBE)
 LOOPBACK_ONLY = _r("LoopbackOnly", (NETWORK_VALIDATED,), _W, PROBE)
 PORT_RANGE_OUTSIDE_ALLOWED = _r("PortRangeOutsideAllowed", (NETWORK_VALIDATED,), _W, PROBE)
+SLOW_LINK = _r("SlowLink", (NETWORK_VALIDATED,), (WARNING, FAILURE), OPERATOR)
 
 # ---- why an interface was not chosen (rejected[].reason) ---------------------------------
 REJ_LOOPBACK = _r("Loopback", (NETWORK_VALIDATED,), _X, PROBE)
