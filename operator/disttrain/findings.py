@@ -14,7 +14,8 @@ from typing import Any, Optional, Sequence, Union
 
 from pydantic import ValidationError
 
-from disttrain_probe import versions as pversions  # the probe's pure table and fixes (stdlib)
+from disttrain_probe import settings as psettings  # the probe's pure comparisons (stdlib)
+from disttrain_probe import versions as pversions
 from disttrain_probe import vocabulary as V
 
 from .report import ProbeReport
@@ -170,6 +171,16 @@ def version_mismatch(ranks: Sequence[RankInput]) -> Optional[Finding]:
     return None
 
 
+def settings_mismatch(ranks: Sequence[RankInput]) -> Optional[Finding]:
+    """The first must-agree NCCL/gloo variable that differs between the reports (the probe's
+    own table, disttrain_probe.settings), None when they agree or none reported settings."""
+    peers = {r.rank: {"node": r.node, "settings": r.report.settings} for r in ranks if r.report}
+    if not any(p["settings"] for p in peers.values()):
+        return None
+    m = psettings.mismatch(peers)
+    return Finding(m["reason"], "", m["message"]) if m else None
+
+
 def failures(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Finding]:
     """Every failure: each rank's own, a loopback MASTER_ADDR when nothing else failed, and
     one cross-node version table that replaces the probes' own (identical or relayed)
@@ -179,9 +190,9 @@ def failures(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Fin
         out.append(Finding(V.MASTER_ADDR_LOOPBACK, ranks[0].node if ranks else "rank 0",
                            f"MASTER_ADDR {master_addr} is a loopback address; other nodes "
                            f"cannot reach it; use rank 0's node address"))
-    mismatch = version_mismatch(ranks)
-    if mismatch:
-        out = [f for f in out if f.reason != mismatch.reason] + [mismatch]
+    for mismatch in (version_mismatch(ranks), settings_mismatch(ranks)):
+        if mismatch:
+            out = [f for f in out if f.reason != mismatch.reason] + [mismatch]
     return out
 
 

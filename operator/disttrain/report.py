@@ -187,6 +187,9 @@ class ProbeReport(_Model):
         default_factory=dict, alias="pathMbps",
         description="network -> peer rank -> Mb/s this rank measured downloading from it")
     nccl_bootstrap: Optional[NcclBootstrap] = None
+    settings: Dict[str, str] = Field(
+        default_factory=dict, description="the NCCL/gloo variables that must agree across "
+        "ranks, as set on this node (disttrain_probe/settings.py MUST_AGREE)")
 
     @property
     def failure_reason(self) -> Optional[str]:

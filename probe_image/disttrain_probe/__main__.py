@@ -57,6 +57,7 @@ class Probe:
             "portRange": self.inv.get("portRange"), "masterRoute": m.get("route"),
             "masterResolved": m.get("resolved"), "hostResolves": self.inv.get("hostResolves"),
             "ncclDefault": self.torch.nccl_default if self.torch.done else None,
+            "settings": self.inv.get("settings") or {},
         }
 
     def build(self) -> Dict[str, Any]:
@@ -100,6 +101,7 @@ class Probe:
             "allreduce": self.allreduce,
             "timings": timings,
             "paths": self.paths,
+            "settings": self.inv.get("settings") or {},
             "pathMbps": self.path_mbps,
             "hostResolves": self.inv.get("hostResolves"),
             "mesh": self.mesh_rows,
@@ -180,7 +182,8 @@ class Probe:
 
     # -- phases ---------------------------------------------------------------------
     def run(self) -> int:
-        from . import collective, connectivity, interfaces, inventory, rendezvous, versions
+        from . import (collective, connectivity, interfaces, inventory, rendezvous, settings,
+                       versions)
         cfg = self.cfg
         node = cfg.node_name
         if cfg.rank == 0:  # listen on the master port now, not after the slow torch import
@@ -228,9 +231,11 @@ class Probe:
             if ch["failure"]:
                 raise ProbeFailure(ch["failure"]["reason"], ch["failure"]["message"])
             self._start_nccl_check()
+            self.state["warnings"].extend(settings.risky(
+                node, os.environ, self.inv.get("rdma") or [], (self.chosen or {}).get("ifname")))
 
             d = self.begin("versions", R.PROBE_INTERNAL_ERROR, f"{node}: version check hung")
-            v = versions.check(self.bus.peers)
+            v = versions.check(self.bus.peers) or settings.mismatch(self.bus.peers)
             if v:
                 raise ProbeFailure(v["reason"], v["message"])
 

@@ -122,7 +122,8 @@ STEPS: List[Callable[[Dict[str, Any]], None]] = [
 ]
 
 ESSENTIAL = ("v", "rank", "worldSize", "node", "hostname", "ok", "phase", "failure", "warnings",
-             "versions", "master", "chosen", "backend", "allreduce", "ncclDefaultIfname", "paths")
+             "versions", "master", "chosen", "backend", "allreduce", "ncclDefaultIfname", "paths",
+             "settings")
 
 
 def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:

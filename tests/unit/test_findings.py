@@ -81,3 +81,14 @@ def test_version_table_of_many_nodes_names_only_the_odd_ones():
 ])
 def test_warning_check(reason, check):
     assert F.warning_check(reason) == check
+
+
+def test_settings_skew_is_one_table_replacing_the_probes_messages():
+    reps = [report(r, f"node-{x}") for r, x in enumerate("ab")]
+    reps[1]["settings"] = {"NCCL_PROTO": "Simple"}
+    reps[1].update(ok=False, chosen=None, failure={"reason": V.SETTINGS_MISMATCH, "phase": "versions",
+                                                    "message": "peer relayed"})
+    found = F.failures([rank(r, rep["node"], rep) for r, rep in enumerate(reps)], "10.0.0.1")
+    [f] = found
+    assert f.reason == V.SETTINGS_MISMATCH and f.node == ""
+    assert "node-a: NCCL_PROTO unset; node-b: NCCL_PROTO=Simple" in f.message
