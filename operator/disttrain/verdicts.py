@@ -93,14 +93,28 @@ def _strip_node(f: Finding) -> str:
 
 def grouped_warnings(found: Sequence[Finding]) -> list[tuple[str, list[str], str]]:
     """(reason, nodes, text without the node) per distinct warning, first seen first:
-    the same warning on several nodes is one entry naming them all."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    the same warning on several nodes is one entry naming them all. Texts that differ only
+    in their figures (``took 14.2s`` / ``took 12.9s``) are the same warning: the first
+    node's figures are shown, ``(node-a; also node-b)`` says whose they are."""
+    groups: dict[tuple[str, str], tuple[str, list[str]]] = {}
+    differs: set[tuple[str, str]] = set()
     for f in found:
-        key = (f.reason, _strip_node(f))
-        nodes = groups.setdefault(key, [])
+        text = _strip_node(f)
+        key = (f.reason, re.sub(r"\d+(\.\d+)?", "#", text))
+        first, nodes = groups.setdefault(key, (text, []))
         if f.node and f.node not in nodes:
             nodes.append(f.node)
-    return [(reason, nodes, text) for (reason, text), nodes in groups.items()]
+        if text != first:
+            differs.add(key)
+    return [(reason, nodes, _own_figures(text, nodes) if (reason, norm) in differs else text)
+            for (reason, norm), (text, nodes) in groups.items()]
+
+
+def _own_figures(text: str, nodes: list[str]) -> str:
+    """A grouped warning whose figures are the first node's: say so."""
+    if len(nodes) < 2:
+        return text
+    return f"{text.replace(NODE_PLACEHOLDER, nodes[0])} ({nodes[0]}'s figures)"
 
 
 def warning_text(nodes: Sequence[str], text: str) -> str:

@@ -48,9 +48,16 @@ def test_warned_groups_one_warning_of_many_nodes_and_keeps_what_passed():
 
 
 def test_many_warnings_stay_within_the_bound_and_count_the_rest():
-    ws = [Finding(V.ROUTE_VIA_OTHER_INTERFACE, f"node-{i}", f"node-{i}: route {i} " + "x" * 150)
+    ws = [Finding(V.ROUTE_VIA_OTHER_INTERFACE, f"node-{i}", f"node-{i}: route via {chr(97 + i) * 3} " + "x" * 150)
           for i in range(20)]
     nv = Vd.warned(PASSED, ws)[V.NETWORK_VALIDATED]
     assert len(nv.message) <= 400 and "19 more warning(s): RouteViaOtherInterface" in nv.message
     s = Vd.summary_passed(PASSED, ws, 20, "eth1", "10.0.0.1", 1.0)
     assert len(s.message) <= 320 and "and 17 more" in s.message
+
+
+def test_warnings_that_differ_only_in_their_figures_are_one():
+    ws = [Finding(V.NCCL_DEFAULT_DIFFERS, "node-a", "node-a: importing torch took 14.2s"),
+          Finding(V.NCCL_DEFAULT_DIFFERS, "node-b", "node-b: importing torch took 12.9s")]
+    [(reason, nodes, text)] = Vd.grouped_warnings(ws)
+    assert nodes == ["node-a", "node-b"] and text == "importing torch took 14.2s (node-a's figures)"
