@@ -115,7 +115,7 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
     found = F.failures(ranks, master_addr)
     slow_fail, slow_warn = S.findings(ranks, max_link_imbalance) if not found else ([], [])
     found += slow_fail
-    diag.failures = [f.text if f.node else f"{f.reason}: {f.message}" for f in found]
+    diag.failures = _failure_lines(found)
     warns = F.warnings(ranks) + slow_warn
     diag.warnings = list(dict.fromkeys(w.text for w in warns))
 
@@ -130,6 +130,26 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
     diag.conditions[V.VALIDATED] = verdicts.summary_passed(
         passed, warns, len(ranks), N.summarize_ifnames(list(ifnames.values())), master_addr, busbw)
     return diag
+
+
+def _failure_lines(found: list[F.Finding]) -> list[str]:
+    """``status.probe.failures``: one full line per distinct message, naming every node that
+    reported it (a verdict every rank reports identically is one line)."""
+    by_msg: dict[str, list[str]] = {}
+    for f in found:
+        by_msg.setdefault(f.message, [])
+        if f.node and f.node not in by_msg[f.message]:
+            by_msg[f.message].append(f.node)
+    reason = {f.message: f.reason for f in found}
+    out = []
+    for msg, nodes in by_msg.items():
+        if len(nodes) == 1:
+            out.append(F.Finding(reason[msg], nodes[0], msg).text)
+        elif nodes:
+            out.append(f"{', '.join(nodes)}: {msg}")
+        else:
+            out.append(f"{reason[msg]}: {msg}")
+    return out
 
 
 def apply_policy(diag: Diagnosis, max_link_imbalance: Optional[float]) -> None:
