@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e bench bench-diagnosis crds chart-readme clean
+.PHONY: venv build-cluster up down demo test test-unit test-probe test-e2e test-scale bench bench-diagnosis crds chart-readme clean
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
@@ -55,6 +55,10 @@ test-probe: venv
 
 test-e2e: venv build-cluster
 	$(VPY) -m pytest -q -ra tests/e2e
+
+# Scenarios marked `slow: true` (minutes each, e.g. the example at 16 nodes), left out of `make test`.
+test-scale: venv build-cluster
+	DISTTRAIN_SLOW_SCENARIOS=1 $(VPY) -m pytest -q -ra tests/e2e/test_scenarios.py -k "$(or $(SCENARIO),16-nodes)"
 
 bench: venv build-cluster
 	$(VPY) benchmarks/bench_overhead.py

@@ -251,6 +251,14 @@ class Expect(_Strict):
         None, description="the job's status.rendezvous.socketIfname once validated (the "
         "interface every node's probe chose; a comma list when names differ)")
     withinSeconds: float = Field(60.0, gt=0, le=1800)
+    repeat: int = Field(1, ge=1, le=10, description="run the job this many times (each in a "
+                        "fresh namespace); every run must meet the expectation with the same "
+                        "status.rendezvous.socketIfname (a choice that must not depend on noise); "
+                        "runs after the first stop at the condition (phase is checked once)")
+
+    def for_run(self, i: int) -> "Expect":
+        """The expectation of run ``i`` (0-based) of :attr:`repeat`: the phase only on the first."""
+        return self if i == 0 else self.model_copy(update={"phase": None})
 
     @model_validator(mode="after")
     def _known_condition_and_reason(self):
@@ -285,6 +293,8 @@ class Scenario(_Strict):
     defaults: NodeConfig = Field(default_factory=NodeConfig)
     nodeOverrides: dict[str, NodeConfig] = Field(default_factory=dict)
     job: dict[str, Any] = Field(default_factory=dict, description="deep-merged into the example job's spec")
+    slow: bool = Field(False, description="takes minutes: run by `make test-scale` "
+                       "(DISTTRAIN_SLOW_SCENARIOS=1), left out of `make test`")
     expect: Expect
     name: str = Field("", exclude=True)
 

@@ -12,8 +12,13 @@ decide. Classes, each with its table test (``tests/unit/test_attribution.py``):
   rule between them;
 - ``master-path``: the master port unreachable from some ranks only: their path to rank
   0, not rank 0's firewall;
-- ``master-node``: no rank reached the master port: rank 0's firewall (with one dialling
-  rank the path is the other candidate);
+- ``master-node``: no rank reached the master port while rank 0's host answers on other
+  ports: rank 0's firewall (with one dialling rank and no such answer, the path is the
+  other candidate);
+- ``master-silent``: rank 0's host answers ARP but no TCP port (its replies are lost: two
+  NICs on one subnet, a route, a rule dropping everything), or nobody answers ARP for
+  MASTER_ADDR (the address is on a NIC the others' network does not reach): not a
+  firewall for the master port;
 - ``two-nics``: a node with two NICs on one subnet, its traffic leaving by the one that
   failed: which NIC, and which address to advertise instead;
 - ``candidates``: anything else: the nodes ranked by failed paths, and the test.
@@ -204,16 +209,36 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
             f"{master}'s firewall for {p}",
             "find it (a firewall on either node matching the other's address, a security group)",
             _capture_test((ranks[failed[0]].node, master)), pairs)
+    checks = [ranks[i].report.master.host_check for i in failed
+              if ranks[i].report and ranks[i].report.master and ranks[i].report.master.host_check]
+    if checks and all(h.r in ("timeout", "unreachable", "error") for h in checks):
+        if all(h.arp == "complete" for h in checks):
+            port_s = f"TCP {checks[0].port}"
+            return Explanation(
+                "master-silent", (master,),
+                f"{master} answered ARP for {master_addr} but no TCP port answers {who} ({p}, "
+                f"{port_s}): its replies are lost, not a firewall for {p} alone: two NICs on one "
+                f"subnet on {master}, a route, or a rule dropping all from {who}",
+                f"one NIC per subnet on {master}, its InternalIP on the NIC its peers reach",
+                f"ip route get <{who}'s address> on {master} names the NIC replies leave by")
+        if any(h.arp == "incomplete" for h in checks):
+            return Explanation(
+                "master-silent", (master,),
+                f"no host answers ARP for {master_addr} ({master}, rank 0) from {who}: the address "
+                f"is on a NIC of {master} that {who}'s network does not reach, or {master} is "
+                f"down; not a firewall",
+                f"make {master}'s InternalIP (MASTER_ADDR) an address on the network its peers share")
     decide = ""
-    if len(res) == 1:  # one dialler: its own path is the other candidate
-        decide = _capture_test((who, master))
+    if len(res) == 1 and not any(h.r in ("refused", "ok") for h in checks):
+        decide = _capture_test((who, master))  # one dialler: its own path is the other candidate
     tried = ", ".join(f"{ranks[i].node} {res[i]}" for i in failed[:4]) + (
         f" and {len(failed) - 4} more" if len(failed) > 4 else "")
+    answers = next((f" (the host answers on TCP {h.port})" for h in checks if h.r in ("refused", "ok")), "")
     return Explanation(
         "master-node", (master,),
         f"no rank reached {shown} on {p} ({tried}): {master}'s firewall "
-        f"{'rejects' if all(res[i] == 'refused' for i in failed) else 'drops'} it, or nothing "
-        f"listens there" + (f"; or the path {who}->{master}" if decide else ""),
+        f"{'rejects' if all(res[i] == 'refused' for i in failed) else 'drops'} it{answers}, or "
+        f"nothing listens there" + (f"; or the path {who}->{master}" if decide else ""),
         f"open {p} to the other nodes on {master}'s firewall", decide)
 
 

@@ -66,6 +66,15 @@ class Route(_Model):
     src: Optional[str] = None
 
 
+class HostCheck(_Model):
+    """After a failed master dial: another port of MASTER_ADDR's host (``r``: refused or ok
+    means the host answers) and the ARP entry (complete, incomplete)."""
+
+    port: Optional[int] = None
+    r: Optional[str] = None
+    arp: Optional[str] = None
+
+
 class Master(_Model):
     """MASTER_ADDR/MASTER_PORT as this rank saw them."""
 
@@ -74,6 +83,7 @@ class Master(_Model):
     resolved: List[str] = Field(default_factory=list, description="getaddrinfo answers")
     route: Optional[Route] = None
     connected: Optional[str] = Field(default=None, description="address the TCP dial reached")
+    host_check: Optional[HostCheck] = None
 
 
 class Interface(_Model):

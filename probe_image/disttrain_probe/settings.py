@@ -46,6 +46,8 @@ def mismatch(peers: Dict[int, Dict[str, Any]]) -> Optional[Dict[str, str]]:
         if len(set(values.values())) <= 1:
             continue
         odd = odd_nodes(values)
+        if len(odd) == len(values) and UNSET in values.values():
+            odd = sorted(n for n, v in values.items() if v != UNSET)  # no majority: unset is NCCL's default
         groups: Dict[str, List[str]] = {}
         for n in sorted(values):
             groups.setdefault(values[n], []).append(n)

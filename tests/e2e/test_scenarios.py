@@ -9,6 +9,7 @@ the default 2-node topology is restored for the other e2e tests).
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -35,14 +36,14 @@ def scenario_cluster(cluster):
             print(f"  {k:32s} {v:6.1f}")
 
 
-@pytest.mark.parametrize("name", scn.all_names())
-def test_scenario(scenario_cluster, name):
-    sc = scn.load(name)
-    scenariorun.prepare(sc, say=lambda *_: None)
+SLOW = os.environ.get("DISTTRAIN_SLOW_SCENARIOS") == "1"
+
+
+def _one_run(sc, name, run):
     ns = f"sc-{name[:40]}-{uuid.uuid4().hex[:5]}"
     lines: list[str] = []
     try:
-        outcome = scenariorun.run_job(sc, ns, say=lines.append)
+        outcome = scenariorun.run_job(sc, ns, say=lines.append, run=run)
         problems = scenariorun.describe_problems(scenariorun.describe(ns), sc.expect)
         for _ in range(20):  # events are written after the status: give them a moment
             if not problems or not outcome.ok:
@@ -51,6 +52,23 @@ def test_scenario(scenario_cluster, name):
             problems = scenariorun.describe_problems(scenariorun.describe(ns), sc.expect)
     finally:
         operator_install.kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+    return outcome, problems, lines
+
+
+@pytest.mark.parametrize("name", scn.all_names())
+def test_scenario(scenario_cluster, name):
+    sc = scn.load(name)
+    if sc.slow and not SLOW:
+        pytest.skip("a slow scenario: make test-scale (DISTTRAIN_SLOW_SCENARIOS=1) runs it")
+    scenariorun.prepare(sc, say=lambda *_: None)
+    runs = []
+    for i in range(sc.expect.repeat):  # the same outcome (and interface) on every run
+        runs.append(_one_run(sc, name, i))
+        if not runs[-1][0].ok:
+            break
+    outcome = scenariorun.same_outcome([o for o, _, _ in runs])
+    problems = next((p for _, p, _ in runs if p), [])
+    lines = [x for _, _, ls in runs for x in ls]
     assert outcome.ok, f"{name}: {outcome.why}\n" + "\n".join(lines)
     assert not problems, f"{name}: kubectl describe dtj lacks what a user acts on: {problems}"
     TIMINGS[name] = outcome.seconds

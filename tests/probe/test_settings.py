@@ -18,6 +18,11 @@ def test_a_setting_on_one_node_only_names_that_node_with_a_table():
                                    "unset; node-b: NCCL_PROTO=Simple)")
     assert m["message"].endswith("(check the env of node-b: the template, the image, the node)")
     assert S.mismatch(peers({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Ring"})) is None
+    # two nodes, no majority: the one that sets it is named (unset is NCCL's own default)
+    two = S.mismatch(peers({}, {"NCCL_PROTO": "Simple"}))
+    assert two["message"].endswith("(check the env of node-b: the template, the image, the node)")
+    both = S.mismatch(peers({"NCCL_PROTO": "LL"}, {"NCCL_PROTO": "Simple"}))
+    assert "check the env of node-a, node-b" in both["message"]
     assert S.mismatch(peers({}, {})) is None
 
 

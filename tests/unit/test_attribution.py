@@ -155,3 +155,27 @@ def test_master_address_on_one_of_two_nics_on_a_subnet_is_not_a_firewall():
 
 def test_no_master_failure_no_explanation():
     assert A.explain_master(master_case({1: "ok", 2: "ok"}), "10.100.0.11", 29500) is None
+
+
+@pytest.mark.parametrize("check,kind,words", [
+    ({"port": 1, "r": "refused", "arp": "complete"}, "master-node", ["node-a's firewall drops it"]),
+    ({"port": 1, "r": "timeout", "arp": "complete"}, "master-silent",
+     ["node-a answered ARP for 10.100.0.11 but no TCP port answers node-b", "two NICs on one subnet",
+      "not a firewall for TCP 29500 alone"]),  # and the decide test fits: see below
+    ({"port": 1, "r": "unreachable", "arp": "incomplete"}, "master-silent",
+     ["no host answers ARP for 10.100.0.11 (node-a, rank 0) from node-b", "not a firewall"]),
+])
+def test_the_master_host_check_tells_a_port_filter_from_lost_replies(check, kind, words):
+    """When the master port fails, the dialler tries another port of the host and reads its
+    ARP entry: a host that resets port 1 filters the master port alone (a firewall); one
+    that answers ARP but no port loses its replies (not a port firewall)."""
+    from disttrain.report import HostCheck
+    ranks = master_case({1: "timeout"})
+    ranks[1].report.master.host_check = HostCheck(**check)
+    e = A.explain_master(ranks, "10.100.0.11", 29500)
+    assert e.kind == kind and e.culprits == ("node-a",)
+    for w in words:
+        assert w in e.cause, e.cause
+    if check["r"] == "refused":
+        assert e.decide == ""  # the host answered elsewhere: the port filter is decided
+    assert "…" not in e.message() and len(e.message()) <= 400
