@@ -57,7 +57,7 @@ class Explanation:
         words last, shortened, and only when there is room for them)."""
         base = M.join([self.cause, self.fix, f"decide: {self.decide}" if self.decide else ""], limit)
         room = limit - len(base) - len(M.SEP) - len("seen: ")
-        if evidence and room >= 60:
+        if evidence and room >= 60 and not base.endswith(M.ELLIPSIS):
             base += f"{M.SEP}seen: {M.cut(evidence, room)}"
         return base
 
@@ -122,7 +122,7 @@ def explain_matrix(m: E.Matrix) -> Optional[Explanation]:
             "pairs", names,
             f"the path {_pairs_text(pairs)} is blocked on {where} while {both} the other nodes: "
             f"a rule between them",
-            "find it (a firewall on either node matching the other's address, a security group)",
+            "find the rule (a firewall matching the other's address, a security group)",
             _capture_test(pairs[0], m), pairs)
     names = tuple(m.nodes[x] for x in sorted(involved, key=lambda x: -sum(
         pair_failed(x, j) for j in idx if j != x)))
@@ -136,7 +136,7 @@ def explain_matrix(m: E.Matrix) -> Optional[Explanation]:
 
 def _capture_test(pair: tuple[str, str], m: Optional[E.Matrix] = None) -> str:
     a, b = pair
-    return f"tcpdump on {b}: {a}'s SYNs arriving unanswered mean {b}'s rule, none arriving {a}'s or the path"
+    return f"tcpdump on {b}: SYNs from {a} arriving unanswered: {b}'s rule; none: {a}'s or the path"
 
 
 def explain_networks(ms: Sequence[E.Matrix]) -> Optional[Explanation]:
@@ -204,10 +204,9 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
         pairs = tuple((ranks[i].node, master) for i in failed)
         return Explanation(
             "master-path", tuple([ranks[i].node for i in failed] + [master]),
-            f"{who} could not reach {shown} on {p} while {got} did: the path between {who} and "
-            f"{master} is blocked (a rule between them on either node, or {who}'s route), not "
-            f"{master}'s firewall for {p}",
-            "find it (a firewall on either node matching the other's address, a security group)",
+            f"{who} could not reach {shown} on {p} while {got} did: the path {who}<->{master} is "
+            f"blocked (a rule on either node, or {who}'s route), not {master}'s firewall for the port",
+            "find the rule (a firewall matching the other's address, a security group)",
             _capture_test((ranks[failed[0]].node, master)), pairs)
     checks = [ranks[i].report.master.host_check for i in failed
               if ranks[i].report and ranks[i].report.master and ranks[i].report.master.host_check]

@@ -132,8 +132,7 @@ def test_master_table(name, results, kind, culprits, words):
 def test_one_dialling_rank_leaves_two_candidates_and_says_what_decides():
     e = A.explain_master(master_case({1: "timeout"}), "10.100.0.11", 29500)
     assert e.kind == "master-node" and "or the path node-b->node-a" in e.cause
-    assert e.decide == ("tcpdump on node-a: node-b's SYNs arriving unanswered mean node-a's rule, "
-                        "none arriving node-b's or the path")
+    assert e.decide == "tcpdump on node-a: SYNs from node-b arriving unanswered: node-a's rule; none: node-b's or the path"
 
 
 def test_master_address_on_one_of_two_nics_on_a_subnet_is_not_a_firewall():
