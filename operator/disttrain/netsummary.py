@@ -93,6 +93,12 @@ _REJECTION_ORDER = (V.REJ_NOT_PREFERRED, V.REJ_UNREACHABLE, V.REJ_DOWN, V.REJ_MU
                     V.REJ_NOT_ON_ALL_NODES, V.REJ_POD_NETWORK_DEVICE, V.REJ_DUPLICATE_ADDRESS,
                     V.REJ_NOT_REQUESTED,
                     V.REJ_LOOPBACK, V.REJ_NO_IPV4)
+# Which reason says most about an interface rejected on several networks (cni0: its own
+# /24 is NotOnAllNodes, the routed pod network PodNetworkDevice).
+_REJECTION_ORDER_TELLING = (V.REJ_NOT_PREFERRED, V.REJ_POD_NETWORK_DEVICE, V.REJ_UNREACHABLE,
+                            V.REJ_DOWN, V.REJ_MULTIPLE_ON_NODE, V.REJ_DUPLICATE_ADDRESS,
+                            V.REJ_NOT_ON_ALL_NODES, V.REJ_NOT_REQUESTED, V.REJ_LOOPBACK,
+                            V.REJ_NO_IPV4)
 _REJECTION_WORDS = {
     V.REJ_DUPLICATE_ADDRESS: "the same address on every node, node-local bridges",
     V.REJ_NOT_ON_ALL_NODES: "not on every node",
@@ -108,17 +114,24 @@ def rejections(ranks: Sequence[RankInput]) -> dict[str, tuple[str, str]]:
     choose, first rank first; an interface chosen on some node is never listed."""
     chosen = {r.report.chosen.ifname for r in ranks if r.report and r.report.chosen}
     out: dict[str, tuple[str, str]] = {}
+    order = {x: i for i, x in enumerate(_REJECTION_ORDER_TELLING)}
     for r in ranks:
         for rj in (r.report.rejected if r.report else []):
-            if rj.ifname and rj.ifname not in chosen and rj.ifname not in out:
+            if not rj.ifname or rj.ifname in chosen:
+                continue
+            have = out.get(rj.ifname)
+            if have is None or order.get(rj.reason, 99) < order.get(have[0], 99):
                 out[rj.ifname] = (rj.reason, rj.message or "")
     return out
 
 
 def _criterion(message: str) -> str:
-    """Which ranking criterion decided, from a NotPreferred message ("... ranked higher: <why>")."""
+    """Which ranking criterion decided, from a NotPreferred message ("<why>; ranked below
+    ...", or an older probe's "... ranked higher: <why>")."""
     _, sep, why = message.partition("ranked higher: ")
-    return M.cut(why if sep else message, 110)
+    if not sep:
+        why = message.rpartition("; ranked below ")[0] or message
+    return M.cut(why, 110)
 
 
 def _duplicate_addr(message: str) -> str:

@@ -39,6 +39,13 @@ POD_NETWORK_DEVICES = ("cni*", "flannel*", "cali*", "cilium_*", "vxlan*", "tunl*
                        "kube-bridge", "genev_sys_*")
 
 
+# Which rejection says most about an interface rejected on several networks (stable sort).
+REJECTION_PRIORITY = {r: i for i, r in enumerate((
+    R.REJ_NOT_PREFERRED, R.REJ_POD_NETWORK_DEVICE, R.REJ_UNREACHABLE, R.REJ_DOWN,
+    R.REJ_MULTIPLE_ON_NODE, R.REJ_DUPLICATE_ADDRESS, R.REJ_NOT_ON_ALL_NODES, R.REJ_NOT_REQUESTED,
+    R.REJ_LOOPBACK, R.REJ_NO_IPV4))}
+
+
 def is_pod_network_device(name: str) -> bool:
     """A CNI bridge or overlay tunnel (:data:`POD_NETWORK_DEVICES`)."""
     return any(fnmatchcase(name, p) for p in POD_NETWORK_DEVICES)
@@ -468,9 +475,9 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     usable.sort(key=lambda n: _score(n, peers))
     best = usable[0] if usable else None
     for n in usable[1:]:
-        n.reject(R.REJ_NOT_PREFERRED, f"{n.where()} is usable, "
-                                      f"but {best.where()} ranked higher: "
-                                      f"{_why_better(best, n, peers)}")
+        # the deciding criterion first: a report cut to fit 4 KiB keeps the start
+        n.reject(R.REJ_NOT_PREFERRED, f"{_why_better(best, n, peers)}; ranked below "
+                                      f"{best.where()}, though {n.where()} is usable")
 
     failure: Optional[Dict[str, str]] = None
     if mode == "include":
@@ -567,6 +574,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
 
     for r, c in chosen.items():  # an interface is either chosen or rejected, never both
         rejected[r] = [x for x in rejected[r] if x["ifname"] != c["ifname"]]
+    for r in ranks:  # an interface rejected twice (cni0: its /24 and the routed net): the telling reason first
+        rejected[r].sort(key=lambda x: REJECTION_PRIORITY.get(x["reason"], len(REJECTION_PRIORITY)))
     defaults = {r: default_ifname(peers[r]) for r in ranks}
     warnings: Dict[int, List[Dict[str, str]]] = {r: [] for r in ranks}
     if chosen:
