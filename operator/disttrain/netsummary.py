@@ -100,10 +100,10 @@ _REJECTION_ORDER_TELLING = (V.REJ_NOT_PREFERRED, V.REJ_POD_NETWORK_DEVICE, V.REJ
                             V.REJ_NOT_ON_ALL_NODES, V.REJ_NOT_REQUESTED, V.REJ_LOOPBACK,
                             V.REJ_NO_IPV4)
 _REJECTION_WORDS = {
-    V.REJ_DUPLICATE_ADDRESS: "the same address on every node, node-local bridges",
+    V.REJ_DUPLICATE_ADDRESS: "the same address on every node",
     V.REJ_NOT_ON_ALL_NODES: "not on every node",
     V.REJ_MULTIPLE_ON_NODE: "two NICs on one subnet",
-    V.REJ_POD_NETWORK_DEVICE: "pod-network devices: their traffic crosses the nodes' NICs anyway",
+    V.REJ_POD_NETWORK_DEVICE: "pod network, rides on the NICs",
     V.REJ_DOWN: "link down",
     V.REJ_LOOPBACK: "never leaves the node",
 }
@@ -141,19 +141,17 @@ def _duplicate_addr(message: str) -> str:
 
 def rejected_clauses(rej: dict[str, tuple[str, str]],
                      culprits: Optional[dict[str, str]] = None) -> list[str]:
-    """One clause per runner-up (NotPreferred: the criterion that decided), one per
+    """One clause per runner-up (NotPreferred: the criterion that decided) and per
     unreachable interface whose culprit the evidence names (``culprits``: ifname -> a short
-    explanation), then one ``not chosen: ...`` clause grouping the others by reason (each
-    reason said once)."""
+    explanation), then one ``not chosen: ...`` clause grouping every interface not chosen
+    by reason (each reason said once)."""
     culprits = culprits or {}
-    out = [f"{ifn} not preferred: {_criterion(msg)}" for ifn, (reason, msg) in rej.items()
-           if reason == V.REJ_NOT_PREFERRED]
-    out += [f"{ifn} unreachable: {culprits[ifn]}" for ifn, (reason, _) in rej.items()
-            if reason == V.REJ_UNREACHABLE and ifn in culprits]
+    details = [f"{ifn} not preferred: {_criterion(msg)}" for ifn, (reason, msg) in rej.items()
+               if reason == V.REJ_NOT_PREFERRED]
+    details += [f"{ifn} unreachable: {culprits[ifn]}" for ifn, (reason, _) in rej.items()
+                if reason == V.REJ_UNREACHABLE and ifn in culprits]
     groups: dict[str, list[str]] = {}
     for ifn, (reason, msg) in rej.items():
-        if reason == V.REJ_NOT_PREFERRED or (reason == V.REJ_UNREACHABLE and ifn in culprits):
-            continue
         label = ifn + (_duplicate_addr(msg) if reason == V.REJ_DUPLICATE_ADDRESS else "")
         groups.setdefault(reason, []).append(label)
     order = {r: i for i, r in enumerate(_REJECTION_ORDER)}
@@ -161,9 +159,8 @@ def rejected_clauses(rej: dict[str, tuple[str, str]],
     for reason in sorted(groups, key=lambda x: order.get(x, len(order))):
         words = _REJECTION_WORDS.get(reason)
         parts.append(f"{', '.join(groups[reason])} ({reason}{': ' + words if words else ''})")
-    if parts:
-        out.append("not chosen: " + ", ".join(parts))
-    return out
+    out: list[str] = []
+    return details + (["not chosen: " + ", ".join(parts)] if parts else [])
 
 
 def network_message(ranks: Sequence[RankInput]) -> str:

@@ -126,8 +126,9 @@ def warning_text(nodes: Sequence[str], text: str) -> str:
 
 def warned(passed: dict[str, Verdict], found: Sequence[Finding]) -> dict[str, Verdict]:
     """``passed`` with each warned check's reason and message replaced: its first
-    warning's reason; what passed (its first clause), the warnings (each kind once, naming
-    its nodes), then the rest of what passed, while it fits."""
+    warning's reason; what passed (its first clause), the first warning (naming its nodes),
+    the rest of what passed, and how many more warnings (status.probe.warnings), while it
+    fits."""
     out = dict(passed)
     by_check: dict[str, list[tuple[str, list[str], str]]] = {}
     for g in grouped_warnings(found):
@@ -143,7 +144,7 @@ def warned(passed: dict[str, Verdict], found: Sequence[Finding]) -> dict[str, Ve
         # a reason the vocabulary does not know (a newer probe) is said, never set
         reason = next((g[0] for g in groups if is_warning_reason(g[0])), out[ctype].reason)
         passed_parts = M.clauses(out[ctype].message)  # what passed first, then the warnings
-        out[ctype] = Verdict("True", reason, M.join([passed_parts[0], first, more, *passed_parts[1:]]))
+        out[ctype] = Verdict("True", reason, M.join([passed_parts[0], first, *passed_parts[1:], more]))
     return out
 
 

@@ -28,8 +28,8 @@ def test_rejected_clauses_group_by_reason_and_say_each_once():
            "lo": (V.REJ_LOOPBACK, "lo is loopback")}
     assert N.rejected_clauses(rej) == [
         "eth0 not preferred: faster by measurement (9400 vs 950 Mb/s)",
-        "not chosen: br-a1 172.19.0.1, docker0 172.17.0.1 (DuplicateAddress: the same address on "
-        "every node, node-local bridges), lo (Loopback: never leaves the node)"]
+        "not chosen: eth0 (NotPreferred), br-a1 172.19.0.1, docker0 172.17.0.1 (DuplicateAddress: "
+        "the same address on every node), lo (Loopback: never leaves the node)"]
 
 
 def test_an_interface_chosen_somewhere_is_never_listed_as_rejected():
