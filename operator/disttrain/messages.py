@@ -17,6 +17,7 @@ LIMIT = 400  # every condition message, characters
 SUMMARY_LIMIT = 320
 SEP = "; "
 ELLIPSIS = "…"
+MIN_PART = 60  # a part cut shorter than this says nothing: it is left out instead
 
 
 def clauses(text: str) -> list[str]:
@@ -71,9 +72,10 @@ def bound(text: str, limit: int = LIMIT) -> str:
 
 
 def join(parts: Iterable[Optional[str]], limit: int = LIMIT) -> str:
-    """Parts joined by ``"; "`` in priority order, each whole, while they fit within
-    ``limit``; the first is bounded itself, a later one that does not fit is left out
-    (``…`` marks it)."""
+    """Parts joined by ``"; "`` in priority order while they fit within ``limit``; the
+    first is bounded itself; the first one that does not fit is cut to the room left
+    (when that is at least :data:`MIN_PART` characters) or left out, ``…`` marking it, and
+    the rest are left out."""
     items = [p.strip() for p in parts if p and p.strip()]
     if not items:
         return ""
@@ -82,10 +84,13 @@ def join(parts: Iterable[Optional[str]], limit: int = LIMIT) -> str:
         tail = len(SEP) + len(ELLIPSIS) if i < len(items) - 1 else 0
         if len(out) + len(SEP) + len(p) + tail <= limit:
             out += SEP + p
-        else:
-            if len(out) + len(SEP) + len(ELLIPSIS) <= limit:
-                out += SEP + ELLIPSIS
-            break
+            continue
+        room = limit - len(out) - len(SEP)
+        if room >= MIN_PART:
+            out += SEP + cut(p, room)
+        elif room >= len(ELLIPSIS):
+            out += SEP + ELLIPSIS
+        break
     return out
 
 

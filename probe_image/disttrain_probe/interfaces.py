@@ -507,24 +507,22 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
         if inbound:
             others = [r for r in ranks if r not in inbound]
             where = _nodes(peers, inbound)
+            nics = "/".join(dict.fromkeys(i for n in blocked for i in n.ifnames()))
             failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
-                f"{where}: inbound TCP to ephemeral ports is blocked: no connection from "
-                f"{_nodes(peers, others)} to {where} got through on "
-                f"{', '.join(n.where() for n in blocked)}, while "
-                f"{where}'s own connections out and the master port{port_s} worked; a firewall on "
-                f"{where} admits the master port but not the kernel's ephemeral range "
-                f"(net.ipv4.ip_local_port_range {_range_text(peers, inbound)}) where NCCL and gloo "
-                f"listen; open that TCP range from the other nodes on {where}, or set "
-                f"network.portRange to the range its firewall admits")}
+                f"{where}: inbound TCP to its ephemeral ports (net.ipv4.ip_local_port_range "
+                f"{_range_text(peers, inbound)}, where NCCL and gloo listen) is blocked: nothing "
+                f"from {_nodes(peers, others)} got through on {nics}, while {where}'s own "
+                f"connections out and the master port{port_s} worked; open that TCP range to the "
+                f"other nodes on {where}'s firewall, or set network.portRange to the range it "
+                f"admits")}
         elif blocked and not any_ok:
             n = blocked[0]
             failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
-                f"the master port{port_s} answered, but no "
-                f"connection to an ephemeral port got through on {n.where()} "
-                f"({n.message}); a firewall admits the master port but not the "
-                f"ephemeral range NCCL uses (net.ipv4.ip_local_port_range "
-                f"{_range_text(peers, ranks)}); open it between nodes, or set network.portRange to "
-                f"the open range")}
+                f"the master port{port_s} answered, but no connection to an ephemeral port "
+                f"(net.ipv4.ip_local_port_range {_range_text(peers, ranks)}, where NCCL and gloo "
+                f"listen) got through on {n.where()}: a firewall admits the master port but not "
+                f"that range; open it between nodes, or set network.portRange to the open range; "
+                f"{n.message}")}
         else:
             hint = ""
             if mode != "auto":
