@@ -300,7 +300,7 @@ def test_blocked_pod_network_is_named_once_with_its_kind():
                  "auto", master_port=29500)
     msg = res["failure"]["message"]
     assert res["failure"]["reason"] == R.EPHEMERAL_PORTS_BLOCKED
-    assert "got through on eth0/eth1, while" in msg and msg.count("eth0") == 1
+    assert "got through on eth1/eth0, while" in msg and msg.count("eth0") == 1
 
 
 def test_one_node_unreachable_both_ways_stays_no_common_interface():
