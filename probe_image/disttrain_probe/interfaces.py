@@ -263,10 +263,12 @@ def measured_mbps(net: Network, mesh: Dict[int, Dict[int, Any]],
 
 
 def measured_stats(net: Network, mesh: Dict[int, Dict[int, Any]],
-                   dial_plan: Dict[int, List[int]]) -> Tuple[Optional[float], float]:
+                   dial_plan: Dict[int, List[int]],
+                   cap: Optional[float] = None) -> Tuple[Optional[float], float]:
     """(the slowest measured pair's throughput in Mb/s or None, the run-to-run spread):
     each measured pair keeps its best round (``mbps``) and its worst (``mbpsMin``); the
-    spread is the largest (best - worst) / best over the pairs, 0..1 (0 when measured once)."""
+    spread is the largest (best - worst) / best over the pairs, 0..1 (0 when measured once),
+    both taken at most ``cap`` Mb/s (the line rate: above it rounds differ by CPU noise)."""
     vals, spread = [], 0.0
     for i in sorted(net.pick):
         for j in dial_plan.get(i, []):
@@ -278,7 +280,8 @@ def measured_stats(net: Network, mesh: Dict[int, Dict[int, Any]],
                 vals.append(float(v))
                 low = res.get("mbpsMin")
                 if isinstance(low, (int, float)) and 0 <= low <= v:
-                    spread = max(spread, (v - low) / v)
+                    hi, lo = (min(v, cap), min(low, cap)) if cap else (v, low)
+                    spread = max(spread, (hi - lo) / hi)
     return (min(vals) if vals else None), min(spread, 0.9)
 
 
@@ -330,6 +333,8 @@ def _rank_usable(usable: List[Network], mesh: Dict[int, Dict[int, Any]],
         # and not others would let a device of unknown speed win on CPU speed alone
         cap = all(n.kspeed for n in g)
         for n in g:
+            if cap:
+                n.measured, n.spread = measured_stats(n, mesh, dial_plan, float(n.kspeed))
             n.effective = None if n.measured is None else (
                 min(n.measured, float(n.kspeed)) if cap else n.measured)
         if len(g) > 1 and all(n.effective is not None for n in g):

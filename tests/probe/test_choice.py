@@ -485,3 +485,17 @@ def test_measurements_with_a_wide_spread_need_a_wider_margin():
     res = choose(peers, mesh)
     assert res["chosen"][0]["ifname"] == "eth0"  # 2.5x is within the noise: routing decides
     assert "apart" in rej(res, 0, "eth1")["message"]
+
+
+def test_rounds_that_differ_above_the_line_rate_are_no_spread():
+    """eth1 moved 60000 then 10500 Mb/s: CPU noise, both above its 10000 Mb/s line rate, so
+    no spread; a 1500 Mb/s eth0 loses by measurement (6.7x) although 60000 vs 10500
+    uncapped would have demanded an 8.6x margin."""
+    peers = _mgmt_data()
+    mesh = _measured_mesh(peers, {"10.100.": 1500.0, "10.101.": 60000.0})
+    for i in mesh:
+        for j in mesh[i]:
+            for addr, res in mesh[i][j].items():
+                if "mbps" in res:
+                    res["mbpsMin"] = 10500.0 if addr.startswith("10.101.") else 1490.0
+    assert choose(peers, mesh)["chosen"][0]["ifname"] == "eth1"
