@@ -109,7 +109,7 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
         backend=N.backend(ranks), message_size_bytes=size, alg_bandwidth_gbps=algbw,
         bus_bandwidth_gbps=busbw, phase_seconds=N.phase_seconds(ranks),
         inputs=(list(outcomes), master_addr))
-    for i, mbps in S.node_throughput(ranks).items():
+    for i, mbps in S.node_throughput(ranks).items():  # noqa: B007
         diag.nodes[i]["throughputMbps"] = round(mbps, 1)
 
     found = F.failures(ranks, master_addr)

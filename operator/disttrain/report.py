@@ -195,7 +195,10 @@ class ProbeReport(_Model):
         "u unreachable, e error, m mixed, - not dialled, . self; upper case: another source)")
     path_mbps: Dict[str, Dict[str, float]] = Field(
         default_factory=dict, alias="pathMbps",
-        description="network -> peer rank -> Mb/s this rank measured downloading from it")
+        description="network -> peer rank -> Mb/s this rank measured downloading from it "
+        "(its best round)")
+    path_mbps_min: Dict[str, Dict[str, float]] = Field(
+        default_factory=dict, alias="pathMbpsMin", description="the same pairs' worst round")
     nccl_bootstrap: Optional[NcclBootstrap] = None
     settings: Dict[str, str] = Field(
         default_factory=dict, description="the NCCL/gloo variables that must agree across "

@@ -6,8 +6,10 @@ Every probe times downloads from its ring neighbours (both sides) on each networ
 pairs. A node below half the job's median figure is a ``SlowLink`` warning naming the
 node, the interface, its figure against the median and the slowdown to expect (a
 collective runs at its slowest member's pace); ``probe.maxLinkImbalance`` turns a node
-slower than that many times the median into a failure. With two nodes there is one pair:
-nothing singles a node out, so nothing is said.
+slower than that many times the median into a failure. Neither is said when the gap is
+within the measurements' own run-to-run spread (the interface choice's rule: on a quiet
+cluster 2x, more when the rounds varied, as with 16 probes on 2 cores). With two nodes
+there is one pair: nothing singles a node out, so nothing is said.
 """
 from __future__ import annotations
 
@@ -54,14 +56,16 @@ def chosen_key(r: RankInput) -> Optional[str]:
     return f"ifname:{rep.chosen.ifname}"
 
 
-def node_throughput(ranks: Sequence[RankInput]) -> dict[int, float]:
-    """Rank index -> the best Mb/s of a measured pair it was part of on its chosen network."""
-    best: dict[int, float] = {}
+def node_stats(ranks: Sequence[RankInput]) -> dict[int, tuple[float, float]]:
+    """Rank index -> (the best Mb/s of a measured pair it was part of on its chosen network,
+    that pair's run-to-run spread 0..1: (best - worst round) / best)."""
+    best: dict[int, tuple[float, float]] = {}
     by_rank = {r.rank: i for i, r in enumerate(ranks)}
     for i, r in enumerate(ranks):
         key = chosen_key(r)
         if key is None:
             continue
+        worst = r.report.path_mbps_min.get(key) or {}
         for peer, v in (r.report.path_mbps.get(key) or {}).items():
             try:
                 j = by_rank.get(int(peer))
@@ -69,21 +73,39 @@ def node_throughput(ranks: Sequence[RankInput]) -> dict[int, float]:
                 continue
             if v is None or v <= 0:
                 continue
+            low = worst.get(peer)
+            spread = min(0.9, max(0.0, (v - low) / v)) if isinstance(low, (int, float)) else 0.0
             for x in (i, j):
-                if x is not None:
-                    best[x] = max(best.get(x, 0.0), float(v))
+                if x is not None and float(v) > best.get(x, (0.0, 0.0))[0]:
+                    best[x] = (float(v), spread)
     return best
 
 
+def node_throughput(ranks: Sequence[RankInput]) -> dict[int, float]:
+    """Rank index -> the best Mb/s of a measured pair it was part of on its chosen network."""
+    return {i: v for i, (v, _) in node_stats(ranks).items()}
+
+
+def noise_margin(spread_median: float, spread_node: float) -> float:
+    """How many times below the median a node must be to stand out from measurement noise:
+    the median node at its worst round must still beat the node at its best by 1.5x (the
+    interface choice's rule without its 2x floor: 1.5x on a quiet cluster, far more when the
+    rounds varied, as on a few cores shared by many probes)."""
+    a, b = min(max(spread_median, 0.0), 0.9), min(max(spread_node, 0.0), 0.9)
+    return 1.5 / (1.0 - a) * (1.0 + b)
+
+
 def slow_links(ranks: Sequence[RankInput], ratio: float = WARN_RATIO) -> list[SlowLink]:
-    """The nodes below the job's median / ``ratio`` (three or more measured nodes)."""
-    best = node_throughput(ranks)
-    if len(best) < 3:
+    """The nodes below the job's median / ``ratio`` and below it by more than the
+    measurements' own noise (:func:`noise_margin`); three or more measured nodes."""
+    stats = node_stats(ranks)
+    if len(stats) < 3:
         return []
-    median = statistics.median(best.values())
+    median = statistics.median(v for v, _ in stats.values())
+    spread_median = statistics.median(s for _, s in stats.values())
     out = []
-    for i, v in sorted(best.items()):
-        if v * ratio < median:
+    for i, (v, spread) in sorted(stats.items()):
+        if v * ratio < median and v * noise_margin(spread_median, spread) < median:
             rep = ranks[i].report
             out.append(SlowLink(ranks[i].node, rep.chosen.ifname if rep and rep.chosen else "?",
                                 v, median))

@@ -378,4 +378,5 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
     return {"listeners": lst.entries, "errors": lst.errors, "mesh": mesh, "dialTimeout": per,
             "plan": dial_plan,
             "paths": paths.rows(cfg.rank, cfg.world_size, allpeers, mine),
-            "pathMbps": paths.measured(cfg.rank, allpeers, mine)}
+            "pathMbps": paths.measured(cfg.rank, allpeers, mine),
+            "pathMbpsMin": paths.measured(cfg.rank, allpeers, mine, "mbpsMin")}

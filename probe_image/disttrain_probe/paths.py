@@ -98,14 +98,14 @@ def rows(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
 
 
 def measured(rank: int, listeners: Dict[int, Dict[str, Any]],
-             results: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[str, Dict[str, float]]:
+             results: Dict[str, Dict[str, Dict[str, Any]]], field: str = "mbps") -> Dict[str, Dict[str, float]]:
     """Network -> str(peer) -> the Mb/s this rank measured downloading from that peer there
-    (only the sampled pairs)."""
+    (only the sampled pairs): the best round (``field`` ``mbps``) or the worst (``mbpsMin``)."""
     keys = network_keys(listeners)
     out: Dict[str, Dict[str, float]] = {}
     for (peer, addr), k in keys.items():
         res = (results.get(str(peer)) or {}).get(addr)
-        v = res.get("mbps") if isinstance(res, dict) else None
+        v = res.get(field) if isinstance(res, dict) else None
         if peer != rank and isinstance(v, (int, float)):
             out.setdefault(k, {})[str(peer)] = round(float(v), 1)
     return out

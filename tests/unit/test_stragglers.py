@@ -71,7 +71,23 @@ def test_max_link_imbalance_turns_the_straggler_into_a_failure():
     d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=100))
     assert d.validated and d.conditions[c.NETWORK_VALIDATED].reason == c.REASON_SLOW_LINK
-    # a tighter limit than 2x catches a 1.5x node, as a failure
-    d = diagnose(outcomes([9000, 9000, 6000]), "10.100.0.11")
+    # a tighter limit than 2x catches a 1.8x node (steady rounds), as a failure
+    d = diagnose(outcomes([9000, 9000, 5000]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=1.2))
     assert d.conditions[c.NETWORK_VALIDATED].reason == c.REASON_SLOW_LINK and not d.validated
+
+
+def test_a_gap_within_the_measurements_own_noise_is_no_straggler():
+    """16 probes on 2 cores: every node's rounds varied by half, and one node's best pair is
+    2.2x below the median: CPU noise, not a slow link. A rate-limited node with steady
+    rounds 45x below is still named."""
+    outs = outcomes([9000, 9000, 9000, 9000, 4000])
+    for o in outs:
+        o.report["pathMbpsMin"] = {k: {p: v * 0.5 for p, v in row.items()}
+                                   for k, row in o.report["pathMbps"].items()}
+    assert S.slow_links([typed(o) for o in outs]) == []
+    outs = outcomes([9000, 9000, 9000, 200])
+    for o in outs:
+        o.report["pathMbpsMin"] = {k: {p: (v * 0.98 if v == 200 else v * 0.5) for p, v in row.items()}
+                                   for k, row in o.report["pathMbps"].items()}
+    assert [s.node for s in S.slow_links([typed(o) for o in outs])] == ["node-d"]
