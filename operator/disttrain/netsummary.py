@@ -49,6 +49,7 @@ def node_results(ranks: Sequence[RankInput]) -> list[dict[str, Any]]:
         rep = r.report
         chosen = rep.chosen if rep else None
         ver = rep.versions if rep else None
+        paths = {k: v for k, v in (rep.paths if rep else {}).items() if k in keys}
         out.append({
             "rank": r.rank,
             "name": r.node if r.node != r.pod else (rep.node if rep and rep.node else ""),
@@ -57,7 +58,7 @@ def node_results(ranks: Sequence[RankInput]) -> list[dict[str, Any]]:
             "torch": ver.torch if ver else None,
             "cuda": ver.cuda if ver else None,
             "nccl": ver.nccl if ver else None,
-            "paths": {k: v for k, v in (rep.paths if rep else {}).items() if k in keys},
+            **({"paths": paths} if paths else {}),  # kubectl describe stays short without
         })
     return out
 
