@@ -197,8 +197,8 @@ class ProbeReport(_Model):
         default_factory=dict, alias="pathMbps",
         description="network -> peer rank -> Mb/s this rank measured downloading from it "
         "(its best round)")
-    path_mbps_min: Dict[str, Dict[str, float]] = Field(
-        default_factory=dict, alias="pathMbpsMin", description="the same pairs' worst round")
+    path_mbps_low: Dict[str, Dict[str, float]] = Field(
+        default_factory=dict, alias="pathMbpsLow", description="the same pairs' typical round (the middle of three)")
     nccl_bootstrap: Optional[NcclBootstrap] = None
     settings: Dict[str, str] = Field(
         default_factory=dict, description="the NCCL/gloo variables that must agree across "

@@ -7,8 +7,9 @@ pairs. A node below half the job's median figure is a ``SlowLink`` warning namin
 node, the interface, its figure against the median and the slowdown to expect (a
 collective runs at its slowest member's pace); ``probe.maxLinkImbalance`` turns a node
 slower than that many times the median into a failure. Neither is said when the gap is
-within the measurements' own run-to-run spread (the interface choice's rule: on a quiet
-cluster 2x, more when the rounds varied, as with 16 probes on 2 cores). With two nodes
+within the measurements' own noise: the median node's typical round (the middle of three)
+must still beat the node's best by 1.5x (the interface choice's rule), so 16 probes on 2
+cores starving each other make no straggler. With two nodes
 there is one pair: nothing singles a node out, so nothing is said.
 """
 from __future__ import annotations
@@ -58,14 +59,14 @@ def chosen_key(r: RankInput) -> Optional[str]:
 
 def node_stats(ranks: Sequence[RankInput]) -> dict[int, tuple[float, float]]:
     """Rank index -> (the best Mb/s of a measured pair it was part of on its chosen network,
-    that pair's run-to-run spread 0..1: (best - worst round) / best)."""
+    that pair's typical round: ``pathMbpsLow``, the best again when not reported)."""
     best: dict[int, tuple[float, float]] = {}
     by_rank = {r.rank: i for i, r in enumerate(ranks)}
     for i, r in enumerate(ranks):
         key = chosen_key(r)
         if key is None:
             continue
-        worst = r.report.path_mbps_min.get(key) or {}
+        lows = r.report.path_mbps_low.get(key) or {}
         for peer, v in (r.report.path_mbps.get(key) or {}).items():
             try:
                 j = by_rank.get(int(peer))
@@ -73,11 +74,11 @@ def node_stats(ranks: Sequence[RankInput]) -> dict[int, tuple[float, float]]:
                 continue
             if v is None or v <= 0:
                 continue
-            low = worst.get(peer)
-            spread = min(0.9, max(0.0, (v - low) / v)) if isinstance(low, (int, float)) else 0.0
+            low = lows.get(peer)
+            low = float(low) if isinstance(low, (int, float)) and 0 <= low <= v else float(v)
             for x in (i, j):
                 if x is not None and float(v) > best.get(x, (0.0, 0.0))[0]:
-                    best[x] = (float(v), spread)
+                    best[x] = (float(v), low)
     return best
 
 
@@ -86,26 +87,21 @@ def node_throughput(ranks: Sequence[RankInput]) -> dict[int, float]:
     return {i: v for i, (v, _) in node_stats(ranks).items()}
 
 
-def noise_margin(spread_median: float, spread_node: float) -> float:
-    """How many times below the median a node must be to stand out from measurement noise:
-    the median node at its worst round must still beat the node at its best by 1.5x (the
-    interface choice's rule without its 2x floor: 1.5x on a quiet cluster, far more when the
-    rounds varied, as on a few cores shared by many probes)."""
-    a, b = min(max(spread_median, 0.0), 0.9), min(max(spread_node, 0.0), 0.9)
-    return 1.5 / (1.0 - a) * (1.0 + b)
+NOISE_MARGIN = 1.5  # the median's typical round must beat a straggler's best by this
 
 
 def slow_links(ranks: Sequence[RankInput], ratio: float = WARN_RATIO) -> list[SlowLink]:
-    """The nodes below the job's median / ``ratio`` and below it by more than the
-    measurements' own noise (:func:`noise_margin`); three or more measured nodes."""
+    """The nodes below the job's median / ``ratio`` and below it beyond the measurements'
+    own noise: the median node's typical round still :data:`NOISE_MARGIN` times above the
+    node's best (the interface choice's rule); three or more measured nodes."""
     stats = node_stats(ranks)
     if len(stats) < 3:
         return []
     median = statistics.median(v for v, _ in stats.values())
-    spread_median = statistics.median(s for _, s in stats.values())
+    median_low = statistics.median(lo for _, lo in stats.values())
     out = []
-    for i, (v, spread) in sorted(stats.items()):
-        if v * ratio < median and v * noise_margin(spread_median, spread) < median:
+    for i, (v, _) in sorted(stats.items()):
+        if v * ratio < median and median_low >= NOISE_MARGIN * v:
             rep = ranks[i].report
             out.append(SlowLink(ranks[i].node, rep.chosen.ifname if rep and rep.chosen else "?",
                                 v, median))

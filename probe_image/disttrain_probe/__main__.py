@@ -41,7 +41,7 @@ class Probe:
         self.mesh_rows: List[Dict[str, Any]] = []
         self.paths: Dict[str, str] = {}  # network -> one character per peer rank (paths.py)
         self.path_mbps: Dict[str, Dict[str, float]] = {}
-        self.path_mbps_min: Dict[str, Dict[str, float]] = {}
+        self.path_mbps_low: Dict[str, Dict[str, float]] = {}
         self.network: Optional[str] = None
         self.measured: Dict[str, float] = {}  # ifname -> Mb/s measured on its network
         self.nccl_chosen: Optional[Dict[str, Any]] = None  # NCCL's answer with our ifname
@@ -104,7 +104,7 @@ class Probe:
             "paths": self.paths,
             "settings": self.inv.get("settings") or {},
             "pathMbps": self.path_mbps,
-            "pathMbpsMin": self.path_mbps_min,
+            "pathMbpsLow": self.path_mbps_low,
             "hostResolves": self.inv.get("hostResolves"),
             "mesh": self.mesh_rows,
             "env": self.inv.get("env"),
@@ -220,7 +220,7 @@ class Probe:
             if conn.get("errors"):
                 self.state["listenErrors"] = conn["errors"]
             self.paths, self.path_mbps = conn.get("paths") or {}, conn.get("pathMbps") or {}
-            self.path_mbps_min = conn.get("pathMbpsMin") or {}
+            self.path_mbps_low = conn.get("pathMbpsLow") or {}
 
             d = self.begin("choice", R.PROBE_INTERNAL_ERROR, f"{node}: interface choice hung")
             ch = interfaces.choose(self.bus.peers, conn["mesh"], cfg.socket_ifname, cfg.master_port,

@@ -19,8 +19,8 @@ only when every usable network's speed is known on every node), then measured th
 the kernel's link speed when every compared network's is known: a link cannot beat its
 line rate, and above it the measurement only shows CPU speed; sorted, the networks fall
 into tiers wherever one is faster than the next by at least :data:`MEASURED_MARGIN`
-times, and by more when the measurements' own run-to-run spread is wider, so noise cannot
-decide), then the network that carries the nodes' HOST_IP / the kernel's route to the
+times and its typical round (the middle of three) still beats the next one's best by
+:data:`NOISE_MARGIN`, so noise cannot decide), then the network that carries the nodes' HOST_IP / the kernel's route to the
 master, then name. The result is the same on every run of the same cluster.
 """
 from __future__ import annotations
@@ -34,6 +34,7 @@ from .config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
 MEASURED_MARGIN = 2.0  # measured throughput decides only at this ratio or more
+NOISE_MARGIN = 1.5     # ... and only when the faster's typical round beats the slower's best by this
 # Pod-network and overlay devices (CNI bridges and tunnels) a host-network pod sees.
 POD_NETWORK_DEVICES = ("cni*", "flannel*", "cali*", "cilium_*", "vxlan*", "tunl*", "weave*",
                        "kube-bridge", "genev_sys_*")
@@ -131,7 +132,7 @@ class Network:
         self.pick: Dict[int, Dict[str, Any]] = {}
         self.kspeed: Optional[int] = None     # slowest kernel link speed, Mb/s (None: unknown)
         self.measured: Optional[float] = None  # slowest measured pair, Mb/s (None: unmeasured)
-        self.spread = 0.0                     # run-to-run spread of the measurements, 0..1
+        self.low: Optional[float] = None       # slowest pair's typical round, Mb/s
         self.rank_speed = 0                   # the speed that ranks it (0: not comparable)
         self.effective: Optional[float] = None  # measured, capped at kspeed (Mb/s)
         self.tier = 0                         # 0: the measurably fastest tier, 1: next, ...
@@ -264,12 +265,13 @@ def measured_mbps(net: Network, mesh: Dict[int, Dict[int, Any]],
 
 def measured_stats(net: Network, mesh: Dict[int, Dict[int, Any]],
                    dial_plan: Dict[int, List[int]],
-                   cap: Optional[float] = None) -> Tuple[Optional[float], float]:
-    """(the slowest measured pair's throughput in Mb/s or None, the run-to-run spread):
-    each measured pair keeps its best round (``mbps``) and its worst (``mbpsMin``); the
-    spread is the largest (best - worst) / best over the pairs, 0..1 (0 when measured once),
-    both taken at most ``cap`` Mb/s (the line rate: above it rounds differ by CPU noise)."""
-    vals, spread = [], 0.0
+                   cap: Optional[float] = None) -> Tuple[Optional[float], Optional[float]]:
+    """(the slowest measured pair's best round, the slowest pair's typical round), Mb/s, or
+    (None, None) when no pair was measured: each measured pair keeps its best round
+    (``mbps``) and its typical one (``mbpsLow``: the middle of three rounds; the best when
+    measured once), both taken at most ``cap`` Mb/s (the line rate: above it rounds differ
+    by CPU noise only)."""
+    best, low = [], []
     for i in sorted(net.pick):
         for j in dial_plan.get(i, []):
             if i == j or j not in net.pick:
@@ -277,37 +279,26 @@ def measured_stats(net: Network, mesh: Dict[int, Dict[int, Any]],
             res = (mesh.get(i) or {}).get(j, {}).get(net.pick[j]["addr"])
             v = res.get("mbps") if isinstance(res, dict) else None
             if isinstance(v, (int, float)) and v > 0:
-                vals.append(float(v))
-                low = res.get("mbpsMin")
-                if isinstance(low, (int, float)) and 0 <= low <= v:
-                    hi, lo = (min(v, cap), min(low, cap)) if cap else (v, low)
-                    spread = max(spread, (hi - lo) / hi)
-    return (min(vals) if vals else None), min(spread, 0.9)
-
-
-def margin_for(spread_a: float, spread_b: float) -> float:
-    """How many times faster one network must measure than another to rank higher:
-    :data:`MEASURED_MARGIN`, or more when the two measurements' run-to-run spreads (0..1)
-    could close the gap: the faster one at its worst must still beat the slower one at its
-    best by 1.5x."""
-    a, b = min(max(spread_a, 0.0), 0.9), min(max(spread_b, 0.0), 0.9)
-    return max(MEASURED_MARGIN, 1.5 / (1.0 - a) * (1.0 + b))
+                lo = res.get("mbpsLow")
+                lo = float(lo) if isinstance(lo, (int, float)) and 0 <= lo <= v else float(v)
+                best.append(float(v))
+                low.append(min(lo, cap) if cap else lo)
+    return (min(best), min(low)) if best else (None, None)
 
 
 def measured_tiers(values: Dict[str, float], margin: float = MEASURED_MARGIN,
-                   spreads: Optional[Dict[str, float]] = None) -> Dict[str, int]:
+                   lows: Optional[Dict[str, float]] = None) -> Dict[str, int]:
     """Tier per key (0 = fastest) for throughputs in Mb/s: sorted from the fastest, a new
-    tier starts wherever a value is at least ``margin`` times below the previous one (more
-    when ``spreads`` says the measurements vary: :func:`margin_for`), so values closer
-    than that (measurement noise) always share a tier."""
+    tier starts wherever a value is at least ``margin`` times below the previous one and,
+    when ``lows`` (each key's typical round) is given, the previous one's typical round is
+    still :data:`NOISE_MARGIN` times above this one's best; so values closer than that
+    (measurement noise) always share a tier."""
     out: Dict[str, int] = {}
     tier, prev = 0, None
-    spreads = spreads or {}
+    lows = lows or {}
     for k, v in sorted(values.items(), key=lambda kv: (-kv[1], kv[0])):
-        if prev is not None:
-            need = max(margin, margin_for(spreads.get(prev[0], 0.0), spreads.get(k, 0.0)))
-            if v * need <= prev[1]:
-                tier += 1
+        if prev is not None and v * margin <= prev[1] and lows.get(prev[0], prev[1]) >= NOISE_MARGIN * v:
+            tier += 1
         out[k] = tier
         prev = (k, v)
     return out
@@ -322,7 +313,7 @@ def _rank_usable(usable: List[Network], mesh: Dict[int, Dict[int, Any]],
     for n in usable:
         speeds = [e.get("speed") for e in n.pick.values()]
         n.kspeed = min(speeds) if speeds and all(isinstance(x, int) and x > 0 for x in speeds) else None
-        n.measured, n.spread = measured_stats(n, mesh, dial_plan)
+        n.measured, n.low = measured_stats(n, mesh, dial_plan)
     known = all(n.kspeed is not None for n in usable)
     groups: Dict[int, List[Network]] = {}
     for n in usable:
@@ -334,12 +325,12 @@ def _rank_usable(usable: List[Network], mesh: Dict[int, Dict[int, Any]],
         cap = all(n.kspeed for n in g)
         for n in g:
             if cap:
-                n.measured, n.spread = measured_stats(n, mesh, dial_plan, float(n.kspeed))
+                n.measured, n.low = measured_stats(n, mesh, dial_plan, float(n.kspeed))
             n.effective = None if n.measured is None else (
                 min(n.measured, float(n.kspeed)) if cap else n.measured)
         if len(g) > 1 and all(n.effective is not None for n in g):
             tiers = measured_tiers({n.key: n.effective for n in g},
-                                   spreads={n.key: n.spread for n in g})
+                                   lows={n.key: n.low for n in g if n.low is not None})
             for n in g:
                 n.tier = tiers[n.key]
 
@@ -377,6 +368,10 @@ def _mbps(v: Optional[float]) -> str:
     return "?" if v is None else f"{v:.0f}"
 
 
+def _eff(n: Network) -> float:
+    return n.effective if n.effective is not None else (n.measured or 0.0)
+
+
 def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]]) -> str:
     """Which ranking criterion of :func:`_score` decided between two usable networks."""
     b, o = _score(best, peers), _score(other, peers)
@@ -393,7 +388,10 @@ def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]])
                   and n.effective is not None and n.effective < n.measured]
         kspeeds = "/".join(str(x) for x in sorted(set(capped)))
         why = (f"at or above the {kspeeds} Mb/s the kernel reports" if len(capped) == 2 else
-               f"less than {margin_for(best.spread, other.spread):.3g}x apart"
+               (f"less than {MEASURED_MARGIN:g}x apart" if max(_eff(best), _eff(other))
+                < MEASURED_MARGIN * min(_eff(best), _eff(other))
+                else "within the measurements' own noise (typical rounds "
+                     f"{_mbps(best.low)} vs {_mbps(other.low)} Mb/s)")
                + (f" once capped at the kernel's {kspeeds} Mb/s" if capped else ""))
         same = f"; measured {_mbps(best.measured)} vs {_mbps(other.measured)} Mb/s, {why}"
     if b[2] != o[2]:

@@ -100,7 +100,8 @@ def rows(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
 def measured(rank: int, listeners: Dict[int, Dict[str, Any]],
              results: Dict[str, Dict[str, Dict[str, Any]]], field: str = "mbps") -> Dict[str, Dict[str, float]]:
     """Network -> str(peer) -> the Mb/s this rank measured downloading from that peer there
-    (only the sampled pairs): the best round (``field`` ``mbps``) or the worst (``mbpsMin``)."""
+    (only the sampled pairs): the best round (``field`` ``mbps``) or the typical one
+    (``mbpsLow``)."""
     keys = network_keys(listeners)
     out: Dict[str, Dict[str, float]] = {}
     for (peer, addr), k in keys.items():

@@ -112,7 +112,7 @@ STEPS: List[Callable[[Dict[str, Any]], None]] = [
     _msgs("warnings", 160),
     _failure_cut(600),
     _ifaces_cap(6),
-    _drop("pathMbpsMin"),
+    _drop("pathMbpsLow"),
     _drop("pathMbps"),
     _paths_cap(8),
     _rejected_cap(4),
