@@ -14,6 +14,7 @@ connectivity matrix per network, failing cells marked.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import sys
 from typing import Any, Optional, Sequence
 
@@ -81,9 +82,7 @@ def matrices(nodes: Sequence[dict]) -> list[Table]:
     keys = sorted({k for n in nodes for k in (n.get("paths") or {})})
     out = []
     for key in keys:
-        chosen = {n.get("interface") for n in nodes}
-        title = f"{key}" + ("  (chosen)" if key.startswith("ifname:") and key.split(":", 1)[1] in chosen
-                            else "")
+        title = f"{key}" + ("  (chosen)" if _is_chosen(key, nodes) else "")
         t = Table(title=f"Connectivity on {title}", caption="row dials column; * sent from "
                   "another NIC's address", expand=False)
         t.add_column("from \\ to", no_wrap=True)
@@ -96,6 +95,17 @@ def matrices(nodes: Sequence[dict]) -> list[Table]:
             t.add_row(n.get("name") or str(n.get("rank")), *cells)
         out.append(t)
     return out
+
+
+def _is_chosen(key: str, nodes: Sequence[dict]) -> bool:
+    """Whether network ``key`` carries the nodes' chosen interfaces."""
+    if key.startswith("ifname:"):
+        return key.split(":", 1)[1] in {n.get("interface") for n in nodes}
+    try:
+        net = ipaddress.ip_network(key, strict=False)
+        return any(n.get("address") and ipaddress.ip_address(n["address"]) in net for n in nodes)
+    except ValueError:
+        return False
 
 
 def render(job: dict[str, Any]) -> list[RenderableType]:

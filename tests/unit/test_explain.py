@@ -48,6 +48,7 @@ def test_a_passing_job_lists_nodes_interfaces_and_throughput():
     assert "node-a" in out and "eth1" in out and "10.101.0.11" in out and "13000" in out
     assert "2.8.0+cu128" in out and "2.27.3" in out
     assert "Warnings (in full)" in out
+    assert "Connectivity on 10.101.0.0/24  (chosen)" in out and "10.100.0.0/24  (chosen)" not in out
 
 
 def test_main_says_when_the_job_does_not_exist(monkeypatch):
