@@ -84,7 +84,7 @@ def matrices(nodes: Sequence[dict]) -> list[Table]:
     for key in keys:
         title = f"{key}" + ("  (chosen)" if _is_chosen(key, nodes) else "")
         t = Table(title=f"Connectivity on {title}", caption="row dials column; * sent from "
-                  "another NIC's address", expand=False)
+                  "another NIC's address", expand=False, min_width=len(title) + 20)
         t.add_column("from \\ to", no_wrap=True)
         for n in nodes:
             t.add_column(n.get("name") or str(n.get("rank")), justify="center")
