@@ -22,6 +22,7 @@ from localcluster import cli, operator_install, scenario as scn, scenariorun
 pytestmark = pytest.mark.e2e
 
 TIMINGS: dict[str, float] = {}
+LONGEST: dict[str, tuple[int, str, str]] = {}  # scenario -> (length, condition, message)
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +35,9 @@ def scenario_cluster(cluster):
         print("\nseconds from apply to the expected condition:")
         for k, v in TIMINGS.items():
             print(f"  {k:32s} {v:6.1f}")
+    if LONGEST:
+        name, (n, ctype, msg) = max(LONGEST.items(), key=lambda kv: kv[1][0])
+        print(f"\nlongest condition message: {n} characters ({name}, {ctype}): {msg}")
 
 
 SLOW = os.environ.get("DISTTRAIN_SLOW_SCENARIOS") == "1"
@@ -70,6 +74,10 @@ def test_scenario(scenario_cluster, name):
     problems = next((p for _, p, _ in runs if p), [])
     lines = [x for _, _, ls in runs for x in ls]
     assert outcome.ok, f"{name}: {outcome.why}\n" + "\n".join(lines)
+    longest = max(((len(c.get("message") or ""), c.get("type"), c.get("message") or "")
+                   for o, _, _ in runs for c in o.conditions), default=(0, "", ""))
+    LONGEST[name] = longest
+    assert longest[0] <= 400, f"{name}: {longest[1]} message is {longest[0]} characters: {longest[2]}"
     assert not problems, f"{name}: kubectl describe dtj lacks what a user acts on: {problems}"
     TIMINGS[name] = outcome.seconds
     if sc.expect.status == "False":
