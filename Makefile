@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e fuzz bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check chaos
+.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check chaos
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -81,6 +81,10 @@ fuzz: venv
 # phase; prints a summary table. CHAOS_SEED=<n> replays a run's kill points.
 chaos: system-deps venv build-cluster
 	DISTTRAIN_CHAOS=long $(if $(CHAOS_SEED),DISTTRAIN_CHAOS_SEED=$(CHAOS_SEED)) $(VPY) -m pytest -q -s -ra tests/e2e/test_chaos.py -k long
+
+# Scenarios marked `slow: true` (minutes each, e.g. the example at 16 nodes), left out of `make test`.
+test-scale: system-deps venv build-cluster
+	DISTTRAIN_SLOW_SCENARIOS=1 $(VPY) -m pytest -q -ra tests/e2e/test_scenarios.py -k "$(or $(SCENARIO),16-nodes)"
 
 bench: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_overhead.py

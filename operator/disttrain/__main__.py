@@ -1,4 +1,5 @@
-"""Run the operator: ``python -m disttrain [--namespace NS ...]``.
+"""Run the operator: ``python -m disttrain [--namespace NS ...]``; or show the evidence
+behind a job's conditions: ``python -m disttrain explain <job> [-n NS]`` (see explain.py).
 
 Uses the in-cluster service account when it runs in a pod, else the current kubeconfig
 (``KUBECONFIG``). Liveness is served by kopf at ``--liveness`` (default
@@ -10,11 +11,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import sys
 
 import kopf
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "explain":
+        from .explain import main as explain_main
+        sys.exit(explain_main(argv[1:]))
     parser = argparse.ArgumentParser(prog="python -m disttrain", description=__doc__)
     parser.add_argument("--namespace", "-n", action="append", default=[],
                         help="watch only this namespace (repeatable); default: all namespaces")

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Optional
 
 from . import constants as c
+from . import messages as M
 from .api import DistTrainingJobSpec
 from .builders import JobRef, service_name, uses_dns_hostnames
-from .diagnosis import Diagnosis
+from .diagnosis import Diagnosis, apply_policy
 
 _PORT_REASONS = {c.REASON_EPHEMERAL_PORTS_BLOCKED, c.REASON_PORT_RANGE_OUTSIDE_ALLOWED}
 
@@ -25,31 +26,40 @@ def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec) -> Optional[str]
     if reason in _PORT_REASONS:
         if net.host_network and net.port_range:
             lo, hi = net.port_range.split("-")
-            return (f"with hostNetwork the operator cannot set the pods' net.ipv4.ip_local_port_range "
-                    f"(net.* sysctls are refused on host-network pods): set network.hostNetwork: false "
-                    f"so the operator sets it to network.portRange {net.port_range}, or set the "
-                    f"nodes' sysctl net.ipv4.ip_local_port_range=\"{lo} {hi}\"")
+            return (f"with hostNetwork the operator cannot set net.ipv4.ip_local_port_range: set "
+                    f"network.hostNetwork: false (the pods' sysctl then becomes {net.port_range}), "
+                    f"or set the nodes' net.ipv4.ip_local_port_range=\"{lo} {hi}\"")
         if not net.port_range:
             return ("declare the ephemeral range the firewall admits in network.portRange"
-                    + ("" if net.host_network else " (the operator then sets each pod's "
+                    + ("" if net.host_network else " (the operator then sets the pods' "
                        "net.ipv4.ip_local_port_range to it)")
                     + ", or open the nodes' ephemeral range between nodes")
     if reason == c.REASON_MASTER_ADDR_UNRESOLVABLE and uses_dns_hostnames(spec):
         svc = service_name(job, spec)
         who = ("network.subdomain names a Service you manage"
                if net.subdomain else "the operator creates it with rank 0's pod")
-        return (f"check that the headless Service {svc} exists in namespace {job.namespace} ({who}), "
-                f"selects the job's pods with publishNotReadyAddresses, and that cluster DNS answers")
+        return (f"check that the headless Service {svc} exists in namespace {job.namespace} ({who}) "
+                f"and selects the job's pods (publishNotReadyAddresses)")
     return None
 
 
 def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> None:
-    """Append :func:`advice` to every false condition of ``diag`` it applies to (in place)."""
-    for v in diag.conditions.values():
-        if v.status == "False":
-            extra = advice(v.reason, job, spec)
-            if extra and extra not in v.message:
-                v.message = f"{v.message.rstrip('. ')}; {extra}"
+    """Append :func:`advice` to every false check condition of ``diag`` it applies to (in
+    place), shortening the probe's evidence so the message stays within
+    :data:`messages.LIMIT`; ``Validated`` only points at the failing check, so it gets the
+    advice only when the cause belongs to no check. First the spec's policies decide
+    (``probe.maxLinkImbalance``: :func:`diagnosis.apply_policy`)."""
+    apply_policy(diag, spec.probe.max_link_imbalance)
+    for ctype, v in diag.conditions.items():
+        if v.status != "False":
+            continue
+        if ctype == c.VALIDATED and c.REASON_CONDITION.get(v.reason):
+            continue
+        extra = advice(v.reason, job, spec)
+        if extra and extra not in v.message:
+            limit = M.SUMMARY_LIMIT if ctype == c.VALIDATED else M.LIMIT
+            v.message = M.join([M.bound(v.message.rstrip(". "), limit - len(extra) - len(M.SEP)), extra],
+                               limit)
 
 
 __all__ = ["advice", "apply_advice"]

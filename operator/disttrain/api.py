@@ -188,6 +188,12 @@ class ProbeSpec(_Model):
     timeout_seconds: int = Field(
         60, strict=True, ge=5, le=3600, description="Budget for the whole probe, in seconds."
     )
+    max_link_imbalance: Optional[float] = Field(
+        None, ge=1, le=1000,
+        description="Fail when a node's measured link throughput on the chosen network is "
+        "more than this many times below the job's median (a straggler: every collective "
+        "runs at its pace). Unset: a node below half the median is only a SlowLink warning.",
+    )
     keep_pods: KeepPods = Field(
         KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe."
     )
@@ -485,6 +491,15 @@ class NodeResult(_Model):
     cuda: Optional[str] = Field(None, description="CUDA version torch was built with.")
     nccl: Optional[str] = Field(
         None, description="Version of the libnccl loaded in the probe's process.")
+    paths: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per network (subnet, or ifname:<name> for a routed pod network), what "
+        "this node's dial to each peer rank did, one character per rank: o connected, t timed "
+        "out, r refused, u unreachable, w wrong host answered, e error, m mixed, - not "
+        "dialled, . itself; upper case: sent from another NIC's address.")
+    throughput_mbps: Optional[float] = Field(
+        None, alias="throughputMbps",
+        description="Mb/s this node moved on the chosen network (its best measured pair).")
 
 
 class RendezvousStatus(_Model):

@@ -1,9 +1,10 @@
 """Names shared by the whole operator: API group, labels, condition types and reasons.
 
 Condition types follow the Kubernetes API conventions (KEP-1623): adjectives or past
-participles with positive polarity, CamelCase reasons. Every reason the operator or the
-probe can write is a constant here; ``REASON_CONDITION`` maps each failure reason to the
-condition type that carries it.
+participles with positive polarity, CamelCase reasons. The condition types and reasons are
+re-exported from the one vocabulary of probe and operator (``disttrain_probe.vocabulary``,
+each reason with its condition and kind); ``REASON_CONDITION`` maps each failure reason to
+the check condition that carries it.
 """
 
 from __future__ import annotations
@@ -45,30 +46,27 @@ RESERVED_ENV = (
 )
 RESERVED_ENV_PREFIX = "PET_"
 
-# ---- condition types -------------------------------------------------------------------
-PROBES_SCHEDULED = "ProbesScheduled"
-MASTER_REACHABLE = "MasterReachable"
-NETWORK_VALIDATED = "NetworkValidated"
-VERSIONS_CONSISTENT = "VersionsConsistent"
-COLLECTIVE_VALIDATED = "CollectiveValidated"
-VALIDATED = "Validated"
-TRAINING_STARTED = "TrainingStarted"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-SUSPENDED = "Suspended"  # written only once a job was suspended (True), False after a resume
-ADMITTED = "Admitted"  # written only for jobs queued in Kueue (label kueue.x-k8s.io/queue-name)
+# ---- condition types and reasons: one table, disttrain_probe.vocabulary ----------------
+# (the probe is standard library only and ships into the training image; the operator
+# imports the same table, so both sides, the docs test and the scenario checker agree)
+from disttrain_probe import vocabulary as V  # noqa: E402
+
+PROBES_SCHEDULED = V.PROBES_SCHEDULED
+MASTER_REACHABLE = V.MASTER_REACHABLE
+NETWORK_VALIDATED = V.NETWORK_VALIDATED
+VERSIONS_CONSISTENT = V.VERSIONS_CONSISTENT
+COLLECTIVE_VALIDATED = V.COLLECTIVE_VALIDATED
+VALIDATED = V.VALIDATED
+TRAINING_STARTED = V.TRAINING_STARTED
+SUCCEEDED = V.SUCCEEDED
+FAILED = V.FAILED
 
 # Order matters: the probe checks run in this order, so the first failing one is the cause.
-CHECK_CONDITIONS = (
-    PROBES_SCHEDULED,
-    MASTER_REACHABLE,
-    NETWORK_VALIDATED,
-    VERSIONS_CONSISTENT,
-    COLLECTIVE_VALIDATED,
-)
-ALL_CONDITIONS = CHECK_CONDITIONS + (VALIDATED, TRAINING_STARTED, SUCCEEDED, FAILED)
-# Written only when they apply (a queued job; a job that was suspended).
-OPTIONAL_CONDITIONS = (ADMITTED, SUSPENDED)
+CHECK_CONDITIONS = V.CHECK_CONDITIONS
+ALL_CONDITIONS = V.ALL_CONDITIONS
+SUSPENDED = V.SUSPENDED  # written only once a job was suspended (True), False after a resume
+ADMITTED = V.ADMITTED  # written only for jobs queued in Kueue (label kueue.x-k8s.io/queue-name)
+OPTIONAL_CONDITIONS = V.OPTIONAL_CONDITIONS
 
 # ---- phases (a summary of the conditions, for the printer column) ----------------------
 PHASE_PENDING = "Pending"
@@ -79,127 +77,106 @@ PHASE_SUCCEEDED = "Succeeded"
 PHASE_FAILED = "Failed"
 PHASE_SUSPENDED = "Suspended"
 
-# ---- reasons ---------------------------------------------------------------------------
+# ---- reasons (REASON_<name> = V.<name>; kinds and conditions live in the vocabulary) ----
 # Unknown / in progress
-REASON_NOT_CHECKED = "NotCheckedYet"
-REASON_PROBING = "Probing"
-REASON_PROBES_PENDING = "ProbesPending"
-REASON_NOT_REACHED = "EarlierCheckFailed"
-REASON_PROBE_DISABLED = "ProbeDisabled"
+REASON_NOT_CHECKED = V.NOT_CHECKED
+REASON_PROBING = V.PROBING
+REASON_PROBES_PENDING = V.PROBES_PENDING
+REASON_NOT_REACHED = V.NOT_REACHED
+REASON_PROBE_DISABLED = V.PROBE_DISABLED
 
 # ProbesScheduled
-REASON_PROBES_SCHEDULED = "AllProbesScheduled"
-REASON_PROBE_UNSCHEDULABLE = "ProbeUnschedulable"
-REASON_PROBE_IMAGE_PULL_FAILED = "ProbeImagePullFailed"
-REASON_NOT_ENOUGH_NODES = "NotEnoughNodes"
-REASON_WAITING_FOR_RESOURCES = "WaitingForResources"  # Unknown: nodes only busy; it waits
+REASON_PROBES_SCHEDULED = V.PROBES_SCHEDULED_OK
+REASON_PROBE_UNSCHEDULABLE = V.PROBE_UNSCHEDULABLE
+REASON_PROBE_IMAGE_PULL_FAILED = V.PROBE_IMAGE_PULL_FAILED
+REASON_NOT_ENOUGH_NODES = V.NOT_ENOUGH_NODES
+REASON_WAITING_FOR_RESOURCES = V.WAITING_FOR_RESOURCES  # Unknown: nodes only busy; it waits
 
 # MasterReachable
-REASON_MASTER_REACHABLE = "MasterPortOpen"
-REASON_MASTER_ADDR_LOOPBACK = "MasterAddrLoopback"
-REASON_MASTER_ADDR_UNRESOLVABLE = "MasterAddrUnresolvable"
-REASON_MASTER_PORT_REFUSED = "MasterPortRefused"
-REASON_MASTER_PORT_TIMEOUT = "MasterPortTimeout"
-REASON_RENDEZVOUS_TIMEOUT = "RendezvousTimeout"
+REASON_MASTER_REACHABLE = V.MASTER_PORT_OPEN
+REASON_MASTER_ADDR_LOOPBACK = V.MASTER_ADDR_LOOPBACK
+REASON_MASTER_ADDR_UNRESOLVABLE = V.MASTER_ADDR_UNRESOLVABLE
+REASON_MASTER_PORT_REFUSED = V.MASTER_PORT_REFUSED
+REASON_MASTER_PORT_TIMEOUT = V.MASTER_PORT_TIMEOUT
+REASON_RENDEZVOUS_TIMEOUT = V.RENDEZVOUS_TIMEOUT
 
 # NetworkValidated
-REASON_INTERFACE_SELECTED = "InterfaceSelected"
-REASON_INTERFACE_NOT_FOUND = "InterfaceNotFound"
-REASON_INTERFACE_UNREACHABLE = "InterfaceUnreachable"
-REASON_NO_COMMON_INTERFACE = "NoCommonInterface"
-REASON_EPHEMERAL_PORTS_BLOCKED = "EphemeralPortsBlocked"
-REASON_PORT_RANGE_OUTSIDE_ALLOWED = "PortRangeOutsideAllowed"  # a probe warning
+REASON_INTERFACE_SELECTED = V.INTERFACE_SELECTED
+REASON_INTERFACE_NOT_FOUND = V.INTERFACE_NOT_FOUND
+REASON_INTERFACE_UNREACHABLE = V.INTERFACE_UNREACHABLE
+REASON_NO_COMMON_INTERFACE = V.NO_COMMON_INTERFACE
+REASON_EPHEMERAL_PORTS_BLOCKED = V.EPHEMERAL_PORTS_BLOCKED
+REASON_PORT_RANGE_OUTSIDE_ALLOWED = V.PORT_RANGE_OUTSIDE_ALLOWED  # a probe warning
+REASON_SLOW_LINK = V.SLOW_LINK  # a warning; a failure with probe.maxLinkImbalance
 
 # VersionsConsistent
-REASON_VERSIONS_MATCH = "VersionsMatch"
-REASON_NCCL_VERSION_MISMATCH = "NCCLVersionMismatch"
-REASON_TORCH_VERSION_MISMATCH = "TorchVersionMismatch"
-REASON_CUDA_VERSION_MISMATCH = "CUDAVersionMismatch"
-REASON_DRIVER_VERSION_MISMATCH = "DriverVersionMismatch"
+REASON_VERSIONS_MATCH = V.VERSIONS_MATCH
+REASON_NCCL_VERSION_MISMATCH = V.NCCL_VERSION_MISMATCH
+REASON_TORCH_VERSION_MISMATCH = V.TORCH_VERSION_MISMATCH
+REASON_CUDA_VERSION_MISMATCH = V.CUDA_VERSION_MISMATCH
+REASON_DRIVER_VERSION_MISMATCH = V.DRIVER_VERSION_MISMATCH
+REASON_SETTINGS_MISMATCH = V.SETTINGS_MISMATCH
 
 # CollectiveValidated
-REASON_ALLREDUCE_PASSED = "AllReducePassed"
-REASON_ALLREDUCE_TIMEOUT = "AllReduceTimeout"
-REASON_ALLREDUCE_WRONG_RESULT = "AllReduceWrongResult"
-REASON_BANDWIDTH_BELOW_THRESHOLD = "BandwidthBelowThreshold"
-REASON_PROCESS_GROUP_INIT_FAILED = "ProcessGroupInitFailed"
+REASON_ALLREDUCE_PASSED = V.ALLREDUCE_PASSED
+REASON_ALLREDUCE_TIMEOUT = V.ALL_REDUCE_TIMEOUT
+REASON_ALLREDUCE_WRONG_RESULT = V.ALL_REDUCE_WRONG_RESULT
+REASON_BANDWIDTH_BELOW_THRESHOLD = V.BANDWIDTH_BELOW_THRESHOLD
+REASON_PROCESS_GROUP_INIT_FAILED = V.PROCESS_GROUP_INIT_FAILED
 
 # Validated (summary) and probe-level failures
-REASON_ALL_CHECKS_PASSED = "AllChecksPassed"
-REASON_PASSED_WITH_WARNINGS = "PassedWithWarnings"
-REASON_PROBE_REPORT_INVALID = "ProbeReportInvalid"
-REASON_PROBE_FAILED = "ProbeFailed"
-REASON_PROBE_TIMEOUT = "ProbeTimeout"
-REASON_PROBE_INTERNAL_ERROR = "ProbeInternalError"
+REASON_ALL_CHECKS_PASSED = V.ALL_CHECKS_PASSED
+REASON_PASSED_WITH_WARNINGS = V.PASSED_WITH_WARNINGS
+REASON_PROBE_REPORT_INVALID = V.PROBE_REPORT_INVALID
+REASON_PROBE_FAILED = V.PROBE_FAILED
+REASON_PROBE_TIMEOUT = V.PROBE_TIMEOUT
+REASON_PROBE_INTERNAL_ERROR = V.PROBE_INTERNAL_ERROR
+REASON_TORCH_IMPORT_TIMEOUT = V.TORCH_IMPORT_TIMEOUT
+REASON_INVALID_SPEC = V.INVALID_SPEC
 
 # Training outcome
-REASON_TRAINING_PENDING = "TrainingPodsPending"
-REASON_ALL_RANKS_RUNNING = "AllRanksRunning"
-REASON_TRAINING_RUNNING = "TrainingRunning"
-REASON_ALL_RANKS_SUCCEEDED = "AllRanksSucceeded"
-REASON_RANK_FAILED = "RankFailed"
-REASON_BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
-REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
-REASON_PREFLIGHT_FAILED = "PreflightFailed"
-REASON_RESTARTING = "Restarting"
+REASON_TRAINING_PENDING = V.TRAINING_PENDING
+REASON_ALL_RANKS_RUNNING = V.ALL_RANKS_RUNNING
+REASON_TRAINING_RUNNING = V.TRAINING_RUNNING
+REASON_ALL_RANKS_SUCCEEDED = V.ALL_RANKS_SUCCEEDED
+REASON_RANK_FAILED = V.RANK_FAILED
+REASON_BACKOFF_LIMIT_EXCEEDED = V.BACKOFF_LIMIT_EXCEEDED
+REASON_DEADLINE_EXCEEDED = V.DEADLINE_EXCEEDED
+REASON_PREFLIGHT_FAILED = V.PREFLIGHT_FAILED
+REASON_RESTARTING = V.RESTARTING
 
-# The control loop itself (any condition; see docs/conditions.md)
-REASON_INVALID_SPEC = "InvalidSpec"  # the spec (or the job's name) cannot be acted on
-REASON_INVALID_POD_TEMPLATE = "InvalidPodTemplate"  # the apiserver refused a pod built from it
-REASON_API_ERROR = "APIError"  # API calls keep failing; retried with backoff
-REASON_NAME_CONFLICT = "NameConflict"  # a pod the job needs is held by one that is not its own
-REASON_TTL_EXPIRED = "TTLExpired"  # Event only: the finished job is deleted
-REASON_PROBE_POD_LOST = "ProbePodLost"  # a probe pod was evicted or deleted before it reported
-REASON_JOB_SUSPENDED = "JobSuspended"  # Suspended=True, and the stage conditions it stopped
-REASON_JOB_RESUMED = "JobResumed"  # Suspended=False after a resume
-REASON_WORKLOAD_ADMITTED = "WorkloadAdmitted"  # Admitted=True: Kueue reserved the quota
-REASON_WAITING_FOR_QUOTA = "WaitingForQuota"  # Admitted=False: queued, with Kueue's message
-REASON_WORKLOAD_EVICTED = "WorkloadEvicted"  # Admitted=False: preempted or its queue stopped
-REASON_WORKLOAD_DEACTIVATED = "WorkloadDeactivated"  # Failed: Kueue deactivated the Workload
-REASON_KUEUE_UNAVAILABLE = "KueueUnavailable"  # Admitted=False: Kueue's objects cannot be read
-REASON_OPERATOR_ERROR = "OperatorError"  # a bug in the operator; retried with backoff
-# Terminal reasons that are the spec's fault, not the cluster's (no "preflight failed").
-SPEC_REASONS = frozenset({REASON_INVALID_SPEC, REASON_INVALID_POD_TEMPLATE})
+# The control loop itself (see docs/conditions.md)
+REASON_INVALID_POD_TEMPLATE = V.INVALID_POD_TEMPLATE  # the apiserver refused a pod built from it
+REASON_API_ERROR = V.API_ERROR  # API calls keep failing; retried with backoff
+REASON_NAME_CONFLICT = V.NAME_CONFLICT  # a pod the job needs is held by one that is not its own
+REASON_TTL_EXPIRED = V.TTL_EXPIRED  # Event only: the finished job is deleted
+REASON_PROBE_POD_LOST = V.PROBE_POD_LOST  # a probe pod evicted, deleted or its node lost
+REASON_OPERATOR_ERROR = V.OPERATOR_ERROR  # a bug in the operator; retried with backoff
+REASON_JOB_SUSPENDED = V.JOB_SUSPENDED  # Suspended=True, and the stage conditions it stopped
+REASON_JOB_RESUMED = V.JOB_RESUMED  # Suspended=False after a resume
+REASON_WORKLOAD_ADMITTED = V.WORKLOAD_ADMITTED  # Admitted=True: Kueue reserved the quota
+REASON_WAITING_FOR_QUOTA = V.WAITING_FOR_QUOTA  # Admitted=False: queued, with Kueue's message
+REASON_WORKLOAD_EVICTED = V.WORKLOAD_EVICTED  # Admitted=False: preempted or its queue stopped
+REASON_WORKLOAD_DEACTIVATED = V.WORKLOAD_DEACTIVATED  # Failed: Kueue deactivated the Workload
+REASON_KUEUE_UNAVAILABLE = V.KUEUE_UNAVAILABLE  # Admitted=False: Kueue's objects cannot be read
 
-# Failure reason -> the condition type that reports it. Reasons absent here are summary-only.
+# Failure reason -> the check condition that reports it. Reasons absent here are
+# summary-only (Validated) or training outcomes.
 REASON_CONDITION: dict[str, str] = {
-    REASON_PROBE_UNSCHEDULABLE: PROBES_SCHEDULED,
-    REASON_PROBE_IMAGE_PULL_FAILED: PROBES_SCHEDULED,
-    REASON_NOT_ENOUGH_NODES: PROBES_SCHEDULED,
-    REASON_MASTER_ADDR_LOOPBACK: MASTER_REACHABLE,
-    REASON_MASTER_ADDR_UNRESOLVABLE: MASTER_REACHABLE,
-    REASON_MASTER_PORT_REFUSED: MASTER_REACHABLE,
-    REASON_MASTER_PORT_TIMEOUT: MASTER_REACHABLE,
-    REASON_RENDEZVOUS_TIMEOUT: MASTER_REACHABLE,
-    REASON_INTERFACE_NOT_FOUND: NETWORK_VALIDATED,
-    REASON_INTERFACE_UNREACHABLE: NETWORK_VALIDATED,
-    REASON_NO_COMMON_INTERFACE: NETWORK_VALIDATED,
-    REASON_EPHEMERAL_PORTS_BLOCKED: NETWORK_VALIDATED,
-    REASON_NCCL_VERSION_MISMATCH: VERSIONS_CONSISTENT,
-    REASON_TORCH_VERSION_MISMATCH: VERSIONS_CONSISTENT,
-    REASON_CUDA_VERSION_MISMATCH: VERSIONS_CONSISTENT,
-    REASON_DRIVER_VERSION_MISMATCH: VERSIONS_CONSISTENT,
-    REASON_ALLREDUCE_TIMEOUT: COLLECTIVE_VALIDATED,
-    REASON_ALLREDUCE_WRONG_RESULT: COLLECTIVE_VALIDATED,
-    REASON_BANDWIDTH_BELOW_THRESHOLD: COLLECTIVE_VALIDATED,
-    REASON_PROCESS_GROUP_INIT_FAILED: COLLECTIVE_VALIDATED,
+    name: V.REASONS[name].condition for name in V.named(V.FAILURE)
+    if V.REASONS[name].condition in CHECK_CONDITIONS
 }
 
 # Generic reasons that are usually a consequence of another rank's specific failure
 # (rank 0 times out waiting for a peer that could not resolve the master): a specific
 # reason from any rank wins over these when choosing the cause.
-GENERIC_REASONS = frozenset(
-    {REASON_RENDEZVOUS_TIMEOUT, REASON_PROBE_INTERNAL_ERROR, REASON_PROCESS_GROUP_INIT_FAILED}
-)
+GENERIC_REASONS = frozenset(name for name, r in V.REASONS.items() if r.generic)
 
 # Successful reason per check condition.
-PASS_REASON = {
-    PROBES_SCHEDULED: REASON_PROBES_SCHEDULED,
-    MASTER_REACHABLE: REASON_MASTER_REACHABLE,
-    NETWORK_VALIDATED: REASON_INTERFACE_SELECTED,
-    VERSIONS_CONSISTENT: REASON_VERSIONS_MATCH,
-    COLLECTIVE_VALIDATED: REASON_ALLREDUCE_PASSED,
-}
+PASS_REASON = dict(V.PASS_REASON)
+
+# Terminal reasons that are the spec's fault, not the cluster's (no "preflight failed").
+SPEC_REASONS = frozenset({REASON_INVALID_SPEC, REASON_INVALID_POD_TEMPLATE})
 
 # Reasons of progress or success: their Events are Normal (all others are Warnings).
 QUIET_REASONS = frozenset(PASS_REASON.values()) | {

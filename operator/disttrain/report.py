@@ -79,6 +79,15 @@ class Route(_Model):
     src: Optional[str] = None
 
 
+class HostCheck(_Model):
+    """After a failed master dial: another port of MASTER_ADDR's host (``r``: refused or ok
+    means the host answers) and the ARP entry (complete, incomplete)."""
+
+    port: Optional[int] = None
+    r: Optional[str] = None
+    arp: Optional[str] = None
+
+
 class Master(_Model):
     """MASTER_ADDR/MASTER_PORT as this rank saw them."""
 
@@ -87,6 +96,7 @@ class Master(_Model):
     resolved: List[str] = Field(default_factory=list, description="getaddrinfo answers")
     route: Optional[Route] = None
     connected: Optional[str] = Field(default=None, description="address the TCP dial reached")
+    host_check: Optional[HostCheck] = None
 
 
 class Interface(_Model):
@@ -142,6 +152,24 @@ class MeshResult(_Model):
     src: Optional[str] = None
 
 
+class NcclAnswer(_Model):
+    """What NCCL's bootstrap reported: the interface and address it uses, or its error."""
+
+    ifname: Optional[str] = None
+    addr: Optional[str] = None
+    error: Optional[str] = None
+
+
+class NcclBootstrap(_Model):
+    """NCCL's own interface choice, asked of the node's libnccl (no GPU): alone
+    (``default``), with NCCL_SOCKET_IFNAME set to the chosen interface (``chosen``), and
+    the probe's re-implementation of NCCL's rule (``rule``)."""
+
+    default: Optional[NcclAnswer] = None
+    chosen: Optional[NcclAnswer] = None
+    rule: Optional[str] = None
+
+
 class ProbeReport(_Model):
     """One rank's probe report (the termination message of a probe pod)."""
 
@@ -175,6 +203,21 @@ class ProbeReport(_Model):
     timings: Dict[str, float] = Field(default_factory=dict, description="seconds per phase")
     mesh: List[MeshResult] = Field(default_factory=list)
     truncated: bool = False
+    # -- evidence added by the diagnosis work (additive; older probes leave them empty) --
+    paths: Dict[str, str] = Field(
+        default_factory=dict, description="network -> one character per peer rank: what this "
+        "rank's dial did (disttrain_probe/paths.py: o ok, w wrong host, r refused, t timeout, "
+        "u unreachable, e error, m mixed, - not dialled, . self; upper case: another source)")
+    path_mbps: Dict[str, Dict[str, float]] = Field(
+        default_factory=dict, alias="pathMbps",
+        description="network -> peer rank -> Mb/s this rank measured downloading from it "
+        "(its best round)")
+    path_mbps_low: Dict[str, Dict[str, float]] = Field(
+        default_factory=dict, alias="pathMbpsLow", description="the same pairs' typical round (the middle of three)")
+    nccl_bootstrap: Optional[NcclBootstrap] = None
+    settings: Dict[str, str] = Field(
+        default_factory=dict, description="the NCCL/gloo variables that must agree across "
+        "ranks, as set on this node (disttrain_probe/settings.py MUST_AGREE)")
 
     @property
     def failure_reason(self) -> Optional[str]:

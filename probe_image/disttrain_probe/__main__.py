@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Optional
 from . import config as C
 from . import reasons as R
 from . import report as REP
-from .deadline import ProbeFailure, Tracker
+from .deadline import Deadline, ProbeFailure, Tracker
+from .torchload import TorchLoader
 
 
 def _first_line(e: BaseException) -> str:
@@ -38,9 +39,14 @@ class Probe:
         self.backend: Optional[str] = None
         self.allreduce: Optional[Dict[str, Any]] = None
         self.mesh_rows: List[Dict[str, Any]] = []
+        self.paths: Dict[str, str] = {}  # network -> one character per peer rank (paths.py)
+        self.path_mbps: Dict[str, Dict[str, float]] = {}
+        self.path_mbps_low: Dict[str, Dict[str, float]] = {}
         self.network: Optional[str] = None
         self.measured: Dict[str, float] = {}  # ifname -> Mb/s measured on its network
+        self.nccl_chosen: Optional[Dict[str, Any]] = None  # NCCL's answer with our ifname
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
+        self.torch = TorchLoader()
 
     # -- report ---------------------------------------------------------------------
     def _self_summary(self) -> Dict[str, Any]:
@@ -51,13 +57,17 @@ class Probe:
             "interfaces": self.inv.get("interfaces"), "versions": self.inv.get("versions"),
             "portRange": self.inv.get("portRange"), "masterRoute": m.get("route"),
             "masterResolved": m.get("resolved"), "hostResolves": self.inv.get("hostResolves"),
+            "ncclDefault": self.torch.nccl_default if self.torch.done else None,
+            "settings": self.inv.get("settings") or {},
         }
 
     def build(self) -> Dict[str, Any]:
         cfg = self.cfg
         timings = dict(self.tracker.timings)
+        if self.torch.started is not None:  # seconds importing torch, in the background
+            timings["torchImport"] = round(self.torch.elapsed(), 3)
         timings["total"] = round(self.tracker.elapsed(), 3)
-        ver = dict(self.inv.get("versions") or {})
+        ver = dict(self.inv.get("versions") or (self.torch.versions if self.torch.done else {}))
         versions = {k: ver.get(k) for k in ("python", "torch", "cuda", "nccl", "ncclBuild", "ncclLib",
                                              "driver", "gpus")}
         return {
@@ -88,16 +98,30 @@ class Probe:
             "network": self.network,
             "rejected": self.rejected,
             "ncclDefaultIfname": self.nccl_default,
+            "ncclBootstrap": self._nccl_bootstrap(),
             "socketIfname": cfg.socket_ifname,
             "backend": self.backend,
             "allreduce": self.allreduce,
             "timings": timings,
+            "paths": self.paths,
+            "settings": self.inv.get("settings") or {},
+            "pathMbps": self.path_mbps,
+            "pathMbpsLow": self.path_mbps_low,
             "hostResolves": self.inv.get("hostResolves"),
             "mesh": self.mesh_rows,
             "env": self.inv.get("env"),
             "listenErrors": self.state.get("listenErrors"),
             "truncated": False,
         }
+
+    def _nccl_bootstrap(self) -> Optional[Dict[str, Any]]:
+        """NCCL's own interface choice alone and with the validated interface, and the rule's
+        prediction (None before torch was imported)."""
+        from . import interfaces, ncclcheck
+        if not self.torch.done:
+            return None
+        return ncclcheck.summary(self.torch.nccl_default, self.nccl_chosen,
+                                 interfaces.nccl_default(self.inv.get("interfaces") or []))
 
     def emit(self) -> None:
         with self.lock:
@@ -162,15 +186,16 @@ class Probe:
 
     # -- phases ---------------------------------------------------------------------
     def run(self) -> int:
-        from . import collective, connectivity, hardware, interfaces, inventory, rendezvous, versions
+        from . import (collective, connectivity, hardware, interfaces, inventory, rendezvous,
+                       settings, versions)
         cfg = self.cfg
         node = cfg.node_name
         if cfg.rank == 0 and not cfg.agent_store:  # listen on the master port now, not after the slow torch import
             self.state["master_listener"] = rendezvous.listen_early(cfg.master_port)
+        self.torch.start()  # import torch meanwhile; the phases that need it wait for it
         try:
             d = self.begin("inventory", R.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
             self.inv = inventory.collect(cfg, d, self.tracker)
-            self.backend = collective.resolve_backend(cfg.backend)  # torch is imported by now
             loop = [a for a in self.inv.get("hostResolves") or [] if inventory.is_loopback(a)]
             if loop:
                 self.state["warnings"].append({"reason": R.HOSTNAME_LOOPBACK, "message": (
@@ -185,7 +210,11 @@ class Probe:
             self.state["warnings"].extend(hardware.findings(hw, node))
 
             d = self.begin("rendezvous", R.MASTER_PORT_TIMEOUT, f"{node}: rendezvous hung")
-            self.store, self.bus = rendezvous.rendezvous(cfg, self.inv, d, self.tracker, self.state)
+            addr = rendezvous.reach_master(cfg, self.inv, d, self.tracker, self.state)
+            self._await_torch(d)
+            self.backend = collective.resolve_backend(cfg.backend)
+            self.store, self.bus = rendezvous.join_store(cfg, self.inv, d, self.tracker, self.state,
+                                                         addr)
 
             d = self.begin("connectivity", R.RENDEZVOUS_TIMEOUT, f"{node}: connectivity mesh hung")
             conn = connectivity.connectivity(cfg, self.inv, self.bus, d, self.tracker)
@@ -194,6 +223,8 @@ class Probe:
                               for p in sorted(mine) for a, res in sorted(mine[p].items())]
             if conn.get("errors"):
                 self.state["listenErrors"] = conn["errors"]
+            self.paths, self.path_mbps = conn.get("paths") or {}, conn.get("pathMbps") or {}
+            self.path_mbps_low = conn.get("pathMbpsLow") or {}
 
             d = self.begin("choice", R.PROBE_INTERNAL_ERROR, f"{node}: interface choice hung")
             ch = interfaces.choose(self.bus.peers, conn["mesh"], cfg.socket_ifname, cfg.master_port,
@@ -206,9 +237,12 @@ class Probe:
             self.state["warnings"].extend(ch["warnings"].get(cfg.rank, []))
             if ch["failure"]:
                 raise ProbeFailure(ch["failure"]["reason"], ch["failure"]["message"])
+            self._start_nccl_check()
+            self.state["warnings"].extend(settings.risky(
+                node, os.environ, self.inv.get("rdma") or [], (self.chosen or {}).get("ifname")))
 
             d = self.begin("versions", R.PROBE_INTERNAL_ERROR, f"{node}: version check hung")
-            v = versions.check(self.bus.peers)
+            v = versions.check(self.bus.peers) or settings.mismatch(self.bus.peers)
             if v:
                 raise ProbeFailure(v["reason"], v["message"])
 
@@ -220,6 +254,8 @@ class Probe:
             seen = {w.get("reason") for w in self.state["warnings"]}
             self.state["warnings"].extend(w for w in hardware.finish_nccl_capture(nccl_log, hw, node)
                                           if w["reason"] not in seen)
+            self._finish_nccl_check(min(5.0, max(0.0, self.tracker.end - self.tracker.grace
+                                                 - time.monotonic() - 2.0)))
             self.ok = True
             d = self.begin("report", None, f"{node}: final barrier hung")
             self._finish_barrier(d)
@@ -250,6 +286,59 @@ class Probe:
         self.tracker.finish()
         self.emit()
         return 0 if (self.ok and self.failure is None) else 1
+
+    def _start_nccl_check(self) -> None:
+        """In the background (while versions and the collective run): ask NCCL itself, with
+        NCCL_SOCKET_IFNAME set as the operator will set it, which interface its bootstrap
+        uses. Skipped without a loaded libnccl."""
+        from . import ncclcheck
+        ifname = (self.chosen or {}).get("ifname")
+        lib = ncclcheck.loaded_library() if self.torch.nccl_default is not None else None
+        if not ifname or not lib:
+            return
+
+        def ask() -> None:
+            self.nccl_chosen = ncclcheck.bootstrap_interface(lib, f"={ifname}", timeout=10.0)
+        self._nccl_thread = threading.Thread(target=ask, name="probe-nccl-check", daemon=True)
+        self._nccl_thread.start()
+
+    def _finish_nccl_check(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for :meth:`_start_nccl_check`; NCCLIgnoresInterface when
+        NCCL does not take the chosen interface."""
+        t = getattr(self, "_nccl_thread", None)
+        if t is None:
+            return
+        t.join(timeout)
+        got, ifname = self.nccl_chosen, (self.chosen or {}).get("ifname")
+        if got is not None and got.get("ifname") != ifname:
+            self.state["warnings"].append({"reason": R.NCCL_IGNORES_INTERFACE, "message": (
+                f"{self.cfg.node_name}: with NCCL_SOCKET_IFNAME=={ifname} NCCL itself reports "
+                f"{got.get('ifname') or got.get('error')}, not {ifname}: training may not use the "
+                f"validated interface; check the image's NCCL settings (NCCL_SOCKET_FAMILY, "
+                f"NCCL_COMM_ID)")})
+
+    def _await_torch(self, d: Deadline) -> None:
+        """Wait for the background torch import within the phase deadline (the rendezvous
+        may use most of the probe's budget); put its versions into the inventory. A slow
+        import is a warning; none by the deadline is TorchImportTimeout; a failed one is
+        ProbeInternalError with the import's error."""
+        node = self.cfg.node_name
+        self.tracker.step(R.TORCH_IMPORT_TIMEOUT, f"{node}: importing torch did not finish")
+        if not self.torch.wait(d.remaining()):
+            raise ProbeFailure(R.TORCH_IMPORT_TIMEOUT, (
+                f"{node}: importing torch took more than {self.torch.elapsed():.0f}s and had not "
+                f"finished when the probe had to go on (probe.timeoutSeconds "
+                f"{self.cfg.timeout_seconds:g}); a cold image, lazily pulled layers or too little "
+                f"CPU: warm the image on the node, give the pod more CPU, or raise "
+                f"probe.timeoutSeconds"))
+        if self.torch.error:
+            raise ProbeFailure(R.PROBE_INTERNAL_ERROR, (
+                f"{node}: import torch failed: {self.torch.error}; the training image's torch "
+                f"is broken: check it with python -c 'import torch'"))
+        self.inv["versions"] = self.torch.versions
+        w = self.torch.slow_warning(node)
+        if w:
+            self.state["warnings"].append(w)
 
     def _finish_barrier(self, d) -> None:
         """Rank 0 hosts the store: it waits until every rank is done with it."""

@@ -1,10 +1,12 @@
 """Phase deadlines and the watchdog that guarantees the probe never hangs.
 
-The total budget (DISTTRAIN_PROBE_TIMEOUT_SECONDS) is split across phases: the
-inventory phase (which imports torch) gets 30 % of the total (at least min(10 s, 60 %)
-so that short budgets still leave time for the import), every later
-phase a share of what is left when it starts, so time a fast phase did not use
-carries forward. Phase code polls its *soft* deadline and classifies the failure
+The total budget (DISTTRAIN_PROBE_TIMEOUT_SECONDS) is split across phases. torch is
+imported in the background from the start (torchload.py), so the inventory phase is
+standard library only and gets 15 % of the total (at least min(5 s, 30 %)). The
+rendezvous phase, which waits for torch (and for the peers still importing theirs),
+may use everything but :data:`LATER_RESERVE` of the total, which is kept for the phases
+after it; every later phase gets a share of what is left when it starts, so time a fast
+phase did not use carries forward. Phase code polls its *soft* deadline and classifies the failure
 itself; the watchdog thread enforces a *hard* deadline (soft + a short grace) for
 code that cannot be interrupted (torch's C++: TCPStore, init_process_group,
 all-reduce): it writes the report with the failure registered for the current step
@@ -20,7 +22,10 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-INVENTORY_SHARE = 0.30
+INVENTORY_SHARE = 0.15
+# Share of the total kept for the phases after the rendezvous (connectivity .. report),
+# however long the rendezvous waits for torch and for its peers.
+LATER_RESERVE = 0.35
 # Share of the time left when the phase starts (normalised over the phases left).
 WEIGHTS = {
     "rendezvous": 0.45,
@@ -102,11 +107,13 @@ class Tracker:
             self._close_locked(now)
             avail = max(0.0, self.end - self.grace - now)
             if phase == "inventory":
-                budget = min(avail, max(INVENTORY_SHARE * self.total, min(10.0, 0.6 * self.total)))
+                budget = min(avail, max(INVENTORY_SHARE * self.total, min(5.0, 0.3 * self.total)))
             elif phase in WEIGHTS:
                 names = list(WEIGHTS)
                 left = sum(WEIGHTS[n] for n in names[names.index(phase):])
                 budget = avail * WEIGHTS[phase] / left
+                if phase == "rendezvous":
+                    budget = max(budget, avail - LATER_RESERVE * self.total)
             else:
                 budget = avail
             self.phase = phase

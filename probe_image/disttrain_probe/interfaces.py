@@ -8,17 +8,25 @@ every node, with exactly one interface per node, a distinct address per node, up
 every rank reached every peer on it (nonce-checked). Rejections carry a sub-reason
 (``reasons.REJ_*``) and a message naming the nodes and the evidence.
 
+A pod-network or overlay device (cni0, flannel.*, cali*, cilium_*, vxlan*, tunl0, weave,
+kube-bridge, genev_sys_*: :data:`POD_NETWORK_DEVICES`; present on the node with
+hostNetwork) is never chosen while a network of other interfaces joins the same nodes: its
+traffic crosses those NICs anyway (``PodNetworkDevice``).
+
 Preference among usable networks: highest minimum link speed (as the kernel reports it;
 only when every usable network's speed is known on every node), then measured throughput
-(the slowest measured pair, Mb/s, from the connectivity phase's timed transfers, capped at
-the kernel's link speed when known: a link cannot beat its line rate, and above it the
-measurement only shows CPU speed; sorted, the networks fall into tiers wherever one is at
-least :data:`MEASURED_MARGIN` times faster than the next, so noise cannot decide), then the network that carries the nodes' HOST_IP / the kernel's route to the master, then
-name.
+(the slowest measured pair, Mb/s, from the connectivity phase's timed transfers; capped at
+the kernel's link speed when every compared network's is known: a link cannot beat its
+line rate, and above it the measurement only shows CPU speed; sorted, the networks fall
+into tiers wherever one is faster than the next by at least :data:`MEASURED_MARGIN`
+times and its typical round (the middle of three) still beats the next one's best by
+:data:`NOISE_MARGIN`, so noise cannot decide), then the network that carries the nodes' HOST_IP / the kernel's route to the
+master, then name. The result is the same on every run of the same cluster.
 """
 from __future__ import annotations
 
 import ipaddress
+from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import reasons as R
@@ -26,6 +34,22 @@ from .config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
 MEASURED_MARGIN = 2.0  # measured throughput decides only at this ratio or more
+NOISE_MARGIN = 1.5     # ... and only when the faster's typical round beats the slower's best by this
+# Pod-network and overlay devices (CNI bridges and tunnels) a host-network pod sees.
+POD_NETWORK_DEVICES = ("cni*", "flannel*", "cali*", "cilium_*", "vxlan*", "tunl*", "weave*",
+                       "kube-bridge", "genev_sys_*")
+
+
+# Which rejection says most about an interface rejected on several networks (stable sort).
+REJECTION_PRIORITY = {r: i for i, r in enumerate((
+    R.REJ_NOT_PREFERRED, R.REJ_POD_NETWORK_DEVICE, R.REJ_UNREACHABLE, R.REJ_DOWN,
+    R.REJ_MULTIPLE_ON_NODE, R.REJ_DUPLICATE_ADDRESS, R.REJ_NOT_ON_ALL_NODES, R.REJ_NOT_REQUESTED,
+    R.REJ_LOOPBACK, R.REJ_NO_IPV4))}
+
+
+def is_pod_network_device(name: str) -> bool:
+    """A CNI bridge or overlay tunnel (:data:`POD_NETWORK_DEVICES`)."""
+    return any(fnmatchcase(name, p) for p in POD_NETWORK_DEVICES)
 
 
 def _entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -46,6 +70,16 @@ def _entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
                 "loopback": bool(i.get("loopback")) or ipaddress.ip_address(ip).is_loopback,
             })
     return out
+
+
+def default_ifname(peer: Dict[str, Any]) -> Optional[str]:
+    """What NCCL would use on this rank with NCCL_SOCKET_IFNAME unset: NCCL's own answer
+    when the probe could ask it (``ncclDefault`` published by the rank: its ifname, None
+    when NCCL found none), else the re-implemented rule (:func:`nccl_default`)."""
+    asked = peer.get("ncclDefault")
+    if isinstance(asked, dict):
+        return asked.get("ifname")
+    return nccl_default(peer.get("interfaces") or [])
 
 
 def nccl_default(interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
@@ -72,12 +106,18 @@ def nccl_default(interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
     return None
 
 
+NODES_NAMED = 6  # a list of nodes in a message names this many, then counts the rest
+
+
 def _nodes(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
-    names = []
+    """``node-a, node-b`` (rank order), or the first few and ``and N more``."""
+    names: List[str] = []
     for r in sorted(ranks):
         n = peers[r].get("node") or f"rank-{r}"
         if n not in names:
             names.append(n)
+    if len(names) > NODES_NAMED:
+        return f"{', '.join(names[:NODES_NAMED - 1])} and {len(names) - NODES_NAMED + 1} more"
     return ", ".join(names)
 
 
@@ -92,6 +132,7 @@ class Network:
         self.pick: Dict[int, Dict[str, Any]] = {}
         self.kspeed: Optional[int] = None     # slowest kernel link speed, Mb/s (None: unknown)
         self.measured: Optional[float] = None  # slowest measured pair, Mb/s (None: unmeasured)
+        self.low: Optional[float] = None       # slowest pair's typical round, Mb/s
         self.rank_speed = 0                   # the speed that ranks it (0: not comparable)
         self.effective: Optional[float] = None  # measured, capped at kspeed (Mb/s)
         self.tier = 0                         # 0: the measurably fastest tier, 1: next, ...
@@ -219,7 +260,18 @@ def measured_mbps(net: Network, mesh: Dict[int, Dict[int, Any]],
                   dial_plan: Dict[int, List[int]]) -> Optional[float]:
     """The slowest measured throughput (Mb/s) between the network's picks: min over the
     dialled pairs' ``mbps`` on it; None when no pair was measured."""
-    vals = []
+    return measured_stats(net, mesh, dial_plan)[0]
+
+
+def measured_stats(net: Network, mesh: Dict[int, Dict[int, Any]],
+                   dial_plan: Dict[int, List[int]],
+                   cap: Optional[float] = None) -> Tuple[Optional[float], Optional[float]]:
+    """(the slowest measured pair's best round, the slowest pair's typical round), Mb/s, or
+    (None, None) when no pair was measured: each measured pair keeps its best round
+    (``mbps``) and its typical one (``mbpsLow``: the middle of three rounds; the best when
+    measured once), both taken at most ``cap`` Mb/s (the line rate: above it rounds differ
+    by CPU noise only)."""
+    best, low = [], []
     for i in sorted(net.pick):
         for j in dial_plan.get(i, []):
             if i == j or j not in net.pick:
@@ -227,21 +279,28 @@ def measured_mbps(net: Network, mesh: Dict[int, Dict[int, Any]],
             res = (mesh.get(i) or {}).get(j, {}).get(net.pick[j]["addr"])
             v = res.get("mbps") if isinstance(res, dict) else None
             if isinstance(v, (int, float)) and v > 0:
-                vals.append(float(v))
-    return min(vals) if vals else None
+                lo = res.get("mbpsLow")
+                lo = float(lo) if isinstance(lo, (int, float)) and 0 <= lo <= v else float(v)
+                best.append(float(v))
+                low.append(min(lo, cap) if cap else lo)
+    return (min(best), min(low)) if best else (None, None)
 
 
-def measured_tiers(values: Dict[str, float], margin: float = MEASURED_MARGIN) -> Dict[str, int]:
+def measured_tiers(values: Dict[str, float], margin: float = MEASURED_MARGIN,
+                   lows: Optional[Dict[str, float]] = None) -> Dict[str, int]:
     """Tier per key (0 = fastest) for throughputs in Mb/s: sorted from the fastest, a new
-    tier starts wherever a value is at least ``margin`` times below the previous one, so
-    values closer than that (measurement noise) always share a tier."""
+    tier starts wherever a value is at least ``margin`` times below the previous one and,
+    when ``lows`` (each key's typical round) is given, the previous one's typical round is
+    still :data:`NOISE_MARGIN` times above this one's best; so values closer than that
+    (measurement noise) always share a tier."""
     out: Dict[str, int] = {}
     tier, prev = 0, None
+    lows = lows or {}
     for k, v in sorted(values.items(), key=lambda kv: (-kv[1], kv[0])):
-        if prev is not None and v * margin <= prev:
+        if prev is not None and v * margin <= prev[1] and lows.get(prev[0], prev[1]) >= NOISE_MARGIN * v:
             tier += 1
         out[k] = tier
-        prev = v
+        prev = (k, v)
     return out
 
 
@@ -254,19 +313,43 @@ def _rank_usable(usable: List[Network], mesh: Dict[int, Dict[int, Any]],
     for n in usable:
         speeds = [e.get("speed") for e in n.pick.values()]
         n.kspeed = min(speeds) if speeds and all(isinstance(x, int) and x > 0 for x in speeds) else None
-        n.measured = measured_mbps(n, mesh, dial_plan)
-        n.effective = None if n.measured is None else (
-            min(n.measured, float(n.kspeed)) if n.kspeed else n.measured)
+        n.measured, n.low = measured_stats(n, mesh, dial_plan)
     known = all(n.kspeed is not None for n in usable)
     groups: Dict[int, List[Network]] = {}
     for n in usable:
         n.rank_speed = n.kspeed if known else 0
         groups.setdefault(n.rank_speed, []).append(n)
     for g in groups.values():
+        # cap at the line rate only when every compared network's is known: capping some
+        # and not others would let a device of unknown speed win on CPU speed alone
+        cap = all(n.kspeed for n in g)
+        for n in g:
+            if cap:
+                n.measured, n.low = measured_stats(n, mesh, dial_plan, float(n.kspeed))
+            n.effective = None if n.measured is None else (
+                min(n.measured, float(n.kspeed)) if cap else n.measured)
         if len(g) > 1 and all(n.effective is not None for n in g):
-            tiers = measured_tiers({n.key: n.effective for n in g})
+            tiers = measured_tiers({n.key: n.effective for n in g},
+                                   lows={n.key: n.low for n in g if n.low is not None})
             for n in g:
                 n.tier = tiers[n.key]
+
+
+def _pod_network_only(net: Network) -> bool:
+    return bool(net.pick) and all(is_pod_network_device(e["ifname"]) for e in net.pick.values())
+
+
+def _reject_pod_network_devices(usable: List[Network]) -> None:
+    """A network of pod-network/overlay devices only (cni0 seen with hostNetwork) is
+    rejected while another usable network joins the same nodes: one reason, said once."""
+    physical = [n for n in usable if not _pod_network_only(n)]
+    if not physical:
+        return
+    for n in usable:
+        if _pod_network_only(n):
+            n.reject(R.REJ_POD_NETWORK_DEVICE, (
+                f"{n.where()} is a pod-network device: its traffic crosses the nodes' NICs "
+                f"anyway, and {physical[0].where()} joins the same nodes"))
 
 
 def _score(net: Network, peers: Dict[int, Dict[str, Any]]) -> Tuple[Any, ...]:
@@ -285,6 +368,10 @@ def _mbps(v: Optional[float]) -> str:
     return "?" if v is None else f"{v:.0f}"
 
 
+def _eff(n: Network) -> float:
+    return n.effective if n.effective is not None else (n.measured or 0.0)
+
+
 def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]]) -> str:
     """Which ranking criterion of :func:`_score` decided between two usable networks."""
     b, o = _score(best, peers), _score(other, peers)
@@ -297,10 +384,14 @@ def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]])
                 f"measured; {kernel})")
     same = ""
     if best.measured is not None and other.measured is not None:
-        capped = [n.kspeed for n in (best, other) if n.kspeed and n.measured >= n.kspeed]
+        capped = [n.kspeed for n in (best, other) if n.kspeed and n.measured >= n.kspeed
+                  and n.effective is not None and n.effective < n.measured]
         kspeeds = "/".join(str(x) for x in sorted(set(capped)))
         why = (f"at or above the {kspeeds} Mb/s the kernel reports" if len(capped) == 2 else
-               f"less than {MEASURED_MARGIN:g}x apart"
+               (f"less than {MEASURED_MARGIN:g}x apart" if max(_eff(best), _eff(other))
+                < MEASURED_MARGIN * min(_eff(best), _eff(other))
+                else "within the measurements' own noise (typical rounds "
+                     f"{_mbps(best.low)} vs {_mbps(other.low)} Mb/s)")
                + (f" once capped at the kernel's {kspeeds} Mb/s" if capped else ""))
         same = f"; measured {_mbps(best.measured)} vs {_mbps(other.measured)} Mb/s, {why}"
     if b[2] != o[2]:
@@ -381,13 +472,15 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     for n in nets:
         _evaluate(n, peers, mesh, mode, pats, loopback_ok, dial_plan, spec)
     usable = [n for n in nets if n.reason is None]
+    _reject_pod_network_devices(usable)
+    usable = [n for n in usable if n.reason is None]
     _rank_usable(usable, mesh, dial_plan)
     usable.sort(key=lambda n: _score(n, peers))
     best = usable[0] if usable else None
     for n in usable[1:]:
-        n.reject(R.REJ_NOT_PREFERRED, f"{n.where()} is usable, "
-                                      f"but {best.where()} ranked higher: "
-                                      f"{_why_better(best, n, peers)}")
+        # the deciding criterion first: a report cut to fit 4 KiB keeps the start
+        n.reject(R.REJ_NOT_PREFERRED, f"{_why_better(best, n, peers)}; ranked below "
+                                      f"{best.where()}, though {n.where()} is usable")
 
     failure: Optional[Dict[str, str]] = None
     if mode == "include":
@@ -417,24 +510,22 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
         if inbound:
             others = [r for r in ranks if r not in inbound]
             where = _nodes(peers, inbound)
+            nics = "/".join(dict.fromkeys(i for n in blocked for i in n.ifnames()))
             failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
-                f"{where}: inbound TCP to ephemeral ports is blocked: no connection from "
-                f"{_nodes(peers, others)} to {where} got through on "
-                f"{', '.join(n.where() for n in blocked)}, while "
-                f"{where}'s own connections out and the master port{port_s} worked; a firewall on "
-                f"{where} admits the master port but not the kernel's ephemeral range "
-                f"(net.ipv4.ip_local_port_range {_range_text(peers, inbound)}) where NCCL and gloo "
-                f"listen; open that TCP range from the other nodes on {where}, or set "
-                f"network.portRange to the range its firewall admits")}
+                f"{where}: inbound TCP to its ephemeral ports (net.ipv4.ip_local_port_range "
+                f"{_range_text(peers, inbound)}, where NCCL and gloo listen) is blocked: nothing "
+                f"from {_nodes(peers, others)} got through on {nics}, while {where}'s own "
+                f"connections out and the master port{port_s} worked; open that TCP range to the "
+                f"other nodes on {where}'s firewall, or set network.portRange to the range it "
+                f"admits")}
         elif blocked and not any_ok:
             n = blocked[0]
             failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
-                f"the master port{port_s} answered, but no "
-                f"connection to an ephemeral port got through on {n.where()} "
-                f"({n.message}); a firewall admits the master port but not the "
-                f"ephemeral range NCCL uses (net.ipv4.ip_local_port_range "
-                f"{_range_text(peers, ranks)}); open it between nodes, or set network.portRange to "
-                f"the open range")}
+                f"the master port{port_s} answered, but no connection to an ephemeral port "
+                f"(net.ipv4.ip_local_port_range {_range_text(peers, ranks)}, where NCCL and gloo "
+                f"listen) got through on {n.where()}: a firewall admits the master port but not "
+                f"that range; open it between nodes, or set network.portRange to the open range; "
+                f"{n.message}")}
         else:
             hint = ""
             if mode != "auto":
@@ -482,7 +573,11 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                 elif n.reason is not None:
                     rejected[r].append({"ifname": ifn, "reason": n.reason, "message": n.message})
 
-    defaults = {r: nccl_default(peers[r].get("interfaces") or []) for r in ranks}
+    for r, c in chosen.items():  # an interface is either chosen or rejected, never both
+        rejected[r] = [x for x in rejected[r] if x["ifname"] != c["ifname"]]
+    for r in ranks:  # an interface rejected twice (cni0: its /24 and the routed net): the telling reason first
+        rejected[r].sort(key=lambda x: REJECTION_PRIORITY.get(x["reason"], len(REJECTION_PRIORITY)))
+    defaults = {r: default_ifname(peers[r]) for r in ranks}
     warnings: Dict[int, List[Dict[str, str]]] = {r: [] for r in ranks}
     if chosen:
         _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best)
@@ -528,12 +623,12 @@ def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) 
                 f"{node}: validated on loopback ({c['ifname']}) only; this proves nothing about "
                 f"traffic between nodes")})
         elif d != c["ifname"]:
-            why = next((x["message"] for x in rejected[r] if x["ifname"] == d), "")
+            why = next((x["reason"] for x in rejected[r] if x["ifname"] == d), "")
             warnings[r].append({"reason": R.NCCL_DEFAULT_DIFFERS, "message": (
-                f"{node}: NCCL left alone would use {d or 'nothing'} (ib* first, else the first "
-                f"interface not lo/docker*/virbr*) but the validated interface is {c['ifname']}"
+                f"{node}: NCCL left alone would use {d or 'no interface'}"
                 + (f" ({why})" if why else "")
-                + f"; keep NCCL_SOCKET_IFNAME={c['ifname']} (the operator sets it)")})
+                + f", not the validated {c['ifname']}; keep NCCL_SOCKET_IFNAME={c['ifname']} "
+                f"(the operator sets it)")})
         mr = peers[r].get("masterRoute") or {}
         if r != 0 and not loopback_ok and mr.get("iface") and mr.get("iface") != c["ifname"]:
             warnings[r].append({"reason": R.MASTER_ROUTE_DIFFERS, "message": (

@@ -333,7 +333,9 @@ def versions(timeout: float = 5.0) -> Dict[str, Any]:
 
 
 def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]:
-    """Everything this node knows about itself. Fields are report-ready (camelCase)."""
+    """Everything this node knows about itself without torch (standard library only; the
+    versions come from the background import, torchload.py). Fields are report-ready
+    (camelCase)."""
     hostname = socket.gethostname()
     try:
         host_resolves = resolve(hostname)
@@ -341,15 +343,15 @@ def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]
         host_resolves = []
     interfaces = list_interfaces(min(5.0, deadline.remaining()))
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}
-    if tracker is not None:
-        tracker.step("ProbeInternalError", "importing torch took too long")
-    ver = versions(min(5.0, deadline.remaining()))
+    from . import settings
     return {
+        "settings": settings.of(os.environ),
+        "rdma": settings.rdma_devices(),
         "hostname": hostname,
         "hostResolves": host_resolves,
         "interfaces": interfaces,
         "portRange": port_range(),
         "env": env,
-        "versions": ver,
+        "versions": {},
         "kernel": platform.release(),
     }

@@ -214,6 +214,48 @@ def _dial(addrs: List[str], port: int, deadline: Deadline) -> Tuple[Optional[str
         time.sleep(min(0.25, deadline.remaining()))
 
 
+def arp_state(addr: str, table: str = "/proc/net/arp") -> Optional[str]:
+    """The kernel's neighbour entry for IPv4 ``addr``: ``complete`` (a host answered ARP),
+    ``incomplete`` (asked, nobody answered), or None (no entry, or not readable)."""
+    try:
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                p = line.split()
+                if len(p) >= 3 and p[0] == addr:
+                    return "complete" if int(p[2], 16) & 0x2 else "incomplete"
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def host_check(addr: str, master_port: int, timeout: float = 1.5) -> Dict[str, Any]:
+    """After the master port failed: does MASTER_ADDR's host answer at all? A TCP dial to
+    another port (1, normally closed: a live host resets it) and the ARP entry tell a
+    filter on the master port alone (the host answers elsewhere) from a host whose replies
+    never come back (ARP answered, no port answers: replies leave by another NIC, or
+    everything from here is dropped) or one nobody answers for (no ARP reply).
+    Returns {port, r (refused|ok|timeout|unreachable|error), arp}."""
+    port = 1 if master_port != 1 else 2
+    _, last, _ = _dial([addr], port, Deadline(time.monotonic() + timeout))
+    r = "ok" if last == "" else ("error" if last.startswith("error") else last)
+    return {"port": port, "r": r, "arp": arp_state(addr) if ":" not in addr else None}
+
+
+def _host_words(h: Optional[Dict[str, Any]], node: str) -> str:
+    """What :func:`host_check` says about the master's host, as a clause."""
+    if not h:
+        return ""
+    if h["r"] in ("refused", "ok"):
+        return f"the host answers on other ports (TCP {h['port']}: {h['r']}): the master port alone is filtered"
+    if h.get("arp") == "complete":
+        return (f"the host answered ARP but no TCP port answers (TCP {h['port']}: {h['r']}): its replies "
+                f"to {node} are lost (a route out another NIC, two NICs on one subnet, or a firewall "
+                f"dropping everything from {node})")
+    if h.get("arp") == "incomplete" or h["r"] == "unreachable":
+        return "no host answers ARP for it: the address is on a NIC this node's network does not reach"
+    return ""
+
+
 def _serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: timedelta) -> Any:
     """Rank 0's TCPStore, adopting the early socket (torch >= 2.4: ``master_listen_fd``) so
     connections queued on it are served; older torch binds the port itself after the early
@@ -238,11 +280,12 @@ def _is_ip(addr: str) -> bool:
         return False
 
 
-def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
-               state: Dict[str, Any]) -> Tuple[Any, Bus]:
-    """Join the store; fills ``state['master']``; returns (store, bus) with ``bus.peers`` set."""
-    import torch.distributed as dist
-
+def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+                 state: Dict[str, Any]) -> Optional[str]:
+    """The standard-library half of the rendezvous (it runs while torch is still being
+    imported): resolve MASTER_ADDR, refuse a loopback answer, and for ranks >= 1 dial the
+    master port until it answers. Fills ``state['master']``; returns the address the dial
+    reached (None for rank 0). Raises :class:`ProbeFailure` with the classified reason."""
     node = cfg.node_name
     where = f"{node} (rank {cfg.rank})"
     master: Dict[str, Any] = {"addr": cfg.master_addr, "port": cfg.master_port,
@@ -283,17 +326,13 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
             state["warnings"].append({"reason": R.MASTER_ADDR_NOT_LOCAL, "message": (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(resolved)}, none of "
                 f"which is an address of this node; other ranks may reach another host")})
-        tracker.step(R.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
         sock, early_err = state.get("master_listener") or (None, None)
-        try:
-            if early_err:
-                raise OSError(early_err)
-            store = _serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())))
-        except Exception as e:
+        if early_err:
             raise ProbeFailure(R.MASTER_PORT_REFUSED, (
                 f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
-                f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
+                f"{early_err[:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
+        return None
     else:
         if loop and not cfg.loopback_requested and cfg.rank != 0:
             raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
@@ -309,18 +348,23 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
         if addr is None:
             shown = f"{cfg.master_addr}:{cfg.master_port}" + (
                 f" ({', '.join(resolved)})" if resolved != [cfg.master_addr] else "")
+            target = _order(resolved)[0]
+            tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: checking whether {target} answers at all")
+            master["hostCheck"] = host_check(target, cfg.master_port, min(1.5, deadline.remaining()))
+            seen = _host_words(master["hostCheck"], node)
+            seen = f"; {seen}" if seen else ""
             if started_at and last == "refused":
                 raise ProbeFailure(R.MASTER_PORT_REFUSED, (
                     f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s although "
                     f"rank 0's probe has been running since {started_at} (it listens on that port "
-                    f"as it starts): a firewall on rank 0's node rejects TCP {cfg.master_port}, or "
-                    f"MASTER_ADDR names another host; open TCP {cfg.master_port} to rank 0's node "
-                    f"or fix MASTER_ADDR"))
+                    f"as it starts){seen}; a firewall on rank 0's node rejects TCP "
+                    f"{cfg.master_port}, or MASTER_ADDR names another host; open TCP "
+                    f"{cfg.master_port} to rank 0's node or fix MASTER_ADDR"))
             if started_at:
                 raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
                     f"{where}: connection to MASTER_ADDR {shown} {last} for {took:.1f}s although "
-                    f"rank 0's probe has been running since {started_at}: a firewall drops TCP "
-                    f"{cfg.master_port} or the address is not routable from this node; open TCP "
+                    f"rank 0's probe has been running since {started_at}{seen}; a firewall drops "
+                    f"TCP {cfg.master_port} or the address is not routable from this node; open TCP "
                     f"{cfg.master_port} between nodes or fix MASTER_ADDR"))
             if last == "refused":
                 raise ProbeFailure(R.MASTER_PORT_REFUSED, (
@@ -328,10 +372,34 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                     f"listens there (rank 0 not started, MASTER_PORT wrong, or MASTER_ADDR names "
                     f"another host); make MASTER_ADDR rank 0's address and rendezvous.port its port"))
             raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
-                f"{where}: connection to MASTER_ADDR {shown} {last} for {took:.1f}s: a firewall "
-                f"drops TCP {cfg.master_port} or the address is not routable from this node; open "
-                f"TCP {cfg.master_port} between nodes or fix MASTER_ADDR"))
+                f"{where}: connection to MASTER_ADDR {shown} {last} for {took:.1f}s{seen}; a "
+                f"firewall drops TCP {cfg.master_port} or the address is not routable from this "
+                f"node; open TCP {cfg.master_port} between nodes or fix MASTER_ADDR"))
         master["connected"] = addr
+        return addr
+
+
+def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+               state: Dict[str, Any], addr: Optional[str]) -> Tuple[Any, Bus]:
+    """The torch half: rank 0 serves the TCPStore on the socket it listened on early, the
+    others join it at ``addr`` (what :func:`reach_master` reached); every rank publishes its
+    inventory and waits for all. Returns (store, bus) with ``bus.peers`` set. Raises
+    :class:`ProbeFailure`."""
+    import torch.distributed as dist
+
+    node = cfg.node_name
+    where = f"{node} (rank {cfg.rank})"
+    if cfg.rank == 0:
+        tracker.step(R.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
+        sock, _ = state.get("master_listener") or (None, None)
+        try:
+            store = _serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())))
+        except Exception as e:
+            raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
+                f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
+                f"set rendezvous.port to a free port"))
+    else:
         tracker.step(R.MASTER_PORT_TIMEOUT,
                      f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore did not answer")
         try:
@@ -358,3 +426,11 @@ def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
         bus.nodes[r] = p.get("node", "?")
     bus.peers = peers  # type: ignore[attr-defined]
     return store, bus
+
+
+def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+               state: Dict[str, Any]) -> Tuple[Any, Bus]:
+    """Both halves at once (:func:`reach_master`, then :func:`join_store`), for callers
+    that have torch imported already."""
+    addr = reach_master(cfg, inv, deadline, tracker, state)
+    return join_store(cfg, inv, deadline, tracker, state, addr)

@@ -73,6 +73,23 @@ def _failure_cut(n: int) -> Callable[[Dict[str, Any]], None]:
     return f
 
 
+def _paths_cap(n: int) -> Callable[[Dict[str, Any]], None]:
+    """Keep ``n`` rows of ``paths``: the chosen network's first, then those with a failed
+    cell (the evidence), then the rest, by key."""
+    def f(r: Dict[str, Any]) -> None:
+        p = r.get("paths")
+        if not isinstance(p, dict) or len(p) <= n:
+            return
+        subnet = (r.get("chosen") or {}).get("subnet") if isinstance(r.get("chosen"), dict) else None
+        ifname = (r.get("chosen") or {}).get("ifname") if isinstance(r.get("chosen"), dict) else None
+
+        def rank(k: str):
+            row = str(p[k])
+            return (k not in (subnet, f"ifname:{ifname}"), all(c in ".-o" for c in row), k)
+        r["paths"] = {k: p[k] for k in sorted(p, key=rank)[:n]}
+    return f
+
+
 def _warnings_cap(n: int) -> Callable[[Dict[str, Any]], None]:
     def f(r: Dict[str, Any]) -> None:
         r["warnings"] = (r.get("warnings") or [])[:n]
@@ -89,10 +106,15 @@ STEPS: List[Callable[[Dict[str, Any]], None]] = [
     _ifaces_v4_only,
     _rejected_cap(12),
     _msgs("rejected", 60),
+    _drop("ncclBootstrap"),
+    _paths_cap(16),
     _ifaces_cap(16),
     _msgs("warnings", 160),
     _failure_cut(600),
     _ifaces_cap(6),
+    _drop("pathMbpsLow"),
+    _drop("pathMbps"),
+    _paths_cap(8),
     _rejected_cap(4),
     _msgs("rejected", 0),
     _warnings_cap(4),
@@ -101,7 +123,8 @@ STEPS: List[Callable[[Dict[str, Any]], None]] = [
 ]
 
 ESSENTIAL = ("v", "rank", "worldSize", "node", "hostname", "ok", "phase", "failure", "warnings",
-             "versions", "master", "chosen", "backend", "allreduce", "ncclDefaultIfname")
+             "versions", "master", "chosen", "backend", "allreduce", "ncclDefaultIfname", "paths",
+             "settings")
 
 
 def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
@@ -122,6 +145,7 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
     if isinstance(r.get("master"), dict):  # e.g. a name with hundreds of addresses
         r["master"] = dict(r["master"], resolved=(r["master"].get("resolved") or [])[:4])
     for n in (200, 100, 40):
+        _paths_cap(8 if n == 200 else 2)(r)
         _failure_cut(n)(r)
         _msgs("warnings", n)(r)
         r["warnings"] = (r.get("warnings") or [])[:2]

@@ -283,14 +283,15 @@ def test_inbound_firewall_on_one_node_is_ephemeral_ports_blocked():
                  "auto", master_port=29500)
     f = res["failure"]
     assert f["reason"] == R.EPHEMERAL_PORTS_BLOCKED
-    assert f["message"].startswith("node-b: inbound TCP to ephemeral ports is blocked")
-    assert "net.ipv4.ip_local_port_range 32768-60999" in f["message"]
+    # the facts a user acts on come first, so the 400-character condition keeps them
+    assert f["message"].startswith("node-b: inbound TCP to its ephemeral ports (net.ipv4."
+                                   "ip_local_port_range 32768-60999, where NCCL and gloo listen) is blocked")
     assert "node-a, node-c" in f["message"] and "29500" in f["message"]
 
 
 def test_blocked_pod_network_is_named_once_with_its_kind():
-    """A routed pod network (one subnet per node, grouped by interface name) appears in the
-    verdict as "eth0 (routed, per-node subnets)", a shared subnet as "eth1 on 10.1.0.0/24"."""
+    """A routed pod network (one subnet per node, grouped by interface name) and a shared
+    subnet are named once each, by their interfaces."""
     peers = {r: peer(r, LO, iface("eth0", f"10.244.{r}.5/24"), iface("eth1", f"10.1.0.{r + 1}/24"))
              for r in range(2)}
     for r in peers:
@@ -299,8 +300,7 @@ def test_blocked_pod_network_is_named_once_with_its_kind():
                  "auto", master_port=29500)
     msg = res["failure"]["message"]
     assert res["failure"]["reason"] == R.EPHEMERAL_PORTS_BLOCKED
-    assert "eth0 (routed, per-node subnets)" in msg and "eth1 on 10.1.0.0/24" in msg
-    assert "eth0 (eth0" not in msg
+    assert "got through on eth1/eth0, while" in msg and msg.count("eth0") == 1
 
 
 def test_one_node_unreachable_both_ways_stays_no_common_interface():
@@ -425,3 +425,85 @@ def test_ipv6_only_nics_are_named_as_the_reason():
     mixed = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"fd00::{r + 1}/64"))
              for r in range(2)}
     assert choose(mixed, mesh_of(mixed, not_docker), "auto", master_port=29500)["failure"] is None
+
+
+def _with_cni0(pod_speed=None):
+    """hostNetwork: each node also has the pod bridge cni0 on its own /24 (routed)."""
+    peers = _mgmt_data()
+    for r, p in peers.items():
+        p["interfaces"].append(iface("cni0", f"10.244.{r}.1/24", speed=pod_speed))
+    return peers
+
+
+def test_pod_network_bridge_is_never_chosen_while_a_nic_joins_the_nodes():
+    """The demo's flake: cni0 (speed unknown, never capped) measured 26662 Mb/s against
+    eth0's 22660 capped at its 10000: cni0 won by 'measurement'. Now it is rejected once,
+    as a pod-network device, and the capping is consistent."""
+    peers = _with_cni0()
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 22660.0, "10.101.": 21000.0,
+                                               "10.244.": 26662.0}))
+    assert {r: c["ifname"] for r, c in res["chosen"].items()} == {0: "eth0", 1: "eth0"}
+    for r in (0, 1):
+        reasons = [x["reason"] for x in res["rejected"][r] if x["ifname"] == "cni0"]
+        assert R.REJ_POD_NETWORK_DEVICE in reasons
+        assert not any(x["ifname"] == "eth0" for x in res["rejected"][r])  # chosen, not rejected
+    # with only the pod network joining the nodes, it is used
+    only = {r: peer(r, LO, iface("cni0", f"10.244.{r}.1/24")) for r in range(2)}
+    assert choose(only, mesh_of(only))["chosen"][0]["ifname"] == "cni0"
+
+
+def test_an_interface_is_never_both_chosen_and_rejected():
+    # cni0's per-node /24s are NotOnAllNodes as subnets, while cni0 (routed) is chosen
+    peers = {r: peer(r, LO, iface("cni0", f"10.244.{r}.1/24")) for r in range(2)}
+    res = choose(peers, mesh_of(peers))
+    assert res["chosen"][0]["ifname"] == "cni0"
+    assert all(x["ifname"] != "cni0" for r in (0, 1) for x in res["rejected"][r])
+
+
+def test_unknown_link_speed_means_no_capping_for_anyone():
+    """Capping eth0 at its 10000 but not bond0 (speed unknown) would let bond0 win on CPU noise."""
+    peers = _mgmt_data()
+    for r, p in peers.items():
+        p["interfaces"][2] = iface("bond0", f"10.101.0.{r + 11}/24", speed=None)
+    res = choose(peers, _measured_mesh(peers, {"10.100.": 22660.0, "10.101.": 26662.0}))
+    assert res["chosen"][0]["ifname"] == "eth0"  # a tie: HOST_IP decides
+
+
+def test_measurements_decide_only_beyond_their_own_noise():
+    """The faster network must be 2x faster at its best and its typical round (the middle of
+    three) must still beat the slower one's best by 1.5x; otherwise routing decides."""
+    from disttrain_probe.interfaces import measured_tiers
+    assert measured_tiers({"a": 2500.0, "b": 1000.0}) == {"a": 0, "b": 1}
+    assert measured_tiers({"a": 2500.0, "b": 1000.0}, lows={"a": 1600.0}) == {"a": 0, "b": 1}
+    assert measured_tiers({"a": 2500.0, "b": 1000.0}, lows={"a": 1400.0}) == {"a": 0, "b": 0}
+    peers = _mgmt_data()
+    mesh = _measured_mesh(peers, {"10.100.": 1000.0, "10.101.": 2500.0})
+    for i in mesh:
+        for j in mesh[i]:
+            for addr, res in mesh[i][j].items():
+                if "mbps" in res:
+                    res["mbpsLow"] = res["mbps"] * 0.4  # the typical round: 40 % of the best
+    res = choose(peers, mesh)
+    assert res["chosen"][0]["ifname"] == "eth0"  # 2.5x at best, 1.0x typically: routing decides
+    assert "within the measurements' own noise (typical rounds 400 vs 1000 Mb/s)" in \
+        rej(res, 0, "eth1")["message"]
+
+
+def test_the_healthy_case_under_load_still_decides():
+    """eth1 (unlimited, 10000 Mb/s line rate) moved 13000 at best and 2000 typically on a
+    loaded machine; eth0 (rate-limited) 900 steadily: 2000 >= 1.5 x 900, eth1 wins."""
+    peers = _mgmt_data()
+    mesh = _measured_mesh(peers, {"10.100.": 900.0, "10.101.": 13000.0})
+    for i in mesh:
+        for j in mesh[i]:
+            for addr, res in mesh[i][j].items():
+                if "mbps" in res:
+                    res["mbpsLow"] = 2000.0 if addr.startswith("10.101.") else 890.0
+    assert choose(peers, mesh)["chosen"][0]["ifname"] == "eth1"
+
+
+def test_typical_round_is_the_middle_one():
+    from disttrain_probe.connectivity import typical
+    assert typical([500.0, 9000.0, 8000.0]) == 8000.0  # one starved round does not count
+    assert typical([9000.0, 500.0]) == 500.0
+    assert typical([700.0]) == 700.0

@@ -55,17 +55,23 @@ def test_bulk_targets_one_peer_per_network_ring_next_first():
     results = {"1": {"10.0.0.2": ok, "10.1.0.2": ok, "172.17.0.1": {"r": "wrong"}},
                "2": {"10.0.0.3": ok, "10.1.0.3": ok}}
     mine = [{"name": "eth0", "addrs": ["10.0.0.1/24"]}, {"name": "eth1", "addrs": ["10.1.0.1/24"]}]
+    # per network the ring-next peer, then the ring-previous one (a slow node is timed
+    # from both sides); docker0 (a wrong host answered) is not timed
     assert C.bulk_targets(0, 3, listeners, results, mine) == [
-        (1, "10.0.0.2", 2000, "b"), (1, "10.1.0.2", 2001, "b")]
-    # rank 2's ring-next peer is rank 0
+        (1, "10.0.0.2", 2000, "b"), (2, "10.0.0.3", 3000, "c"),
+        (1, "10.1.0.2", 2001, "b"), (2, "10.1.0.3", 3001, "c")]
+    # rank 2's ring-next peer is rank 0, its previous rank 1
     res2 = {"0": {"10.0.0.1": ok, "10.1.0.1": ok}, "1": {"10.0.0.2": ok, "10.1.0.2": ok}}
-    assert [t[0] for t in C.bulk_targets(2, 3, listeners, res2, mine)] == [0, 0]
-    # only one network reached: nothing to compare, nothing timed
+    assert [t[0] for t in C.bulk_targets(2, 3, listeners, res2, mine)] == [0, 1, 0, 1]
+    # one network reached: still timed (the straggler check needs it)
     only = {"1": {"10.0.0.2": ok, "10.1.0.2": {"r": "timeout"}}, "2": {"10.0.0.3": ok}}
-    assert C.bulk_targets(0, 3, listeners, only, mine) == []
-    # socketIfname leaves eth1 out: eth0 alone is not compared with anything
-    assert C.bulk_targets(0, 3, listeners, results, mine, "^eth1") == []
-    assert len(C.bulk_targets(0, 3, listeners, results, mine, "eth")) == 2
+    assert C.bulk_targets(0, 3, listeners, only, mine) == [(1, "10.0.0.2", 2000, "b"),
+                                                           (2, "10.0.0.3", 3000, "c")]
+    # socketIfname leaves eth1 out
+    assert {t[1] for t in C.bulk_targets(0, 3, listeners, results, mine, "^eth1")} == {"10.0.0.2", "10.0.0.3"}
+    # two ranks: next and previous are the same peer, timed once per network
+    two = {r: listeners[r] for r in (0, 1)}
+    assert len(C.bulk_targets(0, 2, two, {"1": results["1"]}, mine)) == 2
 
 
 def test_bulk_bytes_env(monkeypatch):

@@ -1,26 +1,51 @@
-"""docs/conditions.md names every reason the operator and the probe can write, so a user
-who sees one in `kubectl describe dtj` finds what it means."""
+"""docs/conditions.md names every reason of the vocabulary (disttrain_probe.vocabulary), in
+the row of the condition it belongs to, so a user who sees one in `kubectl describe dtj`
+finds what it means; the operator's constants and the probe's reasons are that vocabulary."""
+import re
 from pathlib import Path
 
+import pytest
+
 from disttrain import constants as c
-from disttrain.diagnosis import WARNING_CONDITION
 from disttrain_probe import reasons as R
+from disttrain_probe import vocabulary as V
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "conditions.md").read_text()
 
 
-def _values(module, prefix=""):
-    return {v for k, v in vars(module).items()
-            if k.isupper() and k.startswith(prefix) and isinstance(v, str) and v[:1].isupper()}
+def _row(first_cell: str) -> str:
+    m = re.search(rf"^\| `{re.escape(first_cell)}`[^|]*\|.*$", DOC, re.M)
+    return m.group(0) if m else ""
 
 
-def test_every_operator_reason_and_condition_is_documented():
-    missing = sorted(r for r in _values(c, "REASON_") | set(c.ALL_CONDITIONS + c.OPTIONAL_CONDITIONS) if f"`{r}`" not in DOC)
-    assert not missing, f"add to docs/conditions.md: {missing}"
+@pytest.mark.parametrize("ctype", V.ALL_CONDITIONS + V.OPTIONAL_CONDITIONS)
+def test_every_condition_has_a_row(ctype):
+    assert _row(ctype), f"docs/conditions.md: no row for condition {ctype}"
 
 
-def test_every_probe_reason_is_documented_with_its_condition():
-    missing = sorted(r for r in set(R.FAILURES) | _values(R) - {"CONDITION_OF"} if f"`{r}`" not in DOC)
-    assert not missing, f"add to docs/conditions.md: {missing}"
-    for reason, ctype in WARNING_CONDITION.items():
-        assert f"| `{reason}` | {ctype} |" in DOC, f"docs/conditions.md: {reason} is shown on {ctype}"
+@pytest.mark.parametrize("name", sorted(V.REASONS))
+def test_every_reason_is_documented_where_it_belongs(name):
+    r = V.REASONS[name]
+    if V.WARNING in r.kinds:
+        assert f"| `{name}` | {r.condition} |" in DOC, f"docs/conditions.md: warning {name} on {r.condition}"
+    if r.kind == V.REJECTION:
+        section = DOC.partition("## Why an interface was not chosen")[2]
+        assert f"| `{name}` |" in section, f"docs/conditions.md: rejection {name}"
+    elif r.kind == V.EVENT:
+        assert f"| `{name}` | Event only |" in DOC, f"docs/conditions.md: event {name}"
+    elif r.kind in (V.FAILURE, V.PASS, V.PROGRESS) or V.FAILURE in r.kinds:
+        assert f"`{name}`" in _row(r.condition), f"docs/conditions.md: {name} in the {r.condition} row"
+
+
+def test_operator_constants_and_probe_reasons_are_the_vocabulary():
+    consts = {v for k, v in vars(c).items() if k.startswith("REASON_") and isinstance(v, str)}
+    assert consts <= set(V.REASONS), consts - set(V.REASONS)
+    probe = {v for k, v in vars(R).items() if k.isupper() and isinstance(v, str)}
+    assert probe <= set(V.REASONS), probe - set(V.REASONS)
+    # the generic reasons, where probe and operator once disagreed (ProbeInternalError)
+    assert c.GENERIC_REASONS == {V.RENDEZVOUS_TIMEOUT, V.PROBE_INTERNAL_ERROR,
+                                 V.PROCESS_GROUP_INIT_FAILED}
+    assert R.CONDITION_OF[V.PROBE_INTERNAL_ERROR] == c.VALIDATED
+    assert V.PROBE_INTERNAL_ERROR not in c.REASON_CONDITION  # summary-only: checks stay Unknown
+    for name, ctype in c.REASON_CONDITION.items():
+        assert V.REASONS[name].condition == ctype and ctype in c.CHECK_CONDITIONS

@@ -96,9 +96,9 @@ def test_segments_may_not_overlap_the_clusters_own_ranges(subnet, what):
 
 
 @pytest.mark.parametrize("text, why", [
-    ("segments:\n  mgmt: {subnet: 10.100.0.0/24}\n  data: {subnet: 10.100.0.0/16}\n"
-     "expect: {status: 'True'}\n",
-     r"segments.mgmt \(10.100.0.0/24\) and segments.data \(10.100.0.0/16\) overlap"),
+    ("nodeOverrides: {node-a: {decoys: [{name: flannel.1, addresses: [10.244.5.0/32]}]}}\n"
+     "expect: {status: 'True'}\n",  # another node's pod CIDR (its own would be an overlay)
+     "node-a: flannel.1 10.244.5.0/32 overlaps the pod network"),
     (_eth1_at("node-a", "10.96.0.10/24"), r"node-a: eth1 10.96.0.10/24 overlaps the Service range"),
     ("defaults: {decoys: [{name: docker0, addresses: [10.244.0.1/16]}]}\nexpect: {status: 'True'}\n",
      "node-a: docker0 10.244.0.1/16 overlaps the pod network"),
@@ -107,6 +107,14 @@ def test_segments_may_not_overlap_the_clusters_own_ranges(subnet, what):
 def test_an_address_plan_the_cluster_cannot_run_is_refused(text, why):
     with pytest.raises(scn.ScenarioError, match=why):
         _parse(text)
+
+
+def test_an_overlay_in_the_nodes_own_pod_cidr_and_segments_sharing_a_subnet_are_allowed():
+    sc = _parse("segments:\n  mgmt: {subnet: 10.100.0.0/24}\n  data: {subnet: 10.101.0.0/24}\n"
+                "  iso: {subnet: 10.100.0.0/24}\n"
+                "nodeOverrides: {node-b: {decoys: [{name: flannel.1, addresses: [10.244.1.0/32]}]}}\n"
+                "expect: {status: 'True'}\n")
+    assert "iso" in sc.segments
 
 
 def test_decoys_may_repeat_their_addresses():

@@ -239,3 +239,19 @@ def test_describe_problems_names_what_is_missing():
     assert len(probs) == 2 and "expected False/MasterPortRefused" in probs[0]
     absent = scn.Expect(condition="VersionsConsistent", status="False", reason="NCCLVersionMismatch")
     assert "no VersionsConsistent under Conditions" in scenariorun.describe_problems(DESCRIBE, absent)
+
+
+def test_repeat_and_slow_fields_and_same_outcome_over_runs():
+    from localcluster import scenariorun as sr
+    sc = scn.parse("slow: true\nexpect: {status: 'True', repeat: 5}\n", "t.yaml")
+    assert sc.slow and sc.expect.repeat == 5
+    with pytest.raises(scn.ScenarioError, match="expect.repeat"):
+        scn.parse("expect: {status: 'True', repeat: 0}\n", "t.yaml")
+
+    def run(ok, ifname):
+        return sr.Outcome(ok, "" if ok else "failed", 1.0, 2.0,
+                          {"status": {"rendezvous": {"socketIfname": ifname}}})
+    assert sr.same_outcome([run(True, "eth0")] * 5).ok
+    mixed = sr.same_outcome([run(True, "eth0"), run(True, "cni0")])
+    assert not mixed.ok and "different interfaces: ['eth0', 'cni0']" in mixed.why
+    assert sr.same_outcome([run(True, "eth0"), run(False, "eth0")]).why == "failed"

@@ -1,0 +1,114 @@
+"""Condition messages a person can act on (pure): at most 400 characters, cause, node(s), fix.
+
+Probe and operator messages are clauses joined by ``"; "``: the cause first, evidence in
+the middle, the fix last. :func:`bound` keeps the first clause and the last one (the
+fix) and as many of the middle ones as fit; what is cut is marked ``…``. The evidence
+left out stays whole in ``status.probe.failures``/``warnings``, ``status.nodes``, the
+Events and ``kubectl disttrain explain``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Iterable, Optional, Sequence
+
+LIMIT = 400  # every condition message, characters
+# Validated's message is repeated inside Failed's ("preflight failed (<Reason>), no training
+# pods were created: <message>", about 75 characters more): keep room for that.
+SUMMARY_LIMIT = 320
+SEP = "; "
+ELLIPSIS = "…"
+MIN_PART = 60  # a part cut shorter than this says nothing: it is left out instead
+
+
+def clauses(text: str) -> list[str]:
+    """``text`` split at ``"; "`` (empty clauses dropped)."""
+    return [c.strip() for c in (text or "").split(SEP) if c.strip()]
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` shortened to at most ``limit`` characters, at a word boundary when one is
+    near, ending in ``…`` when shortened."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    if limit <= 1:
+        return ELLIPSIS[:limit]
+    head = text[: limit - 1]
+    space = head.rfind(" ")
+    if space >= limit * 0.6:
+        head = head[:space]
+    return head.rstrip(" ,;:(") + ELLIPSIS
+
+
+def bound(text: str, limit: int = LIMIT) -> str:
+    """``text`` within ``limit`` characters, keeping whole clauses: the first (the cause)
+    and the last (the fix) first, then the middle ones in order while they fit, ``…``
+    where some were left out. A single clause too long is cut (:func:`cut`)."""
+    text = (text or "").strip()
+    if len(text) <= limit:
+        return text
+    parts = clauses(text)
+    if len(parts) == 1:
+        return cut(parts[0], limit)
+    first, last, middle = parts[0], parts[-1], parts[1:-1]
+    # the fix gets at most half the room, the cause what is left
+    last = cut(last, max(limit // 2, limit - len(first) - 2 * len(SEP) - 1))
+    room = limit - len(last) - len(SEP)
+    first = cut(first, max(1, room - len(SEP) - len(ELLIPSIS)))
+    kept: list[str] = [first]
+    used = len(first)
+    dropped = False
+    for m in middle:
+        extra = len(SEP) + len(m)
+        if not dropped and used + extra + len(SEP) + len(ELLIPSIS) <= room:
+            kept.append(m)
+            used += extra
+        else:
+            dropped = True
+    if dropped:
+        kept.append(ELLIPSIS)
+    out = SEP.join(kept + [last])
+    return out if len(out) <= limit else cut(out, limit)
+
+
+def join(parts: Iterable[Optional[str]], limit: int = LIMIT) -> str:
+    """Parts joined by ``"; "`` in priority order while they fit within ``limit``; the
+    first is bounded itself; the first one that does not fit is cut to the room left
+    (when that is at least :data:`MIN_PART` characters) or left out, ``…`` marking it, and
+    the rest are left out."""
+    items = [p.strip() for p in parts if p and p.strip()]
+    if not items:
+        return ""
+    out = bound(items[0], limit)
+    for i, p in enumerate(items[1:], 1):
+        tail = len(SEP) + len(ELLIPSIS) if i < len(items) - 1 else 0
+        if len(out) + len(SEP) + len(p) + tail <= limit:
+            out += SEP + p
+            continue
+        room = limit - len(out) - len(SEP)
+        if room >= MIN_PART:
+            out += SEP + cut(p, room)
+        elif room >= len(ELLIPSIS):
+            out += SEP + ELLIPSIS
+        break
+    return out
+
+
+def named_nodes(text: str, nodes: Sequence[str]) -> list[str]:
+    """The names in ``nodes`` that ``text`` mentions as whole words, in ``nodes`` order."""
+    out = []
+    for n in nodes:
+        if n and n not in out and re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text or ""):
+            out.append(n)
+    return out
+
+
+def node_list(nodes: Sequence[str], most: int = 4) -> str:
+    """``node-a, node-b`` or ``node-a, node-b, node-c and 5 more``."""
+    nodes = list(dict.fromkeys(n for n in nodes if n))
+    if len(nodes) <= most:
+        return ", ".join(nodes)
+    return f"{', '.join(nodes[:most - 1])} and {len(nodes) - most + 1} more"
+
+
+__all__ = ["LIMIT", "SUMMARY_LIMIT", "bound", "clauses", "cut", "join", "named_nodes", "node_list"]

@@ -1,0 +1,125 @@
+"""``import torch`` in the background, started when the probe starts.
+
+Importing torch (and its CUDA and NCCL libraries) is the slowest thing a probe does: a
+few seconds on a warm node, far more on a cold image, a lazily pulled layer, or many
+ranks importing at once on few cores. The standard-library phases (interfaces, the
+master address and port) do not need it, so they run meanwhile; the phases that do need
+it (the rendezvous store, versions, the collective) wait for it (:meth:`TorchLoader.wait`)
+within the probe's whole budget. A slow import is a warning that names the node and the
+seconds (``SlowTorchImport``); one that does not finish within the budget is
+``TorchImportTimeout``.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Callable, Dict, Optional
+
+# An import that took longer than this many seconds is reported (SlowTorchImport): a third
+# of the default 60 s budget (warm nodes import torch in 2-5 s; $DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS).
+SLOW_IMPORT_SECONDS = 20.0
+
+
+def slow_import_seconds() -> float:
+    """$DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS, else :data:`SLOW_IMPORT_SECONDS`."""
+    try:
+        return float(os.environ.get("DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS") or SLOW_IMPORT_SECONDS)
+    except ValueError:
+        return SLOW_IMPORT_SECONDS
+
+
+class TorchLoader:
+    """Imports torch and reads the versions in a daemon thread.
+
+    ``load`` is the work (default: :func:`default_load`); it returns ``{"versions": {...},
+    "ncclDefault": {...} | None}`` and may raise. After :meth:`wait` returned True,
+    ``versions``, ``nccl_default``, ``error`` (str or None) and ``seconds`` (float, how long
+    the import and version read took) are set.
+    """
+
+    def __init__(self, load: Optional[Callable[[], Dict[str, Any]]] = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self._load = load or default_load
+        self._clock = clock
+        self._done = threading.Event()
+        self.started: Optional[float] = None
+        self.seconds: Optional[float] = None
+        self.result: Dict[str, Any] = {}
+        self.error: Optional[str] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> "TorchLoader":
+        self.started = self._clock()
+        self._thread = threading.Thread(target=self._run, name="probe-torch-import", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            self.result = dict(self._load())
+        except BaseException as e:  # a broken install is reported, never a crash
+            self.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        finally:
+            self.seconds = round(self._clock() - (self.started or self._clock()), 3)
+            self._done.set()
+
+    @property
+    def versions(self) -> Dict[str, Any]:
+        return dict(self.result.get("versions") or {})
+
+    @property
+    def nccl_default(self) -> Optional[Dict[str, Any]]:
+        """NCCL's own interface choice without NCCL_SOCKET_IFNAME ({ifname, addr, error}),
+        None when no libnccl is loaded (then the re-implemented rule predicts it)."""
+        return self.result.get("ncclDefault")
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def elapsed(self) -> float:
+        """Seconds since the import started (so far, or in all when done)."""
+        if self.seconds is not None:
+            return self.seconds
+        return self._clock() - (self.started or self._clock())
+
+    def wait(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds; True when the import is over (or failed)."""
+        return self._done.wait(max(0.0, timeout))
+
+    def slow_warning(self, node: str) -> Optional[Dict[str, str]]:
+        """The SlowTorchImport warning when the import took more than
+        :func:`slow_import_seconds`, else None."""
+        from . import reasons as R
+
+        limit = slow_import_seconds()
+        if self.seconds is None or self.seconds <= limit:
+            return None
+        return {"reason": R.SLOW_TORCH_IMPORT, "message": (
+            f"{node}: importing torch took {self.seconds:.1f}s (more than "
+            f"{limit:g}s): a cold image, lazily pulled layers or too little CPU; "
+            f"training starts as slowly: warm the image on the node, or give the pod more CPU")}
+
+
+def default_load() -> Dict[str, Any]:
+    """Import torch and torch.distributed, read the versions (inventory.versions) and ask
+    the loaded libnccl which interface it would use alone (ncclcheck.py).
+    ``DISTTRAIN_PROBE_TEST_TORCH_DELAY`` (seconds, tests only) makes the import that much
+    slower, as a cold image would."""
+    delay = os.environ.get("DISTTRAIN_PROBE_TEST_TORCH_DELAY")
+    if delay:
+        time.sleep(float(delay))
+    import torch  # noqa: F401  (the slow import)
+    import torch.distributed  # noqa: F401
+
+    from . import ncclcheck
+    from .inventory import versions
+    out: Dict[str, Any] = {"versions": versions(5.0), "ncclDefault": None}
+    lib = ncclcheck.loaded_library()
+    if lib:
+        out["ncclDefault"] = ncclcheck.bootstrap_interface(lib)
+    return out
+
+
+__all__ = ["SLOW_IMPORT_SECONDS", "TorchLoader", "default_load"]

@@ -1,0 +1,180 @@
+"""Attribution (pure): evidence -> the smallest explanation, naming node(s) and fix, or the
+remaining candidates and the test that would decide. Tables of dial matrices per class."""
+from __future__ import annotations
+
+import pytest
+
+from disttrain import attribution as A
+from disttrain import evidence as E
+from disttrain.findings import ProbeOutcome, typed
+from disttrain_probe import vocabulary as V
+
+from .fixtures import report
+
+NODES = ("node-a", "node-b", "node-c", "node-d")
+
+
+def matrix(n: int, fail, key="10.101.0.0/24", ifname="eth1", code="timeout") -> E.Matrix:
+    """n ranks, every dial ok unless ``fail(i, j)`` (i dials j)."""
+    cells = tuple(tuple(None if i == j else (code if fail(i, j) else "ok") for j in range(n))
+                  for i in range(n))
+    return E.Matrix(key, NODES[:n], (ifname,) * n, cells)
+
+
+CASES = [
+    # name, matrix, kind, culprits, words in the cause
+    ("inbound filter on node-c", matrix(3, lambda i, j: j == 2), "inbound", ("node-c",),
+     ["no connection to node-c got through", "node-c filters inbound"]),
+    ("node-c reaches no one", matrix(3, lambda i, j: 2 in (i, j)), "isolated", ("node-c",),
+     ["node-c reaches no peer on eth1 on 10.101.0.0/24", "node-c's eth1"]),
+    ("one pair among three", matrix(3, lambda i, j: {i, j} == {0, 2}), "pairs", ("node-a", "node-c"),
+     ["the path node-a<->node-c is blocked", "both reach the other nodes"]),
+    ("two pairs among four", matrix(4, lambda i, j: {i, j} in ({0, 2}, {1, 3})), "pairs", NODES,
+     ["node-a<->node-c, node-b<->node-d"]),
+    ("one dropped direction between two", matrix(2, lambda i, j: (i, j) == (0, 1)), "inbound",
+     ("node-b",), ["no connection to node-b"]),
+    ("both directions between two", matrix(2, lambda i, j: True), "candidates", ("node-a", "node-b"),
+     ["dials failed on eth1 on 10.101.0.0/24 between node-a<->node-b"]),
+]
+
+
+@pytest.mark.parametrize("name,m,kind,culprits,words", CASES, ids=[c[0] for c in CASES])
+def test_matrix_table(name, m, kind, culprits, words):
+    e = A.explain_matrix(m)
+    assert (e.kind, set(e.culprits)) == (kind, set(culprits)), e
+    for w in words:
+        assert w in e.cause, e.cause
+    assert len(e.message("x" * 1000)) <= 400
+    if kind in ("pairs", "candidates"):
+        assert e.decide.startswith("tcpdump on ")  # the test that tells the two sides apart
+
+
+def test_a_clean_matrix_needs_no_explanation():
+    assert A.explain_matrix(matrix(3, lambda i, j: False)) is None
+
+
+def test_a_pair_blocked_on_every_network_is_said_once_for_all():
+    ms = [matrix(3, lambda i, j: {i, j} == {0, 2}, "10.100.0.0/24", "eth0"),
+          matrix(3, lambda i, j: {i, j} == {0, 2})]
+    e = A.explain_networks(ms)
+    assert "blocked on every network (eth0, eth1)" in e.cause and e.culprits == ("node-a", "node-c")
+    # differing evidence per network: the first network's explanation
+    ms[1] = matrix(3, lambda i, j: j == 1)
+    assert A.explain_networks(ms).kind == "pairs"
+
+
+def reports_with_paths(rows: dict[int, dict[str, str]], n=3):
+    outs = []
+    for r in range(n):
+        rep = report(r, NODES[r])
+        rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.101.0.{11 + r}/24"], "up": True},
+                             {"name": "docker0", "addrs": ["172.17.0.1/16"], "up": True}]
+        rep["paths"] = rows.get(r, {})
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=NODES[r], report=rep)))
+    return outs
+
+
+def test_matrices_from_reports_leave_out_node_local_bridges():
+    ranks = reports_with_paths({0: {"10.101.0.0/24": ".ot", "172.17.0.0/16": ".ww"},
+                                1: {"10.101.0.0/24": "o.o"}, 2: {"10.101.0.0/24": "To."}})
+    [m] = E.matrices(ranks)
+    assert m.key == "10.101.0.0/24" and m.ifnames == ("eth1",) * 3
+    assert m.cells[0] == (None, "ok", "timeout") and m.cells[2] == ("timeout", "ok", None)
+    assert A.explain_matrix(m).kind == "pairs"
+
+
+def master_case(results: dict[int, str], rank0_nics=None, dialler_nics=None):
+    """Rank 0 on node-a; per rank >= 1 'ok', 'timeout', 'refused' or 'running'."""
+    outs = []
+    for r in range(1 + len(results)):
+        rep = report(r, NODES[r])
+        rep["interfaces"] = [{"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "up": True}]
+        rep["master"] = {"addr": "10.100.0.11", "port": 29500, "resolved": ["10.100.0.11"],
+                         "route": {"iface": "eth0", "src": f"10.100.0.{11 + r}"}}
+        if r == 0 and rank0_nics:
+            rep["interfaces"] = rank0_nics
+        if r and dialler_nics:
+            rep["interfaces"] = dialler_nics(r)
+        st = results.get(r)
+        running = st == "running"
+        if st == "ok":
+            rep["master"]["connected"] = "10.100.0.11"
+        elif st in ("timeout", "refused"):
+            rep.update(ok=False, chosen=None, failure={
+                "reason": V.MASTER_PORT_TIMEOUT if st == "timeout" else V.MASTER_PORT_REFUSED,
+                "phase": "rendezvous", "message": f"{NODES[r]} (rank {r}): dial {st}"})
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=NODES[r],
+                                       report=None if running else rep, running=running)))
+    return outs
+
+
+MASTER_CASES = [
+    ("some ranks got through", {1: "ok", 2: "timeout"}, "master-path", {"node-c", "node-a"},
+     ["node-c could not reach MASTER_ADDR 10.100.0.11 (node-a, rank 0) on TCP 29500 while node-b did",
+      "not node-a's firewall"]),
+    ("a rank still running got past the dial", {1: "running", 2: "timeout"}, "master-path",
+     {"node-c", "node-a"}, ["while node-b did"]),
+    ("no rank got through", {1: "timeout", 2: "timeout"}, "master-node", {"node-a"},
+     ["no rank reached MASTER_ADDR 10.100.0.11 (node-a, rank 0)", "node-a's firewall drops it"]),
+    ("refused everywhere", {1: "refused", 2: "refused"}, "master-node", {"node-a"},
+     ["node-a's firewall rejects it"]),
+]
+
+
+@pytest.mark.parametrize("name,results,kind,culprits,words", MASTER_CASES, ids=[c[0] for c in MASTER_CASES])
+def test_master_table(name, results, kind, culprits, words):
+    e = A.explain_master(master_case(results), "10.100.0.11", 29500)
+    assert (e.kind, set(e.culprits)) == (kind, culprits), e
+    for w in words:
+        assert w in e.cause, e.cause
+
+
+def test_one_dialling_rank_leaves_two_candidates_and_says_what_decides():
+    e = A.explain_master(master_case({1: "timeout"}), "10.100.0.11", 29500)
+    assert e.kind == "master-node" and "or the path node-b->node-a" in e.cause
+    assert e.decide == "tcpdump on node-a: SYNs from node-b arriving unanswered: node-a's rule; none: node-b's or the path"
+
+
+def test_master_address_on_one_of_two_nics_on_a_subnet_is_not_a_firewall():
+    """node-a's InternalIP (MASTER_ADDR) lives on eth0, which reaches nobody; eth1 is on the
+    same subnet: the message names both NICs, the address to advertise, and no firewall."""
+    nics = [{"name": "eth0", "addrs": ["10.100.0.11/24"], "up": True},
+            {"name": "eth1", "addrs": ["10.100.0.21/24"], "up": True}]
+    e = A.explain_master(master_case({1: "timeout"}, rank0_nics=nics), "10.100.0.11", 29500)
+    assert e.kind == "two-nics" and e.culprits == ("node-a",)
+    assert "node-a has two NICs on 10.100.0.0/24 (eth0 10.100.0.11, eth1 10.100.0.21)" in e.cause
+    assert "leaves by eth0" in e.cause and "not a firewall" in e.cause
+    assert "advertise the address peers reach (eth1's 10.100.0.21)" in e.fix
+    # the same node as a dialler: its route to the master leaves by the NIC that fails
+    dual = lambda r: [{"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "up": True},  # noqa: E731
+                      {"name": "eth1", "addrs": [f"10.100.0.{21 + r}/24"], "up": True}]
+    e = A.explain_master(master_case({1: "timeout"}, dialler_nics=dual), "10.100.0.11", 29500)
+    assert e.kind == "two-nics" and e.culprits == ("node-b",) and "eth1's 10.100.0.22" in e.fix
+
+
+def test_no_master_failure_no_explanation():
+    assert A.explain_master(master_case({1: "ok", 2: "ok"}), "10.100.0.11", 29500) is None
+
+
+@pytest.mark.parametrize("check,kind,words", [
+    ({"port": 1, "r": "refused", "arp": "complete"}, "master-node", ["node-a's firewall drops it"]),
+    ({"port": 1, "r": "timeout", "arp": "complete"}, "master-silent",
+     ["node-a answered ARP for 10.100.0.11 but no TCP port answers node-b", "two NICs on one subnet",
+      "not a firewall for TCP 29500 alone"]),  # and the decide test fits: see below
+    ({"port": 1, "r": "unreachable", "arp": "incomplete"}, "master-silent",
+     ["no host answers ARP for 10.100.0.11 (node-a, rank 0) from node-b", "not a firewall"]),
+])
+def test_the_master_host_check_tells_a_port_filter_from_lost_replies(check, kind, words):
+    """When the master port fails, the dialler tries another port of the host and reads its
+    ARP entry: a host that resets port 1 filters the master port alone (a firewall); one
+    that answers ARP but no port loses its replies (not a port firewall)."""
+    from disttrain.report import HostCheck
+    ranks = master_case({1: "timeout"})
+    ranks[1].report.master.host_check = HostCheck(**check)
+    e = A.explain_master(ranks, "10.100.0.11", 29500)
+    assert e.kind == kind and e.culprits == ("node-a",)
+    for w in words:
+        assert w in e.cause, e.cause
+    if check["r"] == "refused":
+        assert e.decide == ""  # the host answered elsewhere: the port filter is decided
+    assert "…" not in e.message() and len(e.message()) <= 400

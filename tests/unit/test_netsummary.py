@@ -1,0 +1,66 @@
+"""Network summary (pure): what was chosen, and every interface not chosen, each reason once."""
+from disttrain import netsummary as N
+from disttrain.findings import ProbeOutcome, typed
+from disttrain_probe import vocabulary as V
+
+from .fixtures import report
+
+
+def ranks_with(rejected, ifname="eth1"):
+    out = []
+    for r, node in enumerate(("node-a", "node-b")):
+        rep = report(r, node, ifname=ifname)
+        rep["rejected"] = rejected
+        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+    return out
+
+
+DECOYS = [{"ifname": n, "reason": V.REJ_DUPLICATE_ADDRESS,
+           "message": f"{n} excluded (same address {a} on node-a, node-b): a node-local bridge"}
+          for n, a in (("br-a1", "172.19.0.1"), ("docker0", "172.17.0.1"))]
+
+
+def test_rejected_clauses_group_by_reason_and_say_each_once():
+    rej = {"eth0": (V.REJ_NOT_PREFERRED, "eth0 on 10.100.0.0/24 is usable, but eth1 on 10.101.0.0/24 "
+                                         "ranked higher: faster by measurement (9400 vs 950 Mb/s)"),
+           "br-a1": (V.REJ_DUPLICATE_ADDRESS, "br-a1 excluded (same address 172.19.0.1 on ...)"),
+           "docker0": (V.REJ_DUPLICATE_ADDRESS, "docker0 excluded (same address 172.17.0.1 on ...)"),
+           "lo": (V.REJ_LOOPBACK, "lo is loopback")}
+    assert N.rejected_clauses(rej) == [
+        "eth0 not preferred: faster by measurement (9400 vs 950 Mb/s)",
+        "not chosen: eth0 (NotPreferred), br-a1 172.19.0.1, docker0 172.17.0.1 (DuplicateAddress: "
+        "the same address on every node), lo (Loopback: never leaves the node)"]
+
+
+def test_an_interface_chosen_somewhere_is_never_listed_as_rejected():
+    rej = [{"ifname": "eth1", "reason": V.REJ_NOT_ON_ALL_NODES, "message": "eth1 on 10.9/24 is missing"},
+           *DECOYS]
+    assert "eth1" not in N.rejections(ranks_with(rej))
+    m = N.network_message(ranks_with(rej))
+    assert m.startswith("eth1 (10.101.0.0/24) chosen on every node; not chosen: br-a1 172.19.0.1, docker0")
+    assert "NotOnAllNodes" not in m
+
+
+def test_network_message_is_bounded_with_many_interfaces():
+    rej = [{"ifname": f"veth{i:04d}", "reason": V.REJ_NO_IPV4, "message": "no IPv4"} for i in range(300)]
+    m = N.network_message(ranks_with(rej + DECOYS))
+    assert len(m) <= 400 and m.startswith("eth1 (10.101.0.0/24) chosen on every node")
+
+
+def test_a_nic_broken_on_one_node_is_named_in_the_passing_summary():
+    """eth0 works everywhere; node-c's eth1 reaches no one: eth0 is chosen and the
+    summary says whose eth1 is broken, not just 'Unreachable'."""
+    outs = []
+    for r, node in enumerate(("node-a", "node-b", "node-c")):
+        rep = report(r, node, ifname="eth0")
+        rep["chosen"]["subnet"] = "10.100.0.0/24"
+        rep["interfaces"] = [{"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "up": True},
+                             {"name": "eth1", "addrs": [f"10.101.0.{11 + r}/24"], "up": True}]
+        rep["rejected"] = [{"ifname": "eth1", "reason": V.REJ_UNREACHABLE, "message": "unreachable: ..."}]
+        eth1 = "".join("." if p == r else ("t" if 2 in (r, p) else "o") for p in range(3))
+        rep["paths"] = {"10.100.0.0/24": "".join("." if p == r else "o" for p in range(3)),
+                        "10.101.0.0/24": eth1}
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+    m = N.network_message(outs)
+    assert "eth1 unreachable: node-c reaches no peer on eth1 on 10.101.0.0/24" in m
+    assert N.node_results(outs)[2]["paths"] == {"10.100.0.0/24": "oo.", "10.101.0.0/24": "tt."}
