@@ -214,6 +214,28 @@ def _dial(addrs: List[str], port: int, deadline: Deadline) -> Tuple[Optional[str
         time.sleep(min(0.25, deadline.remaining()))
 
 
+def dial_until_decided(addrs: List[str], port: int, deadline: Deadline, probe_quiet: float = 2.0,
+                       check: Any = None) -> Tuple[Optional[str], str, float, Optional[Dict[str, Any]]]:
+    """Dial like :func:`_dial`, but when a dial times out (the SYN got no answer at all) ask
+    whether the host answers on another port (:func:`host_check`): a live host resets a
+    closed port, so silence on the master port while another port answers is a filter on
+    that port whatever rank 0 is doing: decided at once, without waiting for evidence of
+    rank 0's start (gang-scheduled probes start together and carry none). Returns (addr,
+    last error, seconds, the deciding host check or None)."""
+    check = check or host_check
+    t0 = time.monotonic()
+    last = "timeout"
+    while deadline.remaining() > 0:
+        addr, last, _ = _dial(addrs, port, Deadline(min(deadline.at, time.monotonic() + probe_quiet)))
+        if addr is not None:
+            return addr, "", time.monotonic() - t0, None
+        if last == "timeout" and deadline.remaining() > 0:
+            h = check(_order(addrs)[0], port, min(1.0, deadline.remaining()))
+            if h.get("r") in ("refused", "ok"):
+                return None, last, time.monotonic() - t0, h
+    return None, last, time.monotonic() - t0, None
+
+
 def arp_state(addr: str, table: str = "/proc/net/arp") -> Optional[str]:
     """The kernel's neighbour entry for IPv4 ``addr``: ``complete`` (a host answered ARP),
     ``incomplete`` (asked, nobody answered), or None (no entry, or not readable)."""
@@ -344,13 +366,18 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
         give_up = dial_give_up_at(deadline.at, getattr(tracker, "start", time.monotonic()),
                                   time.monotonic(), bool(started_at),
                                   getattr(cfg, "master_grace_seconds", 5.0))
-        addr, last, took = _dial(resolved, cfg.master_port, Deadline(give_up))
+        if started_at:
+            addr, last, took = _dial(resolved, cfg.master_port, Deadline(give_up))
+            decided = None
+        else:  # no evidence of rank 0's start: a port that drops while its host answers decides
+            addr, last, took, decided = dial_until_decided(resolved, cfg.master_port, Deadline(give_up))
         if addr is None:
             shown = f"{cfg.master_addr}:{cfg.master_port}" + (
                 f" ({', '.join(resolved)})" if resolved != [cfg.master_addr] else "")
             target = _order(resolved)[0]
             tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: checking whether {target} answers at all")
-            master["hostCheck"] = host_check(target, cfg.master_port, min(1.5, deadline.remaining()))
+            master["hostCheck"] = decided or host_check(target, cfg.master_port,
+                                                        min(1.5, deadline.remaining()))
             seen = _host_words(master["hostCheck"], node)
             seen = f"; {seen}" if seen else ""
             if started_at and last == "refused":

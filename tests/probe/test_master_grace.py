@@ -152,3 +152,40 @@ def test_host_check_tells_a_host_that_answers_elsewhere(tmp_path):
     assert RV.arp_state("10.100.0.13", str(table)) is None
     lost = RV._host_words({"port": 1, "r": "timeout", "arp": "complete"}, "node-b")
     assert "its replies to node-b are lost" in lost
+
+
+def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evidence():
+    """Gang-scheduled probes carry no evidence of rank 0's start: a dial that times out
+    while the host resets another port is a filter on the master port, decided at once."""
+    import socket
+    import time
+
+    from disttrain_probe import rendezvous as rv
+    from disttrain_probe.deadline import Deadline
+
+    # both the dial (a SYN with no answer) and the host check are stubbed: no packet is sent
+    calls = []
+
+    def answers_elsewhere(addr, port, timeout):
+        calls.append((addr, port))
+        return {"port": 1, "r": "refused", "arp": "complete"}
+
+    t0 = time.monotonic()
+    real_dial = rv._dial
+    try:
+        rv._dial = lambda addrs, port, deadline: (None, "timeout", 0.0)
+        addr, last, took, h = rv.dial_until_decided(["10.9.9.9"], 29500, Deadline(time.monotonic() + 30),
+                                                    check=answers_elsewhere)
+    finally:
+        rv._dial = real_dial
+    assert addr is None and last == "timeout" and h["r"] == "refused" and calls == [("10.9.9.9", 29500)]
+    assert time.monotonic() - t0 < 5
+
+    # a refusal (nothing listening yet) is never decided early: dial until the deadline
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    srv.close()  # the port is closed: refused
+    addr, last, took, h = rv.dial_until_decided(["127.0.0.1"], port, Deadline(time.monotonic() + 1.5),
+                                                check=answers_elsewhere)
+    assert addr is None and last == "refused" and h is None and took >= 1.0
