@@ -25,16 +25,6 @@ QUOTA = "cpu=2,memory=8Gi,nvidia.com/gpu=0"  # the example needs 2 x 1 CPU
 
 
 @pytest.fixture(scope="module")
-def operator(cluster):
-    from localcluster import operator_install
-
-    operator_install.stop()
-    operator_install.start()
-    yield operator_install
-    operator_install.stop()
-
-
-@pytest.fixture(scope="module")
 def kueue_cluster(cluster):
     p = subprocess.run([sys.executable, "-m", "localcluster", "up", "--nodes", str(len(cluster.node_names)),
                         "--kueue", "--kueue-quota", QUOTA], capture_output=True, text=True, timeout=600)

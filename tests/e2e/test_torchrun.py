@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .test_operator import operator  # noqa: F401 - the running operator, a module fixture
 
 pytestmark = pytest.mark.e2e
 
