@@ -150,6 +150,7 @@ REASON_INVALID_POD_TEMPLATE = V.INVALID_POD_TEMPLATE  # the apiserver refused a 
 REASON_API_ERROR = V.API_ERROR  # API calls keep failing; retried with backoff
 REASON_NAME_CONFLICT = V.NAME_CONFLICT  # a pod the job needs is held by one that is not its own
 REASON_TTL_EXPIRED = V.TTL_EXPIRED  # Event only: the finished job is deleted
+REASON_PROBE_DETAIL = V.PROBE_DETAIL  # Event only: one probe finding in full
 REASON_PROBE_POD_LOST = V.PROBE_POD_LOST  # a probe pod evicted, deleted or its node lost
 REASON_OPERATOR_ERROR = V.OPERATOR_ERROR  # a bug in the operator; retried with backoff
 REASON_JOB_SUSPENDED = V.JOB_SUSPENDED  # Suspended=True, and the stage conditions it stopped

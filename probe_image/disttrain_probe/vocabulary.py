@@ -187,6 +187,7 @@ RANK_FAILED = _r("RankFailed", (FAILED, SUCCEEDED), _F, OPERATOR)
 BACKOFF_LIMIT_EXCEEDED = _r("BackoffLimitExceeded", (FAILED, SUCCEEDED), _F, OPERATOR)
 DEADLINE_EXCEEDED = _r("DeadlineExceeded", (FAILED, SUCCEEDED), _F, OPERATOR)
 TTL_EXPIRED = _r("TTLExpired", (SUCCEEDED, FAILED), (EVENT,), OPERATOR)
+PROBE_DETAIL = _r("ProbeDetail", (VALIDATED,), (EVENT,), OPERATOR)
 
 # ---- GPUs, RDMA and what NCCL used (the probe's hardware evidence) ------------------------
 GPU_COUNT_MISMATCH = _r("GPUCountMismatch", (COLLECTIVE_VALIDATED,), _W, PROBE)

@@ -201,3 +201,12 @@ def test_two_ranks_on_one_node_never_validate():
     v = cond.get(plan.status["conditions"], c.PROBES_SCHEDULED)
     assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_UNSCHEDULABLE)
     assert "0:node-a, 1:node-a" in v["message"] and not plan.creates
+
+
+def test_the_verdict_sends_each_finding_in_full_as_an_event():
+    body = advance(job(), step(job(), []))
+    r1 = report(1, "node-b", ok=False, failure={"reason": c.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+                                                "message": "node-b (rank 1): connection timed out " + "x" * 500})
+    plan = step(body, finished_probes(r1=r1))
+    details = [e for e in plan.events if e[1] == c.REASON_PROBE_DETAIL]
+    assert details and details[0][0] == "Warning" and "x" * 500 in details[0][2]

@@ -20,6 +20,9 @@ from ..step import Step
 from . import nodeloss
 
 
+MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
+
+
 def apply(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     """Write the verdict; True when the job was validated."""
     diag = diagnose(outcomes, master)
@@ -52,6 +55,11 @@ def apply(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
         probe["failures"] = diag.failures[:16]
     if diag.warnings:
         probe["warnings"] = diag.warnings[:16]
+    # The conditions say the cause in <= 400 characters; each finding in full goes to an
+    # Event (kubectl describe dtj, kubectl get events), a Warning for a failure.
+    for kind, lines in (("Warning", diag.failures), ("Normal", diag.warnings)):
+        for line in lines[:MAX_DETAIL_EVENTS]:
+            s.plan.events.append((kind, c.REASON_PROBE_DETAIL, line))
     s.status["probe"] = {k: v for k, v in probe.items() if v is not None}
     if not diag.validated:
         v = diag.conditions[c.VALIDATED]
