@@ -9,6 +9,7 @@ import traceback
 from typing import Any, Dict, List, Optional
 
 from . import config as C
+from . import localranks as LR
 from . import reasons as R
 from . import report as REP
 from .deadline import Deadline, ProbeFailure, Tracker
@@ -21,8 +22,9 @@ def _first_line(e: BaseException) -> str:
 
 
 class Probe:
-    def __init__(self, cfg: C.Config):
+    def __init__(self, cfg: C.Config, argv: Optional[List[str]] = None):
         self.cfg = cfg
+        self.argv = list(argv or [])
         self.lock = threading.RLock()
         self.emitted = False
         self.bus: Any = None
@@ -47,6 +49,12 @@ class Probe:
         self.nccl_chosen: Optional[Dict[str, Any]] = None  # NCCL's answer with our ifname
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
         self.torch = TorchLoader()
+        # Several processes per node (localranks.py): local ranks 1..P-1, started by this one.
+        self.layout = LR.Layout(cfg.rank, cfg.world_size, 0, cfg.nproc_per_node)
+        self.local: Optional[Any] = None            # spawn.LocalRanks
+        self.local_failure: Optional[Dict[str, str]] = None  # a local rank's own failure
+        self.local_final: Optional[List[Dict[str, Any]]] = None  # their outcomes, collected
+        self.intra: Optional[Dict[str, Any]] = None  # the intra-node all-reduce (this process)
 
     # -- report ---------------------------------------------------------------------
     def _self_summary(self) -> Dict[str, Any]:
@@ -70,7 +78,7 @@ class Probe:
         ver = dict(self.inv.get("versions") or (self.torch.versions if self.torch.done else {}))
         versions = {k: ver.get(k) for k in ("python", "torch", "cuda", "nccl", "ncclBuild", "ncclLib",
                                              "driver", "gpus")}
-        return {
+        out = {
             "v": REP.VERSION,
             "rank": cfg.rank,
             "worldSize": cfg.world_size,
@@ -113,6 +121,30 @@ class Probe:
             "listenErrors": self.state.get("listenErrors"),
             "truncated": False,
         }
+        if cfg.spawns_local_ranks:  # only with several processes per node: the report is unchanged otherwise
+            out["localWorldSize"] = cfg.nproc_per_node
+            out["intraNode"] = self.intra if (self.intra or {}).get("busbwGBps") is not None else None
+            out["localRanks"] = self._local_entries()
+        return out
+
+    def _local_entries(self) -> List[Dict[str, Any]]:
+        """One compact outcome per local rank (localranks.entry), this process first."""
+        own = self.failure
+        if own is not None and self.local_failure is not None \
+                and own.get("message") == self.local_failure.get("message"):
+            own = None  # the node failed because of another local rank: not this one's own
+        mine = LR.entry(0, bool(self.ok and self.failure is None), self.phase,
+                        # its message is the report's failure: not said twice
+                        {"reason": own.get("reason"), "phase": own.get("phase")} if own else None,
+                        "cuda:0" if self.backend == "nccl" else None, self.intra,
+                        self.allreduce)
+        if self.local_final is not None:
+            rest = self.local_final
+        elif self.local is not None:
+            rest = self.local.outcomes(wait=0.0)
+        else:
+            rest = [LR.entry(k, False, "start") for k in range(1, self.cfg.nproc_per_node)]
+        return [mine] + list(rest)
 
     def _nccl_bootstrap(self) -> Optional[Dict[str, Any]]:
         """NCCL's own interface choice alone and with the validated interface, and the rule's
@@ -147,6 +179,8 @@ class Probe:
         with self.lock:
             if self.emitted:
                 return
+            if self.local_failure is not None:  # a local rank's own failure is why this one hung
+                reason, message = self.local_failure["reason"], self.local_failure["message"]
             if reason is None:
                 self.state["warnings"].append({"reason": R.TEARDOWN_HUNG, "message": message})
             else:
@@ -156,6 +190,9 @@ class Probe:
             self.phase = phase
             if self.allreduce is not None and self.allreduce.get("busbwGBps") is None:
                 self.allreduce = None
+            if self.local is not None:
+                self.local_final = self.local.outcomes(wait=0.0)
+                self.local.kill()
             self.emit()
             code = 0 if (self.ok and self.failure is None) else 1
         try:
@@ -176,6 +213,10 @@ class Probe:
         t.join(wait)
 
     def begin(self, phase: str, reason: Optional[str] = None, message: str = ""):
+        if self.local_failure is not None:  # a local rank failed on its own: the node fails with it
+            f = self.local_failure
+            raise ProbeFailure(f.get("reason") or R.PROBE_INTERNAL_ERROR, f.get("message") or "",
+                               f.get("phase"))
         self.phase = phase
         d = self.tracker.begin(phase, reason, message)
         self.prewrite(phase, reason)
@@ -192,8 +233,11 @@ class Probe:
         node = cfg.node_name
         if cfg.rank == 0 and not cfg.agent_store:  # listen on the master port now, not after the slow torch import
             self.state["master_listener"] = rendezvous.listen_early(cfg.master_port)
+        spawn_error = self._start_local_ranks()  # they import torch meanwhile too
         self.torch.start()  # import torch meanwhile; the phases that need it wait for it
         try:
+            if spawn_error:
+                raise ProbeFailure(R.PROBE_INTERNAL_ERROR, spawn_error, "config")
             d = self.begin("inventory", R.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
             self.inv = inventory.collect(cfg, d, self.tracker)
             loop = [a for a in self.inv.get("hostResolves") or [] if inventory.is_loopback(a)]
@@ -249,18 +293,24 @@ class Probe:
             d = self.begin("collective", R.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
             self.allreduce = {}
             nccl_log = hardware.start_nccl_capture(self.backend)  # NCCL's own INFO lines
+            if self.local is not None:
+                self.intra = {}
+                self.local.go(rendezvous.local_store_addr(cfg, self.inv, self.state),
+                              (self.chosen or {}).get("ifname"), self.backend)
             collective.run(cfg, self.store, (self.chosen or {}).get("ifname"), self.backend, d,
-                           self.tracker, self.allreduce)
+                           self.tracker, self.allreduce, self.layout, self.intra)
             seen = {w.get("reason") for w in self.state["warnings"]}
             self.state["warnings"].extend(w for w in hardware.finish_nccl_capture(nccl_log, hw, node)
                                           if w["reason"] not in seen)
             self._finish_nccl_check(min(5.0, max(0.0, self.tracker.end - self.tracker.grace
                                                  - time.monotonic() - 2.0)))
-            self.ok = True
             d = self.begin("report", None, f"{node}: final barrier hung")
+            self._collect_local_ranks(d)
+            self.ok = True
             self._finish_barrier(d)
         except ProbeFailure as f:
             self.ok = False
+            f = self._local_cause(f)
             self.failure = {"reason": f.reason, "phase": f.phase or self.phase, "message": f.message}
             self.tracker.wind_down(4.5)
             if not f.relayed:
@@ -278,14 +328,118 @@ class Probe:
                        f"rank 0 ({bus.nodes.get(0, '?')}) exited or its node failed; see rank 0's "
                        f"report")
             self.failure = {"reason": reason, "phase": self.phase, "message": msg}
+            if self.local_failure is not None:
+                self.failure = dict(self.local_failure)
             traceback.print_exc(file=sys.stderr)
             self._abort_peers(self.phase, reason, msg, wait=1.0)
             self._linger_for_peers()
         if self.allreduce is not None and self.allreduce.get("busbwGBps") is None:
             self.allreduce = None  # not measured: null, never half-filled
         self.tracker.finish()
+        self._end_local_ranks()
         self.emit()
         return 0 if (self.ok and self.failure is None) else 1
+
+    # -- several processes per node (localranks.py, spawn.py) ---------------------------
+    def _start_local_ranks(self) -> Optional[str]:
+        """Start local ranks 1..P-1 (with several processes per node); the error, if they
+        cannot be started."""
+        if not self.cfg.spawns_local_ranks:
+            return None
+        from . import spawn
+        try:
+            self.local = spawn.LocalRanks.start(self.argv, self.cfg.node_name,
+                                                self.cfg.nproc_per_node)
+        except OSError as e:
+            return (f"{self.cfg.node_name}: could not start local ranks 1..{self.cfg.nproc_per_node - 1} "
+                    f"(python -m disttrain_probe.localworker): {e}")
+        self.local.watch(self._local_failed)
+        return None
+
+    def _local_failed(self, outcome: Dict[str, Any]) -> None:
+        """A local rank ended with a failure of its own (watch thread): it is the node's
+        failure. Peers learn it through the store at once (a second connection: the main
+        thread may be blocked in a store call), so their gathers stop waiting and a rank
+        whose collective then fails passes it on; this process fails at its next phase or
+        when its own collective, now missing a rank, gives up."""
+        f = outcome.get("failure") or {}
+        self.local_failure = {"reason": f.get("reason") or R.PROBE_INTERNAL_ERROR,
+                              "phase": f.get("phase") or self.phase,
+                              "message": f.get("message") or f"{self.cfg.node_name}: a local rank failed"}
+        if self._bus() is None:
+            return
+        try:
+            from . import rendezvous
+            side = rendezvous.side_store(self.cfg, rendezvous.local_store_addr(
+                self.cfg, self.inv, self.state), 2.0)
+            from .rendezvous import Bus
+            Bus(side, self.cfg.rank, self.cfg.world_size, self.cfg.node_name).abort(
+                self.local_failure["phase"], self.local_failure["reason"],
+                self.local_failure["message"])
+        except Exception:
+            pass
+
+    def _local_cause(self, f: ProbeFailure) -> ProbeFailure:
+        """The failure to report: a local rank's own beats this process's (its collective
+        failed because that rank was missing); with several processes per node, a peer
+        node's published failure beats this rank's own collective failure (it only waited
+        for that node). Local ranks that have not started their collective are stopped."""
+        if self.local is not None and self.phase != "collective" and self.phase != "report":
+            self.local.stop(f"local rank 0 failed: {f.reason}")
+        if self.local_failure is not None:
+            lf = self.local_failure
+            return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"), relayed=f.relayed)
+        if (self.local is not None and self.phase == "collective" and not f.relayed
+                and self._bus() is not None):
+            time.sleep(0.3)  # a local rank's failure may be on its way through the watch thread
+            if self.local_failure is not None:
+                lf = self.local_failure
+                return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"))
+            from . import rendezvous
+            try:
+                side = rendezvous.side_store(self.cfg, rendezvous.local_store_addr(
+                    self.cfg, self.inv, self.state), 1.5)
+                a = rendezvous.peer_abort(side, self.cfg.rank)
+            except Exception:
+                a = None
+            if a:
+                return ProbeFailure(a.get("reason") or f.reason, (
+                    f"peer {a.get('node')} (rank {a.get('rank')}) failed in {a.get('phase')}: "
+                    f"{a.get('message')}"), a.get("phase"), relayed=True)
+        return f
+
+    def _collect_local_ranks(self, d: Deadline) -> None:
+        """After this process's collective passed: wait for the local ranks' outcomes (within
+        the report phase); the first that failed is the node's failure."""
+        if self.local is None:
+            return
+        self.local.unwatch()
+        self.local.wait(max(0.0, d.remaining() - 0.5))
+        self.local_final = self.local.outcomes(final=True)
+        f = LR.first_failure(self.local_final)
+        if f is None and not LR.ready([LR.entry(0, True, "report")] + self.local_final,
+                                      self.cfg.nproc_per_node):
+            f = {"reason": R.PROBE_INTERNAL_ERROR, "phase": "report", "message": (
+                f"{self.cfg.node_name}: a local rank did not report a pass")}
+        if f is not None:
+            self.local_failure = {"reason": f.get("reason") or R.PROBE_INTERNAL_ERROR,
+                                  "phase": f.get("phase") or "collective",
+                                  "message": f.get("message") or ""}
+            raise ProbeFailure(self.local_failure["reason"], self.local_failure["message"],
+                               self.local_failure["phase"])
+
+    def _end_local_ranks(self) -> None:
+        """Before the final report: the local ranks' last outcomes, then none is left running;
+        the output of those that failed goes to this pod's log (stderr)."""
+        if self.local is None:
+            return
+        self.local.unwatch()
+        if self.local_final is None:
+            self.local.wait(0.5 if self.failure else 0.0)
+            self.local_final = self.local.outcomes(wait=0.2)
+        self.local.kill()
+        for line in self.local.tails():
+            print(line, file=sys.stderr)
 
     def _start_nccl_check(self) -> None:
         """In the background (while versions and the collective run): ask NCCL itself, with
@@ -395,7 +549,7 @@ def main(argv: Optional[List[str]] = None) -> int:
              "warnings": [], "truncated": False}
         REP.emit(r, C.report_path_hint(argv))
         return 1
-    return Probe(cfg).run()
+    return Probe(cfg, argv).run()
 
 
 if __name__ == "__main__":

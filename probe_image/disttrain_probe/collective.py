@@ -13,6 +13,7 @@ from typing import Any, Dict, Optional
 
 from . import reasons as R
 from .deadline import Deadline, ProbeFailure
+from .localranks import Layout
 
 
 def busbw_factor(n: int) -> float:
@@ -35,14 +36,42 @@ def resolve_backend(requested: str) -> str:
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+
+
+def _new_group(dist: Any, layout: Layout) -> Any:
+    """The intra-node process group (this node's local ranks). Only its members take part
+    (``use_local_synchronization``); a torch without it (< 2.1) needs every rank to create
+    every node's group, in the same order."""
+    try:
+        return dist.new_group(ranks=layout.node_group(), use_local_synchronization=True)
+    except TypeError:
+        mine = None
+        for n in range(layout.nodes):
+            g = dist.new_group(ranks=list(range(n * layout.nproc, (n + 1) * layout.nproc)))
+            if n == layout.node_rank:
+                mine = g
+        return mine
+
+
 def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadline: Deadline,
-        tracker: Any, result: Dict[str, Any]) -> Dict[str, Any]:
-    """Init, warm up, time ``cfg.iterations`` all-reduces, destroy. Fills ``result`` as it goes."""
+        tracker: Any, result: Dict[str, Any], layout: Optional[Layout] = None,
+        intra: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Init, warm up, time ``cfg.iterations`` all-reduces, destroy. Fills ``result`` (the
+    all-reduce over every rank) as it goes.
+
+    ``layout`` (default: one process per node, global rank = ``cfg.rank``): with several
+    local ranks per node, the process group has ``layout.world`` ranks, and before the
+    world all-reduce the node's local ranks all-reduce among themselves (the intra-node
+    path), timed into ``intra`` (same keys as ``result``). Raises :class:`ProbeFailure`
+    whose message names the node, and with several local ranks the local rank."""
     import torch
     import torch.distributed as dist
 
-    node = cfg.node_name
-    n = cfg.world_size
+    lay = layout or Layout(cfg.rank, cfg.world_size)
+    node = lay.who(cfg.node_name)
+    n = lay.world
     if chosen_ifname:
         os.environ["GLOO_SOCKET_IFNAME"] = chosen_ifname
         # "=" makes NCCL match the name exactly (a bare "eth1" is a prefix and matches eth10).
@@ -53,17 +82,24 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
             raise ProbeFailure(R.PROCESS_GROUP_INIT_FAILED,
                                f"{node}: backend nccl requested but CUDA is not available "
                                f"(torch {torch.__version__}); use a GPU node or probe.backend=gloo")
-        dev = cfg.local_rank % max(1, torch.cuda.device_count())
+        count = torch.cuda.device_count()
+        if lay.nproc > count:
+            raise ProbeFailure(R.PROCESS_GROUP_INIT_FAILED, (
+                f"{node}: {lay.nproc} processes per node but {count} visible GPU(s): NCCL needs "
+                f"one GPU per process (two ranks on one GPU fail with 'Duplicate GPU detected'); "
+                f"set numProcPerNode to the GPUs the pod requests (auto), or request "
+                f"{lay.nproc} GPUs"))
+        dev = (lay.local_rank if lay.nproc > 1 else cfg.local_rank) % max(1, count)
         torch.cuda.set_device(dev)
         device = torch.device("cuda", dev)
     timeout = timedelta(seconds=max(1.0, deadline.remaining()))
     tracker.step(R.PROCESS_GROUP_INIT_FAILED,
                  f"{node}: init_process_group({backend}) on {chosen_ifname} did not complete")
     try:
-        dist.init_process_group(backend, store=dist.PrefixStore("dtp/pg", store), rank=cfg.rank,
-                                world_size=n, timeout=timeout)
+        dist.init_process_group(backend, store=dist.PrefixStore("dtp/pg", store),
+                                rank=lay.global_rank, world_size=n, timeout=timeout)
     except Exception as e:
-        text = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        text = _first_line(e)
         hint = ""
         if "timeout" in text.lower():
             hint = (f"; a peer never joined, or peers cannot reach this node on {chosen_ifname} "
@@ -72,62 +108,81 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
             f"{node}: init_process_group({backend}) on {chosen_ifname} failed: {text}{hint}"))
     numel = max(1, cfg.message_size_bytes // 4)
     nbytes = numel * 4
-    expected = n * (n + 1) / 2.0
-    result.update({"bytes": nbytes, "iterations": cfg.iterations, "seconds": None,
-                   "algbwGBps": None, "busbwGBps": None, "correct": None})
     t = torch.empty(numel, dtype=torch.float32, device=device)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    def once(check: bool) -> float:
-        t.fill_(float(cfg.rank + 1))
-        sync()
-        t0 = time.perf_counter()
-        dist.all_reduce(t, op=dist.ReduceOp.SUM)
-        sync()
-        dt = time.perf_counter() - t0
-        if check:
-            lo, hi = float(t.min().item()), float(t.max().item())
-            if lo != expected or hi != expected:
-                result["correct"] = False
-                raise ProbeFailure(R.ALL_REDUCE_WRONG_RESULT, (
-                    f"{node}: all-reduce(sum) of {nbytes} bytes over {n} ranks on {chosen_ifname} "
-                    f"returned values in [{lo:g}, {hi:g}], expected {expected:g} everywhere; "
-                    f"suspect a faulty NIC/driver or mismatched builds"))
-        return dt
+    def timed(group: Any, size: int, fill: float, what: str, into: Dict[str, Any],
+              path: str) -> Dict[str, float]:
+        """Warm-up (checked), then ``cfg.iterations`` timed all-reduces (sum) over ``group``
+        of ``size`` ranks, each checked against size(size+1)/2; fills ``into``."""
+        expected = size * (size + 1) / 2.0
+        into.update({"bytes": nbytes, "iterations": cfg.iterations, "seconds": None,
+                     "algbwGBps": None, "busbwGBps": None, "correct": None})
 
-    # NCCL creates its communicator lazily, inside the first collective: a hang or error
-    # there is an init failure, not a slow all-reduce.
-    first = R.PROCESS_GROUP_INIT_FAILED if backend == "nccl" else R.ALL_REDUCE_TIMEOUT
-    tracker.step(first, f"{node}: first all-reduce ({backend} connection setup) over {n} ranks "
-                        f"on {chosen_ifname} hung")
-    try:
-        once(check=True)  # warm-up (connections, buffers), checked too
-    except ProbeFailure:
-        raise
-    except Exception as e:
-        raise ProbeFailure(first, (
-            f"{node}: first all-reduce ({backend} connection setup) over {n} ranks on "
-            f"{chosen_ifname} failed: {str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"))
-    tracker.step(R.ALL_REDUCE_TIMEOUT,
-                 f"{node}: all-reduce of {nbytes} bytes over {n} ranks on {chosen_ifname} hung")
-    try:
-        total = 0.0
-        for _ in range(cfg.iterations):
-            total += once(check=True)
-    except ProbeFailure:
-        raise
-    except Exception as e:
-        raise ProbeFailure(R.ALL_REDUCE_TIMEOUT, (
-            f"{node}: all-reduce over {n} ranks on {chosen_ifname} failed: "
-            f"{str(e).splitlines()[0][:200] if str(e) else type(e).__name__}; a peer died or the "
-            f"interface drops traffic"))
-    per = total / cfg.iterations
-    bw = bandwidth(nbytes, per, n)
-    result.update({"seconds": round(total, 6), "correct": True,
-                   "algbwGBps": round(bw["algbwGBps"], 4), "busbwGBps": round(bw["busbwGBps"], 4)})
+        def once(check: bool) -> float:
+            t.fill_(fill)
+            sync()
+            t0 = time.perf_counter()
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+            sync()
+            dt = time.perf_counter() - t0
+            if check:
+                lo, hi = float(t.min().item()), float(t.max().item())
+                if lo != expected or hi != expected:
+                    into["correct"] = False
+                    raise ProbeFailure(R.ALL_REDUCE_WRONG_RESULT, (
+                        f"{node}: all-reduce(sum) of {nbytes} bytes {what} on {path} "
+                        f"returned values in [{lo:g}, {hi:g}], expected {expected:g} everywhere; "
+                        f"suspect a faulty {'GPU/NVLink' if path == 'the intra-node path' else 'NIC'}"
+                        f"/driver or mismatched builds"))
+            return dt
+
+        # NCCL creates its communicator lazily, inside the first collective: a hang or error
+        # there is an init failure, not a slow all-reduce.
+        first = R.PROCESS_GROUP_INIT_FAILED if backend == "nccl" else R.ALL_REDUCE_TIMEOUT
+        tracker.step(first, f"{node}: first all-reduce ({backend} connection setup) {what} "
+                            f"on {path} hung")
+        try:
+            once(check=True)  # warm-up (connections, buffers), checked too
+        except ProbeFailure:
+            raise
+        except Exception as e:
+            raise ProbeFailure(first, (
+                f"{node}: first all-reduce ({backend} connection setup) {what} on "
+                f"{path} failed: {_first_line(e)}"))
+        tracker.step(R.ALL_REDUCE_TIMEOUT, f"{node}: all-reduce of {nbytes} bytes {what} on "
+                                           f"{path} hung")
+        try:
+            total = 0.0
+            for _ in range(cfg.iterations):
+                total += once(check=True)
+        except ProbeFailure:
+            raise
+        except Exception as e:
+            raise ProbeFailure(R.ALL_REDUCE_TIMEOUT, (
+                f"{node}: all-reduce {what} on {path} failed: {_first_line(e)}; a peer died or "
+                f"the {'interface' if path == chosen_ifname else 'path'} drops traffic"))
+        bw = bandwidth(nbytes, total / cfg.iterations, size)
+        into.update({"seconds": round(total, 6), "correct": True,
+                     "algbwGBps": round(bw["algbwGBps"], 4), "busbwGBps": round(bw["busbwGBps"], 4)})
+        return bw
+
+    if lay.nproc > 1 and intra is not None:
+        tracker.step(R.PROCESS_GROUP_INIT_FAILED,
+                     f"{node}: creating the intra-node group of {lay.nproc} local ranks hung")
+        try:
+            group = _new_group(dist, lay)
+        except Exception as e:
+            raise ProbeFailure(R.PROCESS_GROUP_INIT_FAILED, (
+                f"{node}: the intra-node process group ({lay.nproc} local ranks, {backend}) "
+                f"failed: {_first_line(e)}"))
+        timed(group, lay.nproc, float(lay.local_rank + 1),
+              f"among {cfg.node_name}'s {lay.nproc} local ranks", intra, "the intra-node path")
+    where = f"over {n} ranks" if lay.nproc == 1 else f"over {n} ranks ({lay.nodes} nodes x {lay.nproc})"
+    bw = timed(None, n, float(lay.global_rank + 1), where, result, str(chosen_ifname))
     tracker.step(None, f"{node}: destroy_process_group hung")
     try:
         dist.destroy_process_group()

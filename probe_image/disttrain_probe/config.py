@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
+from .localranks import MAX_NPROC
+
 DEFAULT_MESSAGE_SIZE = 4 * 1024 * 1024
 DEFAULT_ITERATIONS = 10
 DEFAULT_TIMEOUT = 60.0
@@ -57,6 +59,16 @@ class Config:
     launcher: str = "env"
     agent_store: bool = False
     store_prefix: str = ""
+    # Processes per node (DISTTRAIN_PROBE_NPROC_PER_NODE, the job's numProcPerNode): local
+    # rank 0 (this process) starts local ranks 1..n-1 for the collective phase
+    # (localranks.py). RANK and WORLD_SIZE stay the node rank and the number of nodes.
+    nproc_per_node: int = 1
+
+    @property
+    def spawns_local_ranks(self) -> bool:
+        """This process is local rank 0 of several that the probe starts itself (not a
+        launcher's: under torchrun or srun every process is already a rank)."""
+        return self.nproc_per_node > 1
 
     @property
     def loopback_requested(self) -> bool:
@@ -145,6 +157,8 @@ def _parser() -> argparse.ArgumentParser:
                                   "(RFC 3339); set it only if rank 0 ran before this rank started")
     a("--job-uid", help="DISTTRAIN_PROBE_JOB_UID: echoed in the report (set by the operator)")
     a("--attempt", help="DISTTRAIN_PROBE_ATTEMPT: probe attempt, echoed in the report")
+    a("--nproc-per-node", help="DISTTRAIN_PROBE_NPROC_PER_NODE: processes per node; local rank 0 "
+                               "starts the others for the collective phase (default 1)")
     a("--master-grace-seconds", help="DISTTRAIN_PROBE_MASTER_GRACE_SECONDS: with "
                                      "--master-started-at, stop dialling the master this many "
                                      "seconds after this probe started (default 5)")
@@ -196,6 +210,17 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         raise ConfigError(f"DISTTRAIN_PROBE_BACKEND={backend!r}: expected auto, nccl or gloo")
     ifname = (get(ns.socket_ifname, "DISTTRAIN_PROBE_SOCKET_IFNAME", "auto") or "auto").strip()
     started = parse_started_at(get(ns.master_started_at, "DISTTRAIN_PROBE_MASTER_STARTED_AT"))
+    nproc = _int("DISTTRAIN_PROBE_NPROC_PER_NODE",
+                 get(ns.nproc_per_node, "DISTTRAIN_PROBE_NPROC_PER_NODE", "1"), 1)
+    if nproc > MAX_NPROC:
+        raise ConfigError(f"DISTTRAIN_PROBE_NPROC_PER_NODE={nproc}: at most {MAX_NPROC}")
+    local_rank = _int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0)
+    if nproc > 1 and launch.name != "env":
+        raise ConfigError(f"DISTTRAIN_PROBE_NPROC_PER_NODE={nproc} under {launch.name}: the "
+                          f"launcher already starts one probe per process (torchrun "
+                          f"--nproc-per-node, srun --ntasks-per-node); leave it unset")
+    if nproc > 1 and local_rank >= nproc:
+        raise ConfigError(f"LOCAL_RANK={local_rank} must be < DISTTRAIN_PROBE_NPROC_PER_NODE={nproc}")
     size = _int("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
                 get(ns.message_size_bytes, "DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
                     str(DEFAULT_MESSAGE_SIZE)), 4)
@@ -220,7 +245,7 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         port_range=parse_port_range(get(ns.port_range, "DISTTRAIN_PROBE_PORT_RANGE")),
         report_path=get(ns.report_path, "DISTTRAIN_PROBE_REPORT_PATH", DEFAULT_REPORT_PATH)
         or DEFAULT_REPORT_PATH,
-        local_rank=_int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0),
+        local_rank=local_rank,
         resolve_seconds=_float("DISTTRAIN_PROBE_RESOLVE_SECONDS",
                                env.get("DISTTRAIN_PROBE_RESOLVE_SECONDS") or "10", 0.0),
         master_started_at=started.strftime("%Y-%m-%dT%H:%M:%SZ") if started else None,
@@ -230,6 +255,7 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         job_uid=get(ns.job_uid, "DISTTRAIN_PROBE_JOB_UID"),
         attempt=_optional_int("DISTTRAIN_PROBE_ATTEMPT", get(ns.attempt, "DISTTRAIN_PROBE_ATTEMPT")),
         launcher=launch.name, agent_store=launch.agent_store, store_prefix=launch.store_prefix,
+        nproc_per_node=nproc,
     )
 
 

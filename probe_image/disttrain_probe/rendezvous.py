@@ -455,6 +455,42 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
     return store, bus
 
 
+def local_store_addr(cfg: Any, inv: Dict[str, Any], state: Dict[str, Any]) -> str:
+    """Where this node's other processes (local ranks > 0) reach the store: the master
+    address this rank's dial reached; on node rank 0, which serves it on every address, one
+    of MASTER_ADDR's addresses that is this node's own, else 127.0.0.1."""
+    master = state.get("master") or {}
+    if cfg.rank != 0 and master.get("connected"):
+        return str(master["connected"])
+    local = {a.partition("/")[0] for i in inv.get("interfaces") or [] for a in i.get("addrs") or []}
+    mine = [a for a in _order(master.get("resolved") or []) if a in local]
+    return mine[0] if mine else "127.0.0.1"
+
+
+def side_store(cfg: Any, addr: str, timeout: float) -> Any:
+    """A second, short-lived client of the rendezvous store at ``addr`` (its own connection,
+    so another thread may use it while the main thread is blocked in a store call), with
+    the launcher's prefix. Raises what TCPStore raises."""
+    import torch.distributed as dist
+    store = dist.TCPStore(host_name=addr, port=cfg.master_port, is_master=False,
+                          timeout=timedelta(seconds=max(0.5, timeout)), wait_for_workers=False)
+    if getattr(cfg, "store_prefix", ""):
+        store = dist.PrefixStore(cfg.store_prefix, store)
+    return store
+
+
+def peer_abort(store: Any, rank: int) -> Optional[Dict[str, Any]]:
+    """The abort another rank published (``Bus.abort``'s dict), None when there is none, it
+    is this rank's own, or the store cannot be read."""
+    try:
+        if not store.check([PREFIX + "abort"]):
+            return None
+        a = json.loads(store.get(PREFIX + "abort"))
+    except Exception:
+        return None
+    return a if isinstance(a, dict) and a.get("rank") != rank else None
+
+
 def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                state: Dict[str, Any]) -> Tuple[Any, Bus]:
     """Both halves at once (:func:`reach_master`, then :func:`join_store`), for callers

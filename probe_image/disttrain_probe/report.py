@@ -96,17 +96,44 @@ def _warnings_cap(n: int) -> Callable[[Dict[str, Any]], None]:
     return f
 
 
+def _local_msgs(n: int) -> Callable[[Dict[str, Any]], None]:
+    """Cut the local ranks' failure messages to ``n`` characters."""
+    def f(r: Dict[str, Any]) -> None:
+        for e in r.get("localRanks") or []:
+            if isinstance(e, dict) and isinstance(e.get("failure"), dict):
+                e["failure"]["message"] = _cut(e["failure"].get("message"), n)
+            if isinstance(e, dict):
+                e.pop("note", None)
+    return f
+
+
+def _local_slim(r: Dict[str, Any]) -> None:
+    """Passing local ranks keep only their rank, verdict and bandwidths."""
+    for e in r.get("localRanks") or []:
+        if isinstance(e, dict) and e.get("ok") is True:
+            for k in ("device", "phase"):
+                e.pop(k, None)
+
+
+def _local_failing_only(r: Dict[str, Any]) -> None:
+    """Only the local ranks that did not pass (``localWorldSize`` still says how many ran)."""
+    if isinstance(r.get("localRanks"), list):
+        r["localRanks"] = [e for e in r["localRanks"] if isinstance(e, dict) and e.get("ok") is not True]
+
+
 STEPS: List[Callable[[Dict[str, Any]], None]] = [
     _drop("mesh"),
     _drop("env"),
     _drop("listenErrors"),
     _drop("hostResolves"),
+    _local_msgs(300),
     _msgs("rejected", 160),
     _msgs("warnings", 300),
     _ifaces_v4_only,
     _rejected_cap(12),
     _msgs("rejected", 60),
     _drop("ncclBootstrap"),
+    _local_slim,
     _paths_cap(16),
     _ifaces_cap(16),
     _msgs("warnings", 160),
@@ -114,17 +141,19 @@ STEPS: List[Callable[[Dict[str, Any]], None]] = [
     _ifaces_cap(6),
     _drop("pathMbpsLow"),
     _drop("pathMbps"),
+    _local_msgs(120),
     _paths_cap(8),
     _rejected_cap(4),
     _msgs("rejected", 0),
     _warnings_cap(4),
     _failure_cut(300),
     _msgs("warnings", 80),
+    _local_failing_only,
 ]
 
 ESSENTIAL = ("v", "rank", "worldSize", "node", "hostname", "ok", "phase", "failure", "warnings",
              "versions", "master", "chosen", "backend", "allreduce", "ncclDefaultIfname", "paths",
-             "settings")
+             "settings", "localWorldSize", "intraNode", "localRanks")
 
 
 def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
@@ -148,6 +177,9 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
         _paths_cap(8 if n == 200 else 2)(r)
         _failure_cut(n)(r)
         _msgs("warnings", n)(r)
+        _local_msgs(n)(r)
+        if n == 40:
+            _local_failing_only(r)
         r["warnings"] = (r.get("warnings") or [])[:2]
         text = dumps(r)
         if len(text) <= limit:
@@ -163,6 +195,12 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
             "chosen": {k: _cut(chosen.get(k), 63) for k in ("ifname", "addr", "subnet") if chosen.get(k)}
             or None,
             "master": {k: master.get(k) for k in ("addr", "port") if master.get(k)} or None}
+    if r.get("localWorldSize") is not None:  # several processes per node: how many, which failed
+        keep["localWorldSize"] = r.get("localWorldSize")
+        keep["localRanks"] = [{"localRank": e.get("localRank"), "ok": False,
+                               "failure": {"reason": (e.get("failure") or {}).get("reason")}}
+                              for e in r.get("localRanks") or []
+                              if isinstance(e, dict) and e.get("ok") is not True][:4]
     _failure_cut(40)(keep)
     text = dumps(keep)
     if len(text) > limit:  # absurd inputs (a 4 KiB node name): keep the verdict only
@@ -217,6 +255,18 @@ def summary(r: Dict[str, Any]) -> str:
         lines.append(f"  all-reduce {a.get('bytes')} B x {a.get('iterations')} in {a.get('seconds')}s: "
                      f"algbw {a.get('algbwGBps')} GB/s, busbw {a.get('busbwGBps')} GB/s, "
                      f"correct={a.get('correct')}")
+    if r.get("localWorldSize") is not None:
+        i = r.get("intraNode") or {}
+        ranks = [e for e in r.get("localRanks") or [] if isinstance(e, dict)]
+        passed = sum(1 for e in ranks if e.get("ok") is True)
+        lines.append(f"  local ranks: {passed}/{r.get('localWorldSize')} passed"
+                     + (f"; intra-node all-reduce busbw {i.get('busbwGBps')} GB/s, correct="
+                        f"{i.get('correct')}" if i else ""))
+        for e in ranks:
+            f = e.get("failure")
+            if f:
+                lines.append(f"  local rank {e.get('localRank')} {f.get('reason')} in "
+                             f"{f.get('phase')}: {f.get('message')}")
     for w in r.get("warnings") or []:
         lines.append(f"  warning {w.get('reason')}: {w.get('message')}")
     lines.append(f"  timings {r.get('timings')}")

@@ -1,0 +1,140 @@
+"""Several processes per node (``numProcPerNode`` > 1): who is who, and what the pod reports.
+
+The probe pod runs one process per local rank, as training will (``torchrun
+--nproc-per-node P``). Local rank 0 is the node's probe as with one process (inventory,
+master port, the connectivity mesh per node, the interface choice, versions: every
+node-level check, once per node); it starts local ranks 1..P-1 itself
+(:mod:`disttrain_probe.spawn`, each runs :mod:`disttrain_probe.localworker`) and they
+join only the collective phase: one process group of ``nodes x P`` ranks (global rank =
+node rank x P + local rank, as torchrun numbers them), first an all-reduce among the
+node's local ranks (the intra-node path: NVLink/P2P/SHM with NCCL, loopback with gloo),
+then one over the whole world (the inter-node path).
+
+The pod's one report (its termination message) comes from local rank 0 and carries
+``localWorldSize`` = P, its own intra-node measurement (``intraNode``) and one compact
+entry per local rank (``localRanks``, :func:`entry`). A failure of local rank k is the
+pod's failure, its message naming the node and the local rank (``node-b local rank 1:
+...``). Pure: no processes, no torch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import reasons as R
+
+MAX_NPROC = 256  # local ranks per node the probe will start (8 GPUs is the usual; 72 on NVL72 trays)
+# A local rank's outcome line on its stdout: this marker, then one JSON object (entry()).
+MARK = "@@disttrain-local "
+STOPPED = 3  # a local rank's exit code when local rank 0 told it to stop (not its failure)
+# Set by local rank 0 in the environment of the local ranks it starts.
+WORKER_VAR = "DISTTRAIN_PROBE_LOCAL_WORKER"
+PARENT_VAR = "DISTTRAIN_PROBE_PARENT_PID"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one process sits: ``node_rank`` of ``nodes``, ``local_rank`` of ``nproc``.
+
+    ``global_rank`` = node_rank x nproc + local_rank and ``world`` = nodes x nproc (torchrun's
+    numbering). With ``nproc`` 1 it is the one-process probe: global rank = node rank."""
+
+    node_rank: int
+    nodes: int
+    local_rank: int = 0
+    nproc: int = 1
+
+    @property
+    def global_rank(self) -> int:
+        return self.node_rank * self.nproc + self.local_rank
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.nproc
+
+    def node_group(self) -> List[int]:
+        """The global ranks on this node (the intra-node group)."""
+        first = self.node_rank * self.nproc
+        return list(range(first, first + self.nproc))
+
+    def who(self, node: str) -> str:
+        """How messages name this process: ``node`` with one process per node, else
+        ``<node> local rank <k>``."""
+        return node if self.nproc == 1 else f"{node} local rank {self.local_rank}"
+
+
+def who(node: str, local_rank: int, nproc: int) -> str:
+    """:meth:`Layout.who` without a layout."""
+    return node if nproc <= 1 else f"{node} local rank {local_rank}"
+
+
+def _bw(result: Optional[Dict[str, Any]], key: str) -> Optional[float]:
+    v = (result or {}).get(key)
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Dict[str, Any]] = None,
+          device: Optional[str] = None, intra: Optional[Dict[str, Any]] = None,
+          world: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """One local rank's compact outcome (an element of the report's ``localRanks``):
+    ``{localRank, ok, phase, device?, intraBusbwGBps?, busbwGBps?, failure?}``, bandwidths
+    in GB/s (1e9 B/s) from its own timing of the intra-node and the world all-reduce.
+    Optional keys are left out when unknown (a 4 KiB report has to carry P of these)."""
+    out: Dict[str, Any] = {"localRank": local_rank, "ok": bool(ok), "phase": phase}
+    if device:
+        out["device"] = device
+    ib, wb = _bw(intra, "busbwGBps"), _bw(world, "busbwGBps")
+    if ib is not None:
+        out["intraBusbwGBps"] = ib
+    if wb is not None:
+        out["busbwGBps"] = wb
+    if failure:
+        out["failure"] = {k: failure.get(k) for k in ("reason", "phase", "message")
+                          if failure.get(k) is not None}
+    return out
+
+
+def exited(local_rank: int, code: Optional[int], last: Optional[Dict[str, Any]], node: str,
+           nproc: int, tail: Sequence[str] = (), final: bool = True) -> Dict[str, Any]:
+    """The outcome of a local rank from what local rank 0 saw: its last outcome line
+    (``last``, :func:`entry`'s shape, or None) and its exit code (None: still running).
+    A process that ended without a final outcome (killed, out of memory, a crash in C++)
+    gets a failure naming the node, the local rank, the phase it was in and the exit
+    code; so does one still running when ``final`` (local rank 0 waited for it in vain).
+    Returns an :func:`entry`-shaped dict."""
+    base = dict(last) if isinstance(last, dict) else entry(local_rank, False, "start")
+    base["localRank"] = local_rank
+    if (base.get("ok") is True or base.get("failure") or base.get("stopped")
+            or (code is None and not final)):
+        return base
+    phase = str(base.get("phase") or "start")
+    name = who(node, local_rank, nproc)
+    if code is None:
+        message = (f"{name}: still running in {phase} when local rank 0 reported; it hung "
+                   f"(see the pod's log)")
+    else:
+        how = f"signal {-code}" if code < 0 else f"code {code}"
+        seen = f"; last output: {tail[-1][:160]}" if tail else ""
+        message = (f"{name}: the probe process ended ({how}) during {phase} without reporting "
+                   f"(killed, out of memory, or a crash in torch/NCCL){seen}; read the probe "
+                   f"pod's log (probe.keepPods: Always)")
+    base.update({"ok": False, "failure": {"reason": R.PROBE_INTERNAL_ERROR if phase != "collective"
+                                          else R.PROCESS_GROUP_INIT_FAILED,
+                                          "phase": phase, "message": message}})
+    return base
+
+
+def first_failure(entries: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The failure the pod reports for its local ranks: the first local rank (> 0) whose
+    outcome failed for a reason of its own, else the first that failed at all; its failure
+    dict ``{reason, phase, message}``, None when none failed. A local rank that only
+    stopped because local rank 0 failed (``stopped``) is not a failure."""
+    failed = [e for e in entries if isinstance(e, dict) and e.get("localRank") != 0
+              and isinstance(e.get("failure"), dict) and not e.get("stopped")]
+    return dict(failed[0]["failure"]) if failed else None
+
+
+def ready(entries: Sequence[Dict[str, Any]], nproc: int) -> bool:
+    """Every local rank 0..nproc-1 present and ok."""
+    seen = {e.get("localRank"): e for e in entries if isinstance(e, dict)}
+    return all(seen.get(i, {}).get("ok") is True for i in range(nproc))
