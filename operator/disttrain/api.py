@@ -500,6 +500,14 @@ class NodeResult(_Model):
     throughput_mbps: Optional[float] = Field(
         None, alias="throughputMbps",
         description="Mb/s this node moved on the chosen network (its best measured pair).")
+    local_ranks: Optional[int] = Field(
+        None, description="Processes the probe ran on this node, one per training process "
+        "(numProcPerNode; set only when more than one), each checked in the all-reduce among "
+        "the node's local ranks and in the one over every rank.")
+    intra_node_bus_bandwidth_gbps: Optional[float] = Field(
+        None, alias="intraNodeBusBandwidthGBps",
+        description="busbw of the all-reduce among this node's local ranks (the intra-node "
+        "path), GB/s (1e9 B/s); set only with more than one process per node.")
 
 
 class RendezvousStatus(_Model):

@@ -32,7 +32,7 @@ from disttrain_probe import vocabulary as V
 
 from . import evidence as E
 from . import messages as M
-from .findings import Finding, RankInput
+from .findings import Finding, RankInput, relayed
 from .verdicts import merged_message
 
 _MASTER_PORT = (V.MASTER_PORT_TIMEOUT, V.MASTER_PORT_REFUSED)
@@ -260,16 +260,17 @@ def explain(cause: Finding, found: Sequence[Finding], ranks: Sequence[RankInput]
     if len(named) == 1 and probe_words.startswith(named[0]):  # each node that reported its own
         first = next((f.message for f in found if f.reason == cause.reason), "")
         named += [f.node for f in found if f.reason == cause.reason and f.node
-                  and f.node not in named and f.message != first]
+                  and f.node not in named and f.message != first and not relayed(f)]
     return probe_words, named
 
 
 def culprits(message: str, nodes: Sequence[str]) -> list[str]:
     """The node(s) a message singles out: the one it starts with (``node-a: ...``,
-    ``node-a (rank 1): ...``), else those its last clause (the fix) names, else all it
+    ``node-a (rank 1): ...``, ``node-a local rank 1: ...``), else those its last clause (the fix) names, else all it
     names."""
     for n in nodes:
-        if n and (message.startswith(n + ":") or message.startswith(n + " (")):
+        if n and (message.startswith(n + ":") or message.startswith(n + " (")
+                  or message.startswith(n + " local rank ")):
             return [n]
     parts = M.clauses(message)
     return (M.named_nodes(parts[-1], nodes) if parts else []) or M.named_nodes(message, nodes)

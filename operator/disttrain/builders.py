@@ -271,7 +271,10 @@ def build_probe_pod(
     image into an emptyDir and the probe runs inside the training image; otherwise it runs
     in the probe image. ``master_addr`` is rank 0's address (its pod's hostIP); for rank 0
     itself (None) it is its own status.hostIP, as it hosts the TCPStore on
-    ``rendezvous.port``. ``master_started_at`` (RFC 3339) is when rank 0's probe container
+    ``rendezvous.port``. RANK and WORLD_SIZE are the node rank and numNodes (one probe pod,
+    one report per node); DISTTRAIN_PROBE_NPROC_PER_NODE is numProcPerNode (``auto``: the
+    GPUs requested): the probe runs that many processes, world size numNodes x it, as
+    training will. ``master_started_at`` (RFC 3339) is when rank 0's probe container
     started, passed as DISTTRAIN_PROBE_MASTER_STARTED_AT: the evidence that lets a dialling
     rank call the master port blocked after a short grace instead of its whole rendezvous
     deadline (rank 0 listens within moments of starting, see docs/probe-report.md).
@@ -313,6 +316,8 @@ def build_probe_pod(
         env.append(_env_var("DISTTRAIN_PROBE_PORT_RANGE", spec.network.port_range))
     if master_started_at:
         env.append(_env_var("DISTTRAIN_PROBE_MASTER_STARTED_AT", master_started_at))
+    if nproc_per_node(spec) > 1:  # one probe process per training process (localranks.py)
+        env.append(_env_var("DISTTRAIN_PROBE_NPROC_PER_NODE", nproc_per_node(spec)))
     probe = {
         "name": "probe",
         "image": (trainer.get("image") or image) if spec.probe.use_training_image else image,

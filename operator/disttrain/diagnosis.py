@@ -84,10 +84,22 @@ def _passed(ranks: list[F.RankInput], master_addr: Optional[str], busbw, algbw, 
                                     f"every rank reached {master_addr}:{port if port else ''}"),
         V.NETWORK_VALIDATED: Verdict("True", V.INTERFACE_SELECTED, N.network_message(ranks)),
         V.VERSIONS_CONSISTENT: Verdict("True", V.VERSIONS_MATCH, f"same on every node: {vmsg}"),
-        V.COLLECTIVE_VALIDATED: Verdict("True", V.ALLREDUCE_PASSED, M.bound(
-            f"all-reduce correct over {len(ranks)} ranks ({backend}); busbw {busbw} GB/s, "
-            f"algbw {algbw} GB/s at {size} bytes")),
+        V.COLLECTIVE_VALIDATED: Verdict("True", V.ALLREDUCE_PASSED, M.bound(_collective_passed(
+            ranks, busbw, algbw, size, backend))),
     }
+
+
+def _collective_passed(ranks: list[F.RankInput], busbw, algbw, size, backend) -> str:
+    """CollectiveValidated's message: over how many ranks (nodes x processes per node), the
+    slowest node's intra-node all-reduce with several processes, then the world's."""
+    nproc = N.processes(ranks)
+    if nproc <= 1:
+        return (f"all-reduce correct over {len(ranks)} ranks ({backend}); busbw {busbw} GB/s, "
+                f"algbw {algbw} GB/s at {size} bytes")
+    return (f"all-reduce correct among each node's {nproc} local ranks (intra-node busbw "
+            f"{N.intra_bandwidth(ranks)} GB/s, slowest node) and over {len(ranks) * nproc} ranks "
+            f"({len(ranks)} nodes x {nproc}, {backend}); busbw {busbw} GB/s, algbw {algbw} GB/s "
+            f"at {size} bytes")
 
 
 def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],

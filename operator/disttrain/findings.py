@@ -9,6 +9,7 @@ each with its table test in ``tests/unit/test_findings.py``.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
@@ -184,7 +185,8 @@ def settings_mismatch(ranks: Sequence[RankInput]) -> Optional[Finding]:
 def failures(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Finding]:
     """Every failure: each rank's own, a loopback MASTER_ADDR when nothing else failed, and
     one cross-node version table that replaces the probes' own (identical or relayed)
-    messages for that reason."""
+    messages for that reason; failures a rank only passed on from a peer (:func:`relayed`)
+    after the ranks' own, so the first of a reason is the rank it happened on."""
     out = [f for f in (rank_failure(r) for r in ranks) if f is not None]
     if not out and is_loopback(master_addr):
         out.append(Finding(V.MASTER_ADDR_LOOPBACK, ranks[0].node if ranks else "rank 0",
@@ -193,7 +195,17 @@ def failures(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Fin
     for mismatch in (version_mismatch(ranks), settings_mismatch(ranks)):
         if mismatch:
             out = [f for f in out if f.reason != mismatch.reason] + [mismatch]
-    return out
+    # a rank's own failure before what another rank passed on (it only waited for that one)
+    return sorted(out, key=relayed)
+
+
+_RELAYED = re.compile(r"^peer \S+ \(rank \d+\) failed in \S+: ")
+
+
+def relayed(f: Finding) -> bool:
+    """The finding only passes on another rank's failure (``peer node-b (rank 1) failed in
+    collective: ...``, what a probe reports when a peer's abort stopped it)."""
+    return bool(_RELAYED.match(f.message))
 
 
 def failure_order(reason: str) -> tuple[int, int]:
@@ -223,5 +235,5 @@ def warning_check(reason: str) -> str:
 
 
 __all__ = ["Finding", "ProbeOutcome", "RankInput", "cause", "failure_order", "failures",
-           "is_loopback", "rank_failure", "typed", "version_mismatch", "warning_check",
+           "is_loopback", "rank_failure", "relayed", "typed", "version_mismatch", "warning_check",
            "warnings"]

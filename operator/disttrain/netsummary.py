@@ -59,8 +59,32 @@ def node_results(ranks: Sequence[RankInput]) -> list[dict[str, Any]]:
             "cuda": ver.cuda if ver else None,
             "nccl": ver.nccl if ver else None,
             **({"paths": paths} if paths else {}),  # kubectl describe stays short without
+            **_local(rep),
         })
     return out
+
+
+def _local(rep: Any) -> dict[str, Any]:
+    """``localRanks`` (processes the probe ran on the node) and its intra-node busbw, only
+    with several processes per node."""
+    if rep is None or not rep.local_world_size or rep.local_world_size <= 1:
+        return {}
+    out: dict[str, Any] = {"localRanks": rep.local_world_size}
+    if rep.intra_node is not None and rep.intra_node.busbw_gbps is not None:
+        out["intraNodeBusBandwidthGBps"] = rep.intra_node.busbw_gbps
+    return out
+
+
+def processes(ranks: Sequence[RankInput]) -> int:
+    """Processes per node the probes ran (their ``localWorldSize``; 1 without)."""
+    return max([r.report.local_world_size or 1 for r in ranks if r.report] or [1])
+
+
+def intra_bandwidth(ranks: Sequence[RankInput]) -> Optional[float]:
+    """The slowest node's intra-node all-reduce busbw (GB/s), None without one."""
+    bw = [r.report.intra_node.busbw_gbps for r in ranks if r.report and r.report.intra_node
+          and r.report.intra_node.busbw_gbps is not None]
+    return round(min(bw), 4) if bw else None
 
 
 def bandwidths(ranks: Sequence[RankInput]) -> tuple[Optional[float], Optional[float], Optional[int]]:

@@ -142,6 +142,23 @@ class AllReduce(_Model):
     correct: Optional[bool] = None
 
 
+class LocalRank(_Model):
+    """One local rank's outcome when the probe pod ran several processes (numProcPerNode
+    > 1): its verdict, the phase it reached, its GPU (``cuda:<k>`` with NCCL), its own
+    timing of the intra-node and the world all-reduce (busbw, GB/s), and its failure (the
+    message names the node and the local rank). ``stopped``: it only stopped because local
+    rank 0 failed first."""
+
+    local_rank: int
+    ok: bool
+    phase: Optional[str] = None
+    device: Optional[str] = None
+    intra_busbw_gbps: Optional[float] = Field(default=None, alias="intraBusbwGBps")
+    busbw_gbps: Optional[float] = Field(default=None, alias="busbwGBps")
+    failure: Optional[Failure] = None
+    stopped: Optional[bool] = None
+
+
 class MeshResult(_Model):
     """One dial from this rank to a peer's listener (``r``: ok|wrong|refused|timeout|...)."""
 
@@ -218,6 +235,16 @@ class ProbeReport(_Model):
     settings: Dict[str, str] = Field(
         default_factory=dict, description="the NCCL/gloo variables that must agree across "
         "ranks, as set on this node (disttrain_probe/settings.py MUST_AGREE)")
+    # -- several processes per node (additive; absent with one process per node) --
+    local_world_size: Optional[int] = Field(
+        default=None, description="processes the probe ran on this node (numProcPerNode); "
+        "rank and worldSize still count nodes, the process world is worldSize x this")
+    intra_node: Optional[AllReduce] = Field(
+        default=None, description="local rank 0's timed all-reduce among this node's local "
+        "ranks (the intra-node path), busbw with n = localWorldSize")
+    local_ranks: List[LocalRank] = Field(
+        default_factory=list, description="one outcome per local rank (only those that did "
+        "not pass when the report was cut to fit)")
 
     @property
     def failure_reason(self) -> Optional[str]:

@@ -12,7 +12,8 @@ step never crashes on it:
   integer strings (``"1"``) become integers; anything else non-integer is dropped;
 - times that are not strings are dropped (any RFC 3339 form, with fractional seconds or an
   offset, is read by :func:`disttrain.observe.parse_time`);
-- a node entry without an integer ``rank`` is dropped.
+- a node entry without an integer ``rank`` is dropped; its other fields keep strings,
+  finite numbers (``throughputMbps``, ``localRanks``, ...) and a ``paths`` map of strings.
 """
 
 from __future__ import annotations
@@ -85,7 +86,11 @@ def _nodes(raw: Any) -> list[dict[str, Any]]:
         rank = _int(x.get("rank"))
         if rank is None or rank < 0:
             continue
-        node = {k: v for k, v in x.items() if isinstance(v, str) or v is None}
+        node = {k: v for k, v in x.items()
+                if isinstance(v, str) or v is None or _num(v) is not None}
+        paths = x.get("paths")  # network -> one character per peer (NodeResult.paths)
+        if isinstance(paths, dict):
+            node["paths"] = {k: v for k, v in paths.items() if isinstance(k, str) and isinstance(v, str)}
         node["rank"] = rank
         node["name"] = _str(x.get("name")) or ""
         out.append(node)

@@ -6,6 +6,8 @@ checks that it is the report of the pod that wrote it and that it does not contr
 itself, before :func:`disttrain.diagnosis.diagnose` reads it:
 
 - identity: ``rank`` equals the pod's node-rank label, ``worldSize`` the job's numNodes,
+  ``localWorldSize`` the job's processes per node (required when that is more than one;
+  ``rank``/``worldSize`` count probe pods, i.e. nodes, the process world is their product),
   ``jobUid`` the job's UID, ``attempt`` the probe attempt of the pod, ``pod`` the pod's
   name and ``node`` its node, when the report gives them (the probe echoes each one the
   operator passed in); ``master`` is the address and port the operator gave that rank.
@@ -14,7 +16,8 @@ itself, before :func:`disttrain.diagnosis.diagnose` reads it:
   foreign program's output;
 - consistency: ``ok: true`` with a ``failure`` is invalid; a passing report must carry an
   all-reduce that is marked correct with finite bandwidths (an incorrect all-reduce is
-  ``AllReduceWrongResult`` whatever ``ok`` says);
+  ``AllReduceWrongResult`` whatever ``ok`` says); with several processes per node also the
+  intra-node all-reduce, and no local rank that did not pass (:func:`local_ranks_problem`);
 - threshold: the operator compares every rank's busbw with
   ``spec.probe.minBusBandwidthGBps`` itself (``BandwidthBelowThreshold``), so a probe that
   skipped or misread the threshold cannot validate a slow cluster.
@@ -47,6 +50,9 @@ class Expected:
     master_addr: Optional[str]
     master_port: int
     min_busbw_gbps: float = 0.0
+    # numProcPerNode: with more than one, the report must say so (localWorldSize) and a pass
+    # must carry the intra-node all-reduce and every local rank's pass.
+    local_world_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,8 @@ def identity_problem(report: dict[str, Any], exp: Expected) -> Optional[str]:
         ("attempt", report.get("attempt"), exp.attempt, True),
         ("pod", report.get("pod"), exp.pod, False),
         ("node", report.get("node"), exp.node, False),
+        ("localWorldSize", report.get("localWorldSize"), exp.local_world_size,
+         exp.local_world_size > 1),
     ]
     for field, got, want, required in checks:
         if want is None or (got is None and not required):
@@ -85,6 +93,37 @@ def identity_problem(report: dict[str, Any], exp: Expected) -> Optional[str]:
     addr = master.get("addr")
     if exp.master_addr is not None and addr is not None and addr != exp.master_addr:
         return f"master.addr is {addr!r}, expected {exp.master_addr!r}"
+    return None
+
+
+def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Optional[Checked]:
+    """A passing report of a pod with several processes: its intra-node all-reduce must be
+    there, correct, with a finite busbw, and no local rank may have failed; unless the report
+    was cut (``truncated``: then only the failing ones are listed) every local rank
+    0..localWorldSize-1 must be listed. The Checked to return instead, or None."""
+    intra = report.get("intraNode") if isinstance(report.get("intraNode"), dict) else None
+    if intra is None:
+        return Checked(None, f"{who}: the report passed without the intra-node all-reduce of its "
+                             f"{exp.local_world_size} local ranks")
+    if intra.get("correct") is not True:
+        return Checked(_as_failure(report, c.REASON_ALLREDUCE_WRONG_RESULT, (
+            f"{exp.node or exp.pod}: the all-reduce among its {exp.local_world_size} local ranks "
+            f"was wrong (correct={intra.get('correct')!r}) although the probe reported ok; check "
+            "the node's GPUs and their links (nvidia-smi topo -m, nvidia-smi -q for ECC errors)")))
+    if not _finite(intra.get("busbwGBps")) or intra["busbwGBps"] < 0:
+        return Checked(None, f"{who}: the report passed with intra-node bus bandwidth "
+                             f"{intra.get('busbwGBps')!r}, not a finite number of GB/s")
+    entries = [e for e in report.get("localRanks") or [] if isinstance(e, dict)]
+    bad = [e.get("localRank") for e in entries if e.get("ok") is not True]
+    if bad:
+        return Checked(None, f"{who}: the report says ok but local rank(s) "
+                             f"{', '.join(str(b) for b in bad)} did not pass: it contradicts itself")
+    listed = {e.get("localRank") for e in entries}
+    missing = [k for k in range(exp.local_world_size) if k not in listed]
+    if missing and not report.get("truncated"):
+        shown = ", ".join(str(k) for k in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        return Checked(None, f"{who}: the report passed without the outcome of local rank(s) "
+                             f"{shown} of {exp.local_world_size}")
     return None
 
 
@@ -121,6 +160,10 @@ def check(report: dict[str, Any], exp: Expected) -> Checked:
     if not _finite(busbw) or busbw < 0:
         return Checked(None, f"{who}: the report passed with bus bandwidth {busbw!r}, not a "
                              "finite number of GB/s")
+    if exp.local_world_size > 1:
+        local = local_ranks_problem(report, exp, who)
+        if isinstance(local, Checked):
+            return local
     if exp.min_busbw_gbps > 0 and busbw < exp.min_busbw_gbps:
         return Checked(_as_failure(report, c.REASON_BANDWIDTH_BELOW_THRESHOLD, (
             f"{exp.node or exp.pod}: all-reduce busbw {busbw:.4g} GB/s is below "

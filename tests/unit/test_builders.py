@@ -235,3 +235,33 @@ def test_probe_pod_says_how_many_gpus_the_pod_requested():
     assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "0"
     s.template.spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
     assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "8"
+
+
+def test_probe_pod_runs_one_process_per_training_process():
+    """numProcPerNode 2: the probe pod is told to run 2 processes; RANK/WORLD_SIZE stay the
+    node rank and numNodes (one pod, one report per node). auto with 8 GPUs: 8. With one
+    process per node nothing is added (the pod is as before)."""
+    s = spec_of(numProcPerNode=2)
+    e = env(build_probe_pod(REF, s, 1, "10.0.0.1", 1)["spec"]["containers"][0])
+    assert (e["RANK"], e["WORLD_SIZE"], e["DISTTRAIN_PROBE_NPROC_PER_NODE"]) == ("1", "2", "2")
+    s = spec_of(numProcPerNode="auto")
+    s.template.spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
+    assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])[
+        "DISTTRAIN_PROBE_NPROC_PER_NODE"] == "8"
+    for one in (spec_of(numProcPerNode=1), spec_of(numProcPerNode="auto")):
+        assert "DISTTRAIN_PROBE_NPROC_PER_NODE" not in env(build_probe_pod(REF, one, 0, None, 1)
+                                                           ["spec"]["containers"][0])
+
+
+def test_worker_with_two_processes_per_node_runs_torchrun_with_two():
+    """The training pod: torchrun --nproc-per-node=2 (wrapped), or the user's own torchrun
+    reading PET_NPROC_PER_NODE=2; world size numNodes x 2."""
+    rv = Rendezvous("10.0.0.1", 29500, "eth1", exact=True)
+    s = spec_of(numProcPerNode=2)
+    ctr = build_worker_pod(REF, s, 1, "node-b", rv, 0)["spec"]["containers"][0]
+    assert "--nproc-per-node=2" in ctr["command"] and "--nnodes=2" in ctr["command"]
+    assert env(ctr)["PET_NPROC_PER_NODE"] == "2"
+    s.template.spec["containers"][0]["command"] = ["torchrun", "/workspace/train.py"]
+    ctr = build_worker_pod(REF, s, 1, "node-b", rv, 0)["spec"]["containers"][0]
+    assert ctr["command"] == ["torchrun", "/workspace/train.py"]
+    assert (env(ctr)["PET_NPROC_PER_NODE"], env(ctr)["PET_NNODES"], env(ctr)["PET_NODE_RANK"]) == ("2", "2", "1")

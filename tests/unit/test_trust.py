@@ -94,3 +94,61 @@ def test_a_pass_without_allreduce_is_invalid_and_a_failure_passes_through():
     f = report(1, "node-b", ok=False, failure={"reason": "MasterPortTimeout", "message": "m"})
     out = check(f, EXP)
     assert out.error is None and out.report is f
+
+
+EXP2 = Expected(**{**EXP.__dict__, "local_world_size": 2})
+
+
+def good2():
+    """A passing report of a pod that ran 2 processes."""
+    r = good()
+    r["localWorldSize"] = 2
+    r["intraNode"] = {"bytes": 4194304, "iterations": 10, "seconds": 0.02, "algbwGBps": 2.0,
+                      "busbwGBps": 2.0, "correct": True}
+    r["localRanks"] = [{"localRank": 0, "ok": True, "phase": "report", "busbwGBps": 1.5},
+                       {"localRank": 1, "ok": True, "phase": "report", "busbwGBps": 1.5}]
+    return r
+
+
+def test_a_multi_process_report_is_trusted_when_every_local_rank_passed():
+    assert check(good2(), EXP2).error is None
+
+
+def test_local_world_size_is_part_of_the_identity():
+    r = good2()
+    r["localWorldSize"] = 4
+    assert "localWorldSize is 4, expected 2" in check(r, EXP2).error
+    # an older probe that ignored DISTTRAIN_PROBE_NPROC_PER_NODE ran one process: not evidence
+    r = good()
+    assert "localWorldSize is None, expected 2" in check(r, EXP2).error
+    # one process per node: a report without the field is as before; one that says 2 is not
+    assert check(good(), EXP).error is None
+    assert "localWorldSize" in check(good2(), EXP).error
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda r: r.pop("intraNode"), "without the intra-node all-reduce"),
+    (lambda r: r["intraNode"].update(busbwGBps=math.inf), "intra-node bus bandwidth"),
+    (lambda r: r["localRanks"][1].update(ok=False), "local rank(s) 1 did not pass"),
+    (lambda r: r["localRanks"].pop(1), "without the outcome of local rank(s) 1 of 2"),
+])
+def test_a_multi_process_pass_that_lacks_or_contradicts_its_local_ranks_is_invalid(mutate, needle):
+    r = good2()
+    mutate(r)
+    out = check(r, EXP2)
+    assert out.report is None and needle in out.error and "rank 1" in out.error
+
+
+def test_a_cut_report_may_list_only_its_failing_local_ranks():
+    r = good2()
+    r["localRanks"], r["truncated"] = [], True
+    assert check(r, EXP2).error is None
+
+
+def test_a_wrong_intra_node_result_is_a_failure_naming_the_node():
+    r = good2()
+    r["intraNode"]["correct"] = False
+    out = check(r, EXP2)
+    assert out.report["ok"] is False
+    assert out.report["failure"]["reason"] == c.REASON_ALLREDUCE_WRONG_RESULT
+    assert out.report["failure"]["message"].startswith("node-b: the all-reduce among its 2 local ranks")

@@ -23,7 +23,7 @@ from .. import conditions as cond
 from .. import constants as c
 from .. import observe as o
 from .. import trust
-from ..api import DistTrainingJobSpec
+from ..api import DistTrainingJobSpec, nproc_for
 from ..builders import JobRef, build_probe_pod, master_dns_name, probe_pod_name, uses_dns_hostnames
 from ..diagnosis import ProbeOutcome
 from ..step import ReportParser, Step
@@ -347,7 +347,7 @@ def collect(s: Step, by_rank: dict[int, dict]) -> list[ProbeOutcome]:
         expected = trust.Expected(
             rank=r, world_size=s.spec.num_nodes, job_uid=s.job.uid, attempt=attempt, pod=name,
             node=node, master_addr=_given_master(pod), master_port=s.spec.rendezvous.port,
-            min_busbw_gbps=s.spec.probe.min_bus_bandwidth_gbps)
+            min_busbw_gbps=s.spec.probe.min_bus_bandwidth_gbps, local_world_size=nproc_for(s.spec))
         checked = trust.check(report, expected)
         if checked.error:
             out.error = checked.error
