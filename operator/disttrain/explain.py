@@ -65,14 +65,21 @@ def conditions_table(conds: Sequence[dict]) -> Table:
 
 
 def nodes_table(nodes: Sequence[dict]) -> Table:
+    """One row per node; with several processes per node also how many the probe ran
+    (``local``) and their intra-node all-reduce busbw (``intra GB/s``)."""
+    local = any(n.get("localRanks") for n in nodes)
     t = Table(title="Nodes", expand=False)
-    for col in ("rank", "node", "interface", "address", "torch", "CUDA", "NCCL", "Mb/s"):
-        t.add_column(col, justify="right" if col in ("rank", "Mb/s") else "left")
+    cols = ("rank", "node", "interface", "address", "torch", "CUDA", "NCCL", "Mb/s")
+    for col in cols + (("local", "intra GB/s") if local else ()):
+        t.add_column(col, justify="left" if col in cols[1:7] else "right")
     for n in sorted(nodes, key=lambda x: x.get("rank", 0)):
-        mbps = n.get("throughputMbps")
+        mbps, intra = n.get("throughputMbps"), n.get("intraNodeBusBandwidthGBps")
+        extra = (str(n.get("localRanks") or "-"),
+                 f"{intra:.3g}" if isinstance(intra, (int, float)) else "-") if local else ()
         t.add_row(str(n.get("rank", "?")), n.get("name") or "?", n.get("interface") or "-",
                   n.get("address") or "-", n.get("torch") or "-", n.get("cuda") or "-",
-                  n.get("nccl") or "-", f"{mbps:.0f}" if isinstance(mbps, (int, float)) else "-")
+                  n.get("nccl") or "-", f"{mbps:.0f}" if isinstance(mbps, (int, float)) else "-",
+                  *extra)
     return t
 
 

@@ -53,6 +53,7 @@ class Probe:
         self.layout = LR.Layout(cfg.rank, cfg.world_size, 0, cfg.nproc_per_node)
         self.local: Optional[Any] = None            # spawn.LocalRanks
         self.local_failure: Optional[Dict[str, str]] = None  # a local rank's own failure
+        self.local_published = False  # ... and it was the first failure peers were told of
         self.local_final: Optional[List[Dict[str, Any]]] = None  # their outcomes, collected
         self.intra: Optional[Dict[str, Any]] = None  # the intra-node all-reduce (this process)
 
@@ -296,7 +297,7 @@ class Probe:
             if self.local is not None:
                 self.intra = {}
                 self.local.go(rendezvous.local_store_addr(cfg, self.inv, self.state),
-                              (self.chosen or {}).get("ifname"), self.backend)
+                              (self.chosen or {}).get("ifname"), self.backend, d.remaining())
             collective.run(cfg, self.store, (self.chosen or {}).get("ifname"), self.backend, d,
                            self.tracker, self.allreduce, self.layout, self.intra)
             seen = {w.get("reason") for w in self.state["warnings"]}
@@ -372,29 +373,28 @@ class Probe:
             from . import rendezvous
             side = rendezvous.side_store(self.cfg, rendezvous.local_store_addr(
                 self.cfg, self.inv, self.state), 2.0)
-            from .rendezvous import Bus
-            Bus(side, self.cfg.rank, self.cfg.world_size, self.cfg.node_name).abort(
+            if side.check([rendezvous.PREFIX + "abort"]):
+                return  # another node failed first: this may only follow from it
+            rendezvous.Bus(side, self.cfg.rank, self.cfg.world_size, self.cfg.node_name).abort(
                 self.local_failure["phase"], self.local_failure["reason"],
                 self.local_failure["message"])
+            self.local_published = True
         except Exception:
             pass
 
     def _local_cause(self, f: ProbeFailure) -> ProbeFailure:
-        """The failure to report: a local rank's own beats this process's (its collective
-        failed because that rank was missing); with several processes per node, a peer
-        node's published failure beats this rank's own collective failure (it only waited
-        for that node). Local ranks that have not started their collective are stopped."""
+        """The failure to report. A local rank's own beats this process's (its collective
+        failed because that rank was missing) when it was the first failure peers were told
+        of, or before the collective; in the collective, a failure another node published
+        first beats both (this node's ranks only waited for that node's). Local ranks that
+        have not started their collective are stopped."""
         if self.local is not None and self.phase != "collective" and self.phase != "report":
             self.local.stop(f"local rank 0 failed: {f.reason}")
-        if self.local_failure is not None:
-            lf = self.local_failure
+        lf = self.local_failure
+        if lf is not None and (self.local_published or self.phase != "collective"):
             return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"), relayed=f.relayed)
         if (self.local is not None and self.phase == "collective" and not f.relayed
                 and self._bus() is not None):
-            time.sleep(0.3)  # a local rank's failure may be on its way through the watch thread
-            if self.local_failure is not None:
-                lf = self.local_failure
-                return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"))
             from . import rendezvous
             try:
                 side = rendezvous.side_store(self.cfg, rendezvous.local_store_addr(
@@ -406,6 +406,8 @@ class Probe:
                 return ProbeFailure(a.get("reason") or f.reason, (
                     f"peer {a.get('node')} (rank {a.get('rank')}) failed in {a.get('phase')}: "
                     f"{a.get('message')}"), a.get("phase"), relayed=True)
+        if lf is not None:
+            return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"), relayed=f.relayed)
         return f
 
     def _collect_local_ranks(self, d: Deadline) -> None:
@@ -414,7 +416,11 @@ class Probe:
         if self.local is None:
             return
         self.local.unwatch()
+        self.tracker.step(R.PROCESS_GROUP_INIT_FAILED,
+                          f"{self.cfg.node_name}: waiting for local ranks 1..{self.cfg.nproc_per_node - 1} "
+                          f"to finish the collective")
         self.local.wait(max(0.0, d.remaining() - 0.5))
+        self.tracker.step(None, f"{self.cfg.node_name}: final barrier hung")
         self.local_final = self.local.outcomes(final=True)
         f = LR.first_failure(self.local_final)
         if f is None and not LR.ready([LR.entry(0, True, "report")] + self.local_final,

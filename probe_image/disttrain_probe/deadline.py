@@ -101,12 +101,17 @@ class Tracker:
                 pass
 
     # -- phases -----------------------------------------------------------------
-    def begin(self, phase: str, timeout_reason: Optional[str] = None, message: str = "") -> Deadline:
+    def begin(self, phase: str, timeout_reason: Optional[str] = None, message: str = "",
+              budget: Optional[float] = None) -> Deadline:
+        """Start ``phase``: its soft deadline from the phase's share of what is left, or
+        ``budget`` seconds when given (never past the total)."""
         now = self.clock()
         with self._lock:
             self._close_locked(now)
             avail = max(0.0, self.end - self.grace - now)
-            if phase == "inventory":
+            if budget is not None:
+                budget = min(avail, max(0.0, budget))
+            elif phase == "inventory":
                 budget = min(avail, max(INVENTORY_SHARE * self.total, min(5.0, 0.3 * self.total)))
             elif phase in WEIGHTS:
                 names = list(WEIGHTS)

@@ -98,9 +98,10 @@ class LocalWorker:
         except Exception:
             pass
 
-    def begin(self, phase: str, reason: Optional[str], message: str) -> Deadline:
+    def begin(self, phase: str, reason: Optional[str], message: str,
+              budget: Optional[float] = None) -> Deadline:
         self.phase = phase
-        d = self.tracker.begin(phase, reason, message)
+        d = self.tracker.begin(phase, reason, message, budget)
         self.say()
         stall = os.environ.get("DISTTRAIN_PROBE_TEST_STALL_LOCAL")  # fault injection (tests)
         if stall == f"{self.cfg.rank}:{self.cfg.local_rank}:{phase}":
@@ -138,8 +139,10 @@ class LocalWorker:
                                                            note=str(why)[:200])) + "\n")
                 sys.stdout.flush()
                 return LR.STOPPED
+            seconds = msg.get("seconds")
             d = self.begin("collective", R.PROCESS_GROUP_INIT_FAILED,
-                           f"{who}: joining the collective hung")
+                           f"{who}: joining the collective hung",
+                           float(seconds) if isinstance(seconds, (int, float)) else None)
             crash = os.environ.get("DISTTRAIN_PROBE_TEST_CRASH_LOCAL")  # fault injection (tests)
             if crash == f"{cfg.rank}:{cfg.local_rank}":
                 os._exit(9)  # as a crash in torch/NCCL would, without a last word

@@ -26,6 +26,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 from . import localranks as LR
 
 TAIL_LINES = 20
+LATER = 1.5  # s: the local ranks' collective deadline after local rank 0's
 
 
 class Child:
@@ -124,11 +125,14 @@ class LocalRanks:
             raise
         return cls(children, node, nproc)
 
-    def go(self, addr: str, ifname: Optional[str], backend: str) -> None:
+    def go(self, addr: str, ifname: Optional[str], backend: str, seconds: float) -> None:
         """Tell every local rank to join the collective: the store's ``addr`` (the master
-        port is the config's), the chosen interface and the backend."""
+        port is the config's), the chosen interface, the backend, and ``seconds``, what is
+        left of local rank 0's collective phase (theirs ends :data:`LATER` s after it, so
+        local rank 0 is the first to give up and reports for the node)."""
         for c in self.children:
-            c.send({"go": True, "addr": addr, "ifname": ifname, "backend": backend})
+            c.send({"go": True, "addr": addr, "ifname": ifname, "backend": backend,
+                    "seconds": round(seconds + LATER, 3)})
 
     def stop(self, why: str) -> None:
         """Local rank 0 failed before the collective: the others stop (exit

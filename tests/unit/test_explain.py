@@ -60,3 +60,15 @@ def test_main_says_when_the_job_does_not_exist(monkeypatch):
     buf = io.StringIO()
     assert explain.main(["ddp-digits", "-n", "sc"], Console(file=buf, width=160)) == 0
     assert "Nodes" in buf.getvalue()
+
+
+def test_nodes_with_several_processes_show_how_many_ran_and_their_intra_node_busbw():
+    job = job_from("healthy")
+    plain = text_of(job)
+    assert "intra GB/s" not in plain  # one process per node: the table as before
+    for n, bw in zip(job["status"]["nodes"], (41.5, 38.25)):
+        n.update(localRanks=8, intraNodeBusBandwidthGBps=bw)
+    out = text_of(job, width=200)
+    assert "local" in out and "intra GB/s" in out
+    rows = [line for line in out.splitlines() if "eth1" in line and "node-" in line]
+    assert any(" 8 " in r and "41.5" in r for r in rows) and any("38.2" in r for r in rows), rows
