@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from disttrain.report import MAX_REPORT_BYTES, ProbeReport, ReportInvalid, parse_report
+from disttrain.trust import Expected, check
 
 from ..unit.fixtures import report
 from .manifests import weighted
@@ -54,7 +55,7 @@ FIELDS = [
     "v", "rank", "worldSize", "node", "pod", "hostname", "hostIp", "ok", "phase", "failure",
     "warnings", "versions", "master", "portRange", "portRangeAllowed", "interfaces", "chosen",
     "network", "rejected", "ncclDefaultIfname", "socketIfname", "backend", "allreduce",
-    "timings", "mesh", "truncated",
+    "timings", "mesh", "truncated", "localWorldSize", "intraNode", "localRanks",
 ]
 # Paths inside a valid report whose value a mutation replaces.
 NESTED_PATHS = [
@@ -62,6 +63,7 @@ NESTED_PATHS = [
     ("allreduce", "correct"), ("allreduce", "seconds"), ("versions", "gpus"),
     ("versions", "nccl"), ("master", "port"), ("master", "resolved"), ("failure", "reason"),
     ("timings", "rendezvous"), ("chosen", "ifname"), ("portRange", 0),
+    ("intraNode", "correct"), ("intraNode", "busbwGBps"), ("localRanks", 0),
 ]
 
 
@@ -79,6 +81,12 @@ def near_valid_reports(draw) -> str:
     body.setdefault("allreduce", {"bytes": 4, "iterations": 1, "seconds": 0.1, "algbwGBps": 1.0,
                                   "busbwGBps": 1.0, "correct": True})
     body.setdefault("timings", {"rendezvous": 0.1})
+    if draw(st.booleans()):  # a pod that ran several processes (localranks.py)
+        n = draw(st.integers(2, 4))
+        body["localWorldSize"] = n
+        body["intraNode"] = dict(body["allreduce"] or {"bytes": 4, "correct": False})
+        body["localRanks"] = [{"localRank": k, "ok": ok, "phase": "report", "busbwGBps": 1.0}
+                              for k in range(n)]
     for _ in range(draw(weighted((1, st.just(0)), (3, st.integers(1, 3))))):
         kind = draw(st.sampled_from(["top", "nested", "deep", "drop", "surrogate"]))
         if kind == "surrogate":  # a string holding a lone surrogate (json.dumps escapes it)
@@ -180,6 +188,12 @@ def test_parse_report_is_total_and_accepted_reports_are_strict_json(raw):
     _same_as_sent(json.loads(raw), dumped)
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     assert len(data) <= MAX_REPORT_BYTES
+    # whatever the parser accepts, the identity and consistency checks take without raising
+    for nproc in (1, 2):
+        out = check(dumped, Expected(rank=0, world_size=2, job_uid="uid-1", attempt=1, pod="p",
+                                     node="node-a", master_addr=None, master_port=29500,
+                                     min_busbw_gbps=0.5, local_world_size=nproc))
+        assert (out.report is None) != (out.error is None)
 
 
 @pytest.mark.parametrize("raw,why", [

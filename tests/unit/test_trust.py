@@ -58,12 +58,17 @@ def test_ok_with_a_failure_contradicts_itself():
     assert out.report is None and "contradicts" in out.error
 
 
-def test_incorrect_allreduce_never_validates():
-    r = good()
-    r["allreduce"]["correct"] = False
-    out = check(r, EXP)
+@pytest.mark.parametrize("field,several,said", [
+    ("allreduce", False, "node-b: the all-reduce result was wrong"),
+    ("intraNode", True, "node-b: the all-reduce among its 2 local ranks was wrong"),
+])
+def test_incorrect_allreduce_never_validates(field, several, said):
+    r = good2() if several else good()
+    r[field]["correct"] = False
+    out = check(r, EXP2 if several else EXP)
     assert out.report["ok"] is False
     assert out.report["failure"]["reason"] == c.REASON_ALLREDUCE_WRONG_RESULT
+    assert out.report["failure"]["message"].startswith(said)
 
 
 @pytest.mark.parametrize("busbw,reason", [
@@ -144,11 +149,3 @@ def test_a_cut_report_may_list_only_its_failing_local_ranks():
     r["localRanks"], r["truncated"] = [], True
     assert check(r, EXP2).error is None
 
-
-def test_a_wrong_intra_node_result_is_a_failure_naming_the_node():
-    r = good2()
-    r["intraNode"]["correct"] = False
-    out = check(r, EXP2)
-    assert out.report["ok"] is False
-    assert out.report["failure"]["reason"] == c.REASON_ALLREDUCE_WRONG_RESULT
-    assert out.report["failure"]["message"].startswith("node-b: the all-reduce among its 2 local ranks")
