@@ -388,8 +388,10 @@ class Probe:
         of, or before the collective; in the collective, a failure another node published
         first beats both (this node's ranks only waited for that node's). Local ranks that
         have not started their collective are stopped."""
-        if self.local is not None and self.phase != "collective" and self.phase != "report":
-            self.local.stop(f"local rank 0 failed: {f.reason}")
+        if self.local is not None:
+            self.local.unwatch()  # what the node reports is decided here
+            if self.phase not in ("collective", "report"):
+                self.local.stop(f"local rank 0 failed: {f.reason}")
         lf = self.local_failure
         if lf is not None and (self.local_published or self.phase != "collective"):
             return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"), relayed=f.relayed)

@@ -167,3 +167,20 @@ def test_a_crashed_local_rank_is_named_by_its_node_and_passed_on_by_the_other(tm
     peer = parse_report(by_rank[0].report_text)
     assert by_rank[0].rc == 1 and peer.failure.reason == R.PROCESS_GROUP_INIT_FAILED
     assert peer.failure.message.startswith("peer host-a (rank 1) failed in collective: host-a local rank 1:")
+
+
+def test_local_ranks_stop_when_local_rank_0_fails_before_the_collective(tmp_path):
+    """Rank 1's master port refuses (nothing listens, rank 0 'started' long ago): local
+    rank 0 reports MasterPortRefused in seconds and its local rank 1, which never got to
+    the collective, is listed as stopped, not as a failure of its own."""
+    port = free_port()
+    env = probe_env(1, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo", NODE_NAME="host-b",
+                    DISTTRAIN_PROBE_NPROC_PER_NODE="2", DISTTRAIN_PROBE_TIMEOUT_SECONDS="30",
+                    DISTTRAIN_PROBE_MASTER_STARTED_AT="2020-01-01T00:00:00Z")
+    run = run_ranks([env], tmp_path, timeout=45)[0]
+    rep = parse_report(run.report_text)
+    assert run.rc == 1 and rep.failure.reason == R.MASTER_PORT_REFUSED and run.seconds < 20
+    assert rep.local_world_size == 2
+    mine, other = rep.local_ranks
+    assert (mine.local_rank, mine.ok, mine.failure.reason) == (0, False, R.MASTER_PORT_REFUSED)
+    assert (other.local_rank, other.ok, other.stopped, other.failure) == (1, False, True, None)
