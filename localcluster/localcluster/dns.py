@@ -190,6 +190,29 @@ def plan(topos: list) -> Plan:
         if net not in subnets.setdefault(seg, []):
             subnets[seg].append(net)
         node_subnet[t.name] = (seg, net)
+    # A subnet carried by several segments (a scenario's isolated segment sharing the
+    # management subnet): DNS joins only the segment with the most nodes' InternalIPs on it
+    # (then the most nodes with any NIC there, then the first). On two it would itself have
+    # two NICs on one subnet, its replies leaving by the wrong one; a node whose InternalIP
+    # is on another segment routes DNS to an address it cannot reach there, as a real node
+    # on an isolated NIC would.
+    def nodes_on(seg: str, net: str) -> int:
+        return sum(1 for t in topos if any(
+            ln.segment == seg and ipaddress.ip_interface(a).network == ipaddress.ip_network(net)
+            for ln in t.links for a in ln.addresses))
+
+    count = {sn: (sum(1 for v in node_subnet.values() if v == sn), nodes_on(*sn))
+             for sn in set(node_subnet.values())}
+    for seg, nets in list(subnets.items()):
+        for net in list(nets):
+            best = max((sn for sn in count if sn[1] == net), key=lambda sn: (
+                *count[sn], -list(subnets).index(sn[0])))
+            if best[0] != seg:
+                nets.remove(net)
+                for name, sn in node_subnet.items():
+                    if sn == (seg, net):
+                        node_subnet[name] = best
+    subnets = {seg: nets for seg, nets in subnets.items() if nets}
     addr: dict[tuple[str, str], str] = {}
     attachments = []
     for seg, nets in subnets.items():

@@ -19,9 +19,11 @@ from .diagnosis import Diagnosis, apply_policy
 _PORT_REASONS = {c.REASON_EPHEMERAL_PORTS_BLOCKED, c.REASON_PORT_RANGE_OUTSIDE_ALLOWED}
 
 
-def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec) -> Optional[str]:
+def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec,
+           explained: Optional[str] = None) -> Optional[str]:
     """The job-level fix for a false condition's ``reason``, or None when the probe's own
-    message already says all there is to say."""
+    message already says all there is to say, or the evidence explained the failure
+    (``explained``: the attribution kind) so the spec is not the suspect."""
     net = spec.network
     if reason in _PORT_REASONS:
         if net.host_network and net.port_range:
@@ -34,7 +36,7 @@ def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec) -> Optional[str]
                     + ("" if net.host_network else " (the operator then sets the pods' "
                        "net.ipv4.ip_local_port_range to it)")
                     + ", or open the nodes' ephemeral range between nodes")
-    if reason == c.REASON_MASTER_ADDR_UNRESOLVABLE and uses_dns_hostnames(spec):
+    if reason == c.REASON_MASTER_ADDR_UNRESOLVABLE and uses_dns_hostnames(spec) and not explained:
         svc = service_name(job, spec)
         who = ("network.subdomain names a Service you manage"
                if net.subdomain else "the operator creates it with rank 0's pod")
@@ -55,7 +57,7 @@ def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> Non
             continue
         if ctype == c.VALIDATED and c.REASON_CONDITION.get(v.reason):
             continue
-        extra = advice(v.reason, job, spec)
+        extra = advice(v.reason, job, spec, diag.explained)
         if extra and extra not in v.message:
             limit = M.SUMMARY_LIMIT if ctype == c.VALIDATED else M.LIMIT
             v.message = M.join([M.bound(v.message.rstrip(". "), limit - len(extra) - len(M.SEP)), extra],

@@ -20,7 +20,10 @@ decide. Classes, each with its table test (``tests/unit/test_attribution.py``):
   MASTER_ADDR (the address is on a NIC the others' network does not reach): not a
   firewall for the master port;
 - ``two-nics``: a node with two NICs on one subnet, its traffic leaving by the one that
-  failed: which NIC, and which address to advertise instead;
+  failed (to the master, or to its DNS server when MASTER_ADDR did not resolve there):
+  which NIC, and which address to advertise instead;
+- ``dns-path``: MASTER_ADDR resolved on some nodes but not on others: the record exists,
+  the failing nodes' path to their DNS server (or their resolver configuration) is at fault;
 - ``candidates``: anything else: the nodes ranked by failed paths, and the test.
 """
 from __future__ import annotations
@@ -164,6 +167,68 @@ def _two_nics_on(r: RankInput, addr: Optional[str]) -> Optional[tuple[str, list[
     return (s, dual[s]) if s else None
 
 
+def _two_nics(r: RankInput, dual: tuple[str, list[tuple[str, str]]], addr: Optional[str],
+              used: Optional[str], cause: str) -> Explanation:
+    """The ``two-nics`` explanation for node ``r``: ``cause`` is formatted with ``nics``
+    (``<subnet> (eth0 a, eth1 b)``) and ``used`` (the NIC its traffic leaves by: ``used``,
+    else the one holding ``addr``, else the first)."""
+    subnet, nics = dual
+    used = used if used in {n for n, _ in nics} else next((n for n, a in nics if a == addr), nics[0][0])
+    other = next(((n, a) for n, a in nics if n != used), None)
+    alt = f"{other[0]}'s {other[1]}" if other else "another NIC's address"
+    listed = f"{subnet} ({', '.join(f'{n} {a}' for n, a in nics)})"
+    return Explanation(
+        "two-nics", (r.node,), cause.format(nics=listed, used=used),
+        f"give each NIC its own subnet (or take {used} off {subnet}) and advertise the "
+        f"address peers reach ({alt}) as {r.node}'s InternalIP",
+        f"arping -I {used} from {r.node} to a peer: no answer means {used} reaches no one")
+
+
+def explain_unresolvable(ranks: Sequence[RankInput], master_addr: Optional[str]) -> Optional[Explanation]:
+    """Who is to blame for a MASTER_ADDR name some rank could not resolve while others did
+    (the record exists: that node's path to its DNS server), or that a node with two NICs
+    on one subnet could not resolve (its traffic leaves by the NIC that reaches no one).
+    None when no rank failed to resolve, or the evidence says nothing more than the probe."""
+    def failed_here(r: RankInput) -> bool:
+        f = r.report.failure if r.report else None
+        return bool(f and f.reason == V.MASTER_ADDR_UNRESOLVABLE)
+
+    failed = [r for r in ranks if failed_here(r)]
+    if not failed:
+        return None
+    got = [r for r in ranks if r.report and r.report.master and r.report.master.resolved]
+    name = f"MASTER_ADDR {master_addr}" if master_addr else "MASTER_ADDR"
+    also = (f" while {M.node_list([r.node for r in got])} resolved it to "
+            f"{got[0].report.master.resolved[0]}" if got else "")
+    for r in failed:
+        dns = r.report.master.dns if r.report.master else None
+        dual = _two_nics_on(r, dns.src if dns else None)
+        if dual is None and not got:
+            continue
+        multi = E.multi_nic(r)
+        if dual is None and multi:  # no route evidence: the two NICs remain the likely cause
+            dual = next(iter(multi.items()))
+        if dual:
+            server = f"its DNS server {dns.server}" if dns and dns.server else "its DNS server"
+            return _two_nics(r, dual, dns.src if dns else None, dns.iface if dns else None,
+                             f"{r.node} could not resolve {name}{also} ({server} did not "
+                             f"answer): {r.node} has two NICs on {{nics}} and its traffic leaves "
+                             f"by {{used}}, which likely reaches no one (not a firewall, not the "
+                             f"DNS record)")
+    if not got:
+        return None
+    who = M.node_list([r.node for r in failed])
+    dns = next((r.report.master.dns for r in failed if r.report.master and r.report.master.dns), None)
+    server = dns.server if dns and dns.server else "its DNS server"
+    by = f" (by {dns.iface})" if dns and dns.iface else ""
+    return Explanation(
+        "dns-path", tuple(r.node for r in failed),
+        f"{who} could not resolve {name}{also}: the record exists, {who}'s path to {server}{by} "
+        f"or its resolver configuration fails",
+        f"check {who}'s route and firewall to {server} (UDP and TCP 53) and /etc/resolv.conf",
+        f"nslookup {master_addr or '<MASTER_ADDR>'} {server} on {failed[0].node}")
+
+
 def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
                    port: Optional[int]) -> Optional[Explanation]:
     """Who is to blame for a MASTER_ADDR port that some rank could not reach (None when no
@@ -187,18 +252,10 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
     for r, addr, what in cands:
         dual = _two_nics_on(r, addr)
         if dual:
-            subnet, nics = dual
-            used = next((n for n, a in nics if a == addr), nics[0][0])
-            other = next(((n, a) for n, a in nics if n != used), None)
-            alt = f"{other[0]}'s {other[1]}" if other else "another NIC's address"
-            return Explanation(
-                "two-nics", (r.node,),
-                f"{r.node} has two NICs on {subnet} ({', '.join(f'{n} {a}' for n, a in nics)}) "
-                f"and {who} could not reach {shown} on {p}: {r.node}'s traffic leaves by {used} "
-                f"({addr}, {what}), which likely reaches no peer; not a firewall",
-                f"give each NIC its own subnet (or take {used} off {subnet}) and advertise the "
-                f"address peers reach ({alt}) as {r.node}'s InternalIP",
-                f"arping -I {used} from {r.node} to a peer: no answer means {used} reaches no one")
+            return _two_nics(r, dual, addr, None,
+                             f"{r.node} has two NICs on {{nics}} and {who} could not reach "
+                             f"{shown} on {p}: {r.node}'s traffic leaves by {{used}} ({addr}, "
+                             f"{what}), which likely reaches no peer; not a firewall")
     if reached:
         got = M.node_list([ranks[i].node for i in reached])
         pairs = tuple((ranks[i].node, master) for i in failed)
@@ -242,9 +299,10 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
 
 
 def explain(cause: Finding, found: Sequence[Finding], ranks: Sequence[RankInput],
-            master_addr: Optional[str]) -> tuple[str, list[str]]:
+            master_addr: Optional[str]) -> tuple[str, list[str], Optional[str]]:
     """The failing check's message for ``cause`` (one of ``found``; at most
-    :data:`messages.LIMIT`) and the node(s) it singles out."""
+    :data:`messages.LIMIT`), the node(s) it singles out, and the :class:`Explanation`
+    kind when the evidence explained it (None: the probe's own words)."""
     nodes = [r.node for r in ranks]
     probe_words = merged_message(found, cause.reason)
     expl: Optional[Explanation] = None
@@ -252,16 +310,18 @@ def explain(cause: Finding, found: Sequence[Finding], ranks: Sequence[RankInput]
         port = next((r.report.master.port for r in ranks if r.report and r.report.master
                      and r.report.master.port), None)
         expl = explain_master(ranks, master_addr, port)
+    elif cause.reason == V.MASTER_ADDR_UNRESOLVABLE:
+        expl = explain_unresolvable(ranks, master_addr)
     elif cause.reason in _NETWORK:
         expl = explain_networks(E.matrices(ranks))
     if expl is not None:
-        return expl.message(probe_words), list(expl.culprits)
+        return expl.message(probe_words), list(expl.culprits), expl.kind
     named = culprits(probe_words, nodes) or ([cause.node] if cause.node else [])
     if len(named) == 1 and probe_words.startswith(named[0]):  # each node that reported its own
         first = next((f.message for f in found if f.reason == cause.reason), "")
         named += [f.node for f in found if f.reason == cause.reason and f.node
                   and f.node not in named and f.message != first and not relayed(f)]
-    return probe_words, named
+    return probe_words, named, None
 
 
 def culprits(message: str, nodes: Sequence[str]) -> list[str]:
@@ -276,5 +336,5 @@ def culprits(message: str, nodes: Sequence[str]) -> list[str]:
     return (M.named_nodes(parts[-1], nodes) if parts else []) or M.named_nodes(message, nodes)
 
 
-__all__ = ["Explanation", "culprits", "explain", "explain_master", "explain_matrix",
+__all__ = ["Explanation", "culprits", "explain", "explain_master", "explain_unresolvable", "explain_matrix",
            "explain_networks"]

@@ -57,6 +57,7 @@ class Diagnosis:
     nodes: list[dict[str, Any]] = field(default_factory=list)
     socket_ifnames: dict[int, Optional[str]] = field(default_factory=dict)
     master_addr: Optional[str] = None
+    explained: Optional[str] = None  # the attribution kind when the evidence explained a failure
     backend: Optional[str] = None
     message_size_bytes: Optional[int] = None
     alg_bandwidth_gbps: Optional[float] = None
@@ -133,7 +134,7 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
 
     cause = F.cause(found)
     if cause is not None:
-        message, named = attribution.explain(cause, found, ranks, master_addr)
+        message, named, diag.explained = attribution.explain(cause, found, ranks, master_addr)
         diag.conditions.update(verdicts.failed(cause, message, named))
         return diag
 
@@ -172,7 +173,7 @@ def apply_policy(diag: Diagnosis, max_link_imbalance: Optional[float]) -> None:
         return
     outcomes, master_addr = diag.inputs
     new = diagnose(outcomes, master_addr, max_link_imbalance)
-    for name in ("conditions", "nodes", "failures", "warnings"):
+    for name in ("conditions", "nodes", "failures", "warnings", "explained"):
         setattr(diag, name, getattr(new, name))
 
 

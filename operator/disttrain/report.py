@@ -88,6 +88,15 @@ class HostCheck(_Model):
     arp: Optional[str] = None
 
 
+class DnsPath(_Model):
+    """When MASTER_ADDR did not resolve: the node's first DNS server (/etc/resolv.conf) and
+    the kernel's route to it (outgoing interface, source address)."""
+
+    server: Optional[str] = None
+    iface: Optional[str] = None
+    src: Optional[str] = None
+
+
 class Master(_Model):
     """MASTER_ADDR/MASTER_PORT as this rank saw them."""
 
@@ -97,6 +106,7 @@ class Master(_Model):
     route: Optional[Route] = None
     connected: Optional[str] = Field(default=None, description="address the TCP dial reached")
     host_check: Optional[HostCheck] = None
+    dns: Optional[DnsPath] = None
 
 
 class Interface(_Model):

@@ -161,7 +161,8 @@ class Step:
     # ---- conditions -------------------------------------------------------------------
     def set(self, ctype: str, status: str, reason: str, message: str) -> None:
         """Set one condition (see :func:`disttrain.conditions.set_condition`)."""
-        cond.set_condition(self.conds, ctype, status, reason, message, self.generation, self.ts)
+        cond.set_condition(self.conds, ctype, status, reason, cond.clip(message), self.generation,
+                           self.ts)
 
     def status_of(self, ctype: str) -> str:
         return cond.status_of(self.conds, ctype)

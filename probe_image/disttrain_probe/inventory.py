@@ -191,6 +191,20 @@ def port_range() -> Optional[List[int]]:
         return None
 
 
+def nameserver(path: str = "/etc/resolv.conf") -> Optional[str]:
+    """The first ``nameserver`` of ``path`` (the DNS server getaddrinfo asks first), or None
+    when there is none or the file cannot be read. Never raises."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 2 and parts[0] == "nameserver":
+                    return parts[1]
+    except OSError:
+        pass
+    return None
+
+
 def resolve(name: str) -> List[str]:
     """All addresses ``name`` resolves to (both families), in resolver order, deduplicated."""
     seen: List[str] = []

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import reasons as R
 from .deadline import Deadline, ProbeFailure
-from .inventory import is_loopback, resolve, route_get
+from .inventory import is_loopback, nameserver, resolve, route_get
 
 POLL = 0.02
 PREFIX = "dtp/"
@@ -326,10 +326,18 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
                                     timeout=min(2.0, deadline.remaining()))
     local_addrs = {a.partition("/")[0] for i in inv["interfaces"] for a in i.get("addrs") or []}
 
-    if not resolved:  # rank 0 too: if it cannot resolve its own name, no rank will
+    if not resolved:  # rank 0 too: its own TCPStore client dials MASTER_ADDR in training
+        took = time.monotonic() - t_resolve
+        server = nameserver() if not _is_ip(cfg.master_addr) else None
+        via = ""
+        if server:  # evidence for the operator: the path to the DNS server
+            dns = route_get(server, inv["interfaces"], timeout=min(2.0, max(0.1, deadline.remaining())))
+            master["dns"] = dict(dns or {}, server=server)
+            if dns and dns.get("iface"):
+                via = f"; its DNS server {server} is reached by {dns['iface']} ({dns.get('src')})"
         raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
             f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
-            f"{time.monotonic() - t_resolve:.0f}s of retries; use rank 0's node IP or a headless "
+            f"{took:.0f}s of retries{via}; use rank 0's node IP or a headless "
             f"Service name that exists before the probe starts"))
     loop = [a for a in resolved if is_loopback(a)]
     agent_store = getattr(cfg, "agent_store", False)  # torchrun's agent hosts it: join

@@ -178,3 +178,53 @@ def test_the_master_host_check_tells_a_port_filter_from_lost_replies(check, kind
     if check["r"] == "refused":
         assert e.decide == ""  # the host answered elsewhere: the port filter is decided
     assert "…" not in e.message() and len(e.message()) <= 400
+
+
+def unresolved_case(dual_dns_src: str | None = "10.100.0.11"):
+    """Two ranks; node-a has eth0 10.100.0.11 and eth1 10.100.0.21 on one subnet and could not
+    resolve MASTER_ADDR (its DNS server's route leaves by eth0); node-b resolved it."""
+    outs = []
+    for r in range(2):
+        node = NODES[r]
+        rep = report(r, node)
+        rep["interfaces"] = [{"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "up": True}]
+        rep["master"] = {"addr": "j-0.j", "port": 29500, "resolved": ["10.100.0.12"]}
+        if node == "node-a":
+            rep["interfaces"].append({"name": "eth1", "addrs": ["10.100.0.21/24"], "up": True})
+            rep["master"] = {"addr": "j-0.j", "port": 29500, "resolved": []}
+            if dual_dns_src:
+                rep["master"]["dns"] = {"server": "10.96.0.10", "iface": "eth0", "src": dual_dns_src}
+            rep.update(ok=False, chosen=None, failure={
+                "reason": V.MASTER_ADDR_UNRESOLVABLE, "phase": "rendezvous",
+                "message": f"node-a (rank {r}): MASTER_ADDR=j-0.j does not resolve"})
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+    return outs
+
+
+@pytest.mark.parametrize("src", ["10.100.0.11", None])
+def test_a_name_that_resolves_elsewhere_on_a_two_nic_node_names_the_nics_not_dns(src):
+    """Seen in CI: gang-scheduled probes use rank 0's DNS name; node-a (two NICs on one
+    subnet) could not reach its DNS server. The verdict names the NICs, not the record."""
+    e = A.explain_unresolvable(unresolved_case(src), "j-0.j")
+    assert e.kind == "two-nics" and e.culprits == ("node-a",)
+    assert "node-a could not resolve MASTER_ADDR j-0.j while node-b resolved it to 10.100.0.12" in e.cause
+    assert "two NICs on 10.100.0.0/24 (eth0 10.100.0.11, eth1 10.100.0.21)" in e.cause
+    assert "leaves by eth0" in e.cause and "not a firewall" in e.cause
+    assert "eth1's 10.100.0.21" in e.fix
+
+
+def test_a_name_that_resolves_elsewhere_blames_the_dns_path_of_the_failing_node():
+    outs = unresolved_case()
+    outs[0].report.interfaces.pop()  # node-a has one NIC: no two-NIC explanation
+    e = A.explain_unresolvable(outs, "j-0.j")
+    assert e.kind == "dns-path" and e.culprits == ("node-a",)
+    assert "the record exists" in e.cause and "10.96.0.10 (by eth0)" in e.cause
+    assert e.decide == "nslookup j-0.j 10.96.0.10 on node-a"
+
+
+def test_a_name_no_rank_resolved_on_single_nic_nodes_is_left_to_the_probe():
+    outs = unresolved_case()
+    outs[0].report.interfaces.pop()
+    outs[1].report.master.resolved.clear()
+    assert A.explain_unresolvable(outs, "j-0.j") is None
+    assert A.explain_unresolvable(master_case({1: "ok"}), "10.100.0.11") is None

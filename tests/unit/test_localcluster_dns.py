@@ -99,6 +99,20 @@ def test_plan_two_segments_when_internal_ips_differ():
     assert p.gateways == {"node-a": "10.100.0.254", "node-b": "10.101.0.254"}
 
 
+def test_plan_one_segment_per_subnet_so_dns_never_has_two_nics_on_one():
+    """two-nics-one-subnet: node-a's InternalIP is on an isolated segment that shares the
+    management subnet. DNS on both would answer node-b by the isolated NIC (seen in CI:
+    node-b could not resolve). It joins the segment with more nodes only; node-a routes to
+    that address, unreachable from its isolated NIC, as on a real node."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sc = scn.load(str(root / "scenarios" / "two-nics-one-subnet.yaml"))
+    p = dns.plan(scn.topology(sc))
+    assert [a.segment for a in p.attachments] == ["mgmt"]
+    assert p.gateways == {"node-a": "10.100.0.254", "node-b": "10.100.0.254"}
+
+
 def test_plan_internal_ip_on_no_nic():
     topos = scn.default_topology(1)
     topos[0].internal_ip = "192.0.2.1"

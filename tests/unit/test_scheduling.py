@@ -73,3 +73,33 @@ def test_a_gang_waiting_for_busy_nodes_waits_instead_of_failing():
     pods[0] = pod("j-probe-0", "probe", 0, unschedulable="0/2 nodes are available: 2 node(s) had untolerated taint {x: y}.")
     ps = cond.get(step(body, pods).status["conditions"], c.PROBES_SCHEDULED)
     assert (ps["status"], ps["reason"]) == ("False", c.REASON_PROBE_UNSCHEDULABLE)
+
+
+GANG_HELD = ("pod group is unschedulable, minCount (3) cannot be satisfied: 2 scheduled, 0 remaining, pod "
+             "group preemption: No preemption victims found for incoming preemptor")
+
+
+def test_a_gang_short_of_nodes_is_one_counted_sentence_naming_the_cause_first():
+    """Seen in CI: three gang-scheduled probes on two nodes gave a 608-character message that
+    repeated the gang's words per pod; the cause (rank 2, anti-affinity) must lead, short."""
+    n = 3
+    body = advance(job(n), step(job(n), []))
+    pods = [pod(f"j-probe-{r}", "probe", r, unschedulable=GANG_HELD) for r in (0, 1)]
+    pods.append(pod("j-probe-2", "probe", 2, unschedulable=f"0/2 nodes are available: 2 node(s) {ANTI}."))
+    conds = step(body, pods).status["conditions"]
+    ps = cond.get(conds, c.PROBES_SCHEDULED)
+    assert (ps["status"], ps["reason"]) == ("False", c.REASON_NOT_ENOUGH_NODES)
+    msg = ps["message"]
+    assert len(msg) <= 400 and msg.count("minCount") == 0, msg
+    assert "only 2 could take one" in msg and "rank 2: 0/2 nodes are available" in msg
+    assert "ranks 0, 1 held by the gang" in msg and msg.index("rank 2") < msg.index("ranks 0, 1")
+    assert all(len(x["message"]) <= 400 for x in conds)
+
+
+def test_summarize_counts_identical_messages_once():
+    from disttrain.policies.scheduling import summarize
+
+    busy = "0/4 nodes are available: 4 Insufficient cpu. preemption: 0/4 nodes are available: 4 No victims."
+    out = summarize([(3, busy), (1, busy), (2, "x" * 500)], 4, each=100)
+    assert out.startswith("ranks 1, 3: 0/4 nodes are available: 4 Insufficient cpu;") and "preemption" not in out
+    assert "rank 2: " + "x" * 97 + "..." in out and len(out) < 200

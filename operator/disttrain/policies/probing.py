@@ -184,14 +184,15 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     pull = [(r, p, o.image_pull_error(p)) for r, p in sorted(by_rank.items())]
     pull = [(r, p, m) for r, p, m in pull if m]
     if pull:
-        msg = "; ".join(f"{o.name(p)} (rank {r}): {m}" for r, p, m in pull)
+        msg = scheduling.summarize([(r, m) for r, _, m in pull], s.spec.num_nodes)
         msg += "; fix the image name or pull secret (spec.probe.image / the training image)"
         s.set(c.PROBES_SCHEDULED, "False", c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
         s.fail_preflight(c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
         return True
     if unsched:
         kinds = {scheduling.classify(m, n) for _, _, m in unsched} - {"gang"}
-        msg = "; ".join(f"{o.name(p)} (rank {r}): {m}" for r, p, m in unsched)
+        words = [(r, m) for r, _, m in unsched]
+        msg = scheduling.summarize(words, n)
         if kinds <= {"wait"}:  # only busy nodes (or a gang waiting for them): it schedules later
             s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_WAITING_FOR_RESOURCES, cond.clip(
                 f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
@@ -200,9 +201,10 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         scheduled = sorted({o.node(p) for p in by_rank.values() if o.node(p)})
         if "not-enough-nodes" in kinds:
             reason = c.REASON_NOT_ENOUGH_NODES
-            msg = (f"numNodes={n} needs {n} nodes, one probe per node, but only {len(scheduled)} "
-                   f"could take one ({', '.join(scheduled) or 'none'}); scheduler: {msg}; add "
-                   "nodes or lower spec.numNodes")
+            fit = max(len(scheduled), scheduling.gang_held(words, n))
+            where = f" ({', '.join(scheduled)})" if scheduled else ""
+            msg = (f"numNodes={n} needs {n} nodes, one probe per node, but only {fit} could "
+                   f"take one{where}; scheduler: {msg}; add nodes or lower spec.numNodes")
         else:
             reason = c.REASON_PROBE_UNSCHEDULABLE
             msg += "; relax the template's nodeSelector/tolerations/resources or add capacity"

@@ -59,3 +59,37 @@ def classify(message: str, num_nodes: int) -> str:
     if not items and ANTI_AFFINITY in message:
         return "not-enough-nodes"
     return "unschedulable"
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
+
+
+def summarize(unschedulable: list[tuple[int, str]], num_nodes: int, each: int = 150) -> str:
+    """The scheduler's words for several pods as one counted clause, causes first.
+
+    ``unschedulable`` is ``[(rank, message), ...]``. Pods with the same message share one
+    clause (``ranks 0, 1: 0/2 nodes are available: ...``); a pod only held by its gang is
+    said once at the end (it is a consequence, not a cause); each message is cut before
+    ``preemption:`` and to ``each`` characters. Never raises.
+    """
+    causes: dict[str, list[int]] = {}
+    held: list[int] = []
+    for rank, message in sorted(unschedulable):
+        if classify(message, num_nodes) == "gang":
+            held.append(rank)
+            continue
+        text = message.split("preemption:", 1)[0].strip().rstrip(".")
+        if len(text) > each:
+            text = text[: each - 3].rstrip(" ;,:") + "..."
+        causes.setdefault(text, []).append(rank)
+    parts = [f"{_ranks(ranks)}: {text}" for text, ranks in causes.items()]
+    if held:
+        parts.append(f"{_ranks(held)} held by the gang (all {num_nodes} or none)")
+    return "; ".join(parts)
+
+
+def gang_held(unschedulable: list[tuple[int, str]], num_nodes: int) -> int:
+    """How many of ``unschedulable`` (``[(rank, message)]``) are only held by their gang (the
+    scheduler could place them once the rest fit)."""
+    return sum(1 for _, m in unschedulable if classify(m, num_nodes) == "gang")
