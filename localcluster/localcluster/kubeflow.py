@@ -149,13 +149,18 @@ def operator_args(kubeconfig: Path) -> list[str]:
             f"--health-probe-bind-address=127.0.0.1:{KUBEFLOW_HEALTH_PORT}"]
 
 
+WEBHOOK_DIR = "k8s-webhook-server"  # the operator reads /tmp/k8s-webhook-server/serving-certs
+
+
 def argv(binary: Path, kubeconfig: Path, tmp: Path) -> list[str]:
-    """The command line: a private mount namespace where ``tmp`` is /tmp (the operator
-    reads its serving certificate from a hard-coded /tmp path), then the binary (same
-    pid: ``unshare`` and ``sh`` exec)."""
+    """The command line: a private mount namespace where ``tmp``/k8s-webhook-server is
+    /tmp/k8s-webhook-server (the operator reads its serving certificate from that
+    hard-coded path), then the binary (same pid: ``unshare`` and ``sh`` exec). Only that
+    directory is bound, not all of /tmp: a checkout under /tmp (its kubeconfig there) stays
+    visible."""
     return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            'mount --bind "$0" /tmp && exec "$@"', str(tmp), str(binary),
-            *operator_args(kubeconfig)]
+            f'mkdir -p /tmp/{WEBHOOK_DIR} && mount --bind "$0/{WEBHOOK_DIR}" /tmp/{WEBHOOK_DIR} '
+            '&& exec "$@"', str(tmp), str(binary), *operator_args(kubeconfig)]
 
 
 def _container_env(c: dict, name: str, value: str) -> None:

@@ -139,6 +139,7 @@ class PodWorker(threading.Thread):
         self.host_network = bool(spec.get("hostNetwork"))
         self.pod_ip: str | None = None  # pod network: its address on the node's cni0
         self.netns: str | None = None  # pod network: the pod's own network namespace
+        self.netns_ino: int | None = None  # ... and its inode (its identity, for teardown)
 
     # -- events from the watch ------------------------------------------------------
     def update(self, pod: dict) -> None:
@@ -253,6 +254,7 @@ class PodWorker(threading.Thread):
             else:
                 ip_file.write_text(ip)
                 self.pod_ip = ip
+                self.netns_ino = podnet.netns_inode(agent.node.netns, ip)
         if ip is None:
             log.warning("pod %s/%s: %s", self.ns, self.pod_name, msg)
             self.event("FailedCreatePodSandBox", msg, etype="Warning")
@@ -719,9 +721,12 @@ class PodWorker(threading.Thread):
         self._kill_all(grace)
         self._reap_all()
         if self.pod_ip:  # as kubelet's sandbox teardown: the address goes back to the pool
-            with self.agent.net_lock:
-                podnet.teardown_pod(self.agent.node.netns, self.pod_ip)
-            (self.dir / "pod-ip").unlink(missing_ok=True)
+            with self.agent.net_lock:  # only this pod's own namespace (not a successor's)
+                if not podnet.teardown_pod(self.agent.node.netns, self.pod_ip, self.netns_ino):
+                    log.info("pod %s/%s: sandbox %s already gone or reused; left alone",
+                             self.ns, self.pod_name, self.pod_ip)
+                self.pod_ip = self.netns_ino = None
+                (self.dir / "pod-ip").unlink(missing_ok=True)
         if self.removed:
             return
         try:

@@ -160,12 +160,30 @@ def setup_pod(node_ns: str, cidr: str, ip: str, sysctls: list[tuple[str, str]] =
     return ns
 
 
-def teardown_pod(node_ns: str, ip: str) -> None:
-    """Remove the pod's namespace and veth (no error if already gone)."""
+def netns_inode(node_ns: str, ip: str) -> Optional[int]:
+    """The inode of the pod namespace for ``ip`` (its identity: a later pod given the same
+    address gets a new namespace with another inode), or None when it does not exist."""
+    import os
+
+    try:
+        return os.stat(f"/run/netns/{pod_netns(node_ns, ip)}").st_ino
+    except OSError:
+        return None
+
+
+def teardown_pod(node_ns: str, ip: str, inode: Optional[int] = None) -> bool:
+    """Remove the pod's namespace and veth (no error if already gone). With ``inode`` (from
+    :func:`netns_inode` at set-up), only when the namespace is still that one: a teardown
+    that comes late (a second deletion of the same pod) must not remove the namespace and
+    veth of the next pod given the same address (seen in CI: ``Cannot open network
+    namespace "dtj-node-b-p2"``). Returns whether it removed anything."""
+    if inode is not None and netns_inode(node_ns, ip) != inode:
+        return False
     delete_netns(pod_netns(node_ns, ip))
     _ip("-n", node_ns, "link", "del", host_veth(ip), check=False)
+    return True
 
 
 __all__ = ["BRIDGE", "SAFE_SYSCTLS", "SysctlForbidden", "allocate", "check_sysctls",
-           "ensure_node", "gateway", "host_veth", "pod_netns", "setup_pod", "teardown_pod",
+           "ensure_node", "gateway", "host_veth", "netns_inode", "pod_netns", "setup_pod", "teardown_pod",
            "used_addresses"]

@@ -6,6 +6,10 @@ from __future__ import annotations
 import base64
 import json
 
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 import yaml
 from cryptography import x509
@@ -73,6 +77,28 @@ def test_argv_binds_a_private_tmp_and_names_this_instances_ports(tmp_path):
     assert f"--webhook-server-port={config.KUBEFLOW_WEBHOOK_PORT}" in flags
     assert f"--health-probe-bind-address=127.0.0.1:{config.KUBEFLOW_HEALTH_PORT}" in flags
     assert f"--metrics-bind-address=127.0.0.1:{config.KUBEFLOW_METRICS_PORT}" in flags
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")
+def test_argv_keeps_a_kubeconfig_under_tmp_visible_and_serves_the_certificate(tmp_path):
+    """Seen on a checkout under /tmp: binding the private directory over all of /tmp hid the
+    kubeconfig (``stat ...: no such file``). The binary (here a script) sees both."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        root = Path(d)
+        kc = root / "kc"
+        kc.write_text("kubeconfig")
+        certs = root / "tmp" / kubeflow.WEBHOOK_DIR / "serving-certs"
+        certs.mkdir(parents=True)
+        (certs / "tls.crt").write_text("cert")
+        fake = root / "operator"
+        fake.write_text('#!/bin/sh\ncat "${1#--kubeconfig=}" /tmp/k8s-webhook-server/serving-certs/tls.crt\n')
+        fake.chmod(0o755)
+        out = subprocess.run(kubeflow.argv(fake, kc, root / "tmp"), capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 0 and out.stdout == "kubeconfigcert", out
 
 
 def test_kubeflow_ports_never_collide_with_another_instances_ports():
