@@ -267,7 +267,10 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
             _capture_test((ranks[failed[0]].node, master)), pairs)
     checks = [ranks[i].report.master.host_check for i in failed
               if ranks[i].report and ranks[i].report.master and ranks[i].report.master.host_check]
-    if checks and all(h.r in ("timeout", "unreachable", "error") for h in checks):
+    # A refusal is an answer (a reset came back from the host or a rule on the way): the
+    # replies are not lost, whatever a late host check saw.
+    dropped = all(res[i] == "timeout" for i in failed)
+    if dropped and checks and all(h.r in ("timeout", "unreachable", "error") for h in checks):
         if all(h.arp == "complete" for h in checks):
             port_s = f"TCP {checks[0].port}"
             return Explanation(

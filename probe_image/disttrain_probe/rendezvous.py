@@ -250,7 +250,10 @@ def arp_state(addr: str, table: str = "/proc/net/arp") -> Optional[str]:
     return None
 
 
-def host_check(addr: str, master_port: int, timeout: float = 1.5) -> Dict[str, Any]:
+HOST_CHECK_SECONDS = 1.5  # the dial of another port after the master port failed
+
+
+def host_check(addr: str, master_port: int, timeout: float = HOST_CHECK_SECONDS) -> Dict[str, Any]:
     """After the master port failed: does MASTER_ADDR's host answer at all? A TCP dial to
     another port (1, normally closed: a live host resets it) and the ARP entry tell a
     filter on the master port alone (the host answers elsewhere) from a host whose replies
@@ -371,9 +374,12 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
                 f"node address, not localhost or a hostname mapped to 127.0.0.1 in /etc/hosts"))
         tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: connecting to {cfg.master_addr}:{cfg.master_port}")
         started_at = getattr(cfg, "master_started_at", None)
-        give_up = dial_give_up_at(deadline.at, getattr(tracker, "start", time.monotonic()),
-                                  time.monotonic(), bool(started_at),
-                                  getattr(cfg, "master_grace_seconds", 5.0))
+        now = time.monotonic()
+        give_up = dial_give_up_at(deadline.at, getattr(tracker, "start", now), now,
+                                  bool(started_at), getattr(cfg, "master_grace_seconds", 5.0))
+        # keep time for the host check after a failed dial (at the deadline it had none and
+        # a host that resets other ports read as silent)
+        give_up = max(now, min(give_up, deadline.at - HOST_CHECK_SECONDS))
         if started_at:
             addr, last, took = _dial(resolved, cfg.master_port, Deadline(give_up))
             decided = None
@@ -385,7 +391,7 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
             target = _order(resolved)[0]
             tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: checking whether {target} answers at all")
             master["hostCheck"] = decided or host_check(target, cfg.master_port,
-                                                        min(1.5, deadline.remaining()))
+                                                        min(HOST_CHECK_SECONDS, deadline.remaining()))
             seen = _host_words(master["hostCheck"], node)
             seen = f"; {seen}" if seen else ""
             if started_at and last == "refused":

@@ -228,3 +228,16 @@ def test_a_name_no_rank_resolved_on_single_nic_nodes_is_left_to_the_probe():
     outs[1].report.master.resolved.clear()
     assert A.explain_unresolvable(outs, "j-0.j") is None
     assert A.explain_unresolvable(master_case({1: "ok"}), "10.100.0.11") is None
+
+
+def test_a_refused_master_port_is_never_called_lost_replies():
+    """Seen in make bench-diagnosis (firewall-master-reject, gang-scheduled probes): the
+    dial was refused (a reset came back) but the host check, run at the deadline with no
+    time left, read 'timeout'; the verdict said the replies were lost. A refusal is an
+    answer: the port is rejected."""
+    from disttrain.report import HostCheck
+    ranks = master_case({1: "refused"})
+    ranks[1].report.master.host_check = HostCheck(port=1, r="timeout", arp="complete")
+    e = A.explain_master(ranks, "10.100.0.11", 29500)
+    assert e.kind == "master-node" and e.culprits == ("node-a",)
+    assert "node-a's firewall rejects it" in e.cause and "replies are lost" not in e.cause
