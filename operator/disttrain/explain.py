@@ -148,22 +148,35 @@ def render(job: dict[str, Any]) -> list[RenderableType]:
     return out
 
 
+class ExplainError(Exception):
+    """The job could not be read: no kubeconfig, the apiserver unreachable or refusing."""
+
+
 def load_job(name: str, namespace: str) -> Optional[dict]:
-    """The job as the API returns it (camelCase), or None when it does not exist."""
+    """The job as the API returns it (camelCase), or None when it does not exist.
+    Raises :class:`ExplainError` with one sentence when it cannot be read."""
     from kubernetes import client, config as kconfig
     from kubernetes.client.rest import ApiException
 
     try:
         kconfig.load_kube_config()
-    except kconfig.ConfigException:
-        kconfig.load_incluster_config()
+    except (kconfig.ConfigException, OSError):
+        try:
+            kconfig.load_incluster_config()
+        except kconfig.ConfigException:
+            raise ExplainError("no kubeconfig found (set KUBECONFIG or ~/.kube/config, as for "
+                               "kubectl) and not running in a pod") from None
     try:
         return client.CustomObjectsApi().get_namespaced_custom_object(
             c.GROUP, c.VERSION, namespace, c.PLURAL, name)
     except ApiException as e:
         if e.status == 404:
             return None
-        raise
+        raise ExplainError(f"reading DistTrainingJob {namespace}/{name}: HTTP {e.status} "
+                           f"{e.reason}") from None
+    except Exception as e:  # connection refused, TLS, DNS: say which, no traceback
+        raise ExplainError(f"reading DistTrainingJob {namespace}/{name}: {type(e).__name__}: "
+                           f"{str(e)[:200]}") from None
 
 
 def _namespace_default() -> str:
@@ -176,7 +189,8 @@ def _namespace_default() -> str:
 
 
 def main(argv: Optional[list[str]] = None, console: Optional[Console] = None) -> int:
-    """``explain <job> [-n NAMESPACE]``: exit 0 when shown, 1 when the job does not exist."""
+    """``explain <job> [-n NAMESPACE]``: exit 0 when shown, 1 when the job does not exist,
+    2 when it cannot be read (no kubeconfig, apiserver unreachable: one line, no traceback)."""
     ap = argparse.ArgumentParser(prog="python -m disttrain explain",
                                  description="Show the evidence behind a DistTrainingJob's conditions.")
     ap.add_argument("job", help="the DistTrainingJob's name")
@@ -184,7 +198,11 @@ def main(argv: Optional[list[str]] = None, console: Optional[Console] = None) ->
     a = ap.parse_args(argv)
     console = console or Console()
     ns = a.namespace or _namespace_default()
-    job = load_job(a.job, ns)
+    try:
+        job = load_job(a.job, ns)
+    except ExplainError as e:
+        console.print(f"error: {e}", style="red", markup=False)
+        return 2
     if job is None:
         console.print(f"no DistTrainingJob {a.job} in namespace {ns}", style="red")
         return 1

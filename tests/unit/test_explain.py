@@ -72,3 +72,20 @@ def test_nodes_with_several_processes_show_how_many_ran_and_their_intra_node_bus
     assert "local" in out and "intra GB/s" in out
     rows = [line for line in out.splitlines() if "eth1" in line and "node-" in line]
     assert any(" 8 " in r and "41.5" in r for r in rows) and any("38.2" in r for r in rows), rows
+
+
+def test_main_without_a_kubeconfig_says_so_in_one_line(monkeypatch, tmp_path):
+    """Seen by hand: `explain` with no kubeconfig printed two chained tracebacks."""
+    import io
+
+    from rich.console import Console
+
+    from disttrain import explain
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    buf = io.StringIO()
+    rc = explain.main(["ddp-digits", "-n", "x"], console=Console(file=buf, width=200))
+    out = buf.getvalue()
+    assert rc == 2 and "no kubeconfig found" in out and "Traceback" not in out, out
