@@ -217,6 +217,11 @@ def explain_unresolvable(ranks: Sequence[RankInput], master_addr: Optional[str])
                              f"DNS record)")
     if not got:
         return None
+    # a rank that resolved another name of this job has a working DNS path: its own words
+    # (rank 0's record was late) stand
+    failed = [r for r in failed if not (r.report.master and r.report.master.peer_name)]
+    if not failed:
+        return None
     who = M.node_list([r.node for r in failed])
     dns = next((r.report.master.dns for r in failed if r.report.master and r.report.master.dns), None)
     server = dns.server if dns and dns.server else "its DNS server"
@@ -293,6 +298,15 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
     tried = ", ".join(f"{ranks[i].node} {res[i]}" for i in failed[:4]) + (
         f" and {len(failed) - 4} more" if len(failed) > 4 else "")
     answers = next((f" (the host answers on TCP {h.port})" for h in checks if h.r in ("refused", "ok")), "")
+    beacon = next((h for h in checks if h.listening), None)
+    if beacon is not None and all(res[i] == "refused" for i in failed):
+        # rank 0's probe answered on its beacon port, bound after the master port: it listens
+        return Explanation(
+            "master-node", (master,),
+            f"no rank reached {shown} on {p} ({tried}): {master}'s firewall (or a NetworkPolicy) "
+            f"rejects it; rank 0's probe listens there (it answers on TCP {beacon.port}, bound "
+            f"after {p})",
+            f"open {p} to the other nodes on {master}'s firewall")
     return Explanation(
         "master-node", (master,),
         f"no rank reached {shown} on {p} ({tried}): {master}'s firewall "

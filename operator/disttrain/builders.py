@@ -253,6 +253,18 @@ def _one_per_node(pod_spec: dict[str, Any], match_labels: dict[str, str]) -> Non
     )
 
 
+def beacon_port(spec: DistTrainingJobSpec) -> Optional[int]:
+    """The TCP port rank 0's probe also listens on, right after rendezvous.port (the next
+    port, or the one before 65535), so a rank refused on the rendezvous port can tell "rank
+    0 not listening yet" from "a rule rejects it" without evidence of rank 0's start (gang
+    probes start together). On the pod network only: each probe pod has its own ports
+    there, while on hostNetwork the port could be another job's rendezvous port."""
+    if spec.network.host_network:
+        return None
+    port = spec.rendezvous.port
+    return port + 1 if port < 65535 else port - 1
+
+
 def build_probe_pod(
     job: JobRef,
     spec: DistTrainingJobSpec,
@@ -316,6 +328,15 @@ def build_probe_pod(
         env.append(_env_var("DISTTRAIN_PROBE_PORT_RANGE", spec.network.port_range))
     if master_started_at:
         env.append(_env_var("DISTTRAIN_PROBE_MASTER_STARTED_AT", master_started_at))
+    beacon = beacon_port(spec)
+    if beacon is not None:
+        env.append(_env_var("DISTTRAIN_PROBE_BEACON_PORT", beacon))
+    if uses_dns_hostnames(spec) and spec.num_nodes > 1:
+        # a name of this job that resolves tells "rank 0's record not there yet" from a
+        # Service or DNS path that does not work: this rank's own, rank 1's for rank 0
+        sibling = rank if rank != 0 else 1
+        env.append(_env_var("DISTTRAIN_PROBE_PEER_DNS_NAME",
+                            f"{pod_hostname(job.name, sibling)}.{service_name(job, spec)}"))
     if nproc_per_node(spec) > 1:  # one probe process per training process (localranks.py)
         env.append(_env_var("DISTTRAIN_PROBE_NPROC_PER_NODE", nproc_per_node(spec)))
     probe = {

@@ -81,11 +81,16 @@ class Route(_Model):
 
 class HostCheck(_Model):
     """After a failed master dial: another port of MASTER_ADDR's host (``r``: refused or ok
-    means the host answers) and the ARP entry (complete, incomplete)."""
+    means the host answers) and the ARP entry (complete, incomplete). ``listening``: that
+    port was rank 0's beacon and answered with this job's token (rank 0 listens on the
+    master port: a refusal there is a rule). ``silentSeconds``: how long both ports were
+    silent before the rank stopped dialling."""
 
     port: Optional[int] = None
     r: Optional[str] = None
     arp: Optional[str] = None
+    listening: Optional[bool] = None
+    silent_seconds: Optional[float] = None
 
 
 class DnsPath(_Model):
@@ -107,6 +112,9 @@ class Master(_Model):
     connected: Optional[str] = Field(default=None, description="address the TCP dial reached")
     host_check: Optional[HostCheck] = None
     dns: Optional[DnsPath] = None
+    peer_name: Optional[str] = Field(
+        default=None, description="another name of this job that resolved while MASTER_ADDR "
+        "did not (the Service and this node's DNS path work: rank 0's record was late)")
 
 
 class Interface(_Model):

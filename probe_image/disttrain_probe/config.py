@@ -48,6 +48,15 @@ class Config:
     # was already running before this rank's pod was created (None: no such evidence).
     master_started_at: Optional[str] = None
     master_grace_seconds: float = DEFAULT_MASTER_GRACE
+    # A second TCP port rank 0 listens on right after MASTER_PORT (DISTTRAIN_PROBE_BEACON_PORT,
+    # set by the operator on the pod network only): a rank refused on MASTER_PORT that is
+    # answered there by this job's rank 0 knows rank 0 listens, so the refusal is a rule.
+    beacon_port: Optional[int] = None
+    # Another DNS name of this job (DISTTRAIN_PROBE_PEER_DNS_NAME: this pod's own, rank 1's
+    # for rank 0): when it resolves and MASTER_ADDR does not, the Service and the DNS path
+    # work and rank 0's record is only late (its pod has no address yet): the rank keeps
+    # resolving until the rendezvous deadline instead of resolve_seconds.
+    peer_dns_name: Optional[str] = None
     # Echoed in the report so the operator can tell this run's report from another job's
     # (same name, deleted and re-applied) or an older attempt's: the job's UID and the
     # probe attempt (None when run outside the operator).
@@ -89,6 +98,18 @@ def _int(name: str, raw: Optional[str], minimum: int = 0) -> int:
 def _optional_int(name: str, raw: Optional[str]) -> Optional[int]:
     """``raw`` as an integer >= 0, None when unset; ConfigError naming ``name`` otherwise."""
     return None if raw is None else _int(name, raw, 0)
+
+
+def _beacon_port(raw: Optional[str], master_port: int) -> Optional[int]:
+    """DISTTRAIN_PROBE_BEACON_PORT as a TCP port other than MASTER_PORT, None when unset or
+    empty; ConfigError otherwise."""
+    if raw is None or not str(raw).strip():
+        return None
+    v = _int("DISTTRAIN_PROBE_BEACON_PORT", raw, 1)
+    if v > 65535 or v == master_port:
+        raise ConfigError(f"DISTTRAIN_PROBE_BEACON_PORT={v} must be a TCP port other than "
+                          f"MASTER_PORT={master_port}")
+    return v
 
 
 def _float(name: str, raw: Optional[str], minimum: float = 0.0) -> float:
@@ -252,6 +273,8 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         master_grace_seconds=_float("DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
                                     get(ns.master_grace_seconds, "DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
                                         str(DEFAULT_MASTER_GRACE)), 0.0),
+        beacon_port=_beacon_port(env.get("DISTTRAIN_PROBE_BEACON_PORT"), port),
+        peer_dns_name=(env.get("DISTTRAIN_PROBE_PEER_DNS_NAME") or "").strip() or None,
         job_uid=get(ns.job_uid, "DISTTRAIN_PROBE_JOB_UID"),
         attempt=_optional_int("DISTTRAIN_PROBE_ATTEMPT", get(ns.attempt, "DISTTRAIN_PROBE_ATTEMPT")),
         launcher=launch.name, agent_store=launch.agent_store, store_prefix=launch.store_prefix,

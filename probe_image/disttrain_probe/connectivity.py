@@ -183,14 +183,24 @@ class Listeners:
             s.close()
 
 
-def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float) -> Dict[str, Any]:
-    """Connect and read the listener's identity. Returns {r, ms, src}."""
+# Seconds a connected dial waits for the peer's identity at most (the connect itself: 2 s).
+ANSWER_MAX_SECONDS = 10.0
+
+
+def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
+         answer_timeout: Optional[float] = None) -> Dict[str, Any]:
+    """Connect within ``timeout`` seconds and read the listener's identity within
+    ``answer_timeout`` (default: ``timeout``) more. Returns {r, ms, src}; ``r`` is ok,
+    wrong (another listener), refused, timeout, unreachable or error. Once connected the
+    path is proven (the SYN-ACK came back): a peer slow to answer (its probe starved of
+    CPU) gets the longer answer budget instead of reading as a dropped path."""
     t0 = time.monotonic()
     res: Dict[str, Any] = {"r": "error"}
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
         s.connect((addr, port))
+        s.settimeout(max(timeout, answer_timeout or 0.0))
         res["src"] = s.getsockname()[0]
         buf = b""
         while b"\n" not in buf and len(buf) < 512:
@@ -348,11 +358,13 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
             for iface, addr, _prefix, port in info.get("l", []):
                 tasks.append((peer, addr, port, info.get("nonce")))
         per = max(0.3, min(2.0, deadline.remaining() / 3.0))
+        # once connected, the identity may take longer (a starved peer: 32 probes on 2 cores)
+        answer = max(per, min(ANSWER_MAX_SECONDS, deadline.remaining() / 3.0))
         mine: Dict[str, Dict[str, Any]] = {}
         tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: dialling peers")
         if tasks:
             with ThreadPoolExecutor(max_workers=min(64, len(tasks))) as ex:
-                futs = [(t, ex.submit(dial, t[1], t[2], t[0], t[3], per)) for t in tasks]
+                futs = [(t, ex.submit(dial, t[1], t[2], t[0], t[3], per, answer)) for t in tasks]
                 for (peer, addr, _port, _n), f in futs:
                     res = f.result()
                     if "src" not in res:

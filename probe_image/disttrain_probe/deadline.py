@@ -1,7 +1,7 @@
 """Phase deadlines and the watchdog that guarantees the probe never hangs.
 
 The total budget (DISTTRAIN_PROBE_TIMEOUT_SECONDS) is split across phases. torch is
-imported in the background from the start (torchload.py), so the inventory phase is
+imported in the background right after the inventory (torchload.py), so the inventory phase is
 standard library only and gets 15 % of the total (at least min(5 s, 30 %)). The
 rendezvous phase, which waits for torch (and for the peers still importing theirs),
 may use everything but :data:`LATER_RESERVE` of the total, which is kept for the phases

@@ -449,6 +449,20 @@ def _range_text(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
     return ", ".join(f"{lo}-{hi}" for lo, hi in rngs) or "(unknown)"
 
 
+def missing_here(node: str, spec: str, interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
+    """The InterfaceNotFound message when the NCCL_SOCKET_IFNAME-style ``spec`` names
+    interfaces (include mode) and none of this node's ``interfaces`` (inventory entries with
+    ``name``) matches, else None. Decided at the inventory, before torch and the rendezvous:
+    no peer's evidence can change it (gloo refuses such a job as it starts). The wording is
+    :func:`choose`'s for the same finding. Pure; never raises."""
+    mode, pats = parse_ifname_spec(spec)
+    names = [str(i.get("name")) for i in interfaces or [] if isinstance(i, dict) and i.get("name")]
+    if mode != "include" or any(ifname_matches(n, pats) for n in names):
+        return None
+    return (f"{node}: no interface matches socketIfname={spec} (it has {', '.join(names) or 'none'}); "
+            f"set network.socketIfname to an interface every node has, or auto")
+
+
 def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str, Any]]],
            spec: str = "auto", master_port: Optional[int] = None,
            dial_plan: Optional[Dict[int, List[int]]] = None) -> Dict[str, Any]:

@@ -19,6 +19,7 @@ import errno
 import ipaddress
 import json
 import socket
+import threading
 import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
@@ -170,6 +171,60 @@ def listen_early(port: int) -> Tuple[Optional[socket.socket], Optional[str]]:
     return None, err or "cannot bind"
 
 
+BEACON_SECONDS = 1.0  # a dial of rank 0's beacon port, connect and read
+
+
+def beacon_token(cfg: Any) -> bytes:
+    """What rank 0's beacon says, one line naming the job (UID) and the probe attempt, so
+    a peer never takes another service (or another job's probe) on that port for its rank 0."""
+    return f"disttrain-probe {getattr(cfg, 'job_uid', None) or '-'} " \
+           f"{getattr(cfg, 'attempt', None) or '-'} rank0\n".encode()
+
+
+def start_beacon(port: int, token: bytes) -> Tuple[Optional[socket.socket], Optional[str]]:
+    """Rank 0, right after :func:`listen_early` bound MASTER_PORT: listen on ``port`` on
+    every address and answer each connection with ``token`` (then close it), from a daemon
+    thread, for the life of the probe. Returns (socket, None) or (None, the error); never
+    raises (a port that cannot be bound only loses the evidence)."""
+    sock, err = listen_early(port)
+    if sock is None:
+        return None, err
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = sock.accept()
+            except OSError:
+                return
+            try:
+                c.settimeout(1.0)
+                c.sendall(token)
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+    threading.Thread(target=serve, name="probe-beacon", daemon=True).start()
+    return sock, None
+
+
+def beacon_answers(addr: str, port: int, token: bytes, timeout: float = BEACON_SECONDS) -> bool:
+    """True when ``addr``:``port`` answers with exactly ``token`` (this job's rank 0 probe,
+    which listened on MASTER_PORT before it listened here) within ``timeout`` seconds."""
+    try:
+        with socket.create_connection((addr, port), timeout=max(0.05, timeout)) as c:
+            c.settimeout(max(0.05, timeout))
+            got = b""
+            while len(got) < len(token):
+                more = c.recv(len(token) - len(got))
+                if not more:
+                    break
+                got += more
+            return got == token
+    except OSError:
+        return False
+
+
 def dial_give_up_at(deadline_at: float, probe_start: float, dial_start: float,
                     evidence: bool, grace: float, min_dial: float = MIN_DIAL_SECONDS) -> float:
     """When (monotonic seconds) a rank >= 1 stops dialling the master.
@@ -214,25 +269,64 @@ def _dial(addrs: List[str], port: int, deadline: Deadline) -> Tuple[Optional[str
         time.sleep(min(0.25, deadline.remaining()))
 
 
+# Seconds of silence (no SYN-ACK, no reset, on the master port and on another port) after
+# which a rank stops dialling without evidence of rank 0's start: a host that is up resets a
+# closed port whether or not rank 0 listens yet, and a name that resolves (the pod has its
+# address) or a node address is live, so silence is a filter or a broken path, never "rank 0
+# not started". The window only covers transient drops (routes being programmed for a new
+# pod, a SYN queue overflowing at rank 0: a closed port still resets then).
+SILENCE_DECIDES_SECONDS = 6.0
+
+
 def dial_until_decided(addrs: List[str], port: int, deadline: Deadline, probe_quiet: float = 2.0,
-                       check: Any = None) -> Tuple[Optional[str], str, float, Optional[Dict[str, Any]]]:
+                       check: Any = None, silence_decides: float = SILENCE_DECIDES_SECONDS,
+                       beacon: Optional[Tuple[int, bytes]] = None,
+                       ) -> Tuple[Optional[str], str, float, Optional[Dict[str, Any]]]:
     """Dial like :func:`_dial`, but when a dial times out (the SYN got no answer at all) ask
     whether the host answers on another port (:func:`host_check`): a live host resets a
     closed port, so silence on the master port while another port answers is a filter on
     that port whatever rank 0 is doing: decided at once, without waiting for evidence of
-    rank 0's start (gang-scheduled probes start together and carry none). Returns (addr,
-    last error, seconds, the deciding host check or None)."""
+    rank 0's start (gang-scheduled probes start together and carry none). Silence on both
+    for ``silence_decides`` seconds in a row decides too (dropped on the way or at the
+    host: :data:`SILENCE_DECIDES_SECONDS`). A refused master port is not decided here
+    (rank 0 may not listen yet) unless ``beacon`` (rank 0's beacon port and token) is
+    given and rank 0 answers there (:func:`beacon_answers`): it listened on the master
+    port first, so the refusal is a rule, decided at once. Returns (addr, last error,
+    seconds, the deciding host check or None); a silence verdict's host check carries
+    ``silentSeconds``, a beacon verdict's ``listening: true`` and the beacon ``port``."""
     check = check or host_check
     t0 = time.monotonic()
     last = "timeout"
+    silent_since: Optional[float] = None
     while deadline.remaining() > 0:
         addr, last, _ = _dial(addrs, port, Deadline(min(deadline.at, time.monotonic() + probe_quiet)))
         if addr is not None:
             return addr, "", time.monotonic() - t0, None
-        if last == "timeout" and deadline.remaining() > 0:
-            h = check(_order(addrs)[0], port, min(1.0, deadline.remaining()))
-            if h.get("r") in ("refused", "ok"):
-                return None, last, time.monotonic() - t0, h
+        if last == "refused" and beacon and deadline.remaining() > 0:
+            target = _order(addrs)[0]
+            if beacon_answers(target, beacon[0], beacon[1], min(BEACON_SECONDS, deadline.remaining())):
+                # rank 0 listens: one more dial of the master port, now that it surely does
+                addr, last, _ = _dial([target], port, Deadline(time.monotonic() + 0.5))
+                if addr is not None:
+                    return addr, "", time.monotonic() - t0, None
+                if last == "refused":
+                    return None, last, time.monotonic() - t0, {
+                        "port": beacon[0], "r": "ok", "arp": arp_state(target) if ":" not in target
+                        else None, "listening": True}
+        if last != "timeout" or deadline.remaining() <= 0:
+            silent_since = None  # refused or unreachable: not silence
+            continue
+        began = time.monotonic() - probe_quiet  # this dial was silent throughout
+        h = check(_order(addrs)[0], port, min(1.0, deadline.remaining()))
+        if h.get("r") in ("refused", "ok"):
+            return None, last, time.monotonic() - t0, h
+        if h.get("r") != "timeout":
+            silent_since = None
+            continue
+        silent_since = began if silent_since is None else silent_since
+        now = time.monotonic()
+        if now - silent_since >= silence_decides:
+            return None, last, now - t0, dict(h, silentSeconds=round(now - silent_since, 1))
     return None, last, time.monotonic() - t0, None
 
 
@@ -323,6 +417,20 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
     t_resolve = time.monotonic()
     resolved, rerr = _resolve_retry(cfg.master_addr, deadline,
                                     getattr(cfg, "resolve_seconds", float("inf")))
+    sibling = getattr(cfg, "peer_dns_name", None)
+    late = ""
+    if not resolved and sibling and sibling != cfg.master_addr and deadline.remaining() > 1.0:
+        # Another name of this job resolves: the Service and this node's DNS path work, so
+        # rank 0's record is only late (pods created together, rank 0's without an address
+        # yet, or cluster DNS slow to publish under load): wait for it to the deadline.
+        mine, _ = _resolve_retry(sibling, deadline, 0.0)
+        if mine:
+            master["peerName"] = sibling
+            tracker.step(R.MASTER_ADDR_UNRESOLVABLE,
+                         f"{where}: resolving MASTER_ADDR={cfg.master_addr} (late record) hung")
+            resolved, rerr = _resolve_retry(cfg.master_addr, Deadline(deadline.at - HOST_CHECK_SECONDS))
+            late = (f" while {sibling} (this job's) resolves: the Service and DNS work, rank 0's "
+                    f"pod has had no address all along (not started: see its pod's events)")
     master["resolved"] = resolved
     if resolved:
         master["route"] = route_get(_order(resolved)[0], inv["interfaces"],
@@ -338,6 +446,10 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
             master["dns"] = dict(dns or {}, server=server)
             if dns and dns.get("iface"):
                 via = f"; its DNS server {server} is reached by {dns['iface']} ({dns.get('src')})"
+        if late:
+            raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
+                f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
+                f"{took:.0f}s of retries{late}"))
         raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
             f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
             f"{took:.0f}s of retries{via}; use rank 0's node IP or a headless "
@@ -384,7 +496,10 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
             addr, last, took = _dial(resolved, cfg.master_port, Deadline(give_up))
             decided = None
         else:  # no evidence of rank 0's start: a port that drops while its host answers decides
-            addr, last, took, decided = dial_until_decided(resolved, cfg.master_port, Deadline(give_up))
+            bp = getattr(cfg, "beacon_port", None)
+            addr, last, took, decided = dial_until_decided(
+                resolved, cfg.master_port, Deadline(give_up),
+                beacon=(bp, beacon_token(cfg)) if bp else None)
         if addr is None:
             shown = f"{cfg.master_addr}:{cfg.master_port}" + (
                 f" ({', '.join(resolved)})" if resolved != [cfg.master_addr] else "")
@@ -394,6 +509,12 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
                                                         min(HOST_CHECK_SECONDS, deadline.remaining()))
             seen = _host_words(master["hostCheck"], node)
             seen = f"; {seen}" if seen else ""
+            if (decided or {}).get("listening") and last == "refused":
+                raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                    f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s although "
+                    f"rank 0's probe listens there: it answers on TCP {decided['port']}, bound "
+                    f"after {cfg.master_port}; a firewall (or NetworkPolicy) on rank 0's node rejects "
+                    f"TCP {cfg.master_port}; open TCP {cfg.master_port} to rank 0's node"))
             if started_at and last == "refused":
                 raise ProbeFailure(R.MASTER_PORT_REFUSED, (
                     f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s although "

@@ -1,9 +1,12 @@
-"""``import torch`` in the background, started when the probe starts.
+"""``import torch`` in the background, started as soon as the probe's inventory is taken.
 
 Importing torch (and its CUDA and NCCL libraries) is the slowest thing a probe does: a
 few seconds on a warm node, far more on a cold image, a lazily pulled layer, or many
-ranks importing at once on few cores. The standard-library phases (interfaces, the
-master address and port) do not need it, so they run meanwhile; the phases that do need
+ranks importing at once on few cores. The standard-library phases (the master address
+and port, the connectivity listeners) do not need it, so they run meanwhile; the inventory
+(interfaces, hostname, NVML) runs just before it, because it loads shared libraries and
+every ``dlopen`` waits while torch's libraries load (at most :data:`INVENTORY_HEAD_START`
+seconds, then the import starts anyway); the phases that do need
 it (the rendezvous store, versions, the collective) wait for it (:meth:`TorchLoader.wait`)
 within the probe's whole budget. A slow import is a warning that names the node and the
 seconds (``SlowTorchImport``); one that does not finish within the budget is
@@ -19,6 +22,9 @@ from typing import Any, Callable, Dict, Optional
 # An import that took longer than this many seconds is reported (SlowTorchImport): a third
 # of the default 60 s budget (warm nodes import torch in 2-5 s; $DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS).
 SLOW_IMPORT_SECONDS = 20.0
+# Seconds the inventory may run before the import starts regardless (a resolver that hangs
+# on the node's own hostname must not delay the import by its timeouts).
+INVENTORY_HEAD_START = 0.5
 
 
 def slow_import_seconds() -> float:
@@ -48,12 +54,28 @@ class TorchLoader:
         self.result: Dict[str, Any] = {}
         self.error: Optional[str] = None
         self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
 
     def start(self) -> "TorchLoader":
-        self.started = self._clock()
-        self._thread = threading.Thread(target=self._run, name="probe-torch-import", daemon=True)
-        self._thread.start()
+        """Start the import in a daemon thread; a second call does nothing (the probe
+        starts it after its inventory, or from :meth:`start_after` when that is slow)."""
+        with self._lock:
+            if self._thread is not None:
+                return self
+            self.started = self._clock()
+            self._thread = threading.Thread(target=self._run, name="probe-torch-import",
+                                            daemon=True)
+            self._thread.start()
         return self
+
+    def start_after(self, seconds: float) -> threading.Timer:
+        """Start the import in ``seconds`` unless :meth:`start` came first: the inventory
+        runs before the import, but a node whose resolver hangs on its own hostname must
+        not hold the import back for the resolver's timeouts. Returns the (daemon) timer."""
+        t = threading.Timer(max(0.0, seconds), self.start)
+        t.daemon = True
+        t.start()
+        return t
 
     def _run(self) -> None:
         try:
@@ -122,4 +144,4 @@ def default_load() -> Dict[str, Any]:
     return out
 
 
-__all__ = ["SLOW_IMPORT_SECONDS", "TorchLoader", "default_load"]
+__all__ = ["INVENTORY_HEAD_START", "SLOW_IMPORT_SECONDS", "TorchLoader", "default_load"]

@@ -507,3 +507,22 @@ def test_typical_round_is_the_middle_one():
     assert typical([500.0, 9000.0, 8000.0]) == 8000.0  # one starved round does not count
     assert typical([9000.0, 500.0]) == 500.0
     assert typical([700.0]) == 700.0
+
+
+@pytest.mark.parametrize("spec, names, missing", [
+    ("eth2", ["lo", "eth0", "eth1"], True),            # the job names an interface this node lacks
+    ("eth2", ["lo", "eth0", "eth2"], False),
+    ("eth", ["lo", "eth0"], False),                    # NCCL matches by prefix
+    ("=eth", ["lo", "eth0"], True),                    # ... unless the list starts with '='
+    ("ib0,eth1", ["lo", "eth1"], False),
+    ("^docker", ["lo", "docker0"], False),             # exclusion: decided on the mesh, not here
+    ("auto", [], False),
+    ("eth9", [], True),
+])
+def test_a_named_interface_this_node_lacks_is_decided_at_the_inventory(spec, names, missing):
+    from disttrain_probe.interfaces import missing_here
+    msg = missing_here("node-b", spec, [{"name": n} for n in names])
+    assert (msg is not None) == missing
+    if missing:
+        assert msg.startswith(f"node-b: no interface matches socketIfname={spec} (it has ")
+        assert (", ".join(names) or "none") in msg and len(msg) <= 400

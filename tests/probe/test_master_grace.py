@@ -37,6 +37,16 @@ def test_config_reads_the_evidence_and_the_grace():
         C.load([], dict(base, DISTTRAIN_PROBE_MASTER_GRACE_SECONDS="-1"))
 
 
+def test_config_reads_the_beacon_port():
+    base = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    assert C.load([], base).beacon_port is None
+    assert C.load([], dict(base, DISTTRAIN_PROBE_BEACON_PORT="")).beacon_port is None
+    assert C.load([], dict(base, DISTTRAIN_PROBE_BEACON_PORT="29501")).beacon_port == 29501
+    for bad in ("29500", "0", "65536", "x"):  # the master port itself, not a port
+        with pytest.raises(C.ConfigError, match="DISTTRAIN_PROBE_BEACON_PORT"):
+            C.load([], dict(base, DISTTRAIN_PROBE_BEACON_PORT=bad))
+
+
 def test_give_up_time():
     # no evidence: the phase deadline, whatever the grace
     assert RV.dial_give_up_at(100.0, 0.0, 3.0, False, 5.0) == 100.0
@@ -132,8 +142,10 @@ def test_slow_rank0_is_no_false_alarm_even_with_zero_grace(tmp_path):
     reps = [parse_report((tmp_path / f"r{r}.json").read_text()) for r in (0, 1)]
     assert [p.returncode for p in procs] == [0, 0], [r.failure for r in reps]
     assert all(r.ok for r in reps)
-    # rank 0 listened before its (background) torch import was even over
-    assert listening_after < reps[0].timings["torchImport"], (listening_after, reps[0].timings)
+    # rank 0 listened before its (background) torch import, started after the inventory,
+    # was even over
+    t = reps[0].timings
+    assert listening_after < t.get("inventory", 0.0) + t["torchImport"], (listening_after, t)
 
 
 def test_host_check_tells_a_host_that_answers_elsewhere(tmp_path):
@@ -189,3 +201,124 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     addr, last, took, h = rv.dial_until_decided(["127.0.0.1"], port, Deadline(time.monotonic() + 1.5),
                                                 check=answers_elsewhere)
     assert addr is None and last == "refused" and h is None and took >= 1.0
+
+
+def test_silence_on_the_master_port_and_on_another_port_decides_after_the_window():
+    """A host that is up resets a closed port whether or not rank 0 listens yet, so silence
+    on both ports for the window is decided without evidence of rank 0's start (the
+    partition-one-pair scenario waited for the rendezvous deadline before)."""
+    from disttrain_probe import rendezvous as rv
+    from disttrain_probe.deadline import Deadline
+
+    def silent_dial(addrs, port, deadline):
+        time.sleep(min(0.2, max(0.0, deadline.remaining())))
+        return None, "timeout", 0.2
+
+    def silent_host(addr, port, timeout):
+        return {"port": 1, "r": "timeout", "arp": "complete"}
+
+    real_dial = rv._dial
+    try:
+        rv._dial = silent_dial
+        t0 = time.monotonic()
+        addr, last, took, h = rv.dial_until_decided(["10.9.9.9"], 29500, Deadline(t0 + 30),
+                                                    probe_quiet=0.2, check=silent_host,
+                                                    silence_decides=1.0)
+        waited = time.monotonic() - t0
+        # ... but a host that resets other ports while the master port is silent decides at once,
+        # and one that is unreachable (no ARP answer) is not silence: dial to the deadline
+        addr2, last2, took2, h2 = rv.dial_until_decided(
+            ["10.9.9.9"], 29500, Deadline(time.monotonic() + 1.5), probe_quiet=0.2,
+            check=lambda a, p, t: {"port": 1, "r": "unreachable", "arp": "incomplete"},
+            silence_decides=0.5)
+    finally:
+        rv._dial = real_dial
+    assert addr is None and last == "timeout" and h["r"] == "timeout" and h["silentSeconds"] >= 1.0
+    assert 0.9 <= waited < 5
+    assert addr2 is None and h2 is None and took2 >= 1.4
+
+
+def test_a_refused_master_port_with_rank_0s_beacon_answering_is_decided_at_once():
+    """Rank 0 binds the master port, then its beacon port. A rank refused on the master
+    port (here: nothing listens on it, as a REJECT rule would look) that rank 0's beacon
+    answers with this job's token stops dialling at once; another job's token, or no
+    beacon, leaves the refusal undecided until the deadline."""
+    import time
+    from types import SimpleNamespace
+
+    from disttrain_probe import rendezvous as rv
+    from disttrain_probe.deadline import Deadline
+
+    master, bport = free_port(), free_port()
+    while bport == master:
+        bport = free_port()
+    token = rv.beacon_token(SimpleNamespace(job_uid="uid-1", attempt=2))
+    assert token == b"disttrain-probe uid-1 2 rank0\n"
+    sock, err = rv.start_beacon(bport, token)
+    assert sock is not None and err is None
+    try:
+        assert rv.beacon_answers("127.0.0.1", bport, token)
+        other = rv.beacon_token(SimpleNamespace(job_uid="uid-2", attempt=2))
+        assert not rv.beacon_answers("127.0.0.1", bport, other)  # another job's rank 0
+        assert not rv.beacon_answers("127.0.0.1", master, token)  # nothing there
+        t0 = time.monotonic()
+        addr, last, took, h = rv.dial_until_decided(["127.0.0.1"], master, Deadline(t0 + 20),
+                                                    beacon=(bport, token))
+        assert addr is None and last == "refused" and h["listening"] is True and h["port"] == bport
+        assert time.monotonic() - t0 < 5
+        addr, last, took, h = rv.dial_until_decided(["127.0.0.1"], master,
+                                                    Deadline(time.monotonic() + 2.5),
+                                                    beacon=(bport, other))
+        assert addr is None and last == "refused" and h is None and took >= 2.0
+    finally:
+        sock.close()
+
+
+def _late_record_case(monkeypatch, master_after: float, sibling_ok: bool, resolve_seconds: float,
+                      deadline_s: float):
+    """reach_master for rank 0 of a gang whose own record (MASTER_ADDR j-0.j) appears
+    ``master_after`` seconds in, with rank 1's name resolving or not; no packet is sent."""
+    from types import SimpleNamespace
+
+    from disttrain_probe.deadline import Deadline
+
+    t0 = time.monotonic()
+
+    def fake_resolve(name):
+        if name == "j-0.j" and time.monotonic() - t0 >= master_after:
+            return ["10.255.0.1"]
+        if name == "j-1.j" and sibling_ok:
+            return ["10.255.0.2"]
+        raise OSError(-2, "Name or service not known")
+
+    class Tracker:
+        def step(self, *a):
+            pass
+
+    monkeypatch.setattr(RV, "resolve", fake_resolve)
+    monkeypatch.setattr(RV, "route_get", lambda *a, **k: None)
+    cfg = SimpleNamespace(node_name="node-a", rank=0, world_size=2, master_addr="j-0.j",
+                          master_port=29500, resolve_seconds=resolve_seconds,
+                          peer_dns_name="j-1.j", loopback_requested=False, agent_store=False)
+    state = {"warnings": []}
+    try:
+        out = RV.reach_master(cfg, {"interfaces": []}, Deadline(t0 + deadline_s), Tracker(), state)
+        return out, None, state, time.monotonic() - t0
+    except Exception as e:  # ProbeFailure
+        return None, e, state, time.monotonic() - t0
+
+
+def test_a_late_master_record_is_waited_for_when_another_name_of_the_job_resolves(monkeypatch):
+    """Seen at 32 nodes (gang probes on 2 cores): rank 0's record came 12+ s after some
+    ranks started and they failed a healthy job with MasterAddrUnresolvable. When another
+    name of the job resolves, the Service and DNS work: wait for the record to the
+    deadline; when none does, the name fails after resolve_seconds, as before."""
+    out, err, state, took = _late_record_case(monkeypatch, 1.5, True, 0.5, 10)
+    assert err is None and state["master"]["resolved"] == ["10.255.0.1"]
+    assert state["master"]["peerName"] == "j-1.j" and 1.4 < took < 5
+    out, err, state, took = _late_record_case(monkeypatch, 99, True, 0.5, 4)
+    assert err is not None and err.reason == R.MASTER_ADDR_UNRESOLVABLE
+    assert "while j-1.j (this job's) resolves" in err.message and 2.0 < took < 4.5
+    out, err, state, took = _late_record_case(monkeypatch, 1.5, False, 0.5, 10)
+    assert err is not None and err.reason == R.MASTER_ADDR_UNRESOLVABLE and took < 1.4
+    assert "headless Service name that exists" in err.message and "peerName" not in state["master"]

@@ -21,6 +21,25 @@ def test_loader_runs_in_the_background_and_times_itself():
     assert 0.25 < ld.seconds < 2 and ld.slow_warning("node-a") is None
 
 
+def test_loader_starts_once_and_its_fallback_timer_starts_it_when_the_inventory_is_slow():
+    calls = []
+    ld = TorchLoader(lambda: (calls.append(1), {})[1])
+    timer = ld.start_after(0.2)
+    time.sleep(0.05)
+    assert ld.started is None  # the inventory still has its head start
+    assert ld.wait(3) and calls == [1]  # the timer started it
+    timer.join(1)
+    ld.start()  # the probe's own start after a slow inventory: no second import
+    time.sleep(0.05)
+    assert calls == [1]
+    early = TorchLoader(lambda: (calls.append(2), {})[1])
+    t = early.start_after(0.3)
+    early.start()  # the inventory finished first
+    assert early.wait(3)
+    t.join(1)
+    assert calls == [1, 2]  # the timer did not import a second time
+
+
 def test_loader_reports_a_failed_import_and_a_slow_one():
     def boom():
         raise ImportError("libcudart.so.12: cannot open shared object file")

@@ -222,6 +222,16 @@ def test_a_name_that_resolves_elsewhere_blames_the_dns_path_of_the_failing_node(
     assert e.decide == "nslookup j-0.j 10.96.0.10 on node-a"
 
 
+def test_a_rank_that_resolved_another_name_of_the_job_is_not_blamed_on_its_dns_path():
+    """Seen at 32 nodes (bench-scale, gang probes on 2 cores): rank 0's record came late and
+    some ranks gave up on it; a rank whose own name resolved has a working DNS path, so the
+    'record exists, your DNS path fails' verdict would name the wrong culprit."""
+    outs = unresolved_case()
+    outs[0].report.interfaces.pop()
+    outs[0].report.master.peer_name = "j-1.j"
+    assert A.explain_unresolvable(outs, "j-0.j") is None  # the probe's own words stand
+
+
 def test_a_name_no_rank_resolved_on_single_nic_nodes_is_left_to_the_probe():
     outs = unresolved_case()
     outs[0].report.interfaces.pop()
@@ -241,3 +251,23 @@ def test_a_refused_master_port_is_never_called_lost_replies():
     e = A.explain_master(ranks, "10.100.0.11", 29500)
     assert e.kind == "master-node" and e.culprits == ("node-a",)
     assert "node-a's firewall rejects it" in e.cause and "replies are lost" not in e.cause
+
+
+def test_a_refusal_while_rank_0s_beacon_answers_is_the_firewall_not_nothing_listening():
+    """Gang-scheduled probes start together: a refused master port alone leaves 'nothing
+    listens there' open. When rank 0's probe answered on its beacon port (bound after the
+    master port) the candidate is gone; without the beacon, both stay."""
+    from disttrain.report import HostCheck
+    ranks = master_case({1: "refused"})
+    ranks[1].report.master.host_check = HostCheck(port=29501, r="ok", arp="complete", listening=True)
+    e = A.explain_master(ranks, "10.100.0.11", 29500)
+    assert e.kind == "master-node" and e.culprits == ("node-a",) and e.decide == ""
+    assert "node-a's firewall (or a NetworkPolicy) rejects it" in e.cause
+    assert "nothing listens" not in e.cause and "answers on TCP 29501" in e.cause
+    assert len(e.message("x" * 500)) <= 400
+    ranks[1].report.master.host_check = HostCheck(port=1, r="refused", arp="complete")
+    assert "or nothing listens there" in A.explain_master(ranks, "10.100.0.11", 29500).cause
+    # a silent dialler beside the refused one: the beacon does not decide for it
+    ranks = master_case({1: "refused", 2: "timeout"})
+    ranks[1].report.master.host_check = HostCheck(port=29501, r="ok", listening=True)
+    assert "rank 0's probe listens there" not in A.explain_master(ranks, "10.100.0.11", 29500).cause

@@ -265,3 +265,31 @@ def test_worker_with_two_processes_per_node_runs_torchrun_with_two():
     ctr = build_worker_pod(REF, s, 1, "node-b", rv, 0)["spec"]["containers"][0]
     assert ctr["command"] == ["torchrun", "/workspace/train.py"]
     assert (env(ctr)["PET_NPROC_PER_NODE"], env(ctr)["PET_NNODES"], env(ctr)["PET_NODE_RANK"]) == ("2", "2", "1")
+
+
+def test_rank_0_beacon_port_only_on_the_pod_network():
+    """The beacon (the port after rendezvous.port) is passed on the pod network, where each
+    probe pod has its own ports; on hostNetwork it could be another job's rendezvous port."""
+    def env(s, rank=1):
+        pod = build_probe_pod(REF, s, rank, None if rank == 0 else "10.100.0.10", attempt=1)
+        return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    s = spec_of(network={"hostNetwork": False})
+    assert env(s)["DISTTRAIN_PROBE_BEACON_PORT"] == str(s.rendezvous.port + 1)
+    assert env(s, 0)["DISTTRAIN_PROBE_BEACON_PORT"] == str(s.rendezvous.port + 1)
+    assert "DISTTRAIN_PROBE_BEACON_PORT" not in env(spec_of(network={"hostNetwork": True}))
+    top = spec_of(network={"hostNetwork": False})
+    top.rendezvous.port = 65535
+    assert env(top)["DISTTRAIN_PROBE_BEACON_PORT"] == "65534"
+
+
+def test_probe_pods_carry_another_dns_name_of_the_job_with_dns_hostnames():
+    """Rank r > 0 gets its own name, rank 0 rank 1's: a name that resolves tells a late
+    record of rank 0 from a Service or DNS path that does not work."""
+    def env(s, rank):
+        pod = build_probe_pod(REF, s, rank, None, attempt=1)
+        return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    s = spec_of(network={"hostNetwork": False, "subdomain": "workers"})
+    assert env(s, 0)["DISTTRAIN_PROBE_PEER_DNS_NAME"] == "j-1.workers"
+    assert env(s, 2)["DISTTRAIN_PROBE_PEER_DNS_NAME"] == "j-2.workers"
+    off = spec_of(network={"hostNetwork": False, "enableDNSHostnames": False})
+    assert "DISTTRAIN_PROBE_PEER_DNS_NAME" not in env(off, 1)
