@@ -341,7 +341,9 @@ def peer_markdown(rows: list[dict], cap: float, meta: dict) -> list[str]:
         f"**{cap:g} s**. Ratio = {PEER} / probe; goal >= {GOAL_RATIO:g}x. *peer as informative*: "
         "what its user sees (conditions, pod states, logs) carries an error line and names "
         "every node the product's message names (a mechanical lower bar, not a judgment of "
-        "the fix).",
+        "the fix)." + (f" The {PEER} column is reused from the run of {pj['reusedFrom']} "
+                       f"(`--peer-from`); only the probe column was re-run."
+                       if pj.get("reusedFrom") else ""),
         "",
         f"| scenario | probe s | {PEER} s | ratio | goal | peer faster | peer as informative | "
         f"with the {PEER} the user sees |",
@@ -545,6 +547,19 @@ def _meta() -> dict:
             "cpus": os.cpu_count(), "machine": platform.machine(), "commit": commit or "?"}
 
 
+def peer_from_row(previous: dict, scenario: str) -> Optional[dict]:
+    """The PyTorchJob run of ``scenario`` as :func:`_row` takes it (seconds, end,
+    informative, sees, first_error, conditions, pods), from a previous diagnosis.json's
+    rows; None when that report has no PyTorchJob figure for it. Pure."""
+    row = next((r for r in previous.get("rows") or [] if r.get("scenario") == scenario), None)
+    if not row or row.get("pj_end") is None:
+        return None
+    return {"seconds": row.get("pj_s"), "end": row["pj_end"],
+            "informative": row.get("pj_informative"), "sees": row.get("pj_sees") or "-",
+            "first_error": row.get("pj_first_error") or "", "conditions": row.get("pj_conditions") or [],
+            "pods": row.get("pj_pods") or []}
+
+
 def _row(sc, p: Optional[dict], q: Optional[dict], k: Optional[dict]) -> dict:
     """One report row from the three runs (None: that column was not run)."""
     p = p or {"seconds": None, "ok": None, "why": "not run", "condition": {}, "sees": "-"}
@@ -593,6 +608,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                              "the job at the first failed pod)")
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results",
                         help="folder for diagnosis.json and diagnosis.md")
+    parser.add_argument("--peer-from", type=Path, default=None,
+                        help=f"a previous diagnosis.json: take the {PEER} column from it instead "
+                             f"of running it (the peer does not change with the product; the "
+                             f"ratios are recomputed against this run's probe column)")
     parser.add_argument("--render", action="store_true",
                         help="only rewrite diagnosis.md from the diagnosis.json in --out")
     args = parser.parse_args(argv)
@@ -601,6 +620,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     if not columns or any(c not in COLUMNS for c in columns):
         parser.error(f"--columns takes some of {', '.join(COLUMNS)}")
+    reused: dict = {}
+    if args.peer_from is not None:
+        if "pytorchjob" in columns:
+            parser.error("--peer-from replaces the pytorchjob column: leave it out of --columns")
+        try:
+            reused = json.loads(args.peer_from.read_text())
+        except (OSError, ValueError) as e:
+            parser.error(f"--peer-from {args.peer_from}: {e}")
     if args.render:
         data = json.loads((args.out / "diagnosis.json").read_text())
         (args.out / "diagnosis.md").write_text(markdown(data["rows"], data["cap_s"], data["meta"]))
@@ -638,6 +665,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         k = (run_pytorchjob(sc, args.cap, args.pytorchjob_restart_policy,
                             ((p or {}).get("condition") or {}).get("message", ""), say=say)
              if "pytorchjob" in columns else None)
+        if k is None and reused:
+            k = peer_from_row(reused, sc.name)
         rows.append(_row(sc, p, q, k))
     table = Table(title=f"apply -> diagnosis (seconds; plain and {PEER} capped at {args.cap:g}s)")
     for col in ("scenario", "probe s", "plain s", "ratio", "goal", f"{PEER} s", "ratio", "goal"):
@@ -657,6 +686,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "pytorchjob" in columns:
         meta["pytorchjob"] = {"version": lc_config.versions()["TRAINING_OPERATOR_VERSION"],
                               "restartPolicy": args.pytorchjob_restart_policy}
+    elif reused:
+        old = reused.get("meta") or {}
+        meta["pytorchjob"] = dict(old.get("pytorchjob") or {},
+                                  reusedFrom=f"{old.get('date', '?')}, commit {old.get('commit', '?')}")
     for f in peer_findings(rows):
         console.print(f"peer: {f}", markup=False)
     args.out.mkdir(parents=True, exist_ok=True)

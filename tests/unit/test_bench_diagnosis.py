@@ -263,3 +263,30 @@ def test_row_compares_with_the_peer_only_when_the_probe_ran():
     assert bd.peer_findings([both]) == [
         "ifname-missing: the PyTorchJob user sees an error line naming every node the product "
         "names (w/pytorch: RuntimeError: eth2)."]
+
+
+def test_peer_column_reused_from_a_previous_report_is_compared_with_the_new_probe_column(tmp_path):
+    """--peer-from: the PyTorchJob does not change with the product, so a re-run of the
+    probe column takes the peer's figures from the previous report and recomputes the
+    ratios against the new probe seconds; a scenario the old report lacks has no peer."""
+    sc = scn.load("firewall-master-reject")
+    old_p = {"seconds": 38.4, "ok": True, "why": "", "condition": {"message": "node-b"},
+             "sees": "MasterReachable=False"}
+    k = {"seconds": 300.0, "end": "capped", "informative": False, "sees": "nothing failed",
+         "first_error": "", "conditions": [{"type": "Running"}], "pods": ["m Running"]}
+    previous = {"meta": {"date": "2026-12-01 18:20 UTC", "commit": "abc"},
+                "rows": [bd._row(sc, old_p, None, k)]}
+    assert previous["rows"][0]["pj_assessment"] == "below goal"
+    again = bd.peer_from_row(previous, "firewall-master-reject")
+    assert again == k
+    assert bd.peer_from_row(previous, "ifname-missing") is None
+    new_p = dict(old_p, seconds=6.0)
+    row = bd._row(sc, new_p, None, again)
+    assert row["pj_ratio"] == ">= 50.0x" and row["pj_assessment"] == "met"
+    md = bd.markdown([row], 300.0, {"date": "d", "cpus": 2, "machine": "x", "commit": "c",
+                                    "pytorchjob": {"version": "v1.8.1", "reusedFrom": "2026-12-01 18:20 UTC, commit abc"}})
+    assert "reused from the run of 2026-12-01 18:20 UTC, commit abc" in md
+    with pytest.raises(SystemExit):  # either run the peer or reuse it
+        bd.main(["--columns", "probe,pytorchjob", "--peer-from", str(tmp_path / "x.json")])
+    with pytest.raises(SystemExit):  # an unreadable report is refused before any cluster work
+        bd.main(["--columns", "probe", "--peer-from", str(tmp_path / "missing.json")])
