@@ -49,7 +49,9 @@ def _link_exists(ns: str, dev: str) -> bool:
 
 def ensure_fabric(segments: Iterable[str] = ("mgmt", "data")) -> None:
     """Create the fabric namespace with one bridge ``br-<segment>`` per segment
-    (idempotent; default: br-mgmt and br-data). Raises NetworkError if `ip` fails."""
+    (idempotent; default: br-mgmt and br-data), after raising the machine's neighbour-table
+    limits (:func:`ensure_neighbour_capacity`). Raises NetworkError if `ip` fails."""
+    ensure_neighbour_capacity()
     if FABRIC_NS not in list_netns():
         _ip("netns", "add", FABRIC_NS)
     _ip("-n", FABRIC_NS, "link", "set", "lo", "up")
@@ -59,6 +61,46 @@ def ensure_fabric(segments: Iterable[str] = ("mgmt", "data")) -> None:
             _ip("-n", FABRIC_NS, "link", "add", br, "type", "bridge", "forward_delay", "0",
                 "stp_state", "0")
         _ip("-n", FABRIC_NS, "link", "set", br, "up")
+
+
+# The kernel's neighbour (ARP/ND) tables are shared by every network namespace of the
+# machine, with limits made for one host (gc_thresh3 1024 entries): 32 simulated nodes, each
+# reaching 31 peers on three networks plus their pods, overflowed it ("neighbour: arp_cache:
+# neighbor table overflow!"), and whole groups of node pairs could no longer reach each
+# other (a false NoCommonInterface at 32 nodes in make bench-scale).
+NEIGH_THRESHOLDS = {"gc_thresh1": 4096, "gc_thresh2": 16384, "gc_thresh3": 32768}
+
+
+def neighbour_limits(current: dict[str, int], wanted: dict[str, int] = NEIGH_THRESHOLDS) -> dict[str, int]:
+    """The thresholds to write: each of ``wanted`` that is above ``current`` (never
+    lowers a value the machine's owner set higher). Pure."""
+    return {k: v for k, v in wanted.items() if current.get(k, 0) < v}
+
+
+def ensure_neighbour_capacity(root: str = "/proc/sys/net") -> dict[str, int]:
+    """Raise the machine's IPv4 and IPv6 neighbour-table limits to :data:`NEIGH_THRESHOLDS`
+    where they are lower (idempotent). Returns what was written ({"ipv4.gc_thresh3": n,
+    ...}); a limit that cannot be read or written is skipped (NetworkError is not raised:
+    small clusters work without it)."""
+    written: dict[str, int] = {}
+    for fam in ("ipv4", "ipv6"):
+        base = f"{root}/{fam}/neigh/default"
+        cur: dict[str, int] = {}
+        for k in NEIGH_THRESHOLDS:
+            try:
+                with open(f"{base}/{k}") as f:
+                    cur[k] = int(f.read().strip())
+            except (OSError, ValueError):
+                cur[k] = 1 << 30  # unknown: leave it
+        # gc_thresh1 <= gc_thresh2 <= gc_thresh3: raise the largest first
+        for k, v in sorted(neighbour_limits(cur).items(), key=lambda kv: -kv[1]):
+            try:
+                with open(f"{base}/{k}", "w") as f:
+                    f.write(str(v))
+                written[f"{fam}.{k}"] = v
+            except OSError:
+                pass
+    return written
 
 
 def _add_addrs(ns: str, dev: str, addrs: list[str]) -> None:

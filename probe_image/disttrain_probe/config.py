@@ -100,6 +100,16 @@ def _optional_int(name: str, raw: Optional[str]) -> Optional[int]:
     return None if raw is None else _int(name, raw, 0)
 
 
+def default_resolve_seconds(timeout: float) -> float:
+    """How long a MASTER_ADDR that does not resolve is retried when
+    DISTTRAIN_PROBE_RESOLVE_SECONDS is unset: 10 s, or a sixth of the probe's budget
+    (``timeout``, seconds) when that is longer. A larger budget is given where pods start
+    slowly (many ranks on few cores, slow nodes), and rank 0's DNS record appears only
+    once its pod has an address: at 32 simulated nodes on 2 cores that took more than
+    11 s after the other ranks had started resolving it."""
+    return max(10.0, round(timeout / 6.0, 1))
+
+
 def _beacon_port(raw: Optional[str], master_port: int) -> Optional[int]:
     """DISTTRAIN_PROBE_BEACON_PORT as a TCP port other than MASTER_PORT, None when unset or
     empty; ConfigError otherwise."""
@@ -242,6 +252,8 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
                           f"--nproc-per-node, srun --ntasks-per-node); leave it unset")
     if nproc > 1 and local_rank >= nproc:
         raise ConfigError(f"LOCAL_RANK={local_rank} must be < DISTTRAIN_PROBE_NPROC_PER_NODE={nproc}")
+    timeout = _float("DISTTRAIN_PROBE_TIMEOUT_SECONDS",
+                     get(ns.timeout_seconds, "DISTTRAIN_PROBE_TIMEOUT_SECONDS", str(DEFAULT_TIMEOUT)), 1.0)
     size = _int("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
                 get(ns.message_size_bytes, "DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
                     str(DEFAULT_MESSAGE_SIZE)), 4)
@@ -258,9 +270,7 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         message_size_bytes=size - size % 4,
         iterations=_int("DISTTRAIN_PROBE_ITERATIONS",
                         get(ns.iterations, "DISTTRAIN_PROBE_ITERATIONS", str(DEFAULT_ITERATIONS)), 1),
-        timeout_seconds=_float("DISTTRAIN_PROBE_TIMEOUT_SECONDS",
-                               get(ns.timeout_seconds, "DISTTRAIN_PROBE_TIMEOUT_SECONDS",
-                                   str(DEFAULT_TIMEOUT)), 1.0),
+        timeout_seconds=timeout,
         min_busbw_gbps=_float("DISTTRAIN_PROBE_MIN_BUSBW_GBPS",
                               get(ns.min_busbw_gbps, "DISTTRAIN_PROBE_MIN_BUSBW_GBPS", "0")),
         port_range=parse_port_range(get(ns.port_range, "DISTTRAIN_PROBE_PORT_RANGE")),
@@ -268,7 +278,8 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         or DEFAULT_REPORT_PATH,
         local_rank=local_rank,
         resolve_seconds=_float("DISTTRAIN_PROBE_RESOLVE_SECONDS",
-                               env.get("DISTTRAIN_PROBE_RESOLVE_SECONDS") or "10", 0.0),
+                               env.get("DISTTRAIN_PROBE_RESOLVE_SECONDS")
+                               or str(default_resolve_seconds(timeout)), 0.0),
         master_started_at=started.strftime("%Y-%m-%dT%H:%M:%SZ") if started else None,
         master_grace_seconds=_float("DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
                                     get(ns.master_grace_seconds, "DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",

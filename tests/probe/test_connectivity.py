@@ -83,3 +83,49 @@ def test_bulk_bytes_env(monkeypatch):
     assert C.bulk_bytes() == C.BULK_MAX_BYTES
     monkeypatch.setenv("DISTTRAIN_PROBE_BULK_BYTES", "lots")
     assert C.bulk_bytes() == C.BULK_BYTES
+
+
+def test_a_connected_peer_slow_to_answer_gets_the_answer_budget_not_a_drop():
+    """Seen at 32 simulated nodes on 2 cores: starved peers answered their identity after
+    the 2 s dial timeout and 239 pairs read as blocked. Connected means the path works:
+    the identity gets the longer answer budget, and a dial that connected and still
+    timed out says so (``connected``), so the phase dials it once more."""
+    import json
+    import socket
+    import threading
+    import time
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+    port = srv.getsockname()[1]
+
+    def slow_answers():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            time.sleep(1.0)  # starved: the kernel connected it, the process answers late
+            try:
+                c.sendall((json.dumps({"rank": 3, "nonce": "n"}) + "\n").encode())
+            except OSError:
+                pass
+            c.close()
+
+    threading.Thread(target=slow_answers, daemon=True).start()
+    try:
+        late = C.dial("127.0.0.1", port, 3, "n", 0.3)
+        assert late["r"] == "timeout" and late["connected"] is True
+        ok = C.dial("127.0.0.1", port, 3, "n", 0.3, answer_timeout=3.0)
+        assert ok["r"] == "ok"
+        results = C._dial_all([(3, "127.0.0.1", port, "n"), (3, "127.0.0.1", port, "x")], 0.3, 3.0)
+        assert [r["r"] for r in results] == ["ok", "wrong"]  # in the order of the tasks
+    finally:
+        srv.close()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    free = s.getsockname()[1]
+    s.close()
+    closed = C.dial("127.0.0.1", free, 3, "n", 0.3)
+    assert closed["r"] == "refused" and "connected" not in closed

@@ -322,3 +322,13 @@ def test_a_late_master_record_is_waited_for_when_another_name_of_the_job_resolve
     out, err, state, took = _late_record_case(monkeypatch, 1.5, False, 0.5, 10)
     assert err is not None and err.reason == R.MASTER_ADDR_UNRESOLVABLE and took < 1.4
     assert "headless Service name that exists" in err.message and "peerName" not in state["master"]
+
+
+def test_the_resolve_window_grows_with_the_probe_budget():
+    """At 32 simulated nodes on 2 cores (probe budget 300 s) rank 0's record came more than
+    11 s after the others started resolving it: the window is a sixth of a larger budget."""
+    base = {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "j-0.j", "MASTER_PORT": "29500"}
+    assert C.load([], base).resolve_seconds == 10.0
+    assert C.load([], dict(base, DISTTRAIN_PROBE_TIMEOUT_SECONDS="300")).resolve_seconds == 50.0
+    assert C.load([], dict(base, DISTTRAIN_PROBE_TIMEOUT_SECONDS="300",
+                           DISTTRAIN_PROBE_RESOLVE_SECONDS="4")).resolve_seconds == 4.0

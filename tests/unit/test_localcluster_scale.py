@@ -138,3 +138,23 @@ def test_fabric_interface_names_must_fit_with_long_node_names():
     with pytest.raises(scn.ScenarioError, match=r"'abcdefg1-node-aa', is longer than the 15 bytes.*"
                                                 r"segment name of at most 6 characters"):
         _parse(doc(27))
+
+
+def test_neighbour_limits_are_raised_never_lowered(tmp_path):
+    """The neighbour tables are shared by every network namespace: 32 simulated nodes
+    overflowed the default 1024 entries (a false NoCommonInterface). The limits are raised
+    where lower, largest first, and a higher value someone set is kept."""
+    from localcluster import network
+    assert network.neighbour_limits({"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 1024}) \
+        == network.NEIGH_THRESHOLDS
+    assert network.neighbour_limits({"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 99999}) \
+        == {"gc_thresh1": 4096, "gc_thresh2": 16384}
+    for fam, vals in (("ipv4", (128, 512, 1024)), ("ipv6", (8192, 20000, 65536))):
+        d = tmp_path / fam / "neigh" / "default"
+        d.mkdir(parents=True)
+        for k, v in zip(("gc_thresh1", "gc_thresh2", "gc_thresh3"), vals):
+            (d / k).write_text(f"{v}\n")
+    written = network.ensure_neighbour_capacity(str(tmp_path))
+    assert written == {"ipv4.gc_thresh3": 32768, "ipv4.gc_thresh2": 16384, "ipv4.gc_thresh1": 4096}
+    assert (tmp_path / "ipv6" / "neigh" / "default" / "gc_thresh2").read_text().strip() == "20000"
+    assert network.ensure_neighbour_capacity(str(tmp_path)) == {}  # idempotent
