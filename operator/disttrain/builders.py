@@ -253,16 +253,27 @@ def _one_per_node(pod_spec: dict[str, Any], match_labels: dict[str, str]) -> Non
     )
 
 
-def beacon_port(spec: DistTrainingJobSpec) -> Optional[int]:
+def beacon_port(spec: DistTrainingJobSpec) -> int:
     """The TCP port rank 0's probe also listens on, right after rendezvous.port (the next
     port, or the one before 65535), so a rank refused on the rendezvous port can tell "rank
     0 not listening yet" from "a rule rejects it" without evidence of rank 0's start (gang
-    probes start together). On the pod network only: each probe pod has its own ports
-    there, while on hostNetwork the port could be another job's rendezvous port."""
-    if spec.network.host_network:
-        return None
+    probes start together). With hostNetwork rank 0's probe declares it as a hostPort
+    (:func:`_declare_beacon_port`), so the scheduler keeps it off a node where another pod
+    (another job's rank 0) declares that port."""
     port = spec.rendezvous.port
     return port + 1 if port < 65535 else port - 1
+
+
+def _declare_beacon_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, rank: int) -> None:
+    """With hostNetwork, node rank 0's probe binds :func:`beacon_port` on its node: declare
+    it as a hostPort, as the rendezvous port is (:func:`_declare_rendezvous_port`)."""
+    if not spec.network.host_network or rank != 0:
+        return
+    port = beacon_port(spec)
+    ports = [p for p in _list(ctr.get("ports")) if isinstance(p, dict)
+             and p.get("containerPort") != port and p.get("hostPort") != port]
+    ports.append({"name": "probe-beacon", "containerPort": port, "hostPort": port, "protocol": "TCP"})
+    ctr["ports"] = ports
 
 
 def build_probe_pod(
@@ -328,9 +339,7 @@ def build_probe_pod(
         env.append(_env_var("DISTTRAIN_PROBE_PORT_RANGE", spec.network.port_range))
     if master_started_at:
         env.append(_env_var("DISTTRAIN_PROBE_MASTER_STARTED_AT", master_started_at))
-    beacon = beacon_port(spec)
-    if beacon is not None:
-        env.append(_env_var("DISTTRAIN_PROBE_BEACON_PORT", beacon))
+    env.append(_env_var("DISTTRAIN_PROBE_BEACON_PORT", beacon_port(spec)))
     if uses_dns_hostnames(spec) and spec.num_nodes > 1:
         # a name of this job that resolves tells "rank 0's record not there yet" from a
         # Service or DNS path that does not work: this rank's own, rank 1's for rank 0
@@ -376,6 +385,7 @@ def build_probe_pod(
             probe["env"], [_env_var("PYTHONPATH", c.PROBE_INSTALL_DIR)]
         )
     _declare_rendezvous_port(probe, spec, rank)
+    _declare_beacon_port(probe, spec, rank)
     pod_spec["containers"] = [probe]
     # The probe must end on its own; this is the kubelet-enforced backstop.
     pod_spec["activeDeadlineSeconds"] = spec.probe.timeout_seconds + 60

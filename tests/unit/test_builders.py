@@ -267,16 +267,28 @@ def test_worker_with_two_processes_per_node_runs_torchrun_with_two():
     assert (env(ctr)["PET_NPROC_PER_NODE"], env(ctr)["PET_NNODES"], env(ctr)["PET_NODE_RANK"]) == ("2", "2", "1")
 
 
-def test_rank_0_beacon_port_only_on_the_pod_network():
-    """The beacon (the port after rendezvous.port) is passed on the pod network, where each
-    probe pod has its own ports; on hostNetwork it could be another job's rendezvous port."""
+def test_rank_0_beacon_port_and_its_host_port_with_host_network():
+    """The beacon (the port after rendezvous.port) is passed to every probe; with
+    hostNetwork rank 0's probe declares it as a hostPort (another job's rank 0 may use that
+    port on the node: the scheduler keeps them apart), on the pod network no port is
+    declared (each pod has its own ports)."""
+    def pod_of(s, rank):
+        return build_probe_pod(REF, s, rank, None if rank == 0 else "10.100.0.10", attempt=1)
+
     def env(s, rank=1):
-        pod = build_probe_pod(REF, s, rank, None if rank == 0 else "10.100.0.10", attempt=1)
-        return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        return {e["name"]: e.get("value") for e in pod_of(s, rank)["spec"]["containers"][0]["env"]}
+
+    def ports(s, rank):
+        return pod_of(s, rank)["spec"]["containers"][0].get("ports") or []
     s = spec_of(network={"hostNetwork": False})
     assert env(s)["DISTTRAIN_PROBE_BEACON_PORT"] == str(s.rendezvous.port + 1)
     assert env(s, 0)["DISTTRAIN_PROBE_BEACON_PORT"] == str(s.rendezvous.port + 1)
-    assert "DISTTRAIN_PROBE_BEACON_PORT" not in env(spec_of(network={"hostNetwork": True}))
+    assert not any(p.get("hostPort") for p in ports(s, 0))
+    h = spec_of(network={"hostNetwork": True})
+    b = h.rendezvous.port + 1
+    assert env(h)["DISTTRAIN_PROBE_BEACON_PORT"] == str(b)
+    assert {"name": "probe-beacon", "containerPort": b, "hostPort": b, "protocol": "TCP"} in ports(h, 0)
+    assert not any(p.get("containerPort") == b for p in ports(h, 1))
     top = spec_of(network={"hostNetwork": False})
     top.rendezvous.port = 65535
     assert env(top)["DISTTRAIN_PROBE_BEACON_PORT"] == "65534"
