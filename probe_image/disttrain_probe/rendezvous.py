@@ -119,15 +119,39 @@ class Bus:
         return True
 
 
+def _resolve_within(addr: str, timeout: float) -> List[str]:
+    """:func:`resolve` ``addr``, giving up after ``timeout`` seconds (getaddrinfo has no
+    timeout of its own: a DNS server that never answers costs the resolver's timeouts for
+    every search domain). Raises OSError (also when it gave up) or UnicodeError."""
+    box: Dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["res"] = resolve(addr)
+        except BaseException as e:  # handed to the caller
+            box["err"] = e
+
+    t = threading.Thread(target=run, name="probe-resolve", daemon=True)
+    t.start()
+    t.join(max(0.05, timeout))
+    if t.is_alive():
+        raise OSError(f"no answer from the resolver within {timeout:.0f}s")
+    if "err" in box:
+        raise box["err"]
+    return box.get("res") or []
+
+
 def _resolve_retry(addr: str, deadline: Deadline,
                    cap: float = float("inf")) -> Tuple[List[str], Optional[str]]:
     """Resolve ``addr``, retrying every 0.5 s for at most ``cap`` seconds or until the
-    deadline: ([addresses], None) or ([], the last error)."""
+    deadline (a lookup in flight when that time comes is abandoned): ([addresses], None) or
+    ([], the last error)."""
     err = None
     give_up = time.monotonic() + cap
     while True:
         try:
-            res = resolve(addr)
+            left = min(give_up, deadline.at) - time.monotonic()
+            res = _resolve_within(addr, max(0.5, left))
             if res:
                 return res, None
             err = "no addresses"
@@ -172,6 +196,7 @@ def listen_early(port: int) -> Tuple[Optional[socket.socket], Optional[str]]:
 
 
 BEACON_SECONDS = 1.0  # a dial of rank 0's beacon port, connect and read
+SIBLING_SECONDS = 2.0  # the one lookup of another name of the job (DISTTRAIN_PROBE_PEER_DNS_NAME)
 
 
 def beacon_token(cfg: Any) -> bytes:
@@ -423,7 +448,7 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
         # Another name of this job resolves: the Service and this node's DNS path work, so
         # rank 0's record is only late (pods created together, rank 0's without an address
         # yet, or cluster DNS slow to publish under load): wait for it to the deadline.
-        mine, _ = _resolve_retry(sibling, deadline, 0.0)
+        mine, _ = _resolve_retry(sibling, Deadline(min(deadline.at, time.monotonic() + SIBLING_SECONDS)), 0.0)
         if mine:
             master["peerName"] = sibling
             tracker.step(R.MASTER_ADDR_UNRESOLVABLE,

@@ -332,3 +332,18 @@ def test_the_resolve_window_grows_with_the_probe_budget():
     assert C.load([], dict(base, DISTTRAIN_PROBE_TIMEOUT_SECONDS="300")).resolve_seconds == 50.0
     assert C.load([], dict(base, DISTTRAIN_PROBE_TIMEOUT_SECONDS="300",
                            DISTTRAIN_PROBE_RESOLVE_SECONDS="4")).resolve_seconds == 4.0
+
+
+def test_a_lookup_the_resolver_never_answers_is_abandoned_at_the_window(monkeypatch):
+    """getaddrinfo has no timeout: with a DNS server that never answers (two NICs on one
+    subnet, queries leaving by the wrong one) each lookup cost the resolver's timeouts for
+    every search domain, and rank 0 reported long after its 10 s window."""
+    from disttrain_probe.deadline import Deadline
+
+    monkeypatch.setattr(RV, "resolve", lambda name: (time.sleep(5), ["10.0.0.1"])[1])
+    t0 = time.monotonic()
+    with pytest.raises(OSError, match="no answer from the resolver"):
+        RV._resolve_within("j-0.j", 0.3)
+    got, err = RV._resolve_retry("j-0.j", Deadline(time.monotonic() + 30), 1.0)
+    assert got == [] and "no answer from the resolver" in err
+    assert time.monotonic() - t0 < 3

@@ -139,3 +139,32 @@ def test_rank0_that_never_served_the_store_gives_the_verdict_at_once():
     late = report(0, "node-a", ok=False, world_size=3, failure={"reason": c.REASON_RENDEZVOUS_TIMEOUT,
                                                   "phase": "rendezvous", "message": "x"})
     assert step(body, [failed(0, "node-a", late), r1]).deletes == []
+
+
+def test_a_silent_master_host_waits_for_rank0s_own_report_until_its_checks_end():
+    """Found by bench-diagnosis (two-nics-one-subnet, gang probes, rank 0 on the node with two
+    NICs on one subnet): the dialler decided on silence at 6 s, before rank 0's own report
+    (its name did not resolve: its queries leave by the wrong NIC) could name the NICs. When
+    the host is silent, rank 0's report is awaited until its resolve window has passed since
+    it started; a host that answers elsewhere (a port filter) is decided without it."""
+    from disttrain.policies.probing import rank0_wait
+
+    def timeout_report(host_r):
+        rep = report(1, "node-b", ok=False, failure={
+            "reason": c.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+            "message": "node-b (rank 1): connection to MASTER_ADDR j-0.j:29500 timeout for 8.0s"})
+        rep["master"] = {"addr": "j-0.j", "port": 29500, "resolved": ["10.100.0.10"],
+                         "hostCheck": {"port": 1, "r": host_r, "arp": "complete"}}
+        return rep
+
+    body = advance(job(), step(job(), []))
+    wait = rank0_wait(spec_of())
+    assert wait == 15.0  # the 10 s resolve window of a 60 s budget + 2 s sibling + 3 s settle
+    silent = [running0(), failed(1, "node-b", timeout_report("timeout"))]
+    # NOW is 10 s after rank 0's probe started: 5 s of its wait are left
+    plan = step(body, silent)
+    assert cond.status_of(plan.status["conditions"], c.VALIDATED) == "Unknown" and plan.deletes == []
+    later = step(body, silent, now=NOW + timedelta(seconds=5.5))
+    assert cond.get(later.status["conditions"], c.MASTER_REACHABLE)["reason"] == c.REASON_MASTER_PORT_TIMEOUT
+    filtered = step(body, [running0(), failed(1, "node-b", timeout_report("refused"))])
+    assert cond.get(filtered.status["conditions"], c.MASTER_REACHABLE)["reason"] == c.REASON_MASTER_PORT_TIMEOUT

@@ -27,6 +27,9 @@ from ..api import DistTrainingJobSpec, nproc_for
 from ..builders import JobRef, build_probe_pod, master_dns_name, probe_pod_name, uses_dns_hostnames
 from ..diagnosis import ProbeOutcome
 from ..step import ReportParser, Step
+from disttrain_probe.config import default_resolve_seconds
+from disttrain_probe.rendezvous import SIBLING_SECONDS
+
 from . import nodeloss, scheduling
 from .deadline import probe_budget_seconds, seconds_left
 
@@ -67,9 +70,10 @@ def peers_wait_left(rank0: dict, now: datetime) -> Optional[float]:
     return seconds_left(o.pod_start_time(rank0), PEER_START_WAIT_SECONDS, now)
 
 
-def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Optional[dict]:
-    """The probe container's terminated state when ``pod`` failed before joining rank 0's
-    store (STRANDING_REASONS, or a failure in config/inventory), else None."""
+def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, dict]]:
+    """(the probe container's terminated state, its parsed report) when ``pod`` failed
+    before joining rank 0's store (STRANDING_REASONS, or a failure in config/inventory),
+    else None."""
     if pod is None or o.phase(pod) != "Failed":
         return None
     term = o.terminated(pod, "probe")
@@ -81,34 +85,73 @@ def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Opt
         return None
     failure = rep.get("failure") if isinstance(rep.get("failure"), dict) else {}
     if failure.get("reason") in STRANDING_REASONS or rep.get("phase") in ("config", "inventory"):
-        return term
+        return term, rep
     return None
 
 
+def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Optional[dict]:
+    """The probe container's terminated state when ``pod`` failed before joining rank 0's
+    store (STRANDING_REASONS, or a failure in config/inventory), else None."""
+    found = _stranding_report(pod, parse_report)
+    return found[0] if found else None
+
+
+def master_silent(report: dict) -> bool:
+    """Whether a rank's report says MASTER_ADDR's host answered nothing: MasterPortTimeout
+    with a host check that got no answer on another port either. Only rank 0's own report
+    can then tell its node's fault (two NICs on one subnet, its own name not resolving)
+    from a path or a rule. Pure; never raises."""
+    f = report.get("failure") if isinstance(report.get("failure"), dict) else {}
+    m = report.get("master") if isinstance(report.get("master"), dict) else {}
+    h = m.get("hostCheck") if isinstance(m.get("hostCheck"), dict) else {}
+    return f.get("reason") == c.REASON_MASTER_PORT_TIMEOUT and h.get("r") not in ("refused", "ok")
+
+
 def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
-             now: datetime) -> tuple[bool, Optional[float]]:
+             now: datetime, rank0_wait: float = 0.0) -> tuple[bool, Optional[float]]:
     """(True, None) when the verdict need not wait for the probes still running: some rank
     >= 1 failed before joining the store and every other rank >= 1 has ended or
     STRANDED_SETTLE_SECONDS have passed since it ended (rank 0 could only time out waiting
     for it); or rank 0 itself failed before serving the store (the others could only be
-    refused). (False, seconds) while the settle time runs; (False, None) otherwise."""
+    refused). When a rank found rank 0's host silent (:func:`master_silent`), rank 0's own
+    report is awaited until ``rank0_wait`` seconds after its probe started (its own checks,
+    e.g. resolving its name, end by then): it alone can name a fault of rank 0's node.
+    (False, seconds) while a wait runs; (False, None) otherwise."""
     if _failed_before_store(by_rank.get(0), parse_report) is not None:
         return True, None
     first: Optional[datetime] = None
     found = False
+    silent = False
     for r in range(1, n):
-        term = _failed_before_store(by_rank.get(r), parse_report)
-        if term is not None:
+        got = _stranding_report(by_rank.get(r), parse_report)
+        if got is not None:
             found = True
-            ended = o.parse_time(term.get("finishedAt"))
+            silent = silent or master_silent(got[1])
+            ended = o.parse_time(got[0].get("finishedAt"))
             if ended and (first is None or ended < first):
                 first = ended
     if not found:
         return False, None
-    if all(o.finished(by_rank.get(r)) for r in range(1, n)) or first is None:
-        return True, None
-    left = seconds_left(first, STRANDED_SETTLE_SECONDS, now)
-    return (True, None) if left is not None and left <= 0 else (False, left)
+    waits = []
+    if silent and rank0_wait > 0 and not o.finished(by_rank.get(0)):
+        start0 = o.parse_time(o.started_at(by_rank.get(0), "probe"))
+        left0 = seconds_left(start0, rank0_wait, now) if start0 else None
+        if left0 is not None and left0 > 0:
+            waits.append(left0)
+    if not (all(o.finished(by_rank.get(r)) for r in range(1, n)) or first is None):
+        left = seconds_left(first, STRANDED_SETTLE_SECONDS, now)
+        if left is not None and left > 0:
+            waits.append(left)
+    return (False, max(waits)) if waits else (True, None)
+
+
+def rank0_wait(spec: DistTrainingJobSpec) -> float:
+    """Seconds after rank 0's probe started by which its own report has said whatever its
+    node's fault is: its MASTER_ADDR resolve window (the probe's default for this budget),
+    the one lookup of another name of the job (rendezvous.SIBLING_SECONDS), plus
+    STRANDED_SETTLE_SECONDS."""
+    return (default_resolve_seconds(float(spec.probe.timeout_seconds)) + SIBLING_SECONDS
+            + STRANDED_SETTLE_SECONDS)
 
 
 def attempt_of(s: Step) -> int:
@@ -265,7 +308,8 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
     finished = complete and all(o.finished(p) for p in by_rank.values())
     lost: dict[int, str] = {}
     if not finished:
-        done, settle = stranded(by_rank, n, s.parse_report, s.now) if complete else (False, None)
+        done, settle = stranded(by_rank, n, s.parse_report, s.now, rank0_wait(s.spec)) \
+            if complete else (False, None)
         if not done:
             lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now, s.spec.probe.timeout_seconds)
             if not lost:
