@@ -271,3 +271,35 @@ def test_a_refusal_while_rank_0s_beacon_answers_is_the_firewall_not_nothing_list
     ranks = master_case({1: "refused", 2: "timeout"})
     ranks[1].report.master.host_check = HostCheck(port=29501, r="ok", listening=True)
     assert "rank 0's probe listens there" not in A.explain_master(ranks, "10.100.0.11", 29500).cause
+
+
+def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
+    """Beyond what the machine hosts (issue 11): the probe's plan for 1024 ranks (<= 6 dials
+    per rank) and the attribution of its results, with a fault injected. A node whose
+    inbound TCP is blocked is named alone (inbound); a pair blocked both ways while each
+    reaches its other peers is named as that pair. With both at once the evidence does not
+    single either out: both stay among the named candidates."""
+    from disttrain_probe.connectivity import plan
+
+    n = 1024
+    nodes = tuple(f"n{r:04d}" for r in range(n))
+    dial = plan(n, 20261201)
+
+    def matrix(fault):
+        cells = [[None] * n for _ in range(n)]
+        for i, peers in dial.items():
+            for j in peers:
+                cells[i][j] = fault(i, j)
+        return E.Matrix("10.0.0.0/16", nodes, ("eth0",) * n, tuple(tuple(r) for r in cells))
+
+    bad, a = 700, 100
+    b = dial[a][-1]  # a planned partner of rank 100
+    one_node = A.explain_matrix(matrix(lambda i, j: "timeout" if j == bad else "ok"))
+    assert one_node.kind == "inbound" and one_node.culprits == ("n0700",)
+    one_pair = A.explain_matrix(matrix(lambda i, j: "timeout" if {i, j} == {a, b} else "ok"))
+    assert one_pair.culprits == tuple(sorted((nodes[a], nodes[b])))
+    assert one_pair.pairs == ((nodes[min(a, b)], nodes[max(a, b)]),)
+    assert f"the path {nodes[min(a, b)]}<->{nodes[max(a, b)]} is blocked" in one_pair.cause
+    both = A.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b} else "ok"))
+    assert {"n0700", nodes[a], nodes[b]} <= set(both.culprits)
+    assert len(both.message()) <= 400 and "n0700" in both.message()
