@@ -127,6 +127,9 @@ def explain_matrix(m: E.Matrix) -> Optional[Explanation]:
             f"a rule between them",
             "find the rule (a firewall matching the other's address, a security group)",
             _capture_test(pairs[0], m), pairs)
+    both_kinds = _inbound_and_pairs(m, fails, pair_ok)
+    if both_kinds is not None:
+        return both_kinds
     names = tuple(m.nodes[x] for x in sorted(involved, key=lambda x: -sum(
         pair_failed(x, j) for j in idx if j != x)))
     return Explanation(
@@ -135,6 +138,36 @@ def explain_matrix(m: E.Matrix) -> Optional[Explanation]:
         "check those nodes' firewalls and routes",
         _capture_test((m.nodes[broken[0][0]], m.nodes[broken[0][1]]), m),
         tuple((m.nodes[a], m.nodes[b]) for a, b in broken))
+
+
+def _inbound_and_pairs(m: E.Matrix, fails: list[tuple[int, int]], pair_ok) -> Optional[Explanation]:
+    """Two faults at once, each singled out by its own evidence: node(s) D that no peer
+    reaches while their own dials out work (an inbound filter), and, among the other
+    failures, pairs blocked both ways whose nodes each reach some other peer (a rule
+    between them). None when the failures do not split that way."""
+    n = len(m.nodes)
+    idx = range(n)
+    into = {j for _, j in fails}
+    d_set = {d for d in into if not any(m.ok(i, d) for i in idx if i != d)
+             and any(m.ok(d, j) for j in idx if j != d)
+             and not any(m.failed(d, j) for j in idx if j != d and j not in into)}
+    rest = [(i, j) for i, j in fails if j not in d_set and i not in d_set]
+    if not d_set or not rest or len(rest) + sum(1 for _, j in fails if j in d_set) != len(fails):
+        return None
+    broken = sorted({(min(i, j), max(i, j)) for i, j in rest})
+    involved = sorted({x for p in broken for x in p})
+    if not all(any(pair_ok(x, j) for j in idx if j != x and j not in d_set) for x in involved):
+        return None
+    names = tuple(m.nodes[d] for d in sorted(d_set))
+    who = M.node_list(names)
+    pairs = tuple((m.nodes[a], m.nodes[b]) for a, b in broken)
+    return Explanation(
+        "inbound+pairs", names + tuple(m.nodes[x] for x in involved),
+        f"two faults on {m.label}: no connection to {who} got through while its own connections "
+        f"out worked ({who} filters inbound TCP), and the path {_pairs_text(pairs)} is blocked "
+        f"while {'both reach' if len(pairs) == 1 else 'each reaches'} the other nodes",
+        f"open the ephemeral range on {who}'s firewall; find the rule between {_pairs_text(pairs, 1)}",
+        _capture_test(pairs[0], m), pairs)
 
 
 def _capture_test(pair: tuple[str, str], m: Optional[E.Matrix] = None) -> str:

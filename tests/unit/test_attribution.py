@@ -277,8 +277,8 @@ def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
     """Beyond what the machine hosts (issue 11): the probe's plan for 1024 ranks (<= 6 dials
     per rank) and the attribution of its results, with a fault injected. A node whose
     inbound TCP is blocked is named alone (inbound); a pair blocked both ways while each
-    reaches its other peers is named as that pair. With both at once the evidence does not
-    single either out: both stay among the named candidates."""
+    reaches its other peers is named as that pair. With both at once each is singled out by
+    its own evidence, and both are named (inbound+pairs)."""
     from disttrain_probe.connectivity import plan
 
     n = 1024
@@ -301,5 +301,13 @@ def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
     assert one_pair.pairs == ((nodes[min(a, b)], nodes[max(a, b)]),)
     assert f"the path {nodes[min(a, b)]}<->{nodes[max(a, b)]} is blocked" in one_pair.cause
     both = A.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b} else "ok"))
-    assert {"n0700", nodes[a], nodes[b]} <= set(both.culprits)
-    assert len(both.message()) <= 400 and "n0700" in both.message()
+    assert both.kind == "inbound+pairs"
+    assert both.culprits == ("n0700",) + tuple(sorted((nodes[a], nodes[b])))
+    assert both.pairs == ((nodes[min(a, b)], nodes[max(a, b)]),)
+    msg = both.message()
+    assert len(msg) <= 400 and "n0700 filters inbound TCP" in msg
+    assert f"the path {nodes[min(a, b)]}<->{nodes[max(a, b)]} is blocked" in msg
+    # a second node that reaches no one at all is no longer two clean faults: candidates
+    worse = A.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b}
+                                    or 5 in (i, j) else "ok"))
+    assert worse.kind != "inbound+pairs"
