@@ -99,7 +99,12 @@ def pod_hostname(job: str, rank: int) -> str:
 def master_dns_name(job: JobRef, spec: DistTrainingJobSpec) -> str:
     """MASTER_ADDR with DNS hostnames: ``<job>-0.<subdomain>``, which the pods' search path
     (``<namespace>.svc.<cluster domain>``) completes, as JobSet's pod names are used."""
-    return f"{pod_hostname(job.name, 0)}.{service_name(job, spec)}"
+    return pod_dns_name(job, spec, 0)
+
+
+def pod_dns_name(job: JobRef, spec: DistTrainingJobSpec, rank: int) -> str:
+    """Node rank ``rank``'s pod's DNS name, ``<job>-<rank>.<subdomain>``."""
+    return f"{pod_hostname(job.name, rank)}.{service_name(job, spec)}"
 
 
 def build_headless_service(job: JobRef, spec: DistTrainingJobSpec) -> dict[str, Any]:
@@ -222,10 +227,15 @@ def _declare_rendezvous_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, ran
     it places the second elsewhere, or it waits. Other ranks bind no fixed port."""
     if not spec.network.host_network or rank != 0:
         return
-    port = spec.rendezvous.port
+    _declare_host_port(ctr, "rendezvous", spec.rendezvous.port)
+
+
+def _declare_host_port(ctr: dict[str, Any], name: str, port: int) -> None:
+    """Add TCP ``port`` to ``ctr``'s ports as containerPort and hostPort ``name``, replacing
+    an entry of the container's that already names that port."""
     ports = [p for p in _list(ctr.get("ports")) if isinstance(p, dict)
              and p.get("containerPort") != port and p.get("hostPort") != port]
-    ports.append({"name": "rendezvous", "containerPort": port, "hostPort": port, "protocol": "TCP"})
+    ports.append({"name": name, "containerPort": port, "hostPort": port, "protocol": "TCP"})
     ctr["ports"] = ports
 
 
@@ -269,11 +279,7 @@ def _declare_beacon_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, rank: i
     it as a hostPort, as the rendezvous port is (:func:`_declare_rendezvous_port`)."""
     if not spec.network.host_network or rank != 0:
         return
-    port = beacon_port(spec)
-    ports = [p for p in _list(ctr.get("ports")) if isinstance(p, dict)
-             and p.get("containerPort") != port and p.get("hostPort") != port]
-    ports.append({"name": "probe-beacon", "containerPort": port, "hostPort": port, "protocol": "TCP"})
-    ctr["ports"] = ports
+    _declare_host_port(ctr, "probe-beacon", beacon_port(spec))
 
 
 def build_probe_pod(
@@ -343,9 +349,8 @@ def build_probe_pod(
     if uses_dns_hostnames(spec) and spec.num_nodes > 1:
         # a name of this job that resolves tells "rank 0's record not there yet" from a
         # Service or DNS path that does not work: this rank's own, rank 1's for rank 0
-        sibling = rank if rank != 0 else 1
         env.append(_env_var("DISTTRAIN_PROBE_PEER_DNS_NAME",
-                            f"{pod_hostname(job.name, sibling)}.{service_name(job, spec)}"))
+                            pod_dns_name(job, spec, rank if rank != 0 else 1)))
     if nproc_per_node(spec) > 1:  # one probe process per training process (localranks.py)
         env.append(_env_var("DISTTRAIN_PROBE_NPROC_PER_NODE", nproc_per_node(spec)))
     probe = {

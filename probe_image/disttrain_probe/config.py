@@ -49,8 +49,9 @@ class Config:
     master_started_at: Optional[str] = None
     master_grace_seconds: float = DEFAULT_MASTER_GRACE
     # A second TCP port rank 0 listens on right after MASTER_PORT (DISTTRAIN_PROBE_BEACON_PORT,
-    # set by the operator on the pod network only): a rank refused on MASTER_PORT that is
-    # answered there by this job's rank 0 knows rank 0 listens, so the refusal is a rule.
+    # set by the operator; with hostNetwork a hostPort of rank 0's probe): a rank refused on
+    # MASTER_PORT that is answered there by this job's rank 0 knows rank 0 listens, so the
+    # refusal is a rule.
     beacon_port: Optional[int] = None
     # Another DNS name of this job (DISTTRAIN_PROBE_PEER_DNS_NAME: this pod's own, rank 1's
     # for rank 0): when it resolves and MASTER_ADDR does not, the Service and the DNS path
