@@ -569,6 +569,9 @@ class DistTrainingJobStatus(_Model):
         None, description="RFC 3339: the first training pod was created.")
     completion_time: Optional[str] = Field(
         None, description="RFC 3339: the job finished (Succeeded or Failed).")
+    name_conflict_since: Optional[str] = Field(
+        None, description="RFC 3339: since when a pod name the job must create is held by a "
+        "pod that is not the job's (NameConflict); cleared once the name is free.")
 
 
 class DistTrainingJob(_Model):

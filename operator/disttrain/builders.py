@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -122,7 +123,7 @@ def build_headless_service(job: JobRef, spec: DistTrainingJobSpec) -> dict[str, 
         },
         "spec": {
             "clusterIP": "None",
-            "selector": {c.LABEL_JOB: job.name},
+            "selector": job_selector(job),
             "publishNotReadyAddresses": True,
             "ports": [{"name": "rendezvous", "port": spec.rendezvous.port, "protocol": "TCP"}],
         },
@@ -159,16 +160,23 @@ def probe_backend(spec: DistTrainingJobSpec) -> str:
     return "nccl" if gpus_requested(_trainer(spec)) > 0 else "gloo"
 
 
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+def job_selector(job: JobRef) -> dict[str, str]:
+    """The labels that select this job's pods and no other's: the job's name and, when it is
+    a valid label value (a real metadata.uid is), its UID, so the pods of a deleted job with
+    the same name that are still terminating are not selected."""
+    sel = {c.LABEL_JOB: job.name}
+    if job.uid and _LABEL_VALUE.fullmatch(job.uid):
+        sel[c.LABEL_JOB_UID] = job.uid
+    return sel
+
+
 def _labels(job: JobRef, role: str, rank: int, attempt: int, extra: dict[str, str]) -> dict:
     labels = {k: v for k, v in _dict(extra).items() if isinstance(k, str) and isinstance(v, str)}
-    labels.update(
-        {
-            c.LABEL_JOB: job.name,
-            c.LABEL_ROLE: role,
-            c.LABEL_RANK: str(rank),
-            c.LABEL_ATTEMPT: str(attempt),
-        }
-    )
+    labels.update(job_selector(job))
+    labels.update({c.LABEL_ROLE: role, c.LABEL_RANK: str(rank), c.LABEL_ATTEMPT: str(attempt)})
     return labels
 
 
@@ -396,7 +404,7 @@ def build_probe_pod(
     pod_spec["activeDeadlineSeconds"] = spec.probe.timeout_seconds + 60
     _one_per_node(
         pod_spec,
-        {c.LABEL_JOB: job.name, c.LABEL_ROLE: c.ROLE_PROBE, c.LABEL_ATTEMPT: str(attempt)},
+        {**job_selector(job), c.LABEL_ROLE: c.ROLE_PROBE, c.LABEL_ATTEMPT: str(attempt)},
     )
     return pod
 

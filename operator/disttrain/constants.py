@@ -22,6 +22,9 @@ LABEL_JOB = f"{GROUP}/job-name"
 LABEL_ROLE = f"{GROUP}/role"
 LABEL_RANK = f"{GROUP}/node-rank"
 LABEL_ATTEMPT = f"{GROUP}/attempt"
+# The owning job's metadata.uid: a deleted job's pods that still terminate under the same
+# job name are never selected by the new job's anti-affinity or Service (JobSet: jobset-uid).
+LABEL_JOB_UID = f"{GROUP}/job-uid"
 ROLE_PROBE = "probe"
 ROLE_WORKER = "worker"
 
@@ -149,6 +152,7 @@ REASON_RESTARTING = V.RESTARTING
 REASON_INVALID_POD_TEMPLATE = V.INVALID_POD_TEMPLATE  # the apiserver refused a pod built from it
 REASON_API_ERROR = V.API_ERROR  # API calls keep failing; retried with backoff
 REASON_NAME_CONFLICT = V.NAME_CONFLICT  # a pod the job needs is held by one that is not its own
+REASON_MASTER_ADDR_UNKNOWN = V.MASTER_ADDR_UNKNOWN  # the probes ended, rank 0's pod shows no address
 REASON_TTL_EXPIRED = V.TTL_EXPIRED  # Event only: the finished job is deleted
 REASON_PROBE_DETAIL = V.PROBE_DETAIL  # Event only: one probe finding in full
 REASON_PROBE_POD_LOST = V.PROBE_POD_LOST  # a probe pod evicted, deleted or its node lost

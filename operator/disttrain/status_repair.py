@@ -13,7 +13,10 @@ step never crashes on it:
 - times that are not strings are dropped (any RFC 3339 form, with fractional seconds or an
   offset, is read by :func:`disttrain.observe.parse_time`);
 - a node entry without an integer ``rank`` is dropped; its other fields keep strings,
-  finite numbers (``throughputMbps``, ``localRanks``, ...) and a ``paths`` map of strings.
+  finite numbers (``throughputMbps``, ``localRanks``, ...) and a ``paths`` map of strings;
+- the exclusive outcome pair (``Succeeded``/``Failed``) is restored from the other
+  conditions (:func:`restore_outcome`): a job that ended never becomes Pending again
+  because a condition was removed or flipped.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import math
 from typing import Any, Optional
 
 from . import conditions as cond
+from . import constants as c
 
 _KNOWN = frozenset({"conditions", "restarts", "suspensions", "probe", "rendezvous", "nodes", "startTime",
                     "completionTime", "phase", "observedGeneration"})
@@ -140,6 +144,58 @@ def _rendezvous(raw: Any) -> dict[str, Any]:
     return out
 
 
+def _put(conds: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
+         now: str) -> None:
+    cond.set_condition(conds, ctype, status, reason, cond.clip(message), None, now)
+
+
+def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:
+    """Make ``Succeeded``/``Failed`` exclusive again, in place, from what the conditions
+    still say (only :meth:`disttrain.step.Step.finish` and the preflight's failure write
+    them, so each of these means the job ended):
+
+    - both True (an edit): Failed wins, a success is never claimed from a contradiction;
+    - one True, the other missing or not False: the other becomes False, same reason;
+    - neither True, one False (its partner removed or set Unknown): the partner becomes
+      True with that reason (Succeeded only from Failed=False AllRanksSucceeded);
+    - neither, but ``Validated=False``: the preflight failed, so ``Failed=True`` with
+      ``PreflightFailed`` (or the spec reason, InvalidSpec/InvalidPodTemplate).
+    Never raises."""
+    def get(ctype: str) -> Optional[dict[str, Any]]:
+        return cond.get(conds, ctype)
+
+    def status(ctype: str) -> Optional[str]:
+        x = get(ctype)
+        return x["status"] if x else None
+
+    if status(c.SUCCEEDED) == cond.TRUE and status(c.FAILED) == cond.TRUE:
+        x = get(c.FAILED)
+        _put(conds, c.SUCCEEDED, cond.FALSE, x["reason"], "the job failed", now)
+        return
+    for win, lose in ((c.SUCCEEDED, c.FAILED), (c.FAILED, c.SUCCEEDED)):
+        w, lo = get(win), get(lose)
+        if w and w["status"] == cond.TRUE:
+            if not lo or lo["status"] != cond.FALSE:
+                _put(conds, lose, cond.FALSE, w["reason"], f"the job {'succeeded' if win == c.SUCCEEDED else 'failed'}", now)
+            return
+    for win, lose in ((c.FAILED, c.SUCCEEDED), (c.SUCCEEDED, c.FAILED)):
+        lo = get(lose)
+        if win == c.SUCCEEDED and (lo or {}).get("reason") != c.REASON_ALL_RANKS_SUCCEEDED:
+            continue  # a success is restored only from its own reason
+        if lo and lo["status"] == cond.FALSE:
+            _put(conds, win, cond.TRUE, lo["reason"], (
+                f"{lo['reason']}: restored from {lose}=False (this condition was missing from "
+                f"the status); {lo.get('message') or ''}"), now)
+            return
+    v = get(c.VALIDATED)
+    if v and v["status"] == cond.FALSE:
+        spec = v["reason"] in c.SPEC_REASONS
+        reason = v["reason"] if spec else c.REASON_PREFLIGHT_FAILED
+        _put(conds, c.FAILED, cond.TRUE, reason, v["message"] if spec else (
+            f"preflight failed ({v['reason']}), no training pods were created: {v['message']}"), now)
+        _put(conds, c.SUCCEEDED, cond.FALSE, reason, "invalid spec" if spec else "preflight failed", now)
+
+
 def repair(raw: Any, now: str) -> dict[str, Any]:
     """A well-formed copy of ``raw`` (the job's ``status``, any JSON value); ``now`` (RFC
     3339) fills a condition's missing lastTransitionTime. Never raises."""
@@ -147,6 +203,7 @@ def repair(raw: Any, now: str) -> dict[str, Any]:
         raw = {}
     out: dict[str, Any] = {}
     out["conditions"] = _conditions(raw.get("conditions"), now)
+    restore_outcome(out["conditions"], now)
     restarts = _int(raw.get("restarts"))
     out["restarts"] = restarts if restarts is not None and restarts >= 0 else 0
     suspensions = _int(raw.get("suspensions"))

@@ -30,7 +30,7 @@ from ..step import ReportParser, Step
 from disttrain_probe.config import default_resolve_seconds
 from disttrain_probe.rendezvous import SIBLING_SECONDS
 
-from . import nodeloss, scheduling
+from . import conflicts, nodeloss, scheduling
 from .deadline import probe_budget_seconds, seconds_left
 
 # How long after rank 0's pod got to its node the other probes wait for rank 0's probe
@@ -274,22 +274,22 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     return False
 
 
-def _name_conflicts(s: Step, attempt: int) -> None:
-    """Say which foreign pods hold names this attempt needs (they block its creation)."""
-    wanted = [probe_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)]
-    held = s.blockers(wanted)
-    if not held:
-        return
-    names = ", ".join(sorted(o.name(p) for p in held))
-    old = [p for p in held if o.controller_kind(p) == c.KIND]
-    if len(old) == len(held):
-        msg = (f"waiting for {names} of a deleted job with the same name to be removed by the "
-               "garbage collector")
-    else:
-        msg = (f"{names} exist(s) and is not this job's (no controller reference to it, e.g. "
-               "orphaned by kubectl delete --cascade=orphan): delete it, or rename the job")
-    s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_NAME_CONFLICT, msg)
-    s.plan.requeue(2.0)
+def _name_conflicts(s: Step) -> bool:
+    """Say which foreign pods hold names this attempt needs (they block its creation); True
+    when the conflict outlasted its bound and the preflight failed with NameConflict."""
+    waited = "nameConflictSince" in s.status
+    found = conflicts.check(s, [probe_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
+    if found is None:
+        if waited:  # the name is free now: the budget starts again
+            s.status["probe"]["startTime"] = s.ts
+        return False
+    msg, expired = found
+    if not expired:
+        s.set(c.PROBES_SCHEDULED, "Unknown", c.REASON_NAME_CONFLICT, msg)
+        return False
+    s.set(c.PROBES_SCHEDULED, "False", c.REASON_NAME_CONFLICT, msg)
+    s.fail_preflight(c.REASON_NAME_CONFLICT, msg)
+    return True
 
 
 def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, dict]]]:
@@ -300,9 +300,8 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
     s.set(c.VALIDATED, "Unknown", c.REASON_PROBING, "preflight probe running")
     _record_start(s, by_rank)
     master = launch(s, attempt, by_rank)
-    if scheduling_verdict(s, by_rank):
+    if scheduling_verdict(s, by_rank) or _name_conflicts(s):
         return None
-    _name_conflicts(s, attempt)
     n = s.spec.num_nodes
     complete = len(by_rank) == n
     finished = complete and all(o.finished(p) for p in by_rank.values())
@@ -318,17 +317,41 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
                         s.plan.requeue(wait)
                 _budget(s, by_rank)
                 return None
+    master = master or _master_given(s, by_rank)
+    if not master:  # no verdict without the address training will be given as MASTER_ADDR
+        rank0 = by_rank.get(0)
+        what = (f"rank 0's probe pod {o.name(rank0)} shows no "
+                f"{'status.hostIP' if s.spec.network.host_network else 'status.podIP'}")
+        s.set(c.VALIDATED, "Unknown", c.REASON_MASTER_ADDR_UNKNOWN, (
+            f"the probes ended, but {what}: the verdict waits for it (it becomes the training "
+            "pods' MASTER_ADDR) until the probe budget ends"))
+        s.plan.requeue(2.0)
+        _budget(s, by_rank, waiting=what)
+        return None
     outcomes = collect(s, by_rank)
     nodeloss.mark(outcomes, lost)
     return outcomes, master, by_rank
 
 
-def _budget(s: Step, by_rank: dict[int, dict]) -> None:
-    """ProbeTimeout once the attempt overran its budget. The budget counts from the attempt's
-    first pod or, if later, from when its last pod was scheduled; it does not run while the
-    job waits for capacity (WaitingForResources says so instead)."""
-    if cond.get(s.conds, c.PROBES_SCHEDULED) and \
-            cond.get(s.conds, c.PROBES_SCHEDULED).get("reason") == c.REASON_WAITING_FOR_RESOURCES:
+def _master_given(s: Step, by_rank: dict[int, dict]) -> Optional[str]:
+    """MASTER_ADDR when rank 0's pod no longer shows its address: the one the other ranks'
+    probes were given (and validated), else the one recorded in status.rendezvous."""
+    for r in sorted(by_rank):
+        given = _given_master(by_rank[r]) if r else None
+        if given:
+            return given
+    recorded = (s.status.get("rendezvous") or {}).get("masterAddr")
+    return recorded if isinstance(recorded, str) and recorded else None
+
+
+def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
+    """ProbeTimeout once the attempt overran its budget (``waiting``: what the verdict waits
+    for, when not a running pod). The budget counts from the attempt's first pod or, if
+    later, from when its last pod was scheduled; it does not run while the job waits for
+    capacity (WaitingForResources says so instead) or for a name another pod holds
+    (:func:`_name_conflicts`)."""
+    sched = cond.get(s.conds, c.PROBES_SCHEDULED) or {}
+    if sched.get("reason") in (c.REASON_WAITING_FOR_RESOURCES, c.REASON_NAME_CONFLICT):
         return
     budget = probe_budget_seconds(s.spec)
     start = o.parse_time(s.status["probe"].get("startTime"))
@@ -340,6 +363,12 @@ def _budget(s: Step, by_rank: dict[int, dict]) -> None:
         return
     if left > 0:
         s.plan.requeue(left)
+        return
+    if waiting:
+        s.fail_preflight(c.REASON_MASTER_ADDR_UNKNOWN, (
+            f"{waiting} {budget:g}s after the probes started, so training would have no "
+            "MASTER_ADDR: check that pod's node (kubectl describe pod, the kubelet's log) and "
+            "run the job again"))
         return
     waiting = ", ".join(f"{o.name(p)} ({o.phase(p)} on {o.node(p) or 'no node'})"
                         for p in by_rank.values() if not o.finished(p)) or "no probe pods"

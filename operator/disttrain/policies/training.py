@@ -22,7 +22,7 @@ from .. import constants as c
 from .. import observe as o
 from ..builders import Rendezvous, build_worker_pod, master_dns_name, uses_dns_hostnames, worker_pod_name
 from ..step import Step
-from . import restart
+from . import conflicts, restart
 from .deadline import training_seconds_left
 from .probing import master_addr
 
@@ -56,7 +56,11 @@ def _create_probed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
         if isinstance(x, dict) and isinstance(x.get("rank"), int):
             nodes[x["rank"]] = x
     rdzv = s.status.get("rendezvous") or {}
-    if not rdzv.get("masterAddr"):
+    if not rdzv.get("masterAddr"):  # validated, but the status lost it (edited, restored)
+        s.set(c.TRAINING_STARTED, "Unknown", c.REASON_TRAINING_PENDING,
+              "status.rendezvous.masterAddr is missing from the validated status: probing again "
+              "to learn it")
+        _reprobe(s, "the validated rendezvous is missing from the status")
         return
     for r in range(s.spec.num_nodes):
         if r in by_rank:
@@ -125,14 +129,21 @@ def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
     return out
 
 
-def _name_conflicts(s: Step) -> None:
-    held = s.blockers([worker_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
-    if held and not s.is_true(c.TRAINING_STARTED):
-        names = ", ".join(sorted(o.name(p) for p in held))
-        s.set(c.TRAINING_STARTED, "Unknown", c.REASON_NAME_CONFLICT,
-              f"{names} exist(s) and is not this job's: waiting for it to be deleted (by the "
-              "garbage collector when its job was deleted; otherwise delete it, or rename the job)")
-        s.plan.requeue(2.0)
+def _name_conflicts(s: Step) -> bool:
+    """NameConflict while foreign pods hold training pod names; True when the conflict
+    outlasted its bound and the job failed with it."""
+    if s.is_true(c.TRAINING_STARTED):
+        return False
+    found = conflicts.check(s, [worker_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
+    if found is None:
+        return False
+    msg, expired = found
+    if expired:
+        s.set(c.TRAINING_STARTED, "False", c.REASON_NAME_CONFLICT, msg)
+        s.finish(False, c.REASON_NAME_CONFLICT, msg, "a training pod's name is held by another pod")
+        return True
+    s.set(c.TRAINING_STARTED, "Unknown", c.REASON_NAME_CONFLICT, msg)
+    return False
 
 
 def _unplaced(s: Step, by_rank: dict[int, dict]) -> None:
@@ -149,12 +160,19 @@ def run(s: Step) -> None:
     """Advance training: create the missing pods, then follow them to the job's outcome."""
     attempt = int(s.status.get("restarts") or 0)
     by_rank = current_workers(s, attempt)
+    # The attempt is decided before anything of it is created: a rank that failed (or whose
+    # pod vanished while training) ends this attempt, and its pods are never created again.
+    failed = _failed_ranks(s, by_rank)
+    if failed:
+        _on_failure(s, attempt, by_rank, "; ".join(failed))
+        return
     if _may_create(s, attempt):
         if s.spec.probe.enabled:
             _create_probed(s, attempt, by_rank)
         else:
             _create_unprobed(s, attempt, by_rank)
-    _name_conflicts(s)
+    if _name_conflicts(s):
+        return
     _unplaced(s, by_rank)
     if by_rank and not s.status.get("startTime"):
         s.status["startTime"] = s.ts
@@ -168,10 +186,6 @@ def run(s: Step) -> None:
     if s.is_true(c.TRAINING_STARTED):
         for ctype in (c.SUCCEEDED, c.FAILED):
             s.set(ctype, "Unknown", c.REASON_TRAINING_RUNNING, "training is running")
-    failed = _failed_ranks(s, by_rank)
-    if failed:
-        _on_failure(s, attempt, by_rank, "; ".join(failed))
-        return
     if len(by_rank) == n and all(o.phase(p) == "Succeeded" for p in by_rank.values()):
         s.finish(True, c.REASON_ALL_RANKS_SUCCEEDED, f"all {n} ranks exited 0", "no rank failed")
         return
@@ -198,8 +212,13 @@ def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str) -> N
     for ctype in (c.SUCCEEDED, c.FAILED):
         s.set(ctype, "Unknown", c.REASON_RESTARTING, "restarting all ranks")
     if d.reprobe:
-        s.set(c.VALIDATED, "Unknown", c.REASON_PROBING, "re-probing after a rank failed")
-        for ctype in c.CHECK_CONDITIONS:
-            s.set(ctype, "Unknown", c.REASON_NOT_CHECKED, "re-probing after a rank failed")
-        old = s.status.get("probe") or {}
-        s.status["probe"] = {"attempt": int(old.get("attempt") or 1) + 1}
+        _reprobe(s, "a rank failed")
+
+
+def _reprobe(s: Step, why: str) -> None:
+    """Validate again before training: the next probe attempt, every check Unknown."""
+    s.set(c.VALIDATED, "Unknown", c.REASON_PROBING, f"re-probing: {why}")
+    for ctype in c.CHECK_CONDITIONS:
+        s.set(ctype, "Unknown", c.REASON_NOT_CHECKED, f"re-probing: {why}")
+    old = s.status.get("probe") or {}
+    s.status["probe"] = {"attempt": int(old.get("attempt") or 1) + 1}
