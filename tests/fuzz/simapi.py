@@ -98,6 +98,7 @@ class SimApi:
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
         self.max_attempt: dict[tuple[str, str], int] = {}  # (job uid, role) -> highest created
+        self.unlisted: set[str] = set()  # pods left out of the next list only (they still exist)
 
     # ---- helpers --------------------------------------------------------------------------
     def _fault(self, kind: str) -> None:
@@ -164,8 +165,9 @@ class SimApi:
     def list_namespaced_pod(self, namespace, label_selector=""):
         self._fault("read")
         key, _, value = label_selector.partition("=")
-        items = [copy.deepcopy(p) for p in self.pods.values()
-                 if (p["metadata"].get("labels") or {}).get(key) == value]
+        items = [copy.deepcopy(p) for n, p in self.pods.items()
+                 if (p["metadata"].get("labels") or {}).get(key) == value and n not in self.unlisted]
+        self.unlisted.clear()
         return SimpleNamespace(items=items)
 
     def read_namespaced_service(self, name, namespace):
@@ -217,6 +219,11 @@ class SimApi:
         if role == c.ROLE_WORKER and probes_on and conds.get(c.VALIDATED) != "True":
             self.violations.append(f"training pod {pod['metadata']['name']} created while the stored "
                                    f"status says Validated={conds.get(c.VALIDATED)}")
+        stored = job.get("status") or {}
+        recorded = stored.get("restarts") if role == c.ROLE_WORKER else (stored.get("probe") or {}).get("attempt")
+        if isinstance(recorded, int) and not isinstance(recorded, bool) and attempt != recorded:
+            self.violations.append(f"{pod['metadata']['name']} of attempt {attempt} created while the stored "
+                                   f"status records attempt {recorded}")
         same = [p for p in self.pods.values() if _controller_uid(p) == owner
                 and p["metadata"]["labels"][c.LABEL_ROLE] == role]
         if any(p["metadata"]["labels"][c.LABEL_RANK] == rank and not p["metadata"].get("deletionTimestamp")
@@ -238,6 +245,9 @@ class SimApi:
         now = {x.get("type"): x.get("status") for x in new.get("conditions") or []}
         if now.get(c.VALIDATED) != "True" or old.get(c.VALIDATED) == "True":
             return
+        if (job["spec"].get("probe") or {}).get("enabled", True) and \
+                not (new.get("rendezvous") or {}).get("masterAddr"):
+            self.violations.append("validated without status.rendezvous.masterAddr")
         attempt = str((new.get("probe") or {}).get("attempt"))
         probes = [p for p in self.pods.values() if _controller_uid(p) == job["metadata"]["uid"]
                   and p["metadata"]["labels"][c.LABEL_ROLE] == c.ROLE_PROBE

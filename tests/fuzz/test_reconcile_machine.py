@@ -1,17 +1,20 @@
 """Generated reconcile sequences against a simulated apiserver (hypothesis stateful testing).
 
 Each sequence creates a job with a generated spec, then interleaves operator steps with
-what a cluster does and what goes wrong in one: pods scheduled, started, evicted, finished
-with good or bad probe reports (another job's UID, a wrong rank, NaN bandwidth, an
+what a cluster does and what goes wrong in one: pods scheduled, started, evicted, vanished at any
+phase (deleted by hand, evicted and collected, missing from one list), stripped of their
+address, finished with good or bad probe reports (another job's UID, a wrong rank, NaN bandwidth, an
 incorrect all-reduce, a bandwidth under the threshold, ok with a failure, garbage);
 training pods succeed or fail; API calls fail (409, 422, 500, no answer) on status writes,
 creates, deletes and reads; the job is deleted and applied again under its name while its
-pods remain; it is suspended and resumed; its status is edited by hand; time passes.
+pods remain; it is suspended and resumed; its status is edited by hand (a condition dropped or
+flipped, the master address removed, shapes an older operator wrote); time passes.
 
 Invariants (checked after every rule, and by the simulation at each create and status
 write, see simapi.py): no exception escapes a step; no training pod before Validated=True;
-never two pods for one rank, nor a pod of an old attempt; no validation from a report that
-fails the checks; and once faults stop, every job reaches a terminal condition (or a
+never two pods for one rank, nor a pod of an old attempt, nor one of an attempt other than
+the one the stored status records; no validation from a report that fails the checks, nor
+without a master address; and once faults stop, every job reaches a terminal condition (or a
 waiting one that names what it waits for) within a bounded number of steps.
 
 CI runs a few dozen derandomized sequences; ``make fuzz`` (HYPOTHESIS_PROFILE=fuzz) runs
@@ -218,6 +221,27 @@ class ReconcileMachine(RuleBasedStateMachine):
             p = live[i % len(live)]
             p["status"].update(phase="Failed", reason="Evicted", message="The node was low on resource: memory.")
 
+    @precondition(_any(lambda p: True))
+    @rule(i=st.integers(0, 5), how=st.sampled_from(["deleted", "evicted-and-collected", "unlisted"]))
+    def vanish(self, i, how):
+        """A pod disappears at any phase: deleted by hand (kubectl delete pod --force), evicted
+        and garbage-collected, or simply missing from one list; the operator must neither
+        re-create an attempt it has ended nor lose track of one it has not."""
+        pods = self._pods(lambda p: True)
+        name = pods[i % len(pods)]["metadata"]["name"]
+        if how == "unlisted":  # it still exists (a create of its name is refused: 409)
+            self.sim.unlisted.add(name)
+        else:
+            del self.sim.pods[name]
+
+    @precondition(_any(lambda p: p["status"].get("hostIP") or p["status"].get("podIP")))
+    @rule(i=st.integers(0, 5))
+    def lose_address(self, i):
+        """A pod whose status shows no address (a kubelet that restarted, a status rebuilt)."""
+        pods = self._pods(lambda p: p["status"].get("hostIP") or p["status"].get("podIP"))
+        p = pods[i % len(pods)]
+        p["status"].update(hostIP=None, podIP=None)
+
     @rule()
     def kubelet_removes_deleted_and_gc(self):
         job = self.sim.job()
@@ -245,8 +269,10 @@ class ReconcileMachine(RuleBasedStateMachine):
             job["metadata"]["resourceVersion"] = str(int(job["metadata"]["resourceVersion"]) + 1000)
 
     @rule(kind=st.sampled_from(["restarts-string", "condition-without-status", "fractional-time",
-                                "node-without-rank", "garbage-probe", "null-status"]))
-    def hand_edit_status(self, kind):
+                                "node-without-rank", "garbage-probe", "null-status", "drop-condition",
+                                "flip-condition", "drop-master-addr"]),
+          which=st.sampled_from(c.ALL_CONDITIONS))
+    def hand_edit_status(self, kind, which):
         job = self.sim.job()
         if job is None:
             return
@@ -264,6 +290,14 @@ class ReconcileMachine(RuleBasedStateMachine):
             st_["probe"] = "garbage"
         elif kind == "null-status":
             job["status"] = None
+        elif kind == "drop-condition":  # a tool that rewrites status, an older operator
+            st_["conditions"] = [x for x in st_.get("conditions") or [] if x.get("type") != which]
+        elif kind == "flip-condition":
+            for x in st_.get("conditions") or []:
+                if x.get("type") == which and x.get("status") in ("True", "False"):
+                    x["status"] = {"True": "False", "False": "True"}[x["status"]]
+        elif kind == "drop-master-addr":
+            (st_.get("rendezvous") or {}).pop("masterAddr", None)
         if kind in ("null-status", "garbage-probe"):
             # the status no longer records the attempts: what remains is the pods' labels,
             # which the simulation checks on every create (never below an existing pod's)
