@@ -9,6 +9,8 @@ What is injected, and how:
 - **apiserver restarted**: SIGTERM to the kube-apiserver (SIGKILL after 5 s), then started
   again with the same flags (:func:`localcluster.controlplane.ensure_control_plane`), while
   the probes run;
+- **a training pod deleted by hand** (``kubectl delete pod``) while it runs: the attempt
+  ends in a gang restart, and no pod of it is created again;
 - **node lost** (:func:`lose_node`): the node's links go down first, so nothing it sends
   afterwards (no FIN, no RST) reaches a peer, as when a machine loses power; then its node
   agent (the kubelet) and every process of its pods are killed. The Node and its pods stay
@@ -70,9 +72,13 @@ STAGE_DELAY = {"probe-created": 1.5, "probing": 3.0, "verdict": 0.6, "training-s
 
 # Job variants: training fails on rank 1 on attempt 0 only (one gang restart, then it
 # trains), or on every attempt (backoffLimit 1 is exceeded).
-FAIL_ONCE, FAIL_ALWAYS, PLAIN = "fail-once", "fail-always", "plain"
+# DELETE_ONCE: rank 1 of attempt 0 only waits (it never fails on its own); its pod is
+# deleted by hand while it runs (a "delete-pod" fault), which must end the attempt in a gang
+# restart that creates nothing of attempt 0 again.
+FAIL_ONCE, FAIL_ALWAYS, PLAIN, DELETE_ONCE = "fail-once", "fail-always", "plain", "delete-once"
 EXPECTED = {FAIL_ONCE: (c.SUCCEEDED, c.REASON_ALL_RANKS_SUCCEEDED),
-            FAIL_ALWAYS: (c.FAILED, c.REASON_BACKOFF_LIMIT_EXCEEDED)}
+            FAIL_ALWAYS: (c.FAILED, c.REASON_BACKOFF_LIMIT_EXCEEDED),
+            DELETE_ONCE: (c.SUCCEEDED, c.REASON_ALL_RANKS_SUCCEEDED)}
 
 # Runs the example's training script unless this rank is the one made to fail on this
 # attempt (the attempt comes from the pod's disttrain.dev/attempt label, downward API).
@@ -80,12 +86,16 @@ FAIL_SCRIPT = '''"""Chaos tests: fail rank FAIL_RANK on attempt FAIL_ATTEMPT ("a
 import os
 import runpy
 import sys
+import time
 
 attempt, rank = os.environ.get("TRAIN_ATTEMPT"), os.environ.get("RANK")
 want = os.environ.get("FAIL_ATTEMPT", "0")
 if rank == os.environ.get("FAIL_RANK", "1") and want in ("any", attempt):
     print(f"rank {rank}, attempt {attempt}: failing on purpose (fault injection)", flush=True)
     sys.exit(1)
+if rank == os.environ.get("FAIL_RANK", "1") and os.environ.get("HANG_ATTEMPT") == attempt:
+    print(f"rank {rank}, attempt {attempt}: waiting to be deleted (fault injection)", flush=True)
+    time.sleep(600)
 runpy.run_path("/workspace/train_digits.py", run_name="__main__")
 '''
 
@@ -118,7 +128,8 @@ def job_docs(variant: str = FAIL_ONCE, epochs: int = 3, probe_timeout: int = 120
     ctr["env"] = list(ctr.get("env") or []) + [
         {"name": "EPOCHS", "value": str(epochs)},
         {"name": "FAIL_RANK", "value": "1"},
-        {"name": "FAIL_ATTEMPT", "value": "any" if variant == FAIL_ALWAYS else "0"},
+        {"name": "FAIL_ATTEMPT", "value": {FAIL_ALWAYS: "any", DELETE_ONCE: "never"}.get(variant, "0")},
+        {"name": "HANG_ATTEMPT", "value": "0" if variant == DELETE_ONCE else "never"},
         {"name": "TRAIN_ATTEMPT",
          "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{c.LABEL_ATTEMPT}']"}}},
     ]
@@ -128,7 +139,8 @@ def job_docs(variant: str = FAIL_ONCE, epochs: int = 3, probe_timeout: int = 120
 # ---- plans --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Fault:
-    """One injected fault: ``kind`` "kill" (the operator) or "apiserver" (a restart),
+    """One injected fault: ``kind`` "kill" (the operator), "apiserver" (a restart) or
+    "delete-pod" (rank 1's training pod deleted by hand, as ``kubectl delete pod``),
     ``delay`` seconds after ``stage`` was reached; ``downtime``: seconds the killed
     operator stays down before it is started again."""
 
@@ -138,7 +150,8 @@ class Fault:
     downtime: float = 0.0
 
     def __str__(self) -> str:
-        what = "kill operator" if self.kind == "kill" else "restart apiserver"
+        what = {"kill": "kill operator", "apiserver": "restart apiserver",
+                "delete-pod": "delete rank 1's training pod"}[self.kind]
         down = f", down {self.downtime:.1f}s" if self.kind == "kill" else ""
         return f"{what} at {self.stage}+{self.delay:.2f}s{down}"
 
@@ -431,6 +444,8 @@ def stages_reached(pods: list[PodLife], n: int) -> set[str]:
         out.add("training-start")
     if any(p.rank == 1 and p.phase == "Failed" for p in workers0):
         out.add("rank-failed")
+    if any(p.rank == 1 and p.phase == "Running" for p in workers0):
+        out.add("rank1-running")  # only DELETE_ONCE's plan waits for it
     if any(p.role == c.ROLE_WORKER and p.attempt == 1 for p in pods):
         out.add("restart")
     return out
@@ -561,9 +576,13 @@ class Harness:
         made = self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, job)
         return made["metadata"]["uid"]
 
-    def _fire(self, f: Fault) -> float:
+    def _fire(self, f: Fault, ns: str) -> float:
         if f.kind == "kill":
             return kill_operator(f.downtime)
+        if f.kind == "delete-pod":
+            t = now()
+            self.core.delete_namespaced_pod(f"{JOB}-worker-1", ns)
+            return now() - t
         return restart_apiserver(self.state)
 
     def run_job(self, plan: JobPlan, ns: str, timeout: float = 400) -> JobRun:
@@ -588,7 +607,7 @@ class Harness:
                 if due:
                     f = due[0]
                     pending.remove(f)
-                    took = self._fire(f)
+                    took = self._fire(f, ns)
                     run.fired.append(Fired(f, round(t, 2), round(took, 2)))
                     self.say(f"  t={t:5.1f}s {f} (unavailable {took:.1f}s)")
                     continue

@@ -61,6 +61,18 @@ def test_operator_killed_and_apiserver_restarted_job_still_ends_right(cluster, o
     assert not bad, "\n".join(bad)
 
 
+def test_training_pod_deleted_by_hand_restarts_the_gang_without_recreating_the_attempt(cluster, operator):
+    """Rank 1's training pod is deleted by hand while it runs (kubectl delete pod): the
+    job gang-restarts once and trains; the watch of every pod change shows no pod of
+    attempt 0 created again and no overlap of attempts."""
+    seed = _seed(9)
+    plan = chaos.JobPlan(0, chaos.DELETE_ONCE, (chaos.Fault("delete-pod", "rank1-running", 0.5),))
+    runs = _run(cluster, [plan], seed)
+    assert all(r.fired for r in runs)
+    bad = [r.describe() for r in runs if not r.ok]
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.skipif(not LONG, reason="the long fault-injection run: make chaos")
 def test_chaos_long(cluster, operator):
     """At least 20 operator kills spread over every stage, a few apiserver restarts, jobs

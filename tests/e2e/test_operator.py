@@ -251,3 +251,36 @@ def test_job_deleted_and_reapplied_while_its_probe_pods_remain(cluster, operator
     job = get_job(cluster, ns)
     owners = {r["uid"] for p in pods(cluster, ns) for r in p["metadata"].get("ownerReferences") or []}
     assert owners <= {job["metadata"]["uid"]}
+
+
+def test_job_deleted_and_applied_again_at_once_validates_on_its_own_pods(cluster, operator, ns):
+    """kubectl delete dtj x && kubectl apply -f x.yaml while x's probe pods run (the garbage
+    collector deletes them, they terminate): the new job validates on its own pods, or says
+    NameConflict while it waits; its probe budget never runs out on the old job's pods
+    (never ProbeTimeout), and their anti-affinity does not repel the new probes."""
+    apply(cluster, ns, example_docs())
+    wait_for(lambda: len([p for p in pods(cluster, ns, "disttrain.dev/role=probe")
+                          if p["status"].get("phase") == "Running"]) == 2, 60, what="running probe pods")
+    old_uid = get_job(cluster, ns)["metadata"]["uid"]
+    cluster.kubectl("delete", "dtj", "ddp-digits", "-n", ns, "--wait=false")
+    apply(cluster, ns, example_docs())
+    reasons: set[str] = set()
+
+    def decided():
+        out = cluster.kubectl("get", "dtj", "ddp-digits", "-n", ns, "-o", "json", check=False)
+        if out.returncode != 0:
+            return None
+        j = json.loads(out.stdout)
+        if j["metadata"]["uid"] == old_uid:
+            return None
+        reasons.update(x.get("reason") for x in (j.get("status") or {}).get("conditions") or [])
+        v = condition(j, "Validated")
+        return j if v and v["status"] != "Unknown" else None
+
+    job = wait_for(decided, 180, what="the new job's verdict")
+    v = condition(job, "Validated")
+    assert v["status"] == "True", (v, sorted(reasons))
+    assert "ProbeTimeout" not in reasons, sorted(reasons)
+    new_uid = job["metadata"]["uid"]
+    probes = [p for p in pods(cluster, ns, "disttrain.dev/role=probe") if not p["metadata"].get("deletionTimestamp")]
+    assert all(p["metadata"]["labels"]["disttrain.dev/job-uid"] == new_uid for p in probes)

@@ -145,3 +145,13 @@ def test_stages_reached_follow_the_pods():
                                                       "training-start", "rank-failed"}
     pw = watch_of(*gang_restart_done_right())
     assert "restart" in chaos.stages_reached(pw.snapshot(), 2)
+
+
+def test_an_old_attempts_worker_created_after_its_rank_was_deleted_by_hand_is_caught():
+    """The delete-pod fault: rank 1 deleted while training runs; re-creating rank 1 of
+    attempt 0 (what the operator once did) is a second pod of that attempt."""
+    w0, w1 = mk("j-worker-0", "worker", 0, 0, "Running"), mk("j-worker-1", "worker", 1, 0, "Running")
+    pw = watch_of(("ADDED", w0), ("ADDED", w1), ("DELETED", w1), ("ADDED", mk("j-worker-1", "worker", 1, 0)))
+    assert any("second pod of worker rank 1 attempt 0" in d for d in pw.duplicates), pw.duplicates
+    lives = pw.snapshot()
+    assert "rank1-running" in chaos.stages_reached(lives[:2], 2)
