@@ -123,7 +123,9 @@ def build_headless_service(job: JobRef, spec: DistTrainingJobSpec) -> dict[str, 
         },
         "spec": {
             "clusterIP": "None",
-            "selector": job_selector(job),
+            # by name only: a Service orphaned by kubectl delete --cascade=orphan, which the
+            # job then leaves in place, still names the new job's pods
+            "selector": {c.LABEL_JOB: job.name},
             "publishNotReadyAddresses": True,
             "ports": [{"name": "rendezvous", "port": spec.rendezvous.port, "protocol": "TCP"}],
         },

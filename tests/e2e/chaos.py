@@ -671,7 +671,7 @@ def summary_rows(runs: list[JobRun]) -> list[dict[str, Any]]:
         kills = [f for f in r.fired if f.fault.kind == "kill"]
         rows.append({
             "job": r.plan.index, "variant": r.plan.variant, "namespace": r.ns,
-            "kills": len(kills), "apiserver": len(r.fired) - len(kills),
+            "kills": len(kills), "apiserver": sum(f.fault.kind == "apiserver" for f in r.fired),
             "stages": ",".join(f.fault.stage for f in kills),
             "duplicates": len(r.duplicates), "orphans": len(r.orphans),
             "outcome": r.outcome, "ok": r.ok, "seconds": round(r.seconds, 1),

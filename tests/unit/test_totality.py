@@ -136,13 +136,12 @@ def test_a_name_held_for_too_long_fails_with_name_conflict_naming_the_pod_and_fi
     assert len(v["message"]) <= cond.MAX_MESSAGE
 
 
-def test_probe_anti_affinity_and_service_select_the_jobs_uid():
+def test_probe_anti_affinity_selects_the_jobs_uid():
     plan = step(job(network={"hostNetwork": False}), [])
     p0 = plan.creates[0]
     assert p0["metadata"]["labels"][c.LABEL_JOB_UID] == "uid-1"
     term = p0["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][-1]
     assert term["labelSelector"]["matchLabels"][c.LABEL_JOB_UID] == "uid-1"
-    assert plan.services[0]["spec"]["selector"][c.LABEL_JOB_UID] == "uid-1"
 
 
 # ---- a status that lost its outcome --------------------------------------------------------
