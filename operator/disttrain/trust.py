@@ -98,9 +98,11 @@ def identity_problem(report: dict[str, Any], exp: Expected) -> Optional[str]:
 
 def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Optional[Checked]:
     """A passing report of a pod with several processes: its intra-node all-reduce must be
-    there, correct, with a finite busbw, and no local rank may have failed; unless the report
-    was cut (``truncated``: then only the failing ones are listed) every local rank
-    0..localWorldSize-1 must be listed. The Checked to return instead, or None."""
+    there, correct, with a finite busbw, and no local rank may have failed or lie outside
+    0..localWorldSize-1; unless the report was cut (``truncated``: then only the failing ones
+    are listed) every local rank must be listed. The work is bounded by the report's size
+    (at most 4096 bytes), never by ``exp.local_world_size``; a message names at most 8
+    local ranks. The Checked to return instead, or None."""
     intra = report.get("intraNode") if isinstance(report.get("intraNode"), dict) else None
     if intra is None:
         return Checked(None, f"{who}: the report passed without the intra-node all-reduce of its "
@@ -116,15 +118,37 @@ def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Opti
     entries = [e for e in report.get("localRanks") or [] if isinstance(e, dict)]
     bad = [e.get("localRank") for e in entries if e.get("ok") is not True]
     if bad:
-        return Checked(None, f"{who}: the report says ok but local rank(s) "
-                             f"{', '.join(str(b) for b in bad)} did not pass: it contradicts itself")
+        shown = ", ".join(str(b) for b in bad[:SHOWN]) + (" ..." if len(bad) > SHOWN else "")
+        return Checked(None, f"{who}: the report says ok but local rank(s) {shown} did not "
+                             "pass: it contradicts itself")
+    n = exp.local_world_size
     listed = {e.get("localRank") for e in entries}
-    missing = [k for k in range(exp.local_world_size) if k not in listed]
-    if missing and not report.get("truncated"):
-        shown = ", ".join(str(k) for k in missing[:8]) + (" ..." if len(missing) > 8 else "")
+    outside = sorted(k for k in listed if not (type(k) is int and 0 <= k < n))
+    if outside:
+        return Checked(None, f"{who}: the report lists local rank {str(outside[0])[:20]}, outside "
+                             f"0..{n - 1} (localWorldSize {n}): it contradicts itself")
+    if len(listed) < n and not report.get("truncated"):
+        shown = ", ".join(str(k) for k in first_missing(listed, n))
+        more = " ..." if n - len(listed) > SHOWN else ""
         return Checked(None, f"{who}: the report passed without the outcome of local rank(s) "
-                             f"{shown} of {exp.local_world_size}")
+                             f"{shown}{more} of {n}")
     return None
+
+
+SHOWN = 8  # local ranks a message lists
+
+
+def first_missing(listed: set[Any], n: int, limit: int = SHOWN) -> list[int]:
+    """The first ``limit`` of 0..n-1 not in ``listed``, ascending. Work is bounded by
+    ``len(listed) + limit`` steps, not by ``n`` (a number from the spec or the report: it
+    may be large). Pure; never raises."""
+    out: list[int] = []
+    k = 0
+    while len(out) < limit and k < n:
+        if k not in listed:
+            out.append(k)
+        k += 1
+    return out
 
 
 def _as_failure(report: dict[str, Any], reason: str, message: str) -> dict[str, Any]:

@@ -44,6 +44,32 @@ def test_bad_input_names_the_field(data, field):
     assert field in err(data)
 
 
+@pytest.mark.parametrize("data,field", [
+    (spec(numProcPerNode=257), "spec.numProcPerNode: numProcPerNode must be an integer from 1 to 256"),
+    (spec(numProcPerNode=2**40), "spec.numProcPerNode: numProcPerNode must be an integer from 1 to 256"),
+    (spec(numNodes=4097), "spec.numNodes"),
+    (spec(runPolicy={"activeDeadlineSeconds": 2**31}), "spec.runPolicy.activeDeadlineSeconds"),
+    (spec(runPolicy={"ttlSecondsAfterFinished": 2**31}), "spec.runPolicy.ttlSecondsAfterFinished"),
+    (spec(runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 2**31}}),
+     "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
+])
+def test_integers_that_drive_work_or_reach_int32_fields_have_a_maximum(data, field):
+    assert field in err(data)
+
+
+def test_the_largest_integers_a_node_and_kubernetes_take_are_accepted():
+    s = DistTrainingJobSpec.model_validate(spec(numProcPerNode=256, runPolicy={
+        "activeDeadlineSeconds": 2**31 - 1, "ttlSecondsAfterFinished": 2**31 - 1,
+        "schedulingPolicy": {"scheduleTimeoutSeconds": 2**31 - 1}}))
+    assert s.num_proc_per_node == 256
+
+
+def test_the_most_processes_per_node_is_the_most_local_ranks_the_probe_starts():
+    from disttrain.api import MAX_PROC_PER_NODE
+    from disttrain_probe.localranks import MAX_NPROC
+    assert MAX_PROC_PER_NODE == MAX_NPROC
+
+
 def test_gpus_requested():
     assert gpus_requested({"resources": {"limits": {"nvidia.com/gpu": "8"}}}) == 8
     assert gpus_requested({"resources": {"requests": {"nvidia.com/gpu": 2}}}) == 2
