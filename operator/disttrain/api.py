@@ -334,6 +334,19 @@ class DistTrainingJobSpec(_Model):
         return self
 
 
+# An explicit gang provider (workload, coscheduling, volcano; not auto or none) creates a
+# gang's pods together, so it gives them DNS names (policies/gang.py effective_spec): CEL on
+# the spec (self) and the same in Python.
+_CEL_EXPLICIT_GANG = ("(has(self.runPolicy) && has(self.runPolicy.schedulingPolicy) && "
+                      "has(self.runPolicy.schedulingPolicy.gang) && "
+                      "!(self.runPolicy.schedulingPolicy.gang in ['auto', 'none']))")
+
+
+def _explicit_gang(spec: "DistTrainingJobSpec") -> bool:
+    v = spec.run_policy.scheduling_policy.gang
+    return str(getattr(v, "value", v)) not in ("auto", "none")
+
+
 # Cross-field rules: CEL for the apiserver (admission) and the same check in Python.
 SPEC_RULES: list[dict[str, Any]] = [
     {
@@ -343,6 +356,14 @@ SPEC_RULES: list[dict[str, Any]] = [
         "auto) or use launcher torchrun",
         "check": lambda s: s.launcher == Launcher.torchrun.value
         or s.num_proc_per_node in ("auto", 1),
+    },
+    {
+        "rule": f"!{_CEL_EXPLICIT_GANG} || !has(self.network) || "
+        "!has(self.network.enableDNSHostnames) || self.network.enableDNSHostnames",
+        "message": "runPolicy.schedulingPolicy.gang creates a gang's pods together, before rank 0 "
+        "has an address: it needs DNS hostnames; unset network.enableDNSHostnames (or set it "
+        "true), or set gang to auto or none",
+        "check": lambda s: not _explicit_gang(s) or s.network.enable_dns_hostnames is not False,
     },
     {
         "rule": "!has(self.rendezvous) || !has(self.rendezvous.backend) || "
@@ -405,9 +426,13 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
 # hostnames), the headless Service <job> (a DNS-1035 label, when the operator creates it)
 # and the label disttrain.dev/job-name=<job> (a label value, at most 63 characters).
 # CEL at the CRD's root (where self.metadata.name is visible) and the same checks in Python.
+# DNS hostnames: enableDNSHostnames when set, else on with an explicit gang or without
+# hostNetwork (_dns below). A null is never seen here: the spec's schema has no nullable
+# field, so the apiserver drops a null (unset) before the rules run, as the models read it.
 _CEL_DNS = ("(has(self.spec.network) && has(self.spec.network.enableDNSHostnames) ? "
-            "self.spec.network.enableDNSHostnames : !(has(self.spec.network) && "
-            "has(self.spec.network.hostNetwork) && self.spec.network.hostNetwork))")
+            "self.spec.network.enableDNSHostnames : ("
+            + _CEL_EXPLICIT_GANG.replace("self.", "self.spec.") + " || !(has(self.spec.network) && "
+            "has(self.spec.network.hostNetwork) && self.spec.network.hostNetwork)))")
 _CEL_OWN_SERVICE = (f"({_CEL_DNS} && !(has(self.spec.network) && "
                     "has(self.spec.network.subdomain)))")
 NAME_RULES: list[dict[str, Any]] = [
@@ -452,8 +477,12 @@ NAME_RULES: list[dict[str, Any]] = [
 
 
 def _dns(spec: DistTrainingJobSpec) -> bool:
+    """Whether the job's pods get DNS hostnames: network.enableDNSHostnames when set, else
+    with an explicit gang (it turns them on) or without hostNetwork. As _CEL_DNS."""
     v = spec.network.enable_dns_hostnames
-    return (not spec.network.host_network) if v is None else bool(v)
+    if v is not None:
+        return bool(v)
+    return _explicit_gang(spec) or not spec.network.host_network
 
 
 def job_name_problem(name: Any, spec: Optional[DistTrainingJobSpec] = None) -> Optional[str]:
