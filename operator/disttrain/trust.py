@@ -14,7 +14,8 @@ itself, before :func:`disttrain.diagnosis.diagnose` reads it:
   A report that fails any of these is ``ProbeReportInvalid`` naming the rank and field:
   it may be another job's report (a pod of a deleted job with the same name) or a
   foreign program's output;
-- consistency: ``ok: true`` with a ``failure`` is invalid; a passing report must carry an
+- consistency: ``ok: true`` with a ``failure`` is invalid; a passing report must be in
+  phase ``report`` (the probe passes only there), carry its ``master`` block and an
   all-reduce that is marked correct with finite bandwidths (an incorrect all-reduce is
   ``AllReduceWrongResult`` whatever ``ok`` says); with several processes per node also the
   intra-node all-reduce, and no local rank that did not pass (:func:`local_ranks_problem`);
@@ -62,6 +63,11 @@ class Checked:
 
     report: Optional[dict[str, Any]]
     error: Optional[str] = None
+
+
+def _short(v: Any) -> str:
+    """``v`` as a message shows it: repr, at most 40 characters."""
+    return repr(v[:40] if isinstance(v, str) else v)[:44]
 
 
 def _finite(v: Any) -> bool:
@@ -172,6 +178,12 @@ def check(report: dict[str, Any], exp: Expected) -> Checked:
                              f"{(failure or {}).get('reason')!r}: it contradicts itself")
     if ok is not True:
         return Checked(report)
+    if report.get("phase") != "report":
+        return Checked(None, f"{who}: the report passed in phase {_short(report.get('phase'))}: "
+                             "a probe passes only in its last phase, 'report'; it is not the probe's")
+    if not isinstance(report.get("master"), dict):
+        return Checked(None, f"{who}: the report passed without its master block (the "
+                             "MASTER_ADDR and port it reached): it is not the probe's")
     ar = report.get("allreduce") if isinstance(report.get("allreduce"), dict) else None
     if ar is None:
         return Checked(None, f"{who}: the report passed without an all-reduce result")

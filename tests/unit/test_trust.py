@@ -174,3 +174,17 @@ def test_the_local_rank_check_works_in_the_reports_size_not_the_number_of_local_
         tracemalloc.stop()
     assert peak < 256 * 1024, peak  # a list of 10**6 missing ranks alone is about 36 MB
     assert out.error.endswith(f"without the outcome of local rank(s) 2, 3, 4, 5, 6, 7, 8, 9 ... of {nproc}")
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda r: r.pop("phase"), "passed in phase None"),
+    (lambda r: r.update(phase="collective"), "passed in phase 'collective'"),
+    (lambda r: r.pop("master"), "without its master block"),
+    (lambda r: r.update(master=None), "without its master block"),
+])
+def test_a_pass_outside_the_last_phase_or_without_its_master_is_not_the_probes(mutate, needle):
+    r = good()
+    mutate(r)
+    out = check(r, EXP)
+    assert out.report is None and needle in out.error and out.error.startswith("rank 1 ")
+    assert len(out.error) <= 400
