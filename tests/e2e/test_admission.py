@@ -48,6 +48,8 @@ CASES = [
                                                      j["spec"]["network"].update(hostNetwork=False,
                                                                                  subdomain=None)),
      ["metadata.name", "must start with a letter"]),
+    ("boolean-hostname", lambda j: j["spec"]["template"]["spec"].update(hostname=True),
+     ["spec.template.spec.hostname", "must be of type string"]),
     ("too-many-processes-per-node", lambda j: j["spec"].update(numProcPerNode=257),
      ["spec.numProcPerNode", "from 1 to 256"]),
 ]

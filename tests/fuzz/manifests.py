@@ -164,7 +164,7 @@ volume_mount = optional_dict({"name": maybe(st.sampled_from(["script", "data", "
 capabilities = optional_dict({}, {"add": maybe(st.lists(st.sampled_from(["NET_ADMIN", "SYS_PTRACE"]), max_size=2)),
                                    "drop": maybe(st.lists(st.just("ALL"), max_size=1))})
 container_security = optional_dict({}, {
-    "privileged": maybe(st.booleans()), "runAsUser": maybe(st.integers(0, 70000)),
+    "privileged": maybe(st.booleans()), "runAsUser": maybe(ints(0, 2**31 - 1)),
     "runAsNonRoot": maybe(st.booleans()), "capabilities": maybe(capabilities),
 })
 container_names = weighted((12, st.sampled_from(["trainer", "sidecar", "probe", "install-probe"])),
@@ -184,8 +184,12 @@ def containers(init: bool = False) -> st.SearchStrategy:
         "securityContext": maybe(container_security),
         "imagePullPolicy": maybe(st.sampled_from(["IfNotPresent", "Always", "Never", "Sometimes"])),
         "workingDir": maybe(st.just("/workspace")),
-        "ports": maybe(st.lists(optional_dict({"containerPort": st.sampled_from([8080, 29500])},
-                                              {"hostPort": st.sampled_from([29500, 1])}), max_size=2)),
+        "ports": maybe(st.lists(optional_dict({"containerPort": maybe(ints(1, 65535))},
+                                              {"hostPort": maybe(ints(0, 65535)),
+                                               "protocol": maybe(st.sampled_from(["TCP", "UDP", "HTTP"]))}),
+                                max_size=2)),
+        "tty": maybe(st.booleans()),
+        "terminationMessagePolicy": maybe(st.sampled_from(["File", "FallbackToLogsOnError", "Logs"])),
     })
     return weighted((3, st.lists(maybe(one, junk_weight=0 if not init else 1), min_size=0 if init else 1,
                                  max_size=1)),
@@ -227,7 +231,7 @@ toleration = optional_dict({}, {
     "operator": maybe(st.sampled_from(["Exists", "Equal", "Maybe"])),
     "value": maybe(st.sampled_from(["true", ""])),
     "effect": maybe(st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute", "", "Never"])),
-    "tolerationSeconds": maybe(st.integers(-1, 3600)),
+    "tolerationSeconds": maybe(ints(INT64_MIN, INT64_MAX)),
 })
 sysctl = optional_dict({"name": maybe(st.sampled_from(["net.ipv4.ip_local_port_range", "kernel.shm_rmid_forced"])),
                         "value": maybe(st.sampled_from(["60000 61000", "1", ""]))}, {})
@@ -242,9 +246,20 @@ pod_spec = st.fixed_dictionaries({"containers": maybe(containers(), junk_weight=
     "tolerations": maybe(st.lists(maybe(toleration), max_size=2)),
     "affinity": maybe(affinity),
     "securityContext": maybe(optional_dict({}, {"sysctls": maybe(st.lists(sysctl, max_size=2)),
-                                                "runAsUser": maybe(st.integers(0, 10))})),
+                                                "runAsUser": maybe(ints(0, 2**31 - 1)),
+                                                "fsGroup": maybe(ints(0, 2**31 - 1)),
+                                                "supplementalGroups": maybe(st.lists(ints(0, 2**31 - 1), max_size=2))})),
     "hostNetwork": st.booleans(),
-    "serviceAccountName": st.just("trainer"),
+    "serviceAccountName": maybe(st.just("trainer")),
+    # scalars of the Pod API: wrong types and integers past its limits
+    "hostname": maybe(st.sampled_from(["h-1", "Bad_Host", "x" * 64])),
+    "subdomain": maybe(st.sampled_from(["svc", "Bad.Sub"])),
+    "hostPID": maybe(st.booleans()),
+    "priority": maybe(ints(-(2**31), 2**31 - 1)),
+    "terminationGracePeriodSeconds": maybe(ints(INT64_MIN, INT64_MAX)),
+    "activeDeadlineSeconds": maybe(ints(1, 2**31 - 1)),
+    "dnsPolicy": maybe(st.sampled_from(["ClusterFirst", "Default", "Sometimes"])),
+    "restartPolicy": maybe(st.sampled_from(["Never", "Always", "Maybe"])),
 })
 template = st.fixed_dictionaries({"spec": maybe(pod_spec, junk_weight=0)}, optional={
     "metadata": maybe(optional_dict({}, {
