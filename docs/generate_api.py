@@ -177,7 +177,10 @@ def render() -> str:
     root = version["schema"]["openAPIV3Schema"]
     schema = root["properties"]
     spec, status = schema["spec"], schema["status"]
-    out = [HEADER.rstrip(), "", "## spec", "", _cell(spec.get("description", "")), ""]
+    out = [HEADER.rstrip(), "", "## spec", "", _cell(spec.get("description", "")), "",
+           "A field not marked required may be left out. A `null` anywhere in the spec is "
+           "the same as leaving the field out: the apiserver drops it (or puts the field's "
+           "default in its place) before it checks the rules, and the operator reads it so.", ""]
     out += _table(spec, "spec")
     out += ["", "## Admission rules", "",
             "Checked by the apiserver at `kubectl apply` (CEL, `x-kubernetes-validations`); "

@@ -6,6 +6,9 @@
 - ``fuzz``: random seeds and many examples (at least 10,000 per suite for reports and
   manifests); `make fuzz` selects it with HYPOTHESIS_PROFILE=fuzz. Failing examples are
   kept in .hypothesis/ so a rerun replays them first.
+
+``HYPOTHESIS_MAX_EXAMPLES=N`` runs the selected profile with N examples per test (a bounded
+fuzz run: ``HYPOTHESIS_PROFILE=fuzz HYPOTHESIS_MAX_EXAMPLES=3000``).
 """
 from __future__ import annotations
 
@@ -30,3 +33,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+if os.environ.get("HYPOTHESIS_MAX_EXAMPLES"):  # a bounded run of a profile: fuzz, 3000 examples
+    settings.register_profile("bounded", settings(max_examples=int(os.environ["HYPOTHESIS_MAX_EXAMPLES"])))
+    settings.load_profile("bounded")

@@ -32,6 +32,16 @@ from . import torchrun
 from .podtemplate import HOST_NETWORK_IN_TEMPLATE, QUANTITY_PATTERN, PodTemplate  # noqa: F401
 
 PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
+# The most processes one node runs (numProcPerNode): the most local ranks the probe starts
+# (disttrain_probe.localranks.MAX_NPROC, a unit test keeps them equal), so a job the probe
+# would refuse is refused at apply. Far above any node's GPUs (8, 16 on the largest), and
+# bounding what the probe and the operator do per local rank.
+MAX_PROC_PER_NODE = 256
+NPROC_MESSAGE = (f"numProcPerNode must be an integer from 1 to {MAX_PROC_PER_NODE} (processes "
+                 'on one node) or "auto"')
+# Seconds fields copied into Kubernetes' own int32 fields (PodGroup scheduleTimeoutSeconds,
+# as batch/v1 Job's ttlSecondsAfterFinished) are at most this: 68 years.
+MAX_INT32 = 2**31 - 1
 IFNAME_PATTERN = r"^(auto|\^?[A-Za-z0-9_.:=-]+(,\^?[A-Za-z0-9_.:=-]+)*)$"
 
 
@@ -229,7 +239,9 @@ class SchedulingPolicy(_Model):
         "coscheduling, volcano with volcano, the template's (or the default scheduler) else.",
     )
     schedule_timeout_seconds: Optional[int] = Field(
-        None, strict=True, ge=1, description="coscheduling: the PodGroup's scheduleTimeoutSeconds."
+        None, strict=True, ge=1, le=MAX_INT32,
+        description="coscheduling: the PodGroup's scheduleTimeoutSeconds, in seconds (at most "
+        "2147483647, the PodGroup field's int32)."
     )
 
 
@@ -242,12 +254,15 @@ class RunPolicy(_Model):
         0, strict=True, ge=0, le=100, description="Gang restarts of all ranks before the job is Failed."
     )
     active_deadline_seconds: Optional[int] = Field(
-        None, strict=True, ge=1, description="Seconds from the start of training until the job is Failed."
+        None, strict=True, ge=1, le=MAX_INT32,
+        description="Seconds from the start of training until the job is Failed (at most "
+        "2147483647, 68 years)."
     )
     ttl_seconds_after_finished: Optional[int] = Field(
-        None, strict=True, ge=0, description="Seconds after the job finished (Succeeded or Failed) until the "
-        "operator deletes it, and with it its pods and Service (as batch/v1 Job and Kubeflow do). "
-        "Unset: the job is kept."
+        None, strict=True, ge=0, le=MAX_INT32,
+        description="Seconds after the job finished (Succeeded or Failed) until the "
+        "operator deletes it, and with it its pods and Service (as batch/v1 Job and Kubeflow do; "
+        "at most 2147483647, Job's int32). Unset: the job is kept."
     )
     clean_pod_policy: CleanPodPolicy = Field(
         CleanPodPolicy.Running,
@@ -266,13 +281,16 @@ class DistTrainingJobSpec(_Model):
     num_nodes: int = Field(strict=True, ge=1, le=4096, description="Number of nodes (one pod per node).")
     num_proc_per_node: Union[StrictInt, Literal["auto"]] = Field(
         "auto",
-        description='Processes per node (torchrun --nproc-per-node). "auto": the GPUs the '
-        "pod requests (nvidia.com/gpu), or 1 without GPUs.",
+        description='Processes per node (torchrun --nproc-per-node), 1 to 256. "auto": the '
+        "GPUs the pod requests (nvidia.com/gpu), or 1 without GPUs. 256 is the most local "
+        "ranks the probe starts on a node, far above any node's GPUs (8, or 16 on the "
+        "largest).",
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
-                    "rule": "type(self) == int ? self >= 1 : self == 'auto'",
-                    "message": "numProcPerNode must be an integer >= 1 or \"auto\"",
+                    "rule": f"type(self) == int ? self >= 1 && self <= {MAX_PROC_PER_NODE} "
+                    ": self == 'auto'",
+                    "message": NPROC_MESSAGE,
                 }
             ]
         },
@@ -301,8 +319,8 @@ class DistTrainingJobSpec(_Model):
     @field_validator("num_proc_per_node")
     @classmethod
     def _nproc(cls, v: Union[int, str]) -> Union[int, str]:
-        if isinstance(v, int) and v < 1:
-            raise ValueError('numProcPerNode must be an integer >= 1 or "auto"')
+        if isinstance(v, int) and not 1 <= v <= MAX_PROC_PER_NODE:
+            raise ValueError(NPROC_MESSAGE)
         return v
 
     @model_validator(mode="after")
@@ -316,6 +334,19 @@ class DistTrainingJobSpec(_Model):
         return self
 
 
+# An explicit gang provider (workload, coscheduling, volcano; not auto or none) creates a
+# gang's pods together, so it gives them DNS names (policies/gang.py effective_spec): CEL on
+# the spec (self) and the same in Python.
+_CEL_EXPLICIT_GANG = ("(has(self.runPolicy) && has(self.runPolicy.schedulingPolicy) && "
+                      "has(self.runPolicy.schedulingPolicy.gang) && "
+                      "!(self.runPolicy.schedulingPolicy.gang in ['auto', 'none']))")
+
+
+def _explicit_gang(spec: "DistTrainingJobSpec") -> bool:
+    v = spec.run_policy.scheduling_policy.gang
+    return str(getattr(v, "value", v)) not in ("auto", "none")
+
+
 # Cross-field rules: CEL for the apiserver (admission) and the same check in Python.
 SPEC_RULES: list[dict[str, Any]] = [
     {
@@ -325,6 +356,14 @@ SPEC_RULES: list[dict[str, Any]] = [
         "auto) or use launcher torchrun",
         "check": lambda s: s.launcher == Launcher.torchrun.value
         or s.num_proc_per_node in ("auto", 1),
+    },
+    {
+        "rule": f"!{_CEL_EXPLICIT_GANG} || !has(self.network) || "
+        "!has(self.network.enableDNSHostnames) || self.network.enableDNSHostnames",
+        "message": "runPolicy.schedulingPolicy.gang creates a gang's pods together, before rank 0 "
+        "has an address: it needs DNS hostnames; unset network.enableDNSHostnames (or set it "
+        "true), or set gang to auto or none",
+        "check": lambda s: not _explicit_gang(s) or s.network.enable_dns_hostnames is not False,
     },
     {
         "rule": "!has(self.rendezvous) || !has(self.rendezvous.backend) || "
@@ -387,9 +426,13 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
 # hostnames), the headless Service <job> (a DNS-1035 label, when the operator creates it)
 # and the label disttrain.dev/job-name=<job> (a label value, at most 63 characters).
 # CEL at the CRD's root (where self.metadata.name is visible) and the same checks in Python.
+# DNS hostnames: enableDNSHostnames when set, else on with an explicit gang or without
+# hostNetwork (_dns below). A null is never seen here: the spec's schema has no nullable
+# field, so the apiserver drops a null (unset) before the rules run, as the models read it.
 _CEL_DNS = ("(has(self.spec.network) && has(self.spec.network.enableDNSHostnames) ? "
-            "self.spec.network.enableDNSHostnames : !(has(self.spec.network) && "
-            "has(self.spec.network.hostNetwork) && self.spec.network.hostNetwork))")
+            "self.spec.network.enableDNSHostnames : ("
+            + _CEL_EXPLICIT_GANG.replace("self.", "self.spec.") + " || !(has(self.spec.network) && "
+            "has(self.spec.network.hostNetwork) && self.spec.network.hostNetwork)))")
 _CEL_OWN_SERVICE = (f"({_CEL_DNS} && !(has(self.spec.network) && "
                     "has(self.spec.network.subdomain)))")
 NAME_RULES: list[dict[str, Any]] = [
@@ -434,8 +477,12 @@ NAME_RULES: list[dict[str, Any]] = [
 
 
 def _dns(spec: DistTrainingJobSpec) -> bool:
+    """Whether the job's pods get DNS hostnames: network.enableDNSHostnames when set, else
+    with an explicit gang (it turns them on) or without hostNetwork. As _CEL_DNS."""
     v = spec.network.enable_dns_hostnames
-    return (not spec.network.host_network) if v is None else bool(v)
+    if v is not None:
+        return bool(v)
+    return _explicit_gang(spec) or not spec.network.host_network
 
 
 def job_name_problem(name: Any, spec: Optional[DistTrainingJobSpec] = None) -> Optional[str]:

@@ -13,8 +13,13 @@ kube-rs's ``StructuralSchemaRewriter``:
   and so do models that allow extra fields (the pod template's typed parts, see
   :mod:`disttrain.podtemplate`): their other fields are preserved, not pruned;
 - optional nested objects get ``default: {}`` so the apiserver fills their defaults too,
-  except under the pod template, which has no defaults and no ``nullable`` (a null there is
-  dropped by the apiserver, as the operator's models treat it as absent);
+  except under the pod template, which has no defaults;
+- the spec has no ``nullable``: a null anywhere in it is dropped by the apiserver (or
+  replaced by the field's default) before validation, so the CEL rules never see one and
+  null means unset, as it does to the operator's models (``None`` is the unset default of
+  every ``Optional`` spec field). With ``nullable`` the apiserver kept the null, ``has()``
+  was true for it, and a rule and the operator disagreed (``network.subdomain: null``).
+  The status keeps ``nullable``: the operator writes nulls there;
 - CEL rules given in ``json_schema_extra`` ride along as ``x-kubernetes-validations``, and
   the job-name rules (:data:`disttrain.api.NAME_RULES`) sit at the root, where
   ``self.metadata.name`` is visible.
@@ -116,20 +121,28 @@ def model_schema(model: type) -> dict[str, Any]:
     return _structural(_resolve(raw, defs))
 
 
-def _no_defaults_or_nulls(node: Any) -> Any:
-    """The pod template's schema: Kubernetes' own shapes have no defaults and no nulls."""
-    if isinstance(node, dict):
-        return {k: _no_defaults_or_nulls(v) for k, v in node.items()
-                if k not in ("default", "nullable")}
+def _without(node: Any, keys: tuple[str, ...]) -> Any:
+    """The schema ``node`` with the keywords ``keys`` removed at every level (a property
+    that happens to be named like one is kept)."""
     if isinstance(node, list):
-        return [_no_defaults_or_nulls(v) for v in node]
-    return node
+        return [_without(v, keys) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        if k == "properties":
+            out[k] = {name: _without(sub, keys) for name, sub in v.items()}
+        elif k not in keys:
+            out[k] = _without(v, keys)
+    return out
 
 
 def build_crd() -> dict[str, Any]:
     """The CustomResourceDefinition as a dict (apiextensions.k8s.io/v1)."""
-    spec_schema = model_schema(DistTrainingJobSpec)
-    spec_schema["properties"]["template"] = _no_defaults_or_nulls(spec_schema["properties"]["template"])
+    # No null is kept in the spec (the apiserver drops it: unset), and Kubernetes' own shapes
+    # in the pod template have no defaults.
+    spec_schema = _without(model_schema(DistTrainingJobSpec), ("nullable",))
+    spec_schema["properties"]["template"] = _without(spec_schema["properties"]["template"], ("default",))
     spec_schema["description"] = DistTrainingJobSpec.__doc__.strip()
     status_schema = model_schema(DistTrainingJobStatus)
     status_schema["description"] = DistTrainingJobStatus.__doc__.strip()

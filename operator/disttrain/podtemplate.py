@@ -56,6 +56,13 @@ MAX_MAP_ENTRIES = 64  # labels, annotations, nodeSelector (bounds the CEL rule's
 MAX_CONTAINERS = 16
 
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
+# Integers as the Pod API types them: int64 and int32 fields, user and group IDs (0 to
+# 2**31-1, apimachinery's IsValidUserID/IsValidGroupID), ports.
+INT64_MIN, INT64_MAX, INT32_MIN, INT32_MAX = -(2**63), 2**63 - 1, -(2**31), 2**31 - 1
+Int64 = Annotated[StrictInt, Field(ge=INT64_MIN, le=INT64_MAX)]
+Int32 = Annotated[StrictInt, Field(ge=INT32_MIN, le=INT32_MAX)]
+LinuxID = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]
+Port = Annotated[StrictInt, Field(ge=1, le=65535)]
 
 
 def _quantity(value: Any) -> Union[int, str]:
@@ -198,19 +205,31 @@ class Capabilities(_K8s):
 
 
 class SecurityContext(_K8s):
-    """A container's security context (the probe copies the trainer's)."""
+    """A container's security context (the probe copies the trainer's); user and group IDs
+    0 to 2147483647, as the Pod API takes them."""
 
     privileged: Optional[bool] = None
-    run_as_user: Optional[StrictInt] = None
-    run_as_group: Optional[StrictInt] = None
+    run_as_user: Optional[LinuxID] = None
+    run_as_group: Optional[LinuxID] = None
     run_as_non_root: Optional[bool] = None
     read_only_root_filesystem: Optional[bool] = None
     allow_privilege_escalation: Optional[bool] = None
     capabilities: Optional[Capabilities] = None
 
 
+class ContainerPort(_K8s):
+    """A port of a container: ``containerPort`` 1-65535, ``hostPort`` 0 (none) to 65535."""
+
+    container_port: Port
+    host_port: Optional[Annotated[StrictInt, Field(ge=0, le=65535)]] = None
+    protocol: Optional[Literal["TCP", "UDP", "SCTP"]] = None
+    name: Optional[str] = Field(None, max_length=15)
+    host_ip: Optional[str] = Field(None, alias="hostIP")
+
+
 class InitContainer(_K8s):
-    """A container of the pod (the shape the operator reads and copies)."""
+    """A container of the pod (the shape the operator reads and copies); its scalar fields
+    typed as the Pod API types them, so a wrong type is refused at apply."""
 
     name: DnsLabel
     image: Optional[str] = None
@@ -226,6 +245,12 @@ class InitContainer(_K8s):
                                  "x-kubernetes-list-map-keys": ["mountPath"]})
     security_context: Optional[SecurityContext] = None
     image_pull_policy: Optional[Literal["Always", "IfNotPresent", "Never"]] = None
+    ports: Optional[list[ContainerPort]] = None
+    stdin: Optional[bool] = None
+    stdin_once: Optional[bool] = None
+    tty: Optional[bool] = None
+    termination_message_path: Optional[str] = None
+    termination_message_policy: Optional[Literal["File", "FallbackToLogsOnError"]] = None
 
     @model_validator(mode="after")
     def _unique_mounts(self) -> "InitContainer":
@@ -332,7 +357,7 @@ class Toleration(_K8s):
     operator: Optional[Literal["Exists", "Equal"]] = None
     value: Optional[str] = None
     effect: Optional[Literal["", "NoSchedule", "PreferNoSchedule", "NoExecute"]] = None
-    toleration_seconds: Optional[StrictInt] = None
+    toleration_seconds: Optional[Int64] = None
 
 
 class Sysctl(_K8s):
@@ -344,13 +369,14 @@ class Sysctl(_K8s):
 
 class PodSecurityContext(_K8s):
     """The pod's security context; the operator adds net.ipv4.ip_local_port_range to
-    ``sysctls`` with network.portRange."""
+    ``sysctls`` with network.portRange. User and group IDs 0 to 2147483647."""
 
     sysctls: Optional[list[Sysctl]] = None
-    run_as_user: Optional[StrictInt] = None
-    run_as_group: Optional[StrictInt] = None
+    run_as_user: Optional[LinuxID] = None
+    run_as_group: Optional[LinuxID] = None
     run_as_non_root: Optional[bool] = None
-    fs_group: Optional[StrictInt] = None
+    fs_group: Optional[LinuxID] = None
+    supplemental_groups: Optional[list[LinuxID]] = None
 
 
 HOST_NETWORK_IN_TEMPLATE = (
@@ -378,6 +404,31 @@ class PodSpec(_K8s):
     affinity: Optional[Affinity] = None
     security_context: Optional[PodSecurityContext] = None
     host_network: Optional[bool] = None
+    # Scalars of the Pod API, typed so that a wrong type (hostname: true) or an integer the
+    # Pod API refuses is refused at apply, not when the operator creates the pods
+    # (InvalidPodTemplate). restartPolicy and dnsPolicy may be replaced by the operator.
+    hostname: Optional[DnsLabel] = None
+    subdomain: Optional[DnsLabel] = None
+    node_name: Optional[str] = None
+    service_account_name: Optional[str] = None
+    service_account: Optional[str] = None
+    automount_service_account_token: Optional[bool] = None
+    scheduler_name: Optional[str] = None
+    priority_class_name: Optional[str] = None
+    priority: Optional[Int32] = None
+    preemption_policy: Optional[Literal["PreemptLowerPriority", "Never"]] = None
+    runtime_class_name: Optional[str] = None
+    restart_policy: Optional[Literal["Always", "OnFailure", "Never"]] = None
+    dns_policy: Optional[Literal["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"]] = None
+    termination_grace_period_seconds: Optional[Int64] = Field(None, description="seconds")
+    active_deadline_seconds: Optional[Annotated[StrictInt, Field(ge=1, le=INT32_MAX)]] = Field(
+        None, description="seconds, 1 to 2147483647 as the Pod API takes them")
+    host_pid: Optional[bool] = Field(None, alias="hostPID")
+    host_ipc: Optional[bool] = Field(None, alias="hostIPC")
+    share_process_namespace: Optional[bool] = None
+    enable_service_links: Optional[bool] = None
+    set_hostname_as_fqdn: Optional[bool] = Field(None, alias="setHostnameAsFQDN")
+    host_users: Optional[bool] = None
 
     @field_validator("node_selector")
     @classmethod

@@ -17,7 +17,9 @@ import json
 import math
 from typing import Any, Dict, List, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 REPORT_VERSION = 1
@@ -130,12 +132,37 @@ class Interface(_Model):
         "(slowest measured pair; only for usable networks when there was a choice)")
 
 
+# A Linux interface name as NCCL_SOCKET_IFNAME can carry it: 1 to 15 characters (IFNAMSIZ
+# is 16 with the NUL), no '/', whitespace or NUL (the kernel's dev_valid_name), no ',' '^'
+# '=' (NCCL's list syntax), ASCII letters, digits, '_', '.', '-' and ':' (an alias label
+# such as eth0:1, as getifaddrs names it); not "." or "..".
+IFNAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
+
+
+def ifname_problem(name: str) -> Optional[str]:
+    """Why ``name`` cannot be a network interface the training pods are told to use
+    (NCCL_SOCKET_IFNAME), or None. Pure; never raises."""
+    if IFNAME_RE.fullmatch(name) and name not in (".", ".."):
+        return None
+    return (f"{name[:40]!r} is not a Linux interface name (1 to 15 characters of letters, "
+            "digits, '_', '.', '-', ':')")
+
+
 class Chosen(_Model):
-    """The interface this rank should use (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME)."""
+    """The interface this rank should use (NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME):
+    ``ifname`` must be a Linux interface name (:func:`ifname_problem`)."""
 
     ifname: str
     addr: Optional[str] = None
     subnet: Optional[str] = None
+
+    @field_validator("ifname")
+    @classmethod
+    def _an_interface(cls, v: str) -> str:
+        problem = ifname_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
 
 
 class Rejected(_Model):
@@ -148,14 +175,15 @@ class Rejected(_Model):
 
 
 class AllReduce(_Model):
-    """Timed all-reduce (sum) of a float32 tensor; bandwidths per nccl-tests, GB = 1e9 bytes."""
+    """Timed all-reduce (sum) of a float32 tensor; bandwidths per nccl-tests, GB = 1e9 bytes.
+    Sizes, counts, times and bandwidths are measurements: never negative."""
 
-    bytes: Optional[int] = Field(default=None, description="message size, bytes")
-    iterations: Optional[int] = None
-    seconds: Optional[float] = Field(default=None, description="total over the timed iterations")
-    algbw_gbps: Optional[float] = Field(default=None, alias="algbwGBps",
+    bytes: Optional[int] = Field(default=None, ge=0, description="message size, bytes")
+    iterations: Optional[int] = Field(default=None, ge=0)
+    seconds: Optional[float] = Field(default=None, ge=0, description="total over the timed iterations")
+    algbw_gbps: Optional[float] = Field(default=None, alias="algbwGBps", ge=0,
                                         description="bytes / seconds-per-iteration, GB/s")
-    busbw_gbps: Optional[float] = Field(default=None, alias="busbwGBps",
+    busbw_gbps: Optional[float] = Field(default=None, alias="busbwGBps", ge=0,
                                         description="algbw * 2(n-1)/n, GB/s")
     correct: Optional[bool] = None
 
@@ -171,8 +199,8 @@ class LocalRank(_Model):
     ok: bool
     phase: Optional[str] = None
     device: Optional[str] = None
-    intra_busbw_gbps: Optional[float] = Field(default=None, alias="intraBusbwGBps")
-    busbw_gbps: Optional[float] = Field(default=None, alias="busbwGBps")
+    intra_busbw_gbps: Optional[float] = Field(default=None, alias="intraBusbwGBps", ge=0)
+    busbw_gbps: Optional[float] = Field(default=None, alias="busbwGBps", ge=0)
     failure: Optional[Failure] = None
     stopped: Optional[bool] = None
 
@@ -400,5 +428,7 @@ def _parse(raw: Union[str, bytes, None]) -> ProbeReport:
     except ValidationError as e:
         first = e.errors()[0]
         loc = ".".join(str(x) for x in first.get("loc", ()))
-        raise ReportInvalid(f"report does not match the schema: {loc}: {first.get('msg')} "
-                            f"({e.error_count()} error(s))") from None
+        msg = str(first.get("msg", "")).removeprefix("Value error, ")
+        rank = f" of rank {obj['rank']}" if type(obj.get("rank")) is int else ""
+        raise ReportInvalid(f"report{rank} does not match the schema: {loc}: {msg} "
+                            f"({e.error_count()} error(s))"[:400]) from None

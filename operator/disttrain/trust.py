@@ -14,7 +14,8 @@ itself, before :func:`disttrain.diagnosis.diagnose` reads it:
   A report that fails any of these is ``ProbeReportInvalid`` naming the rank and field:
   it may be another job's report (a pod of a deleted job with the same name) or a
   foreign program's output;
-- consistency: ``ok: true`` with a ``failure`` is invalid; a passing report must carry an
+- consistency: ``ok: true`` with a ``failure`` is invalid; a passing report must be in
+  phase ``report`` (the probe passes only there), carry its ``master`` block and an
   all-reduce that is marked correct with finite bandwidths (an incorrect all-reduce is
   ``AllReduceWrongResult`` whatever ``ok`` says); with several processes per node also the
   intra-node all-reduce, and no local rank that did not pass (:func:`local_ranks_problem`);
@@ -64,6 +65,11 @@ class Checked:
     error: Optional[str] = None
 
 
+def _short(v: Any) -> str:
+    """``v`` as a message shows it: repr, at most 40 characters."""
+    return repr(v[:40] if isinstance(v, str) else v)[:44]
+
+
 def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -98,9 +104,11 @@ def identity_problem(report: dict[str, Any], exp: Expected) -> Optional[str]:
 
 def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Optional[Checked]:
     """A passing report of a pod with several processes: its intra-node all-reduce must be
-    there, correct, with a finite busbw, and no local rank may have failed; unless the report
-    was cut (``truncated``: then only the failing ones are listed) every local rank
-    0..localWorldSize-1 must be listed. The Checked to return instead, or None."""
+    there, correct, with a finite busbw, and no local rank may have failed or lie outside
+    0..localWorldSize-1; unless the report was cut (``truncated``: then only the failing ones
+    are listed) every local rank must be listed. The work is bounded by the report's size
+    (at most 4096 bytes), never by ``exp.local_world_size``; a message names at most 8
+    local ranks. The Checked to return instead, or None."""
     intra = report.get("intraNode") if isinstance(report.get("intraNode"), dict) else None
     if intra is None:
         return Checked(None, f"{who}: the report passed without the intra-node all-reduce of its "
@@ -116,15 +124,37 @@ def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Opti
     entries = [e for e in report.get("localRanks") or [] if isinstance(e, dict)]
     bad = [e.get("localRank") for e in entries if e.get("ok") is not True]
     if bad:
-        return Checked(None, f"{who}: the report says ok but local rank(s) "
-                             f"{', '.join(str(b) for b in bad)} did not pass: it contradicts itself")
+        shown = ", ".join(str(b) for b in bad[:SHOWN]) + (" ..." if len(bad) > SHOWN else "")
+        return Checked(None, f"{who}: the report says ok but local rank(s) {shown} did not "
+                             "pass: it contradicts itself")
+    n = exp.local_world_size
     listed = {e.get("localRank") for e in entries}
-    missing = [k for k in range(exp.local_world_size) if k not in listed]
-    if missing and not report.get("truncated"):
-        shown = ", ".join(str(k) for k in missing[:8]) + (" ..." if len(missing) > 8 else "")
+    outside = sorted(k for k in listed if not (type(k) is int and 0 <= k < n))
+    if outside:
+        return Checked(None, f"{who}: the report lists local rank {str(outside[0])[:20]}, outside "
+                             f"0..{n - 1} (localWorldSize {n}): it contradicts itself")
+    if len(listed) < n and not report.get("truncated"):
+        shown = ", ".join(str(k) for k in first_missing(listed, n))
+        more = " ..." if n - len(listed) > SHOWN else ""
         return Checked(None, f"{who}: the report passed without the outcome of local rank(s) "
-                             f"{shown} of {exp.local_world_size}")
+                             f"{shown}{more} of {n}")
     return None
+
+
+SHOWN = 8  # local ranks a message lists
+
+
+def first_missing(listed: set[Any], n: int, limit: int = SHOWN) -> list[int]:
+    """The first ``limit`` of 0..n-1 not in ``listed``, ascending. Work is bounded by
+    ``len(listed) + limit`` steps, not by ``n`` (a number from the spec or the report: it
+    may be large). Pure; never raises."""
+    out: list[int] = []
+    k = 0
+    while len(out) < limit and k < n:
+        if k not in listed:
+            out.append(k)
+        k += 1
+    return out
 
 
 def _as_failure(report: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
@@ -148,6 +178,12 @@ def check(report: dict[str, Any], exp: Expected) -> Checked:
                              f"{(failure or {}).get('reason')!r}: it contradicts itself")
     if ok is not True:
         return Checked(report)
+    if report.get("phase") != "report":
+        return Checked(None, f"{who}: the report passed in phase {_short(report.get('phase'))}: "
+                             "a probe passes only in its last phase, 'report'; it is not the probe's")
+    if not isinstance(report.get("master"), dict):
+        return Checked(None, f"{who}: the report passed without its master block (the "
+                             "MASTER_ADDR and port it reached): it is not the probe's")
     ar = report.get("allreduce") if isinstance(report.get("allreduce"), dict) else None
     if ar is None:
         return Checked(None, f"{who}: the report passed without an all-reduce result")

@@ -43,6 +43,15 @@ CASES = [
     ("leading-digit-name-with-service", lambda j: (j["metadata"].update(name="2-digits"),
                                                    j["spec"]["network"].update(hostNetwork=False)),
      ["metadata.name", "must start with a letter", "headless Service"]),
+    # a null subdomain is no subdomain: the operator would create the Service
+    ("leading-digit-name-null-subdomain", lambda j: (j["metadata"].update(name="2-digits"),
+                                                     j["spec"]["network"].update(hostNetwork=False,
+                                                                                 subdomain=None)),
+     ["metadata.name", "must start with a letter"]),
+    ("boolean-hostname", lambda j: j["spec"]["template"]["spec"].update(hostname=True),
+     ["spec.template.spec.hostname", "must be of type string"]),
+    ("too-many-processes-per-node", lambda j: j["spec"].update(numProcPerNode=257),
+     ["spec.numProcPerNode", "from 1 to 256"]),
 ]
 
 
@@ -55,6 +64,17 @@ def test_apply_refuses_naming_the_field(crd, ns, mutate, expect):
     for text in expect:
         assert text in p.stderr, p.stderr
     assert crd.kubectl("get", "dtj", "-n", ns, "-o", "name").stdout.strip() == ""
+
+
+def test_a_null_network_field_is_unset_and_admitted(crd, ns):
+    """enableDNSHostnames: null with hostNetwork is DNS hostnames off (the operator reads it
+    so): a name starting with a digit is fine, and the null is not stored."""
+    job = _job()
+    job["metadata"]["name"] = "2-digits"
+    job["spec"]["network"].update(hostNetwork=True, enableDNSHostnames=None)
+    crd.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(job))
+    got = yaml.safe_load(crd.kubectl("get", "dtj", "2-digits", "-n", ns, "-o", "yaml").stdout)
+    assert "enableDNSHostnames" not in got["spec"]["network"]
 
 
 def test_the_example_is_admitted_with_its_template_as_written(crd, ns):

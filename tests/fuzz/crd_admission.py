@@ -195,14 +195,22 @@ def _go_roundtrip(obj: Any) -> Any:
     return obj
 
 
+def stored_form(obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` as the apiserver turns it into what it stores, before it validates: a Go
+    JSON round trip, unknown fields pruned, nulls in fields that are not ``nullable``
+    dropped (or replaced by the default), defaults applied. What the operator would read
+    if the CRD's rules let ``obj`` through (an older CRD, or none)."""
+    return _prune_and_default(_go_roundtrip(copy.deepcopy(obj)), crd_schema(), at_root=True)
+
+
 def admit(obj: dict[str, Any]) -> tuple[Optional[dict[str, Any]], list[str]]:
     """Create ``obj`` (a DistTrainingJob as kubectl would send it). Returns the object as
-    stored (pruned, defaulted) and no errors, or None and the apiserver-style errors."""
+    stored (:func:`stored_form`) and no errors, or None and the apiserver-style errors."""
     name = (obj.get("metadata") or {}).get("name")
     if not isinstance(name, str) or len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
         return None, [f"metadata.name: Invalid value: {name!r}: a lowercase RFC 1123 subdomain"]
     schema = crd_schema()
-    stored = _prune_and_default(_go_roundtrip(copy.deepcopy(obj)), schema, at_root=True)
+    stored = stored_form(obj)
     errs = [f"{_path(e.absolute_path)}: {e.message}" for e in _validator().iter_errors(stored)]
     if errs:  # the apiserver runs CEL only on a schema-valid object
         return None, errs

@@ -22,9 +22,37 @@ def weighted(*choices: tuple[int, st.SearchStrategy]) -> st.SearchStrategy:
     return st.integers(0, len(table) - 1).flatmap(lambda i: table[i])
 
 
+# How often a field is replaced by null or junk, drawn once per manifest: 0 (a valid
+# manifest), rarely (one fault in a few: the single-fault manifests that tell whether the CRD
+# and the operator agree on that one field), up to often (many faults at once).
+FAULT_RATE = st.shared(st.sampled_from([0, 1, 1, 2, 4, 16]), key="manifests.fault-rate")
+
+
 def maybe(good: st.SearchStrategy, junk_weight: int = 1) -> st.SearchStrategy:
-    """Mostly ``good`` (15 in 16), sometimes any JSON value (wrong shapes included)."""
-    return weighted((15, good), (junk_weight, JUNK)) if junk_weight else good
+    """``good``, or at this manifest's fault rate (out of 64) null (a field written
+    ``x: null`` or ``x: ~``) or any JSON value (wrong shapes included)."""
+    if not junk_weight:
+        return good
+    return FAULT_RATE.flatmap(lambda w: weighted((64, good), (w, st.none()), (w, JUNK)) if w else good)
+
+
+def unset_or(good: st.SearchStrategy) -> st.SearchStrategy:
+    """An optional field: ``good``, or null (1 in 4), which is the field unset."""
+    return weighted((3, good), (1, st.none()))
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def ints(lo: int, hi: int) -> st.SearchStrategy:
+    """An integer field bounded [lo, hi]: mostly inside, often at or just past either end,
+    sometimes an extreme (int32 and int64 limits and beyond, as YAML can write them) or an
+    integral float (2.0: Go's JSON round trip makes it 2)."""
+    edges = sorted({lo - 1, lo, hi, hi + 1, 0, -1, 2**31 - 1, 2**31, INT64_MAX, INT64_MAX + 1,
+                    INT64_MIN, INT64_MIN - 1, 10**30})
+    return weighted((6, st.integers(lo, hi)), (3, st.sampled_from(edges)),
+                    (1, st.integers(lo, min(hi, 10**6)).map(float)))
+
 
 
 def optional_dict(required: dict, optional: dict) -> st.SearchStrategy:
@@ -37,6 +65,7 @@ job_names = weighted((12, VALID_NAME), (1, st.sampled_from(["ddp-digits", "a", "
                      "my.job", "7up", "0", "a-", "-a", "ddp_digits", "DDP", "a" * 253])),
     (1, st.text(NAME_CHARS, min_size=1, max_size=70)),
     (1, st.from_regex(r"\A[a-z0-9][a-z0-9-]{0,70}[a-z0-9]\Z")),
+    (4, st.from_regex(r"\A[0-9][a-z0-9-]{0,20}[a-z0-9]\Z")),  # a Service cannot be named so
 )
 
 label_keys = weighted(
@@ -135,7 +164,7 @@ volume_mount = optional_dict({"name": maybe(st.sampled_from(["script", "data", "
 capabilities = optional_dict({}, {"add": maybe(st.lists(st.sampled_from(["NET_ADMIN", "SYS_PTRACE"]), max_size=2)),
                                    "drop": maybe(st.lists(st.just("ALL"), max_size=1))})
 container_security = optional_dict({}, {
-    "privileged": maybe(st.booleans()), "runAsUser": maybe(st.integers(0, 70000)),
+    "privileged": maybe(st.booleans()), "runAsUser": maybe(ints(0, 2**31 - 1)),
     "runAsNonRoot": maybe(st.booleans()), "capabilities": maybe(capabilities),
 })
 container_names = weighted((12, st.sampled_from(["trainer", "sidecar", "probe", "install-probe"])),
@@ -155,8 +184,12 @@ def containers(init: bool = False) -> st.SearchStrategy:
         "securityContext": maybe(container_security),
         "imagePullPolicy": maybe(st.sampled_from(["IfNotPresent", "Always", "Never", "Sometimes"])),
         "workingDir": maybe(st.just("/workspace")),
-        "ports": maybe(st.lists(optional_dict({"containerPort": st.sampled_from([8080, 29500])},
-                                              {"hostPort": st.sampled_from([29500, 1])}), max_size=2)),
+        "ports": maybe(st.lists(optional_dict({"containerPort": maybe(ints(1, 65535))},
+                                              {"hostPort": maybe(ints(0, 65535)),
+                                               "protocol": maybe(st.sampled_from(["TCP", "UDP", "HTTP"]))}),
+                                max_size=2)),
+        "tty": maybe(st.booleans()),
+        "terminationMessagePolicy": maybe(st.sampled_from(["File", "FallbackToLogsOnError", "Logs"])),
     })
     return weighted((3, st.lists(maybe(one, junk_weight=0 if not init else 1), min_size=0 if init else 1,
                                  max_size=1)),
@@ -198,7 +231,7 @@ toleration = optional_dict({}, {
     "operator": maybe(st.sampled_from(["Exists", "Equal", "Maybe"])),
     "value": maybe(st.sampled_from(["true", ""])),
     "effect": maybe(st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute", "", "Never"])),
-    "tolerationSeconds": maybe(st.integers(-1, 3600)),
+    "tolerationSeconds": maybe(ints(INT64_MIN, INT64_MAX)),
 })
 sysctl = optional_dict({"name": maybe(st.sampled_from(["net.ipv4.ip_local_port_range", "kernel.shm_rmid_forced"])),
                         "value": maybe(st.sampled_from(["60000 61000", "1", ""]))}, {})
@@ -213,9 +246,20 @@ pod_spec = st.fixed_dictionaries({"containers": maybe(containers(), junk_weight=
     "tolerations": maybe(st.lists(maybe(toleration), max_size=2)),
     "affinity": maybe(affinity),
     "securityContext": maybe(optional_dict({}, {"sysctls": maybe(st.lists(sysctl, max_size=2)),
-                                                "runAsUser": maybe(st.integers(0, 10))})),
+                                                "runAsUser": maybe(ints(0, 2**31 - 1)),
+                                                "fsGroup": maybe(ints(0, 2**31 - 1)),
+                                                "supplementalGroups": maybe(st.lists(ints(0, 2**31 - 1), max_size=2))})),
     "hostNetwork": st.booleans(),
-    "serviceAccountName": st.just("trainer"),
+    "serviceAccountName": maybe(st.just("trainer")),
+    # scalars of the Pod API: wrong types and integers past its limits
+    "hostname": maybe(st.sampled_from(["h-1", "Bad_Host", "x" * 64])),
+    "subdomain": maybe(st.sampled_from(["svc", "Bad.Sub"])),
+    "hostPID": maybe(st.booleans()),
+    "priority": maybe(ints(-(2**31), 2**31 - 1)),
+    "terminationGracePeriodSeconds": maybe(ints(INT64_MIN, INT64_MAX)),
+    "activeDeadlineSeconds": maybe(ints(1, 2**31 - 1)),
+    "dnsPolicy": maybe(st.sampled_from(["ClusterFirst", "Default", "Sometimes"])),
+    "restartPolicy": maybe(st.sampled_from(["Never", "Always", "Maybe"])),
 })
 template = st.fixed_dictionaries({"spec": maybe(pod_spec, junk_weight=0)}, optional={
     "metadata": maybe(optional_dict({}, {
@@ -223,27 +267,81 @@ template = st.fixed_dictionaries({"spec": maybe(pod_spec, junk_weight=0)}, optio
         "annotations": maybe(st.dictionaries(label_keys, maybe(st.text(max_size=5)), max_size=2)),
     })),
 })
-network = optional_dict({}, {
-    "hostNetwork": maybe(st.booleans()),
-    "enableDNSHostnames": maybe(st.booleans()),
-    "subdomain": maybe(st.sampled_from(["svc", "Bad.Sub", "x" * 64])),
-    "portRange": maybe(st.sampled_from(["60000-61000", "1-2", "61000-60000", "0-5", "a-b"])),
-    "socketIfname": maybe(st.sampled_from(["auto", "eth1", "^docker0,lo", "=eth1", "bad name"])),
-})
-spec = st.fixed_dictionaries({
+_ABSENT = object()
+
+
+def fields(required: dict, optional: dict) -> st.SearchStrategy:
+    """An object with the ``required`` keys and each ``optional`` key absent (1 in 3) or
+    drawn from its strategy (which may give null): absent and null both common."""
+    table = dict(required)
+    table.update({k: weighted((1, st.just(_ABSENT)), (2, v)) for k, v in optional.items()})
+    return st.fixed_dictionaries(table).map(lambda d: {k: v for k, v in d.items() if v is not _ABSENT})
+
+
+def maybe_unset(good: st.SearchStrategy) -> st.SearchStrategy:
+    """An optional spec field: good, unset by a null, or (at the fault rate) junk."""
+    return maybe(unset_or(good))
+
+
+# Every field of the spec outside the pod template, each table checked against the CRD's
+# properties (test_manifests.py): a field added to api.py fails that test until it is here.
+NETWORK_FIELDS = {
+    "hostNetwork": maybe_unset(st.booleans()),
+    "enableDNSHostnames": maybe_unset(st.booleans()),
+    "subdomain": maybe_unset(st.sampled_from(["svc", "svc-1", "7svc", "Bad.Sub", "x" * 63, "x" * 64, ""])),
+    "portRange": maybe_unset(st.sampled_from(["60000-61000", "1-2", "1-65535", "61000-60000", "0-5",
+                                        "1-65536", "99999-99999", "00001-00002", "a-b", "1-2-3"])),
+    "socketIfname": maybe_unset(st.sampled_from(["auto", "eth1", "^docker0,lo", "=eth1", "bad name", "", "eth1,"])),
+}
+RENDEZVOUS_FIELDS = {
+    "backend": maybe_unset(st.sampled_from(["static", "c10d", "etcd"])),
+    "port": maybe_unset(ints(1, 65535)),
+}
+PROBE_FIELDS = {
+    "enabled": maybe_unset(st.booleans()),
+    "image": maybe_unset(st.sampled_from(["probe:1", "", "ghcr.io/x/probe@sha256:" + "a" * 64])),
+    "useTrainingImage": maybe_unset(st.booleans()),
+    "backend": maybe_unset(st.sampled_from(["auto", "nccl", "gloo", "mpi"])),
+    "messageSizeBytes": maybe_unset(ints(4, 1 << 30)),
+    "iterations": maybe_unset(ints(1, 1000)),
+    "minBusBandwidthGBps": maybe_unset(st.one_of(st.floats(0, 1000), st.sampled_from(
+        [0, 1, -0.0, -1e-9, 5e-324, 1e308, -1.0]))),
+    "timeoutSeconds": maybe_unset(ints(5, 3600)),
+    "maxLinkImbalance": maybe_unset(st.one_of(st.floats(0.5, 1001), st.sampled_from([1, 1000, 0.999, 1000.5, 0]))),
+    "keepPods": maybe_unset(st.sampled_from(["Never", "OnFailure", "Always", "Sometimes"])),
+}
+SCHEDULING_FIELDS = {
+    "gang": maybe_unset(st.sampled_from(["auto", "workload", "coscheduling", "volcano", "none", "yes"])),
+    "schedulerName": maybe_unset(st.sampled_from(["volcano", "x" * 253, "x" * 254])),
+    "scheduleTimeoutSeconds": maybe_unset(ints(1, 2**31 - 1)),
+}
+RUN_POLICY_FIELDS = {
+    "schedulingPolicy": maybe_unset(fields({}, SCHEDULING_FIELDS)),
+    "backoffLimit": maybe_unset(ints(0, 100)),
+    "activeDeadlineSeconds": maybe_unset(ints(1, 2**31 - 1)),
+    "ttlSecondsAfterFinished": maybe_unset(ints(0, 2**31 - 1)),
+    "cleanPodPolicy": maybe_unset(st.sampled_from(["All", "Running", "None", "Some"])),
+    "reprobeOnFailure": maybe_unset(st.booleans()),
+}
+SPEC_REQUIRED = {
     "numNodes": maybe(weighted((12, st.integers(1, 8)), (2, st.sampled_from([10, 11, 100, 101, 4096])),
-                               (1, st.integers(-1, 5000)))),
-    "template": maybe(template, junk_weight=0),
-}, optional={
-    "numProcPerNode": maybe(weighted((4, st.integers(1, 8)), (4, st.just("auto")),
-                                     (1, st.sampled_from([0, -1, "many", "1"])))),
-    "launcher": maybe(st.sampled_from(["torchrun", "env", "mpirun"])),
-    "rendezvous": maybe(optional_dict({}, {"backend": maybe(st.sampled_from(["static", "c10d", "etcd"])),
-                                           "port": maybe(st.integers(0, 70000))})),
-    "network": maybe(network),
-    "probe": maybe(optional_dict({}, {"enabled": maybe(st.booleans()),
-                                      "useTrainingImage": maybe(st.booleans())})),
-})
+                               (1, ints(1, 4096)))),
+    # half the time a plain valid template, so the spec's own fields decide
+    "template": weighted((1, template), (1, st.builds(lambda image: {"spec": {"containers": [
+        {"name": "trainer", "image": image, "command": ["python", "/workspace/train.py"]}]}},
+        st.sampled_from(["example/train:1", "ghcr.io/x/y:2"])))),
+}
+SPEC_OPTIONAL = {
+    "numProcPerNode": maybe_unset(weighted((4, st.integers(1, 8)), (4, st.just("auto")),
+                                     (1, st.sampled_from(["many", "1", "Auto"])), (1, ints(1, 256)))),
+    "launcher": maybe_unset(st.sampled_from(["torchrun", "env", "mpirun"])),
+    "rendezvous": maybe_unset(fields({}, RENDEZVOUS_FIELDS)),
+    "network": maybe_unset(fields({}, NETWORK_FIELDS)),
+    "probe": maybe_unset(fields({}, PROBE_FIELDS)),
+    "runPolicy": maybe_unset(fields({}, RUN_POLICY_FIELDS)),
+    "suspend": maybe_unset(st.booleans()),
+}
+spec = fields(SPEC_REQUIRED, SPEC_OPTIONAL)
 
 
 def manifests() -> st.SearchStrategy:

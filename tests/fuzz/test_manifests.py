@@ -3,6 +3,10 @@ admission, tests/fuzz/crd_admission.py, with the CRD's CEL rules evaluated by ce
 the pydantic models and the builders.
 
 Invariants:
+- the CRD admits a manifest exactly when the operator accepts what the apiserver would
+  store for it (its first reconcile step sets no InvalidSpec; nulls, extremes and wrong
+  shapes in every field included): admission and the operator read the same rules the
+  same way. The one deliberate difference is below;
 - what the CRD admits, pydantic accepts and ``job_name_problem`` passes; the one deliberate
   difference: torchrun flags in the container command that contradict the spec are found
   by the operator (pydantic), not the CRD (telling torchrun's options from the script's
@@ -16,6 +20,7 @@ Invariants:
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 
 import pytest
 from hypothesis import HealthCheck, event, given, note, settings
@@ -24,6 +29,8 @@ from pydantic import ValidationError
 from disttrain import constants as c
 from disttrain import torchrun
 from disttrain.api import DistTrainingJobSpec, job_name_problem, spec_error_message
+from disttrain.policies.gang import CAP_WORKLOAD_API
+from disttrain.reconcile import reconcile
 from disttrain.builders import (
     JobRef,
     Rendezvous,
@@ -33,8 +40,18 @@ from disttrain.builders import (
     uses_dns_hostnames,
 )
 
-from .crd_admission import admit
-from .manifests import manifests
+from ..unit.fixtures import TEMPLATE, json_parser
+from .crd_admission import admit, crd_schema, stored_form
+from .manifests import (
+    NETWORK_FIELDS,
+    PROBE_FIELDS,
+    RENDEZVOUS_FIELDS,
+    RUN_POLICY_FIELDS,
+    SCHEDULING_FIELDS,
+    SPEC_OPTIONAL,
+    SPEC_REQUIRED,
+    manifests,
+)
 
 pytestmark = pytest.mark.fuzz
 
@@ -50,6 +67,88 @@ def _pydantic(spec_body) -> tuple[DistTrainingJobSpec | None, str]:
         return DistTrainingJobSpec.model_validate(spec_body), ""
     except ValidationError as e:
         return None, spec_error_message(e)
+
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def operator_verdict(obj: dict) -> tuple[bool, str]:
+    """Whether the operator acts on ``obj`` as the apiserver would store it (no CRD rule
+    applied): (True, "") or (False, the InvalidSpec message). The first reconcile step, on
+    a cluster that serves every gang API (what it serves is not known at admission)."""
+    body = stored_form(obj)
+    body["metadata"] = dict(body.get("metadata") or {}, uid="uid-1", generation=1)
+    plan = reconcile(body, [], NOW, json_parser, probe_image="probe:1",
+                     capabilities={CAP_WORKLOAD_API})
+    conds = {x["type"]: x for x in plan.status.get("conditions") or []}
+    for x in conds.values():
+        assert x.get("reason") != c.REASON_OPERATOR_ERROR, x
+    failed = conds.get(c.FAILED) or {}
+    if failed.get("status") == "True" and failed.get("reason") == c.REASON_INVALID_SPEC:
+        return False, failed.get("message", "")
+    return True, ""
+
+
+def _agree(m: dict) -> str:
+    """Check that admission and the operator agree on ``m``; returns what happened."""
+    stored, crd_errors = admit(m)
+    accepted, why = operator_verdict(m)
+    if stored is not None and not accepted:
+        assert "torchrun option" in why, f"CRD admitted, the operator refused: {why}"
+        return "admitted, refused by the operator: a contradicting torchrun option"
+    assert (stored is not None) == accepted, (
+        f"CRD: {'admitted' if stored is not None else crd_errors}; operator: {why or 'accepted'}")
+    return "both accept" if accepted else "both refuse"
+
+
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                 HealthCheck.filter_too_much])
+@given(manifests())
+def test_crd_admission_is_operator_acceptance(m):
+    note(repr(m))
+    event(_agree(m))
+
+
+def _job(name: str, **spec) -> dict:
+    return {"apiVersion": "disttrain.dev/v1alpha1", "kind": "DistTrainingJob",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"numNodes": 2, "template": TEMPLATE, **spec}}
+
+
+@pytest.mark.parametrize("m,outcome", [
+    # a null network field is that field unset, to the CRD's rules as to the operator
+    (_job("7up", network={"subdomain": None}), "both refuse"),
+    (_job("7up", network={"enableDNSHostnames": None, "hostNetwork": True}), "both accept"),
+    (_job("7up", network={"subdomain": None, "enableDNSHostnames": None}), "both refuse"),
+    (_job("7up", network={"subdomain": "svc", "enableDNSHostnames": None}), "both accept"),
+    (_job("ddp", network=None, probe=None, runPolicy=None, rendezvous=None, launcher=None,
+          numProcPerNode=None, suspend=None), "both accept"),
+    (_job("ddp", probe={"image": None, "maxLinkImbalance": None}), "both accept"),
+    # an explicit gang gives the pods DNS names: the name must fit them
+    (_job("7up", network={"hostNetwork": True}, runPolicy={"schedulingPolicy": {"gang": "coscheduling"}}),
+     "both refuse"),
+    (_job("ddp", network={"enableDNSHostnames": False}, runPolicy={"schedulingPolicy": {"gang": "volcano"}}),
+     "both refuse"),
+    (_job("7up", network={"hostNetwork": True}, runPolicy={"schedulingPolicy": {"gang": "auto"}}),
+     "both accept"),
+    (_job("ddp", numProcPerNode=257), "both refuse"),
+    (_job("ddp", numProcPerNode=2**40), "both refuse"),
+    (_job("ddp", runPolicy={"activeDeadlineSeconds": 2**31}), "both refuse"),
+])
+def test_crd_and_operator_agree_on_the_cases_that_once_split_them(m, outcome):
+    assert _agree(m) == outcome
+
+
+@pytest.mark.parametrize("path,table", [
+    ((), {**SPEC_REQUIRED, **SPEC_OPTIONAL}), (("network",), NETWORK_FIELDS),
+    (("probe",), PROBE_FIELDS), (("rendezvous",), RENDEZVOUS_FIELDS),
+    (("runPolicy",), RUN_POLICY_FIELDS), (("runPolicy", "schedulingPolicy"), SCHEDULING_FIELDS),
+])
+def test_the_manifests_strategy_generates_every_spec_field(path, table):
+    node = crd_schema()["properties"]["spec"]
+    for part in path:
+        node = node["properties"][part]
+    assert set(table) == set(node["properties"]), "tests/fuzz/manifests.py: add the new field"
 
 
 def _valid_label_key(k: str) -> bool:

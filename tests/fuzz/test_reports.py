@@ -6,7 +6,10 @@ The termination message of a probe pod is untrusted input (any container in the 
 write it), so the generators cover arbitrary bytes and JSON values as well as near-valid
 reports with one field at a time replaced by something hostile: NaN and Infinity,
 integers beyond int64, lone surrogates written as JSON escapes, deep nesting, duplicate
-keys, wrong types. ``make fuzz`` runs at least 10,000 examples (HYPOTHESIS_PROFILE=fuzz).
+keys, wrong types, and values of the right type no probe writes (negative bandwidths and
+times, interface names NCCL_SOCKET_IFNAME cannot carry, a pass without its phase or master
+block): a report the checks take as a pass must be one the probe could have written.
+``make fuzz`` runs at least 10,000 examples (HYPOTHESIS_PROFILE=fuzz).
 """
 from __future__ import annotations
 
@@ -64,7 +67,19 @@ NESTED_PATHS = [
     ("versions", "nccl"), ("master", "port"), ("master", "resolved"), ("failure", "reason"),
     ("timings", "rendezvous"), ("chosen", "ifname"), ("portRange", 0),
     ("intraNode", "correct"), ("intraNode", "busbwGBps"), ("localRanks", 0),
+    ("intraNode", "seconds"), ("master", "addr"),
 ]
+# Values of the right JSON type that no probe measures or no interface is named: what the
+# type checks let through and the report's own rules must refuse.
+PLAUSIBLE_BAD = {
+    "busbwGBps": st.sampled_from([-1.0, -0.0, -1e-300, -5]),
+    "algbwGBps": st.sampled_from([-1.0, -1e-9, -3]),
+    "seconds": st.sampled_from([-0.01, -1, -1e9]),
+    "bytes": st.sampled_from([-4, -1]),
+    "ifname": st.one_of(st.sampled_from(["eth1}", "ethé", "e" * 16, "eth 1", "eth/1", "a,b", "^lo",
+                                         "=eth1", "", ".", "..", "eth1\n", "eth\x00"]),
+                        st.text(min_size=1, max_size=20)),
+}
 
 
 @st.composite
@@ -98,13 +113,14 @@ def near_valid_reports(draw) -> str:
             path = draw(st.sampled_from(NESTED_PATHS))
             parent = body.get(path[0])
             if isinstance(parent, dict) and isinstance(path[1], str):
-                parent[path[1]] = draw(JSONISH)
+                bad = PLAUSIBLE_BAD.get(path[1])
+                parent[path[1]] = draw(bad if bad is not None and draw(st.booleans()) else JSONISH)
             elif isinstance(parent, list) and isinstance(path[1], int) and parent:
                 parent[0] = draw(JSONISH)
         elif kind == "deep":
             body[draw(st.sampled_from(FIELDS))] = _nested(draw(st.integers(5, 600)), draw(HOSTILE_SCALARS))
-        else:
-            body.pop(draw(st.sampled_from(FIELDS)), None)
+        else:  # a field left out; the ones a pass cannot do without, more often
+            body.pop(draw(st.sampled_from(FIELDS + ["phase", "master", "allreduce", "chosen"] * 3)), None)
     try:
         text = json.dumps(body, allow_nan=True)
     except (ValueError, RecursionError):
@@ -168,6 +184,21 @@ def _check_strict_json(obj, path="$"):
             _check_strict_json(x, f"{path}.{k}")
 
 
+def _check_pass_is_plausible(rep):
+    """A report the operator takes as a pass is one the probe could have written: in its
+    last phase, with its master block, non-negative measurements and an interface name
+    NCCL_SOCKET_IFNAME can carry."""
+    assert rep.get("phase") == "report", rep.get("phase")
+    assert isinstance(rep.get("master"), dict)
+    for block in ("allreduce", "intraNode"):
+        for k, v in (rep.get(block) or {}).items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                assert v >= 0, (block, k, v)
+    ifname = (rep.get("chosen") or {}).get("ifname")
+    if ifname is not None:
+        assert re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", ifname) and ifname not in (".", ".."), ifname
+
+
 @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(RAW)
 def test_parse_report_is_total_and_accepted_reports_are_strict_json(raw):
@@ -188,12 +219,22 @@ def test_parse_report_is_total_and_accepted_reports_are_strict_json(raw):
     _same_as_sent(json.loads(raw), dumped)
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     assert len(data) <= MAX_REPORT_BYTES
-    # whatever the parser accepts, the identity and consistency checks take without raising
-    for nproc in (1, 2):
-        out = check(dumped, Expected(rank=0, world_size=2, job_uid="uid-1", attempt=1, pod="p",
-                                     node="node-a", master_addr=None, master_port=29500,
-                                     min_busbw_gbps=0.5, local_world_size=nproc))
+    # whatever the parser accepts, the identity and consistency checks take without raising,
+    # for another pod's report and for its own (its identity fields echoed: what is left to
+    # decide a pass is its consistency)
+    master = dumped.get("master") or {}
+    own = Expected(rank=dumped.get("rank") or 0, world_size=dumped.get("worldSize") or 2,
+                   job_uid=dumped.get("jobUid") or "uid-1", attempt=dumped.get("attempt") or 1,
+                   pod=dumped.get("pod") or "p", node=dumped.get("node"), master_addr=None,
+                   master_port=master.get("port") or 29500,
+                   local_world_size=dumped.get("localWorldSize") or 1)
+    other = Expected(rank=0, world_size=2, job_uid="uid-1", attempt=1, pod="p", node="node-a",
+                     master_addr=None, master_port=29500, min_busbw_gbps=0.5)
+    for exp in (own, other, Expected(**{**other.__dict__, "local_world_size": 2})):
+        out = check(dumped, exp)
         assert (out.report is None) != (out.error is None)
+        if out.report is not None and out.report.get("ok") is True:
+            _check_pass_is_plausible(out.report)
 
 
 @pytest.mark.parametrize("raw,why", [
@@ -214,6 +255,44 @@ def test_hostile_reports_are_refused_with_a_reason(raw, why):
     with pytest.raises(ReportInvalid) as exc:
         parse_report(raw)
     assert why.lower() in str(exc.value).lower(), str(exc.value)
+
+
+def _with(path, value):
+    body = report(1, "node-b")
+    parent = body
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return json.dumps(body)
+
+
+@pytest.mark.parametrize("path,value,named", [
+    (("allreduce", "algbwGBps"), -1.0, "allreduce.algbwGBps"),
+    (("allreduce", "busbwGBps"), -0.5, "allreduce.busbwGBps"),
+    (("allreduce", "seconds"), -0.01, "allreduce.seconds"),
+    (("allreduce", "bytes"), -4, "allreduce.bytes"),
+    (("allreduce", "iterations"), -1, "allreduce.iterations"),
+    (("chosen", "ifname"), "eth1}", "chosen.ifname"),
+    (("chosen", "ifname"), "ethé", "chosen.ifname"),
+    (("chosen", "ifname"), "e" * 16, "chosen.ifname"),
+    (("chosen", "ifname"), "eth 1", "chosen.ifname"),
+    (("chosen", "ifname"), "eth/1", "chosen.ifname"),
+    (("chosen", "ifname"), "eth1,eth2", "chosen.ifname"),
+    (("chosen", "ifname"), "^docker0", "chosen.ifname"),
+    (("chosen", "ifname"), "", "chosen.ifname"),
+    (("chosen", "ifname"), "..", "chosen.ifname"),
+])
+def test_a_report_with_an_impossible_measurement_or_interface_is_refused_naming_rank_and_field(
+        path, value, named):
+    with pytest.raises(ReportInvalid) as exc:
+        parse_report(_with(path, value))
+    msg = str(exc.value)
+    assert "report of rank 1 " in msg and named in msg and len(msg) <= 400, msg
+
+
+@pytest.mark.parametrize("ifname", ["eth0", "eth0:1", "br-3f2a.10", "e" * 15, "lxc_health", "ib0", "enp1s0f0"])
+def test_real_interface_names_are_accepted(ifname):
+    assert parse_report(_with(("chosen", "ifname"), ifname)).chosen.ifname == ifname
 
 
 def test_a_valid_report_still_parses():

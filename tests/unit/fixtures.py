@@ -56,7 +56,7 @@ def report(rank: int, node: str, ok: bool = True, *, ifname: str = "eth1", addr:
         "node": node,
         "hostname": node,
         "ok": ok,
-        "phase": "done" if ok else (failure or {}).get("phase", "rendezvous"),
+        "phase": "report" if ok else (failure or {}).get("phase", "rendezvous"),
         "failure": failure,
         "warnings": warnings or [],
         "versions": {"python": "3.11.7", "torch": torch, "cuda": None, "nccl": nccl, "driver": None},

@@ -44,14 +44,77 @@ def test_bad_input_names_the_field(data, field):
     assert field in err(data)
 
 
-def test_gpus_requested():
-    assert gpus_requested({"resources": {"limits": {"nvidia.com/gpu": "8"}}}) == 8
-    assert gpus_requested({"resources": {"requests": {"nvidia.com/gpu": 2}}}) == 2
-    assert gpus_requested({}) == 0
+@pytest.mark.parametrize("data,field", [
+    (spec(numProcPerNode=257), "spec.numProcPerNode: numProcPerNode must be an integer from 1 to 256"),
+    (spec(numProcPerNode=2**40), "spec.numProcPerNode: numProcPerNode must be an integer from 1 to 256"),
+    (spec(numNodes=4097), "spec.numNodes"),
+    (spec(runPolicy={"activeDeadlineSeconds": 2**31}), "spec.runPolicy.activeDeadlineSeconds"),
+    (spec(runPolicy={"ttlSecondsAfterFinished": 2**31}), "spec.runPolicy.ttlSecondsAfterFinished"),
+    (spec(runPolicy={"schedulingPolicy": {"scheduleTimeoutSeconds": 2**31}}),
+     "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"),
+])
+def test_integers_that_drive_work_or_reach_int32_fields_have_a_maximum(data, field):
+    assert field in err(data)
+
+
+def test_the_largest_integers_a_node_and_kubernetes_take_are_accepted():
+    s = DistTrainingJobSpec.model_validate(spec(numProcPerNode=256, runPolicy={
+        "activeDeadlineSeconds": 2**31 - 1, "ttlSecondsAfterFinished": 2**31 - 1,
+        "schedulingPolicy": {"scheduleTimeoutSeconds": 2**31 - 1}}))
+    assert s.num_proc_per_node == 256
+
+
+def test_the_most_processes_per_node_is_the_most_local_ranks_the_probe_starts():
+    from disttrain.api import MAX_PROC_PER_NODE
+    from disttrain_probe.localranks import MAX_NPROC
+    assert MAX_PROC_PER_NODE == MAX_NPROC
 
 
 def ctr_spec(**container):
     return spec(template={"spec": {"containers": [{"name": "t", **container}]}})
+
+
+def pod_spec(**fields):
+    return spec(template={"spec": {"containers": [{"name": "t"}], **fields}})
+
+
+@pytest.mark.parametrize("data,expect", [
+    (pod_spec(hostname=True), "spec.template.spec.hostname: Input should be a valid string"),
+    (pod_spec(hostname="Bad_Host"), "spec.template.spec.hostname: String should match pattern"),
+    (pod_spec(subdomain=1), "spec.template.spec.subdomain: Input should be a valid string"),
+    (pod_spec(serviceAccountName=["sa"]), "spec.template.spec.serviceAccountName: Input should be a valid string"),
+    (pod_spec(hostPID="true"), "spec.template.spec.hostPID: Input should be a valid boolean"),
+    (pod_spec(terminationGracePeriodSeconds="30"), "spec.template.spec.terminationGracePeriodSeconds: Input should be a valid integer"),
+    (pod_spec(terminationGracePeriodSeconds=2**63), "spec.template.spec.terminationGracePeriodSeconds: Input should be less than or equal to 9223372036854775807"),
+    (pod_spec(activeDeadlineSeconds=0), "spec.template.spec.activeDeadlineSeconds: Input should be greater than or equal to 1"),
+    (pod_spec(priority=2**31), "spec.template.spec.priority: Input should be less than or equal to 2147483647"),
+    (pod_spec(dnsPolicy="Sometimes"), "spec.template.spec.dnsPolicy"),
+    (pod_spec(securityContext={"runAsUser": -1}), "spec.template.spec.securityContext.runAsUser: Input should be greater than or equal to 0"),
+    (pod_spec(securityContext={"fsGroup": 2**31}), "spec.template.spec.securityContext.fsGroup"),
+    (pod_spec(securityContext={"supplementalGroups": [1, "2"]}), "spec.template.spec.securityContext.supplementalGroups[1]"),
+    (pod_spec(tolerations=[{"key": "gpu", "tolerationSeconds": 2**63}]), "spec.template.spec.tolerations[0].tolerationSeconds"),
+    (ctr_spec(securityContext={"runAsUser": 2**31}), "spec.template.spec.containers[0].securityContext.runAsUser"),
+    (ctr_spec(ports=[{"containerPort": 0}]), "spec.template.spec.containers[0].ports[0].containerPort: Input should be greater than or equal to 1"),
+    (ctr_spec(ports=[{"containerPort": 8080, "hostPort": 70000}]), "spec.template.spec.containers[0].ports[0].hostPort"),
+    (ctr_spec(ports=[{"containerPort": "8080"}]), "spec.template.spec.containers[0].ports[0].containerPort: Input should be a valid integer"),
+    (ctr_spec(tty="yes"), "spec.template.spec.containers[0].tty: Input should be a valid boolean"),
+])
+def test_pod_api_scalars_are_typed_and_bounded_as_the_pod_api_does(data, expect):
+    assert expect in err(data)
+
+
+def test_pod_api_scalars_that_the_pod_api_takes_pass_through():
+    s = DistTrainingJobSpec.model_validate(pod_spec(
+        hostname="h-1", subdomain="svc", hostPID=False, terminationGracePeriodSeconds=-1,
+        priority=-5, securityContext={"runAsUser": 0, "fsGroup": 2**31 - 1}, schedulerName="x",
+        tolerations=[{"key": "g", "tolerationSeconds": -(2**63)}]))
+    assert s.template.spec["terminationGracePeriodSeconds"] == -1 and s.template.spec["hostname"] == "h-1"
+
+
+def test_gpus_requested():
+    assert gpus_requested({"resources": {"limits": {"nvidia.com/gpu": "8"}}}) == 8
+    assert gpus_requested({"resources": {"requests": {"nvidia.com/gpu": 2}}}) == 2
+    assert gpus_requested({}) == 0
 
 
 @pytest.mark.parametrize("data,expect", [

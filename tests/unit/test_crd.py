@@ -96,3 +96,13 @@ def test_job_name_rules_sit_at_the_root_and_point_at_metadata_name():
     rules = root["x-kubernetes-validations"]
     assert all(r["fieldPath"] == ".metadata.name" and "self.metadata.name" in r["rule"] for r in rules)
     assert root["properties"]["metadata"]["properties"] == {"name": {"type": "string", "maxLength": 253}}
+
+
+def test_no_spec_field_is_nullable_so_a_null_is_unset_to_the_cel_rules_too():
+    """With nullable the apiserver keeps a null, has() is true for it and the CEL rules read
+    it as set while the operator reads it as unset; without, the apiserver drops it."""
+    crd = yaml.safe_load(CRD.read_text())
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    nullable = [p for p, node in _walk(root["spec"], "spec") if node.get("nullable")]
+    assert nullable == []
+    assert any(node.get("nullable") for _, node in _walk(root["status"])), "status keeps its nulls"

@@ -149,3 +149,42 @@ def test_a_cut_report_may_list_only_its_failing_local_ranks():
     r["localRanks"], r["truncated"] = [], True
     assert check(r, EXP2).error is None
 
+
+
+def test_a_local_rank_outside_the_local_world_contradicts_the_report():
+    r = good2()
+    r["localRanks"][1]["localRank"] = 7
+    out = check(r, EXP2)
+    assert out.report is None and "local rank 7, outside 0..1" in out.error and "rank 1" in out.error
+
+
+@pytest.mark.parametrize("nproc", [10**6, 2**40])
+def test_the_local_rank_check_works_in_the_reports_size_not_the_number_of_local_ranks(nproc):
+    """numProcPerNode ("auto": the GPUs requested) must not size the operator's work: a
+    list over every local rank ran the operator out of memory at 2**40."""
+    import tracemalloc
+    r = good2()
+    r["localWorldSize"] = nproc
+    exp = Expected(**{**EXP.__dict__, "local_world_size": nproc})
+    tracemalloc.start()
+    try:
+        out = check(r, exp)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 256 * 1024, peak  # a list of 10**6 missing ranks alone is about 36 MB
+    assert out.error.endswith(f"without the outcome of local rank(s) 2, 3, 4, 5, 6, 7, 8, 9 ... of {nproc}")
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda r: r.pop("phase"), "passed in phase None"),
+    (lambda r: r.update(phase="collective"), "passed in phase 'collective'"),
+    (lambda r: r.pop("master"), "without its master block"),
+    (lambda r: r.update(master=None), "without its master block"),
+])
+def test_a_pass_outside_the_last_phase_or_without_its_master_is_not_the_probes(mutate, needle):
+    r = good()
+    mutate(r)
+    out = check(r, EXP)
+    assert out.report is None and needle in out.error and out.error.startswith("rank 1 ")
+    assert len(out.error) <= 400
