@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster up down demo test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check chaos
+.PHONY: system-deps venv build-cluster images up down demo test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check chaos
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -30,6 +30,16 @@ venv: $(STAMP)
 # under $(DISTTRAIN_CACHE).
 build-cluster: system-deps
 	bash localcluster/build/build-k8s.sh all
+
+# The operator, probe and example images from their Dockerfiles, with no registry and no
+# Docker daemon: a Debian base made by mmdebstrap, then buildah (its own storage under
+# $(DISTTRAIN_CACHE)/buildah), plus the shared read-only torch tree the images run with
+# (taken from the venv); each cached by content. Installs buildah, mmdebstrap and runc
+# first if missing. `make images IMAGES=operator` builds one (base|operator|probe|example|torch-tree).
+images: venv
+	@$(SYSTEM_DEPS) images
+	TORCH_TREE_PYTHON=$(abspath $(VPY)) bash localcluster/build/build-images.sh $(or $(IMAGES),all)
+	@bash localcluster/build/build-images.sh info
 
 up: system-deps venv build-cluster
 	$(VPY) -m localcluster up

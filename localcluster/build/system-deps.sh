@@ -5,6 +5,8 @@
 #   bash localcluster/build/system-deps.sh       # every make target that builds or runs the
 #                                                # local cluster or its tests, and .ci/run
 #   bash localcluster/build/system-deps.sh venv  # only what `python -m venv` needs (make venv)
+#   bash localcluster/build/system-deps.sh images  # only what building the images needs
+#                                                # (make images: build-images.sh)
 #
 # Quiet (and about 10 ms) when everything is present. Exits non-zero with the reason and the
 # command to run by hand when a tool is missing and this is not root, not Debian, or
@@ -30,6 +32,13 @@ TOOLS=(
   "go|golang-go|compiling the control plane from its Go modules (localcluster/build/build-k8s.sh)"
   "make|make|the project's entry points (Makefile)"
 )
+# Only for `make images` (localcluster/build/build-images.sh): no registry and no Docker
+# daemon here, so the base is made from Debian's packages and the Dockerfiles built by buildah.
+IMAGE_TOOLS=(
+  "mmdebstrap|mmdebstrap|the images' Debian base, made from Debian's packages (no registry to pull python:*-slim from)"
+  "buildah|buildah|building the Dockerfiles without a Docker daemon"
+  "runc|runc|running the Dockerfiles' RUN steps (buildah only recommends a runtime)"
+)
 CA_BUNDLE="${SYSTEM_DEPS_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"  # the tests point it elsewhere
 
 # Go: K8S_GO_MIN in versions.env is the go line of k8s.io/kubernetes's go.mod.
@@ -46,17 +55,22 @@ want() {  # want PACKAGE WHY: queue a package once, keeping every reason
 }
 
 mode="${1:-all}"
-case "$mode" in all|venv) ;; *) die "usage: $0 [all|venv]" ;; esac
+case "$mode" in all|venv|images) ;; *) die "usage: $0 [all|venv|images]" ;; esac
 
 check() {
   local entry tool pkg why
-  [ "$mode" = venv ] || for entry in "${TOOLS[@]}"; do
+  local -a tools=()
+  case "$mode" in all) tools=("${TOOLS[@]}") ;; images) tools=("${IMAGE_TOOLS[@]}") ;; esac
+  for entry in ${tools[@]+"${tools[@]}"}; do
     IFS='|' read -r tool pkg why <<<"$entry"
     command -v "$tool" >/dev/null 2>&1 || want "$pkg" "$tool: $why"
   done
-  [ "$mode" = venv ] || [ -s "$CA_BUNDLE" ] || want ca-certificates "TLS to PyPI and the Go module proxy on the first build"
+  case "$mode" in
+    all) [ -s "$CA_BUNDLE" ] || want ca-certificates "TLS to PyPI and the Go module proxy on the first build" ;;
+    images) [ -s "$CA_BUNDLE" ] || want ca-certificates "TLS to PyPI from the images' pip steps (the bundle is mounted into the build)" ;;
+  esac
   local py="${PY:-python3}" venv="${VENV:-.venv}"
-  if [ ! -x "$venv/bin/python" ]; then
+  if [ "$mode" != images ] && [ ! -x "$venv/bin/python" ]; then
     if ! command -v "$py" >/dev/null 2>&1; then
       want python3 "$py: the operator, the probe and the local cluster are Python (>= 3.11)"
     elif ! "$py" -c 'import ensurepip, venv' >/dev/null 2>&1; then
@@ -108,4 +122,4 @@ if [ "${#pkgs[@]}" -gt 0 ]; then
   [ "${#pkgs[@]}" -eq 0 ] || die "still missing after apt-get install: $(IFS=';'; echo "${whys[*]}")"
   say "installed; all system tools present"
 fi
-[ "$mode" = venv ] || go_version_ok
+[ "$mode" != all ] || go_version_ok

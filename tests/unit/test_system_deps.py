@@ -28,6 +28,7 @@ for a in "$@"; do
   case "$a" in
     iproute2) set -- ip tc ;; nftables) set -- nft ;; util-linux) set -- unshare ;;
     mount) set -- umount ;; procps) set -- sysctl ;; golang-go) set -- go ;; make) set -- make ;;
+    mmdebstrap) set -- mmdebstrap ;; buildah) set -- buildah ;; runc) set -- runc ;;
     *) continue ;;
   esac
   for t in "$@"; do /bin/cp "$BIN/_tool" "$BIN/$t"; done
@@ -158,3 +159,33 @@ def test_venv_mode_checks_only_python(sandbox, tmp_path):
     assert run(VENV=str(tmp_path / "no-venv-yet")).returncode != 0  # all: nft, go missing
     quiet = run("venv", VENV=str(tmp_path / "no-venv-yet"), PY="_tool")
     assert (quiet.returncode, quiet.stderr) == (0, ""), quiet.stderr
+
+
+IMAGE_TOOLS = ["mmdebstrap", "buildah", "runc"]
+
+
+def test_default_mode_leaves_the_image_tools_alone(sandbox):
+    b, run = sandbox
+    assert not any((b / t).exists() for t in IMAGE_TOOLS)
+    p = run()
+    assert (p.returncode, p.stderr) == (0, ""), p.stderr
+    assert run.apt_calls() == []
+
+
+def test_images_mode_installs_buildah_mmdebstrap_runc_saying_why(sandbox):
+    b, run = sandbox
+    (b / "nft").unlink()  # not needed to build images: left alone
+    (b / "go").unlink()
+    p = run("images")
+    assert p.returncode == 0, p.stderr
+    for says in ("installing mmdebstrap: mmdebstrap: the images' Debian base",
+                 "installing buildah: buildah: building the Dockerfiles without a Docker daemon",
+                 "installing runc: runc: running the Dockerfiles' RUN steps"):
+        assert says in p.stderr, p.stderr
+    assert run.apt_calls()[-1].endswith("install -y --no-install-recommends mmdebstrap buildah runc")
+    assert not (b / "nft").exists()
+    # everything there: quiet, no apt-get
+    calls = len(run.apt_calls())
+    again = run("images")
+    assert (again.returncode, again.stderr) == (0, ""), again.stderr
+    assert len(run.apt_calls()) == calls
