@@ -88,6 +88,12 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
         node.pop("default")
     for key in _DROP_KEYS:
         node.pop(key, None)
+    # The apiserver reads a schema's bounds as float64: 2**63-1 becomes 9223372036854776000,
+    # "not of type integer", and every value of the field is refused. An int64 field needs
+    # no bound in the CRD (the apiserver parses integers as int64 already).
+    for key, edge in (("maximum", 2**63 - 1), ("minimum", -(2**63))):
+        if node.get(key) == edge:
+            node.pop(key)
     extra = node.pop("additionalProperties", None)
     if node.get("type") == "object" and isinstance(extra, dict) and extra and not node.get("properties"):
         node["additionalProperties"] = _structural(extra)  # a map, e.g. phase -> seconds

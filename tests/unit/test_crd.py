@@ -106,3 +106,23 @@ def test_no_spec_field_is_nullable_so_a_null_is_unset_to_the_cel_rules_too():
     nullable = [p for p, node in _walk(root["spec"], "spec") if node.get("nullable")]
     assert nullable == []
     assert any(node.get("nullable") for _, node in _walk(root["status"])), "status keeps its nulls"
+
+
+def test_no_schema_bound_the_apiserver_would_round():
+    """The apiserver reads minimum/maximum as float64: a bound beyond 2**53 is rounded to a
+    non-integer and refuses every value of its field (terminationGracePeriodSeconds: 30 was
+    refused while the CRD carried 2**63-1)."""
+    from disttrain.crdgen import build_crd
+
+    def walk(node):
+        if isinstance(node, dict):
+            for k in ("minimum", "maximum"):
+                if k in node:
+                    assert abs(node[k]) <= 2**53, (k, node[k])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(build_crd())
