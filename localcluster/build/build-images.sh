@@ -3,7 +3,8 @@
 # a Debian base made by mmdebstrap from Debian's packages, the Dockerfiles built by buildah.
 #
 #   bash localcluster/build/build-images.sh [all]   # base, torch tree, operator, probe, example
-#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree
+#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause
+#   bash localcluster/build/build-images.sh archives   # docker-archive files the nodes import
 #   bash localcluster/build/build-images.sh buildah ARGS...   # buildah on the project's storage
 #   bash localcluster/build/build-images.sh info              # images, sizes, disk used
 #
@@ -14,6 +15,10 @@
 #                  localhost/disttrain/disttrain-operator:$VERSION   operator/Dockerfile
 #                  localhost/disttrain/disttrain-probe:$VERSION      probe_image/Dockerfile, INSTALL_TORCH=0
 #                  localhost/disttrain/examples-digits:$VERSION      examples/Dockerfile
+#                  localhost/disttrain/pause:3.10           the pod sandbox (localcluster/images/pause)
+#   archives/<name>-c-<key>.tar   each image as a docker-archive, named as the chart and the
+#                  example name it (ghcr.io/disttrain/...), which each real node's containerd
+#                  imports (localcluster/localcluster/realnode.py)
 #   torch-tree/torch-<version>-<key>/   torch and what it requires, taken from the project's
 #                  venv: the read-only tree nodes share (hostPath, on PYTHONPATH) instead of a
 #                  6 GB torch layer in every image (see "Images" in localcluster/README.md)
@@ -139,6 +144,50 @@ build_probe() {
 }
 build_example() { build_image examples-digits examples/Dockerfile examples "BASE_IMAGE=$BASE_NAME"; }
 
+# The pod sandbox image: a static Go pause (no registry serves registry.k8s.io/pause here),
+# in an image from scratch. Cached by the source's content.
+PAUSE_NAME="$PREFIX/pause:3.10"
+build_pause() {
+  local src="$repo/localcluster/images/pause" key tagged c m t0=$SECONDS
+  key="$(cat "$src/main.go" "$src/go.mod" | sha)"
+  tagged="$PREFIX/pause:$(ctag "$key")"
+  if have_image "$tagged"; then "${B[@]}" tag "$tagged" "$PAUSE_NAME"; log "pause: cached ($tagged)"; return; fi
+  mkdir -p "$CACHE/buildah/pause"
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$CACHE/buildah/pause/pause" .)
+  c="$("${B[@]}" from scratch)"
+  "${B[@]}" copy --quiet "$c" "$CACHE/buildah/pause/pause" /pause >/dev/null
+  "${B[@]}" config --entrypoint '["/pause"]' --user 65535:65535 --label "disttrain.dev/content-key=$key" "$c"
+  "${B[@]}" commit --quiet --rm "$c" "$tagged" >/dev/null
+  "${B[@]}" tag "$tagged" "$PAUSE_NAME"
+  log "pause: built $tagged in $((SECONDS - t0)) s"
+}
+
+# Every image as a docker-archive under the name pods use: the chart's and the example's
+# defaults (ghcr.io/disttrain/<name>:<version>) and the sandbox image. One file per content
+# key (kept), so a node imports an image only when it changed. Prints "<name> <file>" lines.
+ARCHIVE_NAMES=("disttrain-operator ghcr.io/disttrain/disttrain-operator:$VERSION"
+               "disttrain-probe ghcr.io/disttrain/disttrain-probe:$VERSION"
+               "examples-digits ghcr.io/disttrain/examples-digits:$VERSION"
+               "pause localhost/disttrain/pause:3.10")
+archives() {
+  local entry short ref src key file
+  mkdir -p "$CACHE/archives"
+  for entry in "${ARCHIVE_NAMES[@]}"; do
+    read -r short ref <<<"$entry"
+    if [ "$short" = pause ]; then src="$PAUSE_NAME"; else src="$PREFIX/$short:$VERSION"; fi
+    key="$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$src")" \
+      || die "$src is not built: run make images"
+    file="$CACHE/archives/$short-${key:0:16}.tar"
+    if [ ! -s "$file" ]; then
+      rm -f "$file.tmp"
+      "${B[@]}" push --quiet "$src" "docker-archive:$file.tmp:$ref" >/dev/null
+      mv "$file.tmp" "$file"
+      log "archive: $ref -> $file"
+    fi
+    printf '%s %s\n' "$ref" "$file"
+  done
+}
+
 torch_tree() {
   [ -x "$TORCH_PY" ] || die "no Python at $TORCH_PY (TORCH_TREE_PYTHON): make venv installs torch there"
   "$TORCH_PY" "$here/torch_tree.py" "$CACHE/torch-tree"
@@ -158,11 +207,13 @@ info() {
 
 what="${1:-all}"
 case "$what" in
-  all) build_base; torch_tree; build_operator; build_probe; build_example ;;
+  all) build_base; torch_tree; build_operator; build_probe; build_example; build_pause ;;
+  pause) build_pause ;;
+  archives) archives ;;
   base) build_base ;;
   operator|probe|example) build_base; "build_$what" ;;
   torch-tree) torch_tree ;;
   buildah) shift; exec "${B[@]}" "$@" ;;
   info) info ;;
-  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|info|buildah ARGS...]" ;;
+  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|archives|info|buildah ARGS...]" ;;
 esac

@@ -2,7 +2,8 @@
 # Build the proving ground's control plane from the official Go modules, once per version.
 #
 # Outputs (cached outside the work tree, reused by later runs):
-#   $DISTTRAIN_CACHE/k8s-$K8S_VERSION/bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl}
+#   $DISTTRAIN_CACHE/k8s-$K8S_VERSION/bin/{kube-apiserver,kube-controller-manager,kube-scheduler,kubectl,
+#     kubelet,kube-proxy}  (the node binaries too: the proving ground's nodes run real kubelets)
 #   $DISTTRAIN_CACHE/etcd-$ETCD_VERSION/bin/etcd
 #   $DISTTRAIN_CACHE/helm-$HELM_VERSION/bin/helm
 #   $DISTTRAIN_CACHE/coredns-$COREDNS_VERSION/bin/coredns  (cluster DNS, a few plugins only)
@@ -26,7 +27,7 @@ log() { printf '[build] %s\n' "$*" >&2; }
 
 build_k8s() {
   local out="$CACHE/k8s-$K8S_VERSION/bin"
-  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=0
   for b in "${want[@]}"; do [ -x "$out/$b" ] || missing=1; done
   if [ "$missing" = 0 ]; then log "kubernetes $K8S_VERSION: cached in $out"; return; fi
@@ -58,6 +59,8 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   (cd "$mod" && go mod tidy -e >/dev/null 2>&1 || true)

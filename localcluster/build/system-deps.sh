@@ -7,6 +7,8 @@
 #   bash localcluster/build/system-deps.sh venv  # only what `python -m venv` needs (make venv)
 #   bash localcluster/build/system-deps.sh images  # only what building the images needs
 #                                                # (make images: build-images.sh)
+#   bash localcluster/build/system-deps.sh nodes   # what real nodes run: containerd, runc,
+#                                                # the CNI plugins (localcluster/realnode.py)
 #
 # Quiet (and about 10 ms) when everything is present. Exits non-zero with the reason and the
 # command to run by hand when a tool is missing and this is not root, not Debian, or
@@ -39,6 +41,16 @@ IMAGE_TOOLS=(
   "buildah|buildah|building the Dockerfiles without a Docker daemon"
   "runc|runc|running the Dockerfiles' RUN steps (buildah only recommends a runtime)"
 )
+# Only for real nodes (`up --runtime containerd`, make demo, the e2e tests on real nodes):
+# each node runs a real kubelet with its own containerd (localcluster/realnode.py).
+CNI_DIR="${SYSTEM_DEPS_CNI_DIR:-/usr/lib/cni}"  # Debian's plugin directory; the tests point it elsewhere
+NODE_TOOLS=(
+  "containerd|containerd|each real node's container runtime (CRI), 1.6 in bookworm"
+  "runc|runc|the OCI runtime containerd starts containers with"
+  "$CNI_DIR/bridge|containernetworking-plugins|the pod network of real nodes: bridge, host-local, portmap, loopback"
+  "iptables|iptables|the portmap CNI plugin's hostPort rules (inside node namespaces only)"
+  "nsenter|util-linux|starting each node's containerd and kubelet inside its network namespace"
+)
 CA_BUNDLE="${SYSTEM_DEPS_CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}"  # the tests point it elsewhere
 
 # Go: K8S_GO_MIN in versions.env is the go line of k8s.io/kubernetes's go.mod.
@@ -55,14 +67,16 @@ want() {  # want PACKAGE WHY: queue a package once, keeping every reason
 }
 
 mode="${1:-all}"
-case "$mode" in all|venv|images) ;; *) die "usage: $0 [all|venv|images]" ;; esac
+case "$mode" in all|venv|images|nodes) ;; *) die "usage: $0 [all|venv|images|nodes]" ;; esac
 
 check() {
   local entry tool pkg why
   local -a tools=()
-  case "$mode" in all) tools=("${TOOLS[@]}") ;; images) tools=("${IMAGE_TOOLS[@]}") ;; esac
+  case "$mode" in all) tools=("${TOOLS[@]}") ;; images) tools=("${IMAGE_TOOLS[@]}") ;;
+    nodes) tools=("${NODE_TOOLS[@]}") ;; esac
   for entry in ${tools[@]+"${tools[@]}"}; do
     IFS='|' read -r tool pkg why <<<"$entry"
+    if [ "${tool#/}" != "$tool" ]; then [ -e "$tool" ] || want "$pkg" "$tool: $why"; continue; fi
     command -v "$tool" >/dev/null 2>&1 || want "$pkg" "$tool: $why"
   done
   case "$mode" in
@@ -70,7 +84,7 @@ check() {
     images) [ -s "$CA_BUNDLE" ] || want ca-certificates "TLS to PyPI from the images' pip steps (the bundle is mounted into the build)" ;;
   esac
   local py="${PY:-python3}" venv="${VENV:-.venv}"
-  if [ "$mode" != images ] && [ ! -x "$venv/bin/python" ]; then
+  if [ "$mode" != images ] && [ "$mode" != nodes ] && [ ! -x "$venv/bin/python" ]; then
     if ! command -v "$py" >/dev/null 2>&1; then
       want python3 "$py: the operator, the probe and the local cluster are Python (>= 3.11)"
     elif ! "$py" -c 'import ensurepip, venv' >/dev/null 2>&1; then

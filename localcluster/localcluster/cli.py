@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, dns, kubeflow, kueue, network, procs
+from . import controlplane, dns, kubeflow, kueue, network, procs, realnode
 from .config import (FABRIC_NS, IMAGES_FILE, MAX_NODES, k8s_bin_dir, node_spec_by_name, node_specs,
                      state_dir, venv_python)
 from .kubeapi import ApiError, KubeClient
@@ -21,6 +21,21 @@ from .kubeconfig import SERVER
 
 # Modules a running agent has loaded (containerinit runs fresh for every container).
 AGENT_SOURCES = ["nodeagent.py", "podspec.py", "kubeapi.py", "scenario.py"]
+REALNODE_SOURCES = ["realnode.py", "serviceproxy.py", "podnet.py", "scenario.py"]
+# What runs a node's pods: "containerd" (a real kubelet and containerd, realnode.py) or
+# "agent" (the node agent, nodeagent.py: pods as processes). $DISTTRAIN_NODE_RUNTIME or
+# `up --runtime` chooses; see localcluster/README.md.
+RUNTIMES = ("containerd", "agent")
+DEFAULT_RUNTIME = "agent"
+
+
+def node_runtime(explicit: str | None = None) -> str:
+    """The runtime `up` gives nodes: ``explicit``, else $DISTTRAIN_NODE_RUNTIME, else
+    DEFAULT_RUNTIME. Raises ValueError for an unknown name."""
+    r = explicit or os.environ.get("DISTTRAIN_NODE_RUNTIME", "").strip() or DEFAULT_RUNTIME
+    if r not in RUNTIMES:
+        raise ValueError(f"node runtime must be one of {', '.join(RUNTIMES)}, got {r!r}")
+    return r
 
 
 def _say(msg: str) -> None:
@@ -48,6 +63,17 @@ def _agent_name(node: str) -> str:
     return f"agent-{node}"
 
 
+def _node_process(node: str, runtime: str) -> str:
+    return realnode.process_name(node) if runtime == "containerd" else _agent_name(node)
+
+
+def _stop_node_processes(state: Path, name: str) -> None:
+    """Stop whatever runs node ``name`` (agent or real node) and every process of it."""
+    procs.stop_tracked(state, _agent_name(name))
+    procs.stop_tracked(state, realnode.process_name(name), grace=20.0)
+    realnode.kill_node(node_spec_by_name(name).netns)
+
+
 def _node_ready(node: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (node.get("status") or {}).get("conditions") or [])
@@ -68,7 +94,7 @@ def _kill_node_pods(ns: str) -> int:
 
 
 def _remove_node(state: Path, name: str) -> None:
-    procs.stop_tracked(state, _agent_name(name))
+    _stop_node_processes(state, name)
     spec = node_spec_by_name(name)
     for ns in [n for n in network.our_netns() if n.startswith(spec.netns + "-p")]:
         _kill_node_pods(ns)  # its pods' own namespaces (podnet.py)
@@ -81,11 +107,12 @@ def _remove_node(state: Path, name: str) -> None:
         pass
 
 
-def agent_code_version() -> str:
-    """Hash of the node agent's source: `up` restarts agents that run older code."""
+def agent_code_version(runtime: str = "agent") -> str:
+    """Hash of the node agent's (or the real node's) source: `up` restarts nodes that run
+    older code."""
     h = hashlib.sha256()
     here = Path(__file__).parent
-    for name in AGENT_SOURCES:
+    for name in (REALNODE_SOURCES if runtime == "containerd" else AGENT_SOURCES):
         h.update((here / name).read_bytes())
     h.update(IMAGES_FILE.read_bytes() if IMAGES_FILE.exists() else b"")
     return h.hexdigest()[:16]
@@ -100,7 +127,8 @@ def _digest(doc: dict) -> str:
 
 
 def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
-       with_kubeflow: bool = False, kueue_options: "kueue.Options | None" = None) -> Path:
+       with_kubeflow: bool = False, kueue_options: "kueue.Options | None" = None,
+       runtime: str | None = None) -> Path:
     """Bring the cluster up (reusing whatever already runs healthily) and return the admin
     kubeconfig path. Extra nodes from an earlier `up` are removed; agents whose GPU count
     differs are restarted.
@@ -115,6 +143,10 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     ``kueue_options`` (or a scenario's ``kueue`` key) Kueue comes last, with its queues
     (``kueue.py``); without, a Kueue an earlier `up` started is kept (restarted if it died)
     with the options it had; `down` stops it.
+
+    ``runtime`` (``node_runtime``): "containerd" runs each node as a real kubelet with its
+    own containerd (``realnode.py``; the images of ``make images`` are imported into it),
+    "agent" as the node agent. A node whose runtime changed is rebuilt.
 
     Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
     dns.DnsError, kubeflow.KubeflowError, kueue.KueueError or TimeoutError.
@@ -132,6 +164,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         topos = scn.default_topology(nodes)
         peers = scn.peer_hosts(scn.default_topology(MAX_NODES))
         segments = list(scn.DEFAULT_SEGMENTS)
+    runtime = node_runtime(runtime)
     desired = node_specs(nodes)
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)
@@ -139,7 +172,13 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     _say(f"control plane ready ({time.monotonic() - t0:.1f}s)")
     network.ensure_fabric(segments)
     cfg = _load_cfg(state)
-    code = agent_code_version()
+    code = agent_code_version(runtime)
+    if runtime == "containerd":
+        realnode.binaries()  # names what is missing before anything starts
+        if gpus or any(t.gpus for t in topos):
+            raise ValueError("real nodes (runtime containerd) have no GPUs here (no device "
+                             "plugin); run GPU scenarios with --runtime agent")
+        _write_image_list(state)
     want = {n.name for n in desired}
     for name in list(cfg.get("nodes", {})):
         if name not in want:
@@ -153,10 +192,14 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         doc = _topology_doc(topo, peers)
         digest = _digest(doc)
         prev = cfg.get("nodes", {}).get(n.name, {})
-        agent = _agent_name(n.name)
+        agent = _node_process(n.name, runtime)
+        if prev and prev.get("runtime", "agent") != runtime:
+            _say(f"{n.name}: runtime {prev.get('runtime', 'agent')} -> {runtime}; replacing the node")
+            _remove_node(state, n.name)
+            prev = {}
         if prev and prev.get("topology", digest) != digest:
             _say(f"{n.name}: topology changed; rebuilding the node")
-            procs.stop_tracked(state, agent)
+            _stop_node_processes(state, n.name)
             for ns in [x for x in network.our_netns() if x.startswith(n.netns + "-p")]:
                 _kill_node_pods(ns)
                 network.delete_netns(ns)
@@ -167,16 +210,20 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         network.ensure_node(n, topo)
         running = procs.tracked_pid(state, agent)
         if running is not None and (prev.get("gpus") != node_gpus or prev.get("code") != code):
-            procs.stop_tracked(state, agent)
+            _stop_node_processes(state, n.name)
             running = None
-        if running is None:
+        if running is None and runtime == "containerd":
+            procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.realnode",
+                                                "run", "--node", n.name, "--state", str(state)])
+        elif running is None:
             procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.nodeagent",
                                                 "--node", n.name, "--gpus", str(node_gpus),
                                                 "--state", str(state)])
         nics = {ln.name: ln.addresses[0].split("/")[0] for ln in topo.links
                 if ln.segment and ln.addresses}  # decoys (segment None) are not NICs
         cfg.setdefault("nodes", {})[n.name] = {"gpus": node_gpus, "internalIP": topo.internal_ip,
-                                               "nics": nics, "code": code, "topology": digest}
+                                               "nics": nics, "code": code, "topology": digest,
+                                               "runtime": runtime}
         _save_cfg(state, cfg)
     if rebuilt:  # a rebuilt node's NICs have new MACs: peers must not use cached ones
         for n in desired:
@@ -188,7 +235,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         try:
             items = client.get("/api/v1/nodes")["items"]
             ready = {i["metadata"]["name"] for i in items if _node_ready(i)}
-            gpus_ok = all(i["status"].get("capacity", {}).get("nvidia.com/gpu")
+            gpus_ok = all(i["status"].get("capacity", {}).get("nvidia.com/gpu", "0")
                           == str(cfg["nodes"][i["metadata"]["name"]]["gpus"])
                           for i in items if i["metadata"]["name"] in want)
             client.get("/api/v1/namespaces/default/serviceaccounts/default")
@@ -197,13 +244,17 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         except (ApiError, OSError):
             pass
         for n in desired:
-            if procs.tracked_pid(state, _agent_name(n.name)) is None:
-                raise RuntimeError(f"node agent {n.name} exited; see {state}/logs/"
-                                   f"{_agent_name(n.name)}.log")
+            if procs.tracked_pid(state, _node_process(n.name, runtime)) is None:
+                raise RuntimeError(f"node {n.name} ({runtime}) exited; see {state}/logs/"
+                                   f"{_node_process(n.name, runtime)}.log"
+                                   + (f" and kubelet-{n.name}.log, containerd-{n.name}.log"
+                                      if runtime == "containerd" else ""))
         if time.monotonic() > deadline:
             raise TimeoutError(f"nodes not Ready after {timeout:.0f}s")
         time.sleep(0.3)
     _say(f"{len(desired)} node(s) Ready ({time.monotonic() - t0:.1f}s)")
+    if runtime == "containerd":  # images rebuilt since a node started
+        _import_images(state, desired)
     p = dns.ensure_dns(state, desired, topos, client, timeout=timeout)
     _say(f"cluster DNS answers on {dns.DNS_SERVICE_IP} (in {dns.DNS_NS}, "
          f"{', '.join(sorted(set(p.gateways.values())))}) ({time.monotonic() - t0:.1f}s)")
@@ -226,6 +277,34 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
              f"{', '.join(kueue_options.namespaces) or 'no namespace'}) "
              f"({time.monotonic() - t0:.1f}s)")
     return state / "admin.kubeconfig"
+
+
+def _write_image_list(state: Path) -> None:
+    """``<state>/realnodes/images.txt``: the docker-archives of the images ``make images``
+    built (``build-images.sh archives``), which each real node imports. Raises RuntimeError
+    when they are not built."""
+    from .config import REPO_ROOT
+    r = subprocess.run(["bash", str(REPO_ROOT / "localcluster" / "build" / "build-images.sh"),
+                        "archives"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("real nodes run the project's images: run `make images` first ("
+                           + r.stderr.strip()[-300:] + ")")
+    d = state / "realnodes"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / realnode.IMAGES_LIST).write_text(r.stdout)
+
+
+def _import_images(state: Path, desired) -> None:
+    """Import into each running real node the image archives it lacks. Raises RuntimeError."""
+    lines = (state / "realnodes" / realnode.IMAGES_LIST).read_text().splitlines()
+    archives = [tuple(ln.split(" ", 1)) for ln in lines if " " in ln]
+    ctr = realnode.binaries()["ctr"]
+    for n in desired:
+        try:
+            realnode.import_images(ctr, realnode.node_dir(state, n.name),
+                                   realnode.containerd_root(n), archives)
+        except realnode.RealNodeError as e:
+            raise RuntimeError(f"{n.name}: {e}") from e
 
 
 def _created_paths_cleanup(state: Path) -> None:
@@ -269,7 +348,10 @@ def down() -> None:
         _say(f"operator not stopped: {e}")
     kf_stopped = [kubeflow.PROCESS] if kubeflow.stop(state) else []
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
+    agents += sorted((state / "run").glob("node-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
+    for ns in network.our_netns():  # real nodes: kubelet, containerd, shims, containers
+        realnode.kill_node(ns)
     addons = dns.stop_dns(state) + ([kueue.KUEUE] if kueue.stop_kueue(state) else [])
     for pf in agents:
         pf.unlink(missing_ok=True)
@@ -335,10 +417,11 @@ def status() -> int:
     for name, info in sorted(cfg.get("nodes", {}).items()):
         spec = node_spec_by_name(name)
         net = network.node_healthy(spec, _stored_topology(state, name))
-        agent = procs.tracked_pid(state, _agent_name(name)) is not None
+        agent = procs.tracked_pid(state, _node_process(name, info.get("runtime", "agent"))) is not None
         ready = name in api_nodes and _node_ready(api_nodes[name])
         ok &= net and agent and ready
-        print(f"  {name:26s} netns={'ok' if net else 'MISSING'} agent={'up' if agent else 'DOWN'} "
+        print(f"  {name:26s} netns={'ok' if net else 'MISSING'} "
+              f"{'kubelet' if info.get('runtime') == 'containerd' else 'agent'}={'up' if agent else 'DOWN'} "
               f"Ready={ready} internalIP={info.get('internalIP')} "
               + " ".join(f"{k}={v}" for k, v in (info.get("nics") or {}).items())
               + f" gpus={info.get('gpus')}")
@@ -367,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     u.add_argument("--gpus-per-node", type=int, default=0)
     u.add_argument("--timeout", type=float, default=120.0)
     u.add_argument("--scenario", help="build the nodes a scenario describes (name in scenarios/ or path)")
+    u.add_argument("--runtime", choices=RUNTIMES,
+                   help="what runs the nodes' pods: containerd (a real kubelet and containerd per "
+                        f"node) or agent (the node agent); default $DISTTRAIN_NODE_RUNTIME or {DEFAULT_RUNTIME}")
     u.add_argument("--kubeflow", action="store_true",
                    help="also run Kubeflow's training operator (PyTorchJob), see localcluster/README.md")
     u.add_argument("--kueue", action="store_true",
@@ -391,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 ko = kueue.Options(tuple(sorted(kueue.parse_quota(a.kueue_quota).items())),
                                    tuple(a.kueue_namespaces or ["default"]))
             print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, with_kubeflow=a.kubeflow,
-                     kueue_options=ko))
+                     kueue_options=ko, runtime=a.runtime))
         except Exception as e:
             _say(f"up failed: {e}")
             return 1

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import yaml
 
-from . import pki, procs
+from . import egress, pki, procs
 from .config import (APISERVER_PORT, CONTROLLER_MANAGER_PORT, ETCD_CLIENT_PORT, ETCD_PEER_PORT,
-                     SCHEDULER_PORT, SERVICE_CIDR, etcd_bin, k8s_bin_dir)
+                     SCHEDULER_PORT, SERVICE_CIDR, etcd_bin, k8s_bin_dir, venv_python)
 from .kubeconfig import write_kubeconfig
 
-COMPONENTS = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
+# egress-proxy: the apiserver's way into the node namespaces (kubelets' 10250, pods),
+# egress.py; started before the apiserver, whose egress selector names its socket.
+COMPONENTS = ["etcd", "egress-proxy", "kube-apiserver", "kube-controller-manager", "kube-scheduler"]
 # KEP-4671's workload scheduling API: Workload and PodGroup in scheduling.k8s.io/v1beta1
 # (beta in v1.37, off by default). The apiserver serves them (and the pod field
 # spec.schedulingGroup), the scheduler adds its GangScheduling plugin (a PodGroup with a
@@ -98,6 +100,8 @@ def component_healthy(state: Path, name: str) -> bool:
         return _etcd_healthy()
     if name == "kube-apiserver":
         return apiserver_ready(state)
+    if name == "egress-proxy":
+        return egress.socket_path(state).is_socket()
     port = CONTROLLER_MANAGER_PORT if name == "kube-controller-manager" else SCHEDULER_PORT
     return _https_ok(state, port, "/healthz")
 
@@ -135,7 +139,11 @@ def _argv(state: Path, name: str) -> list[str]:
                 "--listen-metrics-urls=", "--log-level=warn",
                 "--quota-backend-bytes=2147483648", "--snapshot-count=10000",
                 "--unsafe-no-fsync"]
+    if name == "egress-proxy":
+        return [venv_python(), "-m", "localcluster.egress", f"--state={state}"]
     if name == "kube-apiserver":
+        egress_cfg = state / "egress-selector.yaml"
+        egress_cfg.write_text(egress.config_yaml(state))
         return [str(b / "kube-apiserver"),
                 f"--etcd-servers=http://127.0.0.1:{ETCD_CLIENT_PORT}",
                 "--bind-address=127.0.0.1", f"--secure-port={APISERVER_PORT}",
@@ -155,6 +163,9 @@ def _argv(state: Path, name: str) -> list[str]:
                 f"--kubelet-certificate-authority={p}/ca.crt",
                 # Node agents publish an InternalDNS address "localhost": see README (kubectl logs).
                 "--kubelet-preferred-address-types=InternalDNS,InternalIP,Hostname",
+                # Real kubelets listen on their InternalIP inside the node's namespace: the
+                # apiserver reaches them (and pods, webhooks) through egress.py.
+                f"--egress-selector-config-file={egress_cfg}",
                 # Front-proxy (aggregation layer) auth; also silences the controllers'
                 # "missing requestheader-client-ca-file" complaints.
                 f"--requestheader-client-ca-file={p}/ca.crt",
@@ -212,7 +223,10 @@ def ensure_control_plane(state: Path, timeout: float = 120.0) -> None:
             continue
         procs.stop_tracked(state, name)
         pid = procs.start_detached(state, name, _argv(state, name))
-        if name == "etcd":
+        if name == "egress-proxy":
+            _wait(lambda: egress.socket_path(state).is_socket(), "egress proxy socket", state,
+                  name, timeout, pid)
+        elif name == "etcd":
             _wait(_etcd_healthy, "etcd /health", state, name, timeout, pid)
         elif name == "kube-apiserver":
             _wait(lambda: apiserver_ready(state), "kube-apiserver /readyz", state, name, timeout,

@@ -26,9 +26,11 @@ case " $* " in *" install "*) ;; *) exit 0 ;; esac
 [ "${FAKE_APT_RC:-0}" = 0 ] || { echo "E: Unable to locate package $*"; exit "$FAKE_APT_RC"; }
 for a in "$@"; do
   case "$a" in
-    iproute2) set -- ip tc ;; nftables) set -- nft ;; util-linux) set -- unshare ;;
+    iproute2) set -- ip tc ;; nftables) set -- nft ;; util-linux) set -- unshare nsenter ;;
     mount) set -- umount ;; procps) set -- sysctl ;; golang-go) set -- go ;; make) set -- make ;;
     mmdebstrap) set -- mmdebstrap ;; buildah) set -- buildah ;; runc) set -- runc ;;
+    containerd) set -- containerd ;; iptables) set -- iptables ;;
+    containernetworking-plugins) /bin/mkdir -p "$CNI_DIR" && : > "$CNI_DIR/bridge"; continue ;;
     *) continue ;;
   esac
   for t in "$@"; do /bin/cp "$BIN/_tool" "$BIN/$t"; done
@@ -187,5 +189,24 @@ def test_images_mode_installs_buildah_mmdebstrap_runc_saying_why(sandbox):
     # everything there: quiet, no apt-get
     calls = len(run.apt_calls())
     again = run("images")
+    assert (again.returncode, again.stderr) == (0, ""), again.stderr
+    assert len(run.apt_calls()) == calls
+
+
+def test_nodes_mode_installs_containerd_cni_and_nsenter_saying_why(sandbox, tmp_path):
+    b, run = sandbox
+    cni = tmp_path / "cni"
+    p = run("nodes", SYSTEM_DEPS_CNI_DIR=str(cni), CNI_DIR=str(cni))
+    assert p.returncode == 0, p.stderr
+    for says in ("installing containerd: containerd: each real node's container runtime",
+                 "installing containernetworking-plugins: " + str(cni) + "/bridge: the pod network",
+                 "installing iptables: iptables: the portmap CNI plugin's hostPort rules",
+                 "installing util-linux: nsenter: starting each node's containerd and kubelet"):
+        assert says in p.stderr, p.stderr
+    assert run.apt_calls()[-1].endswith(
+        "install -y --no-install-recommends containerd runc containernetworking-plugins iptables util-linux")
+    assert (cni / "bridge").exists()
+    calls = len(run.apt_calls())
+    again = run("nodes", SYSTEM_DEPS_CNI_DIR=str(cni), CNI_DIR=str(cni))
     assert (again.returncode, again.stderr) == (0, ""), again.stderr
     assert len(run.apt_calls()) == calls

@@ -1,0 +1,3 @@
+module disttrain.dev/localcluster/pause
+
+go 1.21
