@@ -28,13 +28,23 @@ def main(argv: list[str] | None = None) -> None:
                         help="kopf liveness endpoint URL ('' to disable)")
     parser.add_argument("--probe-image", default=os.environ.get("DISTTRAIN_PROBE_IMAGE"),
                         help="default probe image (spec.probe.image overrides it)")
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("DISTTRAIN_METRICS_PORT", "9090")),
-                        help="serve Prometheus /metrics on this port (0 disables)")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus /metrics on this port (0 disables; default "
+                             "$DISTTRAIN_METRICS_PORT or 9090)")
     parser.add_argument("--log-format", choices=["plain", "full", "json"],
                         default=os.environ.get("DISTTRAIN_LOG_FORMAT", "plain"),
                         help="json gives structured logs for log pipelines")
     parser.add_argument("--verbose", "-v", action="store_true")
     args = parser.parse_args(argv)
+    if args.metrics_port is None:
+        # Read only when no flag is given: a Service named <x>-metrics in the operator's
+        # namespace makes the kubelet inject DISTTRAIN_METRICS_PORT=tcp://<ip>:<port>
+        # (service links), which crashed the operator on real nodes.
+        raw = os.environ.get("DISTTRAIN_METRICS_PORT", "9090")
+        if not raw.isdigit():
+            parser.error(f"DISTTRAIN_METRICS_PORT={raw!r} is not a port number (a service "
+                         "link? pass --metrics-port or set enableServiceLinks: false)")
+        args.metrics_port = int(raw)
     if args.probe_image:
         os.environ["DISTTRAIN_PROBE_IMAGE"] = args.probe_image
     from . import handlers  # noqa: F401  (registers the handlers)
