@@ -195,6 +195,23 @@ def _merge_env(existing: Any, add: list[dict[str, Any]]) -> list[dict[str, Any]]
     return [e for e in _list(existing) if isinstance(e, dict) and e.get("name") not in names] + add
 
 
+def _probe_pythonpath(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``env`` with the probe program first on PYTHONPATH, keeping the trainer's own
+    PYTHONPATH behind it (a site's shared torch tree is often there): a literal value is
+    appended; one from ``valueFrom`` is kept as DISTTRAIN_TRAINER_PYTHONPATH and referenced
+    as ``$(DISTTRAIN_TRAINER_PYTHONPATH)``, which the kubelet expands. (A PYTHONPATH set
+    only by the image's ENV is shadowed: the pod spec cannot see it.)"""
+    own = next((e for e in env if isinstance(e, dict) and e.get("name") == "PYTHONPATH"), None)
+    value = c.PROBE_INSTALL_DIR
+    extra: list[dict[str, Any]] = []
+    if own is not None and own.get("valueFrom") is not None:
+        extra = [{"name": "DISTTRAIN_TRAINER_PYTHONPATH", "valueFrom": own["valueFrom"]}]
+        value += ":$(DISTTRAIN_TRAINER_PYTHONPATH)"
+    elif own is not None and str(own.get("value") or ""):
+        value += ":" + str(own["value"])
+    return _merge_env(env, extra + [_env_var("PYTHONPATH", value)])
+
+
 def _base_pod(
     job: JobRef, spec: DistTrainingJobSpec, name: str, labels: dict[str, str], rank: int
 ) -> dict[str, Any]:
@@ -396,9 +413,7 @@ def build_probe_pod(
             }
         ]
         probe["volumeMounts"].append({"name": c.PROBE_VOLUME, "mountPath": c.PROBE_INSTALL_DIR})
-        probe["env"] = _merge_env(
-            probe["env"], [_env_var("PYTHONPATH", c.PROBE_INSTALL_DIR)]
-        )
+        probe["env"] = _probe_pythonpath(probe["env"])
     _declare_rendezvous_port(probe, spec, rank)
     _declare_beacon_port(probe, spec, rank)
     pod_spec["containers"] = [probe]
@@ -423,8 +438,11 @@ def torchrun_command(
 ) -> list[str]:
     """Wrap a container command in torchrun with the validated rendezvous.
 
-    ``python train.py a`` -> ``torchrun <opts> train.py a``; ``python -m pkg a`` ->
-    ``torchrun <opts> -m pkg a``; anything else -> ``torchrun <opts> --no-python cmd ...``.
+    ``python train.py a`` -> ``python -m torch.distributed.run <opts> train.py a`` (the
+    user's own interpreter runs torchrun's module: an image need not have the ``torchrun``
+    console script on PATH, which a torch on PYTHONPATH or ``pip --target`` lacks; found on
+    real nodes); ``python -m pkg a`` -> ``python -m torch.distributed.run <opts> -m pkg a``;
+    anything else -> ``torchrun <opts> --no-python cmd ...``.
     Options: ``--nnodes``, ``--nproc-per-node``, and for the static backend ``--node-rank``
     ``--master-addr`` ``--master-port``; for c10d ``--rdzv-backend=c10d``
     ``--rdzv-endpoint=addr:port`` ``--rdzv-id=<job uid>``.
@@ -450,10 +468,11 @@ def torchrun_command(
         ]
     if full and os.path.basename(full[0]).startswith("python") and len(full) > 1:
         rest = full[1:]
+        module = [full[0], "-m", "torch.distributed.run"] + opts[1:]
         if rest[0] == "-m" and len(rest) > 1:
-            return opts + rest
+            return module + rest
         if not rest[0].startswith("-"):
-            return opts + rest
+            return module + rest
     return opts + ["--no-python"] + full
 
 

@@ -195,7 +195,9 @@ def _check_pod(pod: dict, spec: DistTrainingJobSpec, raw_trainer: dict, role: st
     if role == c.ROLE_WORKER and spec.launcher == "torchrun":
         trainer = ps["containers"][0]
         env = {e["name"]: e.get("value") for e in trainer["env"]}
-        if trainer["command"][:1] != ["torchrun"]:  # the user's own torchrun: left as written
+        wrapped = trainer["command"][:1] == ["torchrun"] or trainer["command"][1:3] == ["-m", "torch.distributed.run"]
+        if not wrapped or torchrun.launches(list(raw_trainer.get("command") or []) + list(raw_trainer.get("args") or [])):
+            # the user's own torchrun: left as written
             assert trainer.get("command") == raw_trainer.get("command"), name
             assert trainer.get("args") == raw_trainer.get("args"), name
         for var in ("PET_NNODES", "PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT"):

@@ -19,6 +19,25 @@ def env(ctr):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr["env"]}
 
 
+def test_probe_keeps_the_trainers_pythonpath_behind_its_own():
+    """Found on real nodes: the example's torch comes from a shared tree on the trainer's
+    PYTHONPATH; the probe's PYTHONPATH used to replace it, so the probe had no torch."""
+    for entry, want, extra in (
+        ({"name": "PYTHONPATH", "value": "/opt/torch"}, c.PROBE_INSTALL_DIR + ":/opt/torch", None),
+        ({"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}},
+         c.PROBE_INSTALL_DIR + ":$(DISTTRAIN_TRAINER_PYTHONPATH)", {"configMapKeyRef": {"name": "m", "key": "k"}}),
+    ):
+        s = spec_of()
+        s.template.spec["containers"][0].setdefault("env", []).append(entry)
+        probe = build_probe_pod(REF, s, 1, "10.100.0.10", attempt=0, probe_image="probe:1")["spec"]["containers"][0]
+        names = [x["name"] for x in probe["env"]]
+        assert names.count("PYTHONPATH") == 1 and env(probe)["PYTHONPATH"] == want
+        if extra:
+            ref = next(x for x in probe["env"] if x["name"] == "DISTTRAIN_TRAINER_PYTHONPATH")
+            assert ref["valueFrom"] == extra
+            assert names.index("DISTTRAIN_TRAINER_PYTHONPATH") < names.index("PYTHONPATH")
+
+
 def test_probe_pod_runs_in_training_image_with_same_constraints():
     s = spec_of()
     pod = build_probe_pod(REF, s, 1, "10.100.0.10", attempt=3, probe_image="probe:1")
@@ -58,7 +77,7 @@ def test_worker_pinned_with_validated_rendezvous_torchrun():
     term = ps["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"][-1] == {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-b"]}
     ctr = ps["containers"][0]
-    assert ctr["command"] == ["torchrun", "--nnodes=2", "--nproc-per-node=1", "--node-rank=1",
+    assert ctr["command"] == ["python", "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--node-rank=1",
                               "--master-addr=10.100.0.10", "--master-port=29500",
                               "/workspace/train.py", "--epochs", "3"]
     e = env(ctr)
