@@ -1,16 +1,20 @@
 """``make demo``: bring up the local cluster, install the operator, apply the example job,
 and show it validate and train.
 
-Steps: ``python -m localcluster up``; ``helm install`` of the chart (the operator runs as a
-pod, reaching the apiserver through the node's 10.96.0.1 relay);
-``kubectl apply -f examples/ddp-digits.yaml`` (a previous run's job is deleted first);
+Steps: ``python -m localcluster up --runtime containerd`` (real kubelets, each with its own
+containerd, running the images ``make images`` built); ``helm install`` of the chart (the
+operator runs from its image as a pod, reaching the apiserver through the node's 10.96.0.1
+relay); ``kubectl apply -f examples/ddp-digits.yaml`` with the nodes' shared torch tree
+mounted into its template (``realnode.with_torch_tree``: the images carry no torch; a
+previous run's job is deleted first);
 then every condition change is printed as it happens, and at the end the job's conditions
 as kubectl shows them, the training log's accuracy line and the two ``export`` lines that
 point a shell's kubectl at the local cluster.
 
 The demo fails (exit 1) unless the job Succeeded and the operator pod never restarted: the
-local node agent has no liveness probes, so a restart means the operator process (or its
-container's set-up) exited, a defect the job's own success would otherwise hide. The
+chart sets no liveness-driven restarts that a healthy operator would trigger, so a restart
+means the operator process (or its container's set-up) exited, a defect the job's own
+success would otherwise hide. The
 restarted containers' last state and previous log are printed.
 """
 
@@ -26,7 +30,9 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 
-from . import config, operator_install
+import yaml
+
+from . import config, operator_install, realnode
 from .operator_install import kubectl
 
 console = Console(highlight=False, soft_wrap=True)
@@ -116,13 +122,33 @@ def check_operator_restarts() -> bool:
     return False
 
 
+def example_manifest(runtime: str) -> str:
+    """examples/ddp-digits.yaml as applied on ``runtime``: on real nodes, with the nodes'
+    shared read-only torch tree in the job's template (the images carry no torch).
+    Raises realnode.RealNodeError when ``make images`` made no tree."""
+    text = EXAMPLE.read_text()
+    if runtime != "containerd":
+        return text
+    tree = realnode.torch_tree()
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    return yaml.safe_dump_all([realnode.with_torch_tree(d, tree) for d in docs], sort_keys=False)
+
+
+def apply_example(runtime: str) -> subprocess.CompletedProcess:
+    """``kubectl apply -f -`` of :func:`example_manifest`. Raises CalledProcessError."""
+    return kubectl("apply", "-f", "-", input=example_manifest(runtime))
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m localcluster.demo", description=__doc__)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the job")
+    parser.add_argument("--runtime", default="containerd", choices=["containerd", "agent"],
+                        help="containerd: real kubelets (default); agent: the node agent")
     args = parser.parse_args(argv)
 
-    console.rule("[bold]1. Local cluster (kube-apiserver, etcd, scheduler, controller-manager, node agents)")
-    subprocess.run([sys.executable, "-m", "localcluster", "up"], check=True)
+    console.rule("[bold]1. Local cluster (kube-apiserver, etcd, scheduler, controller-manager, "
+                 + ("real kubelets with containerd)" if args.runtime == "containerd" else "node agents)"))
+    subprocess.run([sys.executable, "-m", "localcluster", "up", "--runtime", args.runtime], check=True)
     console.print(kubectl("get", "nodes", "-o", "wide").stdout)
 
     console.rule("[bold]2. helm install disttrain charts/disttrain-operator (the operator runs as a pod)")
@@ -133,7 +159,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     console.rule(f"[bold]3. kubectl apply -f examples/{EXAMPLE.name}")
     kubectl("delete", "-f", str(EXAMPLE), "--ignore-not-found", "--wait=true", check=False)
     t0 = time.monotonic()
-    console.print(kubectl("apply", "-f", str(EXAMPLE)).stdout)
+    console.print(apply_example(args.runtime).stdout)
     job = watch(args.timeout)
     elapsed = time.monotonic() - t0
 
