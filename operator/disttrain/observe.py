@@ -13,6 +13,8 @@ never judged, never counted, and a name they hold is reported rather than taken.
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timezone
 from typing import Any, Optional
 
@@ -150,12 +152,29 @@ def unschedulable(pod: Any) -> Optional[str]:
 PULL_ERRORS = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName")
 
 
+# containerd's and the kubelet's wrappers around a pull error, each naming the image again
+_PULL_WRAPPERS = re.compile(
+    r'(rpc error: code = \w+ desc = |failed to pull and unpack image "[^"]*": |'
+    r'failed to pull image "[^"]*": |failed to resolve reference "[^"]*": |'
+    r'Back-off pulling image "[^"]*": )')
+
+
+def pull_cause(message: str, keep: int = 160) -> str:
+    """A runtime's pull error without the wrappers that repeat the image name, and, when
+    longer than ``keep`` characters, its end (where the cause is: ``no such host``, ``not
+    found``, ``unauthorized``) behind "...". Pure; never raises."""
+    text = _PULL_WRAPPERS.sub("", str(message)).strip()
+    return text if len(text) <= keep else "..." + text[-(keep - 3):].lstrip()
+
+
 def image_pull_error(pod: Any) -> Optional[str]:
-    """``<image>: <reason>: <message>`` when a (init) container cannot get its image."""
+    """``<image>: <reason>: <cause>`` when a (init) container cannot get its image
+    (:func:`pull_cause` of the kubelet's message)."""
     for cs in _container_statuses(pod, init=True) + _container_statuses(pod):
         waiting = _dict(_dict(cs.get("state")).get("waiting"))
         if waiting.get("reason") in PULL_ERRORS:
-            return f"{cs.get('image')}: {waiting.get('reason')}: {waiting.get('message') or ''}"
+            return (f"{cs.get('image')}: {waiting.get('reason')}: "
+                    f"{pull_cause(waiting.get('message') or '')}")
     return None
 
 

@@ -218,6 +218,15 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
     return master
 
 
+def _pull_summary(pull: list[tuple[int, dict, str]]) -> str:
+    """``rank 1 on node-b, rank 2 on node-c: <image>: ErrImagePull: <cause>``: one clause
+    per distinct error, each naming the ranks and the nodes whose kubelet failed the pull."""
+    causes: dict[str, list[str]] = {}
+    for rank, pod, message in pull:
+        causes.setdefault(message, []).append(f"rank {rank} on {o.node(pod) or 'no node yet'}")
+    return "; ".join(f"{', '.join(who)}: {m}" for m, who in causes.items())
+
+
 def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     """ProbesScheduled from the pods' scheduling and image state; True when the preflight
     failed here (unschedulable, image pull)."""
@@ -227,7 +236,7 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     pull = [(r, p, o.image_pull_error(p)) for r, p in sorted(by_rank.items())]
     pull = [(r, p, m) for r, p, m in pull if m]
     if pull:
-        msg = scheduling.summarize([(r, m) for r, _, m in pull], s.spec.num_nodes)
+        msg = _pull_summary(pull)
         msg += "; fix the image name or pull secret (spec.probe.image / the training image)"
         s.set(c.PROBES_SCHEDULED, "False", c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
         s.fail_preflight(c.REASON_PROBE_IMAGE_PULL_FAILED, msg)
