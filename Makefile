@@ -25,7 +25,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Control-plane binaries (kube-apiserver, controller-manager, scheduler, kubectl, etcd, helm),
+# Control-plane and node binaries (kube-apiserver, controller-manager, scheduler, kubectl,
+# kubelet, kube-proxy, etcd, helm),
 # CoreDNS and Kubeflow's training operator built from their Go modules, cached by version
 # under $(DISTTRAIN_CACHE).
 build-cluster: system-deps
@@ -59,16 +60,24 @@ chart-readme: venv
 api-docs: venv
 	$(VPY) docs/generate_api.py > docs/api.md
 
+# make demo: real kubelets, each with its own containerd, run the images `make images`
+# built; Helm installs the operator from its image; the example validates and trains in
+# containers. Builds only what it starts (control plane, kubelet, CoreDNS, Helm: not Kueue or
+# Kubeflow's training operator).
 # make demo SCENARIO=<name in scenarios/ | path>: build that scenario's cluster, run its job,
 # check its expected outcome (DISTTRAIN_CLUSTER_INSTANCE=N picks a separate local cluster).
-demo: system-deps venv build-cluster
+demo: system-deps venv images
+	@$(SYSTEM_DEPS) nodes
 ifdef SCENARIO
+	bash localcluster/build/build-k8s.sh all
 	$(VPY) -m localcluster.scenariorun $(SCENARIO)
 else
+	bash localcluster/build/build-k8s.sh demo
 	$(VPY) -m localcluster.demo
 endif
 
-test: system-deps venv build-cluster
+test: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
 	$(VPY) -m pytest -q -ra
 
 test-unit: venv
@@ -77,7 +86,8 @@ test-unit: venv
 test-probe: system-deps venv
 	$(VPY) -m pytest -q -ra tests/probe
 
-test-e2e: system-deps venv build-cluster
+test-e2e: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
 	$(VPY) -m pytest -q -ra tests/e2e
 
 # The generated suites (tests/fuzz) at length: random seeds, 10,000 generated probe reports
@@ -96,8 +106,11 @@ chaos: system-deps venv build-cluster
 test-scale: system-deps venv build-cluster
 	DISTTRAIN_SLOW_SCENARIOS=1 $(VPY) -m pytest -q -ra tests/e2e/test_scenarios.py -k "$(or $(SCENARIO),16-nodes)"
 
-bench: system-deps venv build-cluster
-	$(VPY) benchmarks/bench_overhead.py
+# Pod start, apply -> training pods Running: real nodes vs the node agent, 2 and 8 nodes,
+# probe on vs off, as ratios in one run (benchmarks/results/pod-start.md).
+bench: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
+	$(VPY) benchmarks/bench_overhead.py $(BENCH_ARGS)
 
 # Time to diagnosis of every failing scenario, probe on vs the same job without probes
 # (capped, 300 s by default); e.g. BENCH_ARGS='--cap 60 --scenario firewall-master-drop'.

@@ -216,6 +216,8 @@ case "$what" in
   coredns) build_coredns ;;
   kubeflow) build_training_operator ;;
   kueue) build_kueue ;;
+  # what `make demo` starts: no Kueue, no Kubeflow training operator (their targets build them)
+  demo) build_etcd; build_k8s; build_helm; build_coredns ;;
   all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator; build_kueue ;;
-  *) echo "usage: $0 [all|k8s|etcd|helm|coredns|kubeflow|kueue]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|demo|k8s|etcd|helm|coredns|kubeflow|kueue]" >&2; exit 2 ;;
 esac
