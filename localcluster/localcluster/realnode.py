@@ -12,8 +12,9 @@ cgroup, then starts ``inner`` with ``nsenter --net=<node netns> unshare --mount
 process in the node's cgroups (kubelet, containerd, shims, containers) is killed, which
 is what a lost node looks like.
 
-``inner`` (in the node's network namespace and a private mount namespace, so containerd,
-the kubelet and runc see the same mounts) bind-mounts private directories and files over
+``inner`` (in the node's network namespace, its own UTS namespace with the node's name as
+hostname, and a private mount namespace, so containerd, the kubelet and runc see the same
+mounts) bind-mounts private directories and files over
 the host paths that containerd 1.6, the kubelet and libcni hard-code or write
 (``/run/containerd``: shim sockets; ``/var/lib/cni``: libcni's cache; ``/var/log``:
 ``/var/log/containers`` links; ``/etc/hosts`` and ``/etc/resolv.conf``: the node's own,
@@ -291,9 +292,23 @@ def _private_mounts(d: Path) -> None:
         _bind(d / "sysctl" / rel.replace("/", "."), f"/proc/sys/{rel}")
 
 
+def _answers(path: Path) -> bool:
+    import socket
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def _wait_socket(path: Path, proc: subprocess.Popen, timeout: float) -> None:
+    """Wait until containerd accepts on ``path`` (a socket file left by a killed containerd
+    exists but refuses). Raises RealNodeError."""
     deadline = time.monotonic() + timeout
-    while not path.is_socket():
+    while not _answers(path):
         if proc.poll() is not None:
             raise RealNodeError(f"containerd exited ({proc.returncode}) before {path} appeared")
         if time.monotonic() > deadline:
@@ -322,10 +337,17 @@ def import_images(ctr: str, d: Path, root: Path, archives: list[tuple[str, str]]
 
 def inner(state: Path, spec: NodeSpec, internal_ip: str) -> int:
     """Run containerd and the kubelet until either ends or SIGTERM; returns an exit code."""
+    import socket
     b = binaries()
     d = node_dir(state, spec.name)
+    # The node's own hostname (its UTS namespace): host-network pods share it, as on a real
+    # node. Without it they had the machine's, which no node's hosts file resolves, and
+    # gloo fell back to 127.0.0.1 (found with the probe off).
+    socket.sethostname(spec.name)
     _private_mounts(d)
     logs = state / "logs"
+    for stale in (d / "containerd.sock", d / "containerd.sock.ttrpc"):
+        stale.unlink(missing_ok=True)  # left by a node that was killed
     cd_log = open(logs / f"containerd-{spec.name}.log", "ab")
     containerd = subprocess.Popen([b["containerd"], "--config", str(d / "containerd.toml")],
                                   stdout=cd_log, stderr=subprocess.STDOUT)
@@ -381,7 +403,7 @@ def run(state: Path, spec: NodeSpec, internal_ip: str, hosts_lines: list[str],
     ensure_cgroups(spec.netns)
     join_cgroups(spec.netns, os.getpid())  # inherited by inner, containerd, the shims
     child = subprocess.Popen([b["nsenter"], f"--net=/run/netns/{spec.netns}", b["unshare"],
-                              "--mount", "--propagation", "slave", "--", venv_python(), "-m",
+                              "--mount", "--uts", "--propagation", "slave", "--", venv_python(), "-m",
                               "localcluster.realnode", "inner", "--node", spec.name,
                               "--state", str(state), "--internal-ip", internal_ip])
     stopping = []
