@@ -168,3 +168,28 @@ def test_a_silent_master_host_waits_for_rank0s_own_report_until_its_checks_end()
     assert cond.get(later.status["conditions"], c.MASTER_REACHABLE)["reason"] == c.REASON_MASTER_PORT_TIMEOUT
     filtered = step(body, [running0(), failed(1, "node-b", timeout_report("refused"))])
     assert cond.get(filtered.status["conditions"], c.MASTER_REACHABLE)["reason"] == c.REASON_MASTER_PORT_TIMEOUT
+
+
+def test_a_silent_store_waits_until_a_dead_rank0_node_is_named_not_the_dialler():
+    """Found on real nodes: node-b (rank 0) was killed (kubelet, containerd, containers)
+    while node-a's probe had connected to its store; node-a reported MasterPortTimeout
+    ("TCP ... works but the TCPStore did not answer") and the verdict, taken at once, was
+    MasterPortTimeout on node-a. Now rank 0's report is awaited long enough for its silence
+    to count (nodeloss): the lost node is named."""
+    from disttrain.policies.probing import STORE_SILENT_WAIT_SECONDS
+
+    rep = report(1, "node-b", ok=False, failure={
+        "reason": c.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+        "message": "node-b (rank 1): TCP to 10.100.0.10:29500 works but the TCPStore did not answer"})
+    rep["master"] = {"addr": "10.100.0.10", "port": 29500, "connected": "10.100.0.10"}
+    body = advance(job(), step(job(), []))
+    pods = [running0(), failed(1, "node-b", rep)]
+    early = step(body, pods)  # 1 s after rank 1 ended
+    assert cond.status_of(early.status["conditions"], c.VALIDATED) == "Unknown" and early.deletes == []
+    later = step(body, pods, now=NOW + timedelta(seconds=STORE_SILENT_WAIT_SECONDS))
+    v = cond.get(later.status["conditions"], c.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_POD_LOST), v
+    assert "node-a" in v["message"]
+    # a store that refused (not this case) is still decided at once
+    assert cond.status_of(step(body, [running0(), failed(1, "node-b", refused(1, "node-b"))])
+                          .status["conditions"], c.VALIDATED) == "False"

@@ -107,6 +107,24 @@ def master_silent(report: dict) -> bool:
     return f.get("reason") == c.REASON_MASTER_PORT_TIMEOUT and h.get("r") not in ("refused", "ok")
 
 
+def store_silent(report: dict) -> bool:
+    """Whether a rank's report says it connected to MASTER_ADDR:MASTER_PORT by TCP but rank
+    0's TCPStore never answered (MasterPortTimeout with ``master.connected``): the fault is
+    on rank 0's side (its probe stopped, its node died, something else holds the port), so
+    only rank 0's report, or its pod's silence, can say which. Pure; never raises."""
+    f = report.get("failure") if isinstance(report.get("failure"), dict) else {}
+    m = report.get("master") if isinstance(report.get("master"), dict) else {}
+    return f.get("reason") == c.REASON_MASTER_PORT_TIMEOUT and bool(m.get("connected"))
+
+
+# How long after a rank found rank 0's store silent (store_silent) the verdict waits for
+# rank 0's report (s): longer than nodeloss.NODE_LOST_SETTLE_SECONDS, so that a rank 0 whose
+# node died is named (ProbePodLost) instead of the rank that waited for it. Found on real
+# nodes: a kubelet and containerd killed during the rendezvous gave "MasterPortTimeout on
+# node-a", the live node that dialled the dead one.
+STORE_SILENT_WAIT_SECONDS = nodeloss.NODE_LOST_SETTLE_SECONDS + 2.0
+
+
 def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
              now: datetime, rank0_wait: float = 0.0) -> tuple[bool, Optional[float]]:
     """(True, None) when the verdict need not wait for the probes still running: some rank
@@ -115,13 +133,16 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
     for it); or rank 0 itself failed before serving the store (the others could only be
     refused). When a rank found rank 0's host silent (:func:`master_silent`), rank 0's own
     report is awaited until ``rank0_wait`` seconds after its probe started (its own checks,
-    e.g. resolving its name, end by then): it alone can name a fault of rank 0's node.
+    e.g. resolving its name, end by then): it alone can name a fault of rank 0's node. When
+    a rank found rank 0's store silent (:func:`store_silent`), rank 0's report is awaited
+    until STORE_SILENT_WAIT_SECONDS after that rank ended.
     (False, seconds) while a wait runs; (False, None) otherwise."""
     if _failed_before_store(by_rank.get(0), parse_report) is not None:
         return True, None
     first: Optional[datetime] = None
     found = False
     silent = False
+    store_quiet: Optional[datetime] = None  # the last report that found rank 0's store silent
     for r in range(1, n):
         got = _stranding_report(by_rank.get(r), parse_report)
         if got is not None:
@@ -130,9 +151,15 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
             ended = o.parse_time(got[0].get("finishedAt"))
             if ended and (first is None or ended < first):
                 first = ended
+            if ended and store_silent(got[1]) and (store_quiet is None or ended > store_quiet):
+                store_quiet = ended
     if not found:
         return False, None
     waits = []
+    if store_quiet is not None and not o.finished(by_rank.get(0)):
+        left = seconds_left(store_quiet, STORE_SILENT_WAIT_SECONDS, now)
+        if left is not None and left > 0:
+            waits.append(left)
     if silent and rank0_wait > 0 and not o.finished(by_rank.get(0)):
         start0 = o.parse_time(o.started_at(by_rank.get(0), "probe"))
         left0 = seconds_left(start0, rank0_wait, now) if start0 else None
@@ -318,14 +345,14 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
     if not finished:
         done, settle = stranded(by_rank, n, s.parse_report, s.now, rank0_wait(s.spec)) \
             if complete else (False, None)
-        if not done:
-            lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now, s.spec.probe.timeout_seconds)
-            if not lost:
-                for wait in (settle, silent_wait):
-                    if wait is not None:
-                        s.plan.requeue(wait)
-                _budget(s, by_rank)
-                return None
+        # a rank silent past the rules is lost even when the others' reports would decide
+        lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now, s.spec.probe.timeout_seconds)
+        if not done and not lost:
+            for wait in (settle, silent_wait):
+                if wait is not None:
+                    s.plan.requeue(wait)
+            _budget(s, by_rank)
+            return None
     master = master or _master_given(s, by_rank)
     if not master:  # no verdict without the address training will be given as MASTER_ADDR
         rank0 = by_rank.get(0)
