@@ -138,6 +138,43 @@ def test_an_image_no_registry_serves_fails_naming_rank_node_and_cause(demo):
     kubectl("delete", "dtj", "pull-fails", "--wait=true")
 
 
+def test_a_node_killed_during_the_probe_is_named(demo):
+    """A node dies whole (kubelet, containerd, shims, containers: realnode.kill_node) while
+    the probe runs: the job fails within the probe budget naming that node, and no training
+    pod is created. The node killed is the one without the operator pod: a Deployment's pod
+    on a lost node is only replaced after the NoExecute taint's tolerationSeconds (300 s by
+    default), as on any cluster."""
+    from localcluster import realnode
+    docs = [d for d in yaml.safe_load_all(_py("-c", (
+        "from localcluster import demo; print(demo.example_manifest('containerd'))")).stdout) if d]
+    job = next(d for d in docs if d["kind"] == "DistTrainingJob")
+    job["metadata"]["name"] = "lost"
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+    t0 = time.monotonic()
+    operator_node = _json("get", "pods", "-n", "disttrain-system")["items"][0]["spec"]["nodeName"]
+    node = None
+    while time.monotonic() - t0 < 60 and node is None:
+        probes = _json("get", "pods", "-l", "disttrain.dev/job-name=lost,disttrain.dev/role=probe")["items"]
+        if len(probes) == 2 and all((p.get("status") or {}).get("phase") == "Running" for p in probes):
+            node = next(p["spec"]["nodeName"] for p in probes if p["spec"]["nodeName"] != operator_node)
+        time.sleep(0.2)
+    assert node, "the probes never ran"
+    assert realnode.kill_node(f"{NS_PREFIX}{node}") > 0
+    killed = time.monotonic()
+    job = {}
+    while time.monotonic() - killed < 120:
+        job = _json("get", "dtj", "lost")
+        if (job.get("status") or {}).get("phase") == "Failed":
+            break
+        time.sleep(1)
+    assert job["status"]["phase"] == "Failed", job.get("status")
+    v = {c["type"]: c for c in job["status"]["conditions"]}["Validated"]
+    assert v["status"] == "False" and node in v["message"], v
+    assert time.monotonic() - killed < 90  # the probe budget (60 s) and its slack
+    workers = _json("get", "pods", "-l", "disttrain.dev/job-name=lost,disttrain.dev/role=worker")["items"]
+    assert workers == []
+
+
 def test_down_leaves_no_node_process_or_cgroup(demo):
     assert _cgroups() and _node_processes()  # the nodes ran as expected before
     r = _py("-m", "localcluster", "down", timeout=300)
