@@ -112,11 +112,11 @@ def test_images_are_cached_by_content(images, tmp_path):
     t0 = time.monotonic()
     p = build_images("all")
     assert p.returncode == 0, p.stderr
-    assert "built" not in p.stderr and p.stderr.count(": cached") == 5, p.stderr  # base, tree, 3 images
+    assert "built" not in p.stderr and p.stderr.count(": cached") == 6, p.stderr  # base, tree, 3 images, pause
     assert time.monotonic() - t0 < 60
     # A copy of the build inputs with one operator module changed: only the operator rebuilds.
     copy = tmp_path / "repo"
-    for part in ("operator", "probe_image", "examples", "localcluster/build"):
+    for part in ("operator", "probe_image", "examples", "localcluster/build", "localcluster/images/pause"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for f in ("pyproject.toml", ".dockerignore"):
         shutil.copy(REPO / f, copy / f)
@@ -127,7 +127,7 @@ def test_images_are_cached_by_content(images, tmp_path):
         assert p.returncode == 0, p.stderr
         lines = [ln for ln in p.stderr.splitlines() if ln.startswith("[images]")]
         assert [ln.split(":")[0] for ln in lines if ": built " in ln] == ["[images] disttrain-operator"], p.stderr
-        for name in ("base", "torch tree", "disttrain-probe", "examples-digits"):
+        for name in ("base", "torch tree", "disttrain-probe", "examples-digits", "pause"):
             assert any(ln.startswith(f"[images] {name}: cached") for ln in lines), p.stderr
     finally:
         # The repository's own images get their version tags back; the changed one is removed.
