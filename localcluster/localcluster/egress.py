@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from .config import node_spec_by_name, pod_cidr
-from .serviceproxy import _setns
+from .serviceproxy import _pipe, _setns
 
 log = logging.getLogger("localcluster.egress")
 
@@ -104,23 +104,6 @@ def dial(netns: Optional[str], host: str, port: int, timeout: float = 10.0) -> s
     except OSError:
         s.close()
         raise
-
-
-def _pipe(src: socket.socket, dst: socket.socket) -> None:
-    try:
-        while True:
-            data = src.recv(65536)
-            if not data:
-                break
-            dst.sendall(data)
-    except OSError:
-        pass
-    finally:
-        for s, how in ((dst, socket.SHUT_WR), (src, socket.SHUT_RD)):
-            try:
-                s.shutdown(how)
-            except OSError:
-                pass
 
 
 def _read_head(conn: socket.socket, limit: int = 8192) -> bytes:
