@@ -9,7 +9,7 @@ real kubelet listens on its node's InternalIP:10250 inside the node's namespace,
 apiserver could not reach it for ``kubectl logs`` or ``exec``. This proxy reads the target
 of each ``CONNECT host:port``, picks the network namespace that holds it (a node's
 InternalIP or NIC address, or an address in its pod CIDR, from ``<state>/cluster.json``)
-and opens the TCP connection from inside that namespace (setns(2) on one thread); any
+and opens the TCP connection from inside that namespace (``serviceproxy.socket_in_netns``); any
 other target (127.0.0.1: the node agents' log servers, webhooks of host processes) is
 dialled from the machine's namespace as before. TLS passes through untouched.
 
@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import Optional
 
 from .config import node_spec_by_name, pod_cidr
-from .serviceproxy import _pipe, _setns
+from .serviceproxy import _pipe, socket_in_netns
 
 log = logging.getLogger("localcluster.egress")
 
 SOCKET_NAME = "egress.sock"
-_netns_lock = threading.Lock()  # one thread switches namespace at a time (setns is per thread)
 
 
 def socket_path(state: Path) -> Path:
@@ -84,18 +83,7 @@ def dial(netns: Optional[str], host: str, port: int, timeout: float = 10.0) -> s
     Raises OSError."""
     if netns is None:
         return socket.create_connection((host, port), timeout=timeout)
-    with _netns_lock:
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            finally:
-                _setns(own)
-        finally:
-            os.close(own)
-            os.close(target)
+    s = socket_in_netns(netns)
     try:
         s.settimeout(timeout)
         s.connect((host, port))  # the socket keeps the namespace it was made in

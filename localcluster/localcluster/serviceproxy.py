@@ -35,29 +35,30 @@ def _setns(fd: int) -> None:
         raise OSError(err, f"setns: {os.strerror(err)}")
 
 
-def listen_in_netns(netns: str, addr: str, port: int, backlog: int = 128) -> socket.socket:
-    """A listening TCP socket on ``addr:port`` inside the named network namespace
-    (``/run/netns/<netns>``). Raises OSError (no such namespace, address not assigned...)."""
+def socket_in_netns(netns: str) -> socket.socket:
+    """A new TCP socket made inside the named network namespace (``/run/netns/<netns>``).
+    A socket keeps the namespace it was made in, so binding, listening and connecting work
+    from any thread afterwards. A thread of its own switches namespace (setns(2) is per
+    thread), so the caller's never does. Raises OSError (no such namespace...)."""
     result: dict[str, object] = {}
 
     def work() -> None:
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
         try:
-            _setns(target)
+            own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
             try:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                s.bind((addr, port))
-                s.listen(backlog)
-                result["sock"] = s
+                target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+                try:
+                    _setns(target)
+                    try:
+                        result["sock"] = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                    finally:
+                        _setns(own)
+                finally:
+                    os.close(target)
             finally:
-                _setns(own)
+                os.close(own)
         except OSError as e:
             result["error"] = e
-        finally:
-            os.close(own)
-            os.close(target)
 
     t = threading.Thread(target=work, name=f"setns-{netns}")
     t.start()
@@ -65,6 +66,20 @@ def listen_in_netns(netns: str, addr: str, port: int, backlog: int = 128) -> soc
     if "error" in result:
         raise result["error"]  # type: ignore[misc]
     return result["sock"]  # type: ignore[return-value]
+
+
+def listen_in_netns(netns: str, addr: str, port: int, backlog: int = 128) -> socket.socket:
+    """A listening TCP socket on ``addr:port`` inside the named network namespace
+    (``/run/netns/<netns>``). Raises OSError (no such namespace, address not assigned...)."""
+    s = socket_in_netns(netns)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((addr, port))
+        s.listen(backlog)
+    except OSError:
+        s.close()
+        raise
+    return s
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
