@@ -296,8 +296,7 @@ def _write_image_list(state: Path) -> None:
 
 def _import_images(state: Path, desired) -> None:
     """Import into each running real node the image archives it lacks. Raises RuntimeError."""
-    lines = (state / "realnodes" / realnode.IMAGES_LIST).read_text().splitlines()
-    archives = [tuple(ln.split(" ", 1)) for ln in lines if " " in ln]
+    archives = realnode.image_archives(state)
     ctr = realnode.binaries()["ctr"]
     for n in desired:
         try:

@@ -316,6 +316,13 @@ def _wait_socket(path: Path, proc: subprocess.Popen, timeout: float) -> None:
         time.sleep(0.1)
 
 
+def image_archives(state: Path) -> list[tuple[str, str]]:
+    """``[(ref, docker-archive path)]`` from ``<state>/realnodes/images.txt`` (written by
+    `up`). Raises OSError when `up` wrote none."""
+    lines = (state / "realnodes" / IMAGES_LIST).read_text().splitlines()
+    return [(ref, path) for ref, _, path in (ln.partition(" ") for ln in lines) if path]
+
+
 def import_images(ctr: str, d: Path, root: Path, archives: list[tuple[str, str]]) -> None:
     """Import each ``(ref, docker-archive)`` not imported before (one marker per archive
     file under containerd's root), into namespace k8s.io. Raises RealNodeError."""
@@ -360,9 +367,7 @@ def inner(state: Path, spec: NodeSpec, internal_ip: str) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         _wait_socket(d / "containerd.sock", containerd, 30)
-        archives = [tuple(ln.split(" ", 1)) for ln in
-                    (state / "realnodes" / IMAGES_LIST).read_text().splitlines() if " " in ln]
-        import_images(b["ctr"], d, containerd_root(spec), archives)
+        import_images(b["ctr"], d, containerd_root(spec), image_archives(state))
     except (RealNodeError, OSError) as e:
         log.error("%s", e)
         stop()
