@@ -450,10 +450,10 @@ class PodTimeline(_Timeline):
         super().__init__(core.list_namespaced_pod, (ns,), t0)
 
     def record(self, pod: Any, now: float) -> None:
-        from disttrain import constants as c
+        from disttrain.api import constants
 
         e = self.events.setdefault(pod.metadata.name, {
-            "role": (pod.metadata.labels or {}).get(c.LABEL_ROLE)})
+            "role": (pod.metadata.labels or {}).get(constants.LABEL_ROLE)})
         e.setdefault("created", now)
         if pod.spec.node_name:
             e.setdefault("scheduled", now)

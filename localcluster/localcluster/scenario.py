@@ -645,7 +645,7 @@ def _check_job(sc: Scenario, source: str, lines: dict) -> None:
     """The example's spec with ``job`` merged in must be a valid DistTrainingJob spec (the
     operator's own models), so a bad override is named here, before a cluster is built,
     not by ``kubectl apply`` after. Raises ScenarioError ``source:line: job.<field>: why``."""
-    from disttrain.api import DistTrainingJobSpec
+    from disttrain.api.types import DistTrainingJobSpec
 
     spec = next((d["spec"] for d in job_documents(sc) if d.get("kind") == "DistTrainingJob"), {})
     try:

@@ -55,7 +55,7 @@ def substitute(text: str, rank_nodes: dict[int, str]) -> str:
 def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -> tuple[Optional[bool], str]:
     """(True, '') when the expected condition is met, (False, why) when it can no longer
     be, (None, what is awaited) otherwise. ``phase`` is checked after the condition."""
-    from disttrain import constants as k
+    from disttrain.api import constants as k
 
     c = _condition(job, expect.condition)
     phase = ((job or {}).get("status") or {}).get("phase")

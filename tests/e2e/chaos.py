@@ -54,8 +54,8 @@ import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from disttrain import constants as c
-from disttrain import observe as o
+from disttrain.api import constants
+from disttrain.children import observe
 from localcluster import controlplane, network, operator_install, procs
 from localcluster.config import node_spec_by_name
 
@@ -76,9 +76,9 @@ STAGE_DELAY = {"probe-created": 1.5, "probing": 3.0, "verdict": 0.6, "training-s
 # deleted by hand while it runs (a "delete-pod" fault), which must end the attempt in a gang
 # restart that creates nothing of attempt 0 again.
 FAIL_ONCE, FAIL_ALWAYS, PLAIN, DELETE_ONCE = "fail-once", "fail-always", "plain", "delete-once"
-EXPECTED = {FAIL_ONCE: (c.SUCCEEDED, c.REASON_ALL_RANKS_SUCCEEDED),
-            FAIL_ALWAYS: (c.FAILED, c.REASON_BACKOFF_LIMIT_EXCEEDED),
-            DELETE_ONCE: (c.SUCCEEDED, c.REASON_ALL_RANKS_SUCCEEDED)}
+EXPECTED = {FAIL_ONCE: (constants.SUCCEEDED, constants.REASON_ALL_RANKS_SUCCEEDED),
+            FAIL_ALWAYS: (constants.FAILED, constants.REASON_BACKOFF_LIMIT_EXCEEDED),
+            DELETE_ONCE: (constants.SUCCEEDED, constants.REASON_ALL_RANKS_SUCCEEDED)}
 
 # Runs the example's training script unless this rank is the one made to fail on this
 # attempt (the attempt comes from the pod's disttrain.dev/attempt label, downward API).
@@ -116,7 +116,7 @@ def job_docs(variant: str = FAIL_ONCE, epochs: int = 3, probe_timeout: int = 120
     inventory share (a ProbeInternalError that says nothing about the operator)."""
     docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
     cm = next(d for d in docs if d["kind"] == "ConfigMap")
-    job = next(d for d in docs if d["kind"] == c.KIND)
+    job = next(d for d in docs if d["kind"] == constants.KIND)
     spec = job["spec"]
     spec["probe"]["timeoutSeconds"] = probe_timeout
     if variant == PLAIN:
@@ -131,7 +131,7 @@ def job_docs(variant: str = FAIL_ONCE, epochs: int = 3, probe_timeout: int = 120
         {"name": "FAIL_ATTEMPT", "value": {FAIL_ALWAYS: "any", DELETE_ONCE: "never"}.get(variant, "0")},
         {"name": "HANG_ATTEMPT", "value": "0" if variant == DELETE_ONCE else "never"},
         {"name": "TRAIN_ATTEMPT",
-         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{c.LABEL_ATTEMPT}']"}}},
+         "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{constants.LABEL_ATTEMPT}']"}}},
     ]
     return docs
 
@@ -182,7 +182,7 @@ def draw_plans(seed: int, jobs: int, kills: int, apiserver_restarts: int,
         per_job[j].append(Fault("apiserver", "probing", round(rng.uniform(0, 2.0), 2)))
     plans = []
     for j, faults in enumerate(per_job):
-        variant = FAIL_ALWAYS if fail_always_every and j % fail_always_every == fail_always_every - 1 \
+        variant = FAIL_ALWAYS if fail_always_every and j % fail_always_every == fail_always_every - 1\
             else FAIL_ONCE
         faults.sort(key=lambda f: (STAGES.index(f.stage), f.delay))
         plans.append(JobPlan(j, variant, tuple(faults)))
@@ -279,7 +279,7 @@ def restore_nodes(nodes: int, core: client.CoreV1Api, timeout: float = 180) -> N
 def probe_phase(state: Path, ns: str, pod: dict[str, Any]) -> Optional[str]:
     """The phase a running probe is in, from the report it writes before each phase (the
     node agent keeps the termination-message file under ``<state>/pods``); None before."""
-    d = state / "pods" / f"{ns}_{o.name(pod)}_{o.meta(pod).get('uid')}"
+    d = state / "pods" / f"{ns}_{observe.name(pod)}_{observe.meta(pod).get('uid')}"
     try:
         return json.loads((d / "probe.termination-log").read_text()).get("phase")
     except (OSError, ValueError, AttributeError):
@@ -311,7 +311,7 @@ class PodLife:
     @property
     def running(self) -> bool:
         """Not deleted and not finished (its processes may run)."""
-        return self.exists and self.phase not in o.TERMINAL_PHASES
+        return self.exists and self.phase not in observe.TERMINAL_PHASES
 
     def __str__(self) -> str:
         return f"{self.name} (uid {self.uid[:8]}, attempt {self.attempt}, {self.phase})"
@@ -357,7 +357,7 @@ class PodWatch(threading.Thread):
                     if typ == "ERROR":
                         self.rv = None
                         break
-                    self.rv = o.meta(obj).get("resourceVersion") or self.rv
+                    self.rv = observe.meta(obj).get("resourceVersion") or self.rv
                     if typ != "BOOKMARK":
                         self._on(typ, obj, self.t())
             except ApiException as exc:
@@ -378,7 +378,7 @@ class PodWatch(threading.Thread):
         t = self.t()
         with self.lock:
             self.relists += 1
-            seen = {o.meta(p).get("uid") for p in data.get("items") or []}
+            seen = {observe.meta(p).get("uid") for p in data.get("items") or []}
             for life in self.pods.values():  # deletions first: no false overlap from the gap
                 if life.exists and life.uid not in seen:
                     life.deleted = t
@@ -387,22 +387,22 @@ class PodWatch(threading.Thread):
         self.rv = (data.get("metadata") or {}).get("resourceVersion")
 
     def _on(self, typ: str, pod: dict[str, Any], t: float) -> None:
-        uid = o.meta(pod).get("uid") or ""
+        uid = observe.meta(pod).get("uid") or ""
         with self.lock:
             self.events += 1
             life = self.pods.get(uid)
             if life is None:
                 if typ == "DELETED":
                     return
-                life = PodLife(uid=uid, name=o.name(pod), role=o.role(pod),
-                               rank=o.int_label(pod, c.LABEL_RANK),
-                               attempt=o.int_label(pod, c.LABEL_ATTEMPT),
-                               owner=o.controller_uid(pod), added=t)
+                life = PodLife(uid=uid, name=observe.name(pod), role=observe.role(pod),
+                               rank=observe.int_label(pod, constants.LABEL_RANK),
+                               attempt=observe.int_label(pod, constants.LABEL_ATTEMPT),
+                               owner=observe.controller_uid(pod), added=t)
                 self._check_new(life)
                 self.pods[uid] = life
             life.obj = pod
-            life.phase = o.phase(pod)
-            life.node = o.node(pod) or life.node
+            life.phase = observe.phase(pod)
+            life.node = observe.node(pod) or life.node
             if typ == "DELETED":
                 life.deleted = t
 
@@ -415,11 +415,11 @@ class PodWatch(threading.Thread):
             elif same_rank and p.attempt == new.attempt:
                 self.duplicates.append(f"t={new.added}s: {new} is the second pod of {new.role} rank "
                                        f"{new.rank} attempt {new.attempt} (first: {p})")
-            if new.role == c.ROLE_WORKER and p.role == c.ROLE_WORKER and p.exists \
+            if new.role == constants.ROLE_WORKER and p.role == constants.ROLE_WORKER and p.exists\
                     and p.attempt != new.attempt:
                 self.duplicates.append(f"t={new.added}s: {new} created while {p} of another attempt "
                                        "still exists (gang restart overlap)")
-            if new.role == c.ROLE_WORKER and p.role == c.ROLE_PROBE and p.running:
+            if new.role == constants.ROLE_WORKER and p.role == constants.ROLE_PROBE and p.running:
                 self.duplicates.append(f"t={new.added}s: training pod {new} created while probe {p} runs")
 
     def snapshot(self) -> list[PodLife]:
@@ -432,13 +432,13 @@ class PodWatch(threading.Thread):
 def stages_reached(pods: list[PodLife], n: int) -> set[str]:
     """Which of :data:`STAGES` the job has reached, from the pods seen."""
     out: set[str] = set()
-    probes = [p for p in pods if p.role == c.ROLE_PROBE and p.attempt == 1]
-    workers0 = [p for p in pods if p.role == c.ROLE_WORKER and p.attempt == 0]
+    probes = [p for p in pods if p.role == constants.ROLE_PROBE and p.attempt == 1]
+    workers0 = [p for p in pods if p.role == constants.ROLE_WORKER and p.attempt == 0]
     if probes:
         out.add("probe-created")
     if any(p.phase != "Pending" for p in probes):
         out.add("probing")
-    if len(probes) == n and all(p.phase in o.TERMINAL_PHASES for p in probes):
+    if len(probes) == n and all(p.phase in observe.TERMINAL_PHASES for p in probes):
         out.add("verdict")
     if workers0:
         out.add("training-start")
@@ -446,7 +446,7 @@ def stages_reached(pods: list[PodLife], n: int) -> set[str]:
         out.add("rank-failed")
     if any(p.rank == 1 and p.phase == "Running" for p in workers0):
         out.add("rank1-running")  # only DELETE_ONCE's plan waits for it
-    if any(p.role == c.ROLE_WORKER and p.attempt == 1 for p in pods):
+    if any(p.role == constants.ROLE_WORKER and p.attempt == 1 for p in pods):
         out.add("restart")
     return out
 
@@ -485,7 +485,7 @@ class JobRun:
     @property
     def outcome(self) -> str:
         """``<Succeeded|Failed>/<reason>`` of the True outcome condition, or "unfinished (...)"."""
-        for ctype in (c.SUCCEEDED, c.FAILED):
+        for ctype in (constants.SUCCEEDED, constants.FAILED):
             x = _cond(self.status, ctype)
             if x and x.get("status") == "True":
                 return f"{ctype}/{x.get('reason')}"
@@ -520,21 +520,21 @@ class JobRun:
         if (st.get("probe") or {}).get("attempt") != 1:
             self.problems.append(f"status.probe.attempt is {(st.get('probe') or {}).get('attempt')!r}, "
                                  "expected 1")
-        validated = (_cond(st, c.VALIDATED) or {}).get("status") == "True"
+        validated = (_cond(st, constants.VALIDATED) or {}).get("status") == "True"
         for p in pods_seen:
             if p.owner != self.job_uid:
                 self.orphans.append(f"{p} is not the job's (controller uid {p.owner})")
         for pod in self.final_pods:
-            name, role, attempt = o.name(pod), o.role(pod), o.int_label(pod, c.LABEL_ATTEMPT)
-            if o.controller_uid(pod) != self.job_uid:
+            name, role, attempt = observe.name(pod), observe.role(pod), observe.int_label(pod, constants.LABEL_ATTEMPT)
+            if observe.controller_uid(pod) != self.job_uid:
                 self.orphans.append(f"{name} left without the job as controller")
-            elif role == c.ROLE_PROBE and validated:
+            elif role == constants.ROLE_PROBE and validated:
                 self.orphans.append(f"probe pod {name} left after the probe passed (keepPods OnFailure)")
-            elif role == c.ROLE_WORKER and attempt != st.get("restarts"):
+            elif role == constants.ROLE_WORKER and attempt != st.get("restarts"):
                 self.orphans.append(f"{name} of attempt {attempt} left (last attempt {st.get('restarts')})")
-            elif not o.finished(pod) or o.deleting(pod):
-                self.orphans.append(f"{name} still {o.phase(pod)}"
-                                    f"{' (terminating)' if o.deleting(pod) else ''} after the job finished")
+            elif not observe.finished(pod) or observe.deleting(pod):
+                self.orphans.append(f"{name} still {observe.phase(pod)}"
+                                    f"{' (terminating)' if observe.deleting(pod) else ''} after the job finished")
 
 
 def _cond(status: dict[str, Any], ctype: str) -> Optional[dict[str, Any]]:
@@ -563,7 +563,7 @@ class Harness:
 
     def _get_job(self, ns: str) -> Optional[dict[str, Any]]:
         try:
-            return self.custom.get_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, JOB,
+            return self.custom.get_namespaced_custom_object(constants.GROUP, constants.VERSION, ns, constants.PLURAL, JOB,
                                                             _request_timeout=5)
         except Exception:  # noqa: BLE001 - apiserver restarting: try again
             return None
@@ -572,8 +572,8 @@ class Harness:
         for d in docs:
             if d["kind"] == "ConfigMap":
                 self.core.create_namespaced_config_map(ns, d)
-        job = next(d for d in docs if d["kind"] == c.KIND)
-        made = self.custom.create_namespaced_custom_object(c.GROUP, c.VERSION, ns, c.PLURAL, job)
+        job = next(d for d in docs if d["kind"] == constants.KIND)
+        made = self.custom.create_namespaced_custom_object(constants.GROUP, constants.VERSION, ns, constants.PLURAL, job)
         return made["metadata"]["uid"]
 
     def _fire(self, f: Fault, ns: str) -> float:
@@ -651,7 +651,7 @@ class Harness:
             except Exception:  # noqa: BLE001
                 time.sleep(0.5)
                 continue
-            if all(o.finished(p) and not o.deleting(p) for p in pods):
+            if all(observe.finished(p) and not observe.deleting(p) for p in pods):
                 return pods
             time.sleep(0.5)
         return pods
@@ -746,8 +746,8 @@ class NodeLossRun:
     def check(self) -> None:
         """Fill :attr:`problems` from the verdict, its timing and the pods after it."""
         v = self.validated
-        if (v.get("status"), v.get("reason")) != ("False", c.REASON_PROBE_POD_LOST):
-            self.problems.append(f"expected Validated=False {c.REASON_PROBE_POD_LOST}, got "
+        if (v.get("status"), v.get("reason")) != ("False", constants.REASON_PROBE_POD_LOST):
+            self.problems.append(f"expected Validated=False {constants.REASON_PROBE_POD_LOST}, got "
                                  f"{v.get('status')} {v.get('reason')}: {v.get('message')}")
         elif not str(v.get("message", "")).startswith(f"{self.node} was lost"):
             self.problems.append(f"the message does not name the lost node {self.node} first: {v.get('message')}")
@@ -771,14 +771,14 @@ def _lose_when(state: Path, ns: str, pw: PodWatch, victim: int, phase: str,
     deadline = now() + timeout
     want = PROBE_PHASES.index(phase)
     while now() < deadline:
-        probes = {p.rank: p.obj for p in pw.snapshot() if p.role == c.ROLE_PROBE and p.exists}
-        if len(probes) == 2 and all(o.node(p) for p in probes.values()):
+        probes = {p.rank: p.obj for p in pw.snapshot() if p.role == constants.ROLE_PROBE and p.exists}
+        if len(probes) == 2 and all(observe.node(p) for p in probes.values()):
             phases = {r: probe_phase(state, ns, p) for r, p in probes.items()}
             idx = {r: PROBE_PHASES.index(x) if x in PROBE_PHASES else -1 for r, x in phases.items()}
             other = 1 - victim
             if idx[victim] >= want and (victim != 0 or idx[other] >= PROBE_PHASES.index("connectivity")):
                 return probes, phases
-            if any(o.finished(p) for p in probes.values()):
+            if any(observe.finished(p) for p in probes.values()):
                 break
         time.sleep(0.02)
     raise TimeoutError(f"rank {victim}'s probe never reached {phase} while both ran")
@@ -788,11 +788,11 @@ def run_node_loss(h: "Harness", victim: int, phase: str, ns: str, timeout: float
     """Apply the example job, lose the node of probe rank ``victim`` when its probe reaches
     ``phase`` (:func:`lose_node`), and record the operator's verdict. The caller restores
     the node (:func:`restore_nodes`) after deleting ``ns``."""
-    from disttrain.policies.deadline import PROBE_SLACK_SECONDS
+    from disttrain.reconcile.policies.deadline import PROBE_SLACK_SECONDS
 
     run = NodeLossRun(victim_rank=victim, phase=phase, ns=ns)
     docs = job_docs(PLAIN, probe_timeout=60)
-    run.budget = float(next(d for d in docs if d["kind"] == c.KIND)["spec"]["probe"]["timeoutSeconds"]
+    run.budget = float(next(d for d in docs if d["kind"] == constants.KIND)["spec"]["probe"]["timeoutSeconds"]
                        + PROBE_SLACK_SECONDS)
     h.core.create_namespace({"metadata": {"name": ns}})
     t0 = now()
@@ -801,14 +801,14 @@ def run_node_loss(h: "Harness", victim: int, phase: str, ns: str, timeout: float
     try:
         h._apply(ns, docs)
         probes, run.phases_at_loss = _lose_when(h.state, ns, pw, victim, phase, timeout=90)
-        first = min(p.added for p in pw.snapshot() if p.role == c.ROLE_PROBE)
-        run.node = o.node(probes[victim]) or ""
+        first = min(p.added for p in pw.snapshot() if p.role == constants.ROLE_PROBE)
+        run.node = observe.node(probes[victim]) or ""
         lose_node(h.state, run.node)
         lost = now()
         run.lost_after = lost - t0 - first
         while now() - lost < timeout:
             job = h._get_job(ns) or {}
-            v = _cond(job.get("status") or {}, c.VALIDATED) or {}
+            v = _cond(job.get("status") or {}, constants.VALIDATED) or {}
             if v.get("status") == "False":
                 run.verdict_after = now() - lost
                 run.validated = v
@@ -816,9 +816,9 @@ def run_node_loss(h: "Harness", victim: int, phase: str, ns: str, timeout: float
             time.sleep(0.25)
         time.sleep(2.0)  # the cleanup after the verdict, or a training pod, would show by now
         seen = pw.snapshot()
-        run.workers = sum(1 for p in seen if p.role == c.ROLE_WORKER)
-        run.probes_after = {p.rank: "gone" if not p.exists else "deleting" if o.deleting(p.obj) else "kept"
-                            for p in seen if p.role == c.ROLE_PROBE}
+        run.workers = sum(1 for p in seen if p.role == constants.ROLE_WORKER)
+        run.probes_after = {p.rank: "gone" if not p.exists else "deleting" if observe.deleting(p.obj) else "kept"
+                            for p in seen if p.role == constants.ROLE_PROBE}
     finally:
         pw.stop()
     run.check()

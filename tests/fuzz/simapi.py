@@ -1,6 +1,6 @@
 """A simulated apiserver for generated reconcile tests.
 
-It answers the calls :class:`disttrain.kube.Kube` makes (the kubernetes client's
+It answers the calls :class:`disttrain.shell.kube.Kube` makes (the kubernetes client's
 ``CoreV1Api`` and ``CustomObjectsApi`` methods, same names and arguments) from plain dicts,
 with the apiserver's semantics that matter to the operator: names are unique (409), a
 deleted pod keeps existing with a deletionTimestamp until its "kubelet" removes it, the
@@ -32,8 +32,8 @@ from typing import Any, Optional
 
 from kubernetes.client.rest import ApiException
 
-from disttrain import constants as c
-from disttrain.kube import Kube
+from disttrain.api import constants
+from disttrain.shell.kube import Kube
 
 NS = "ns"
 START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
@@ -121,7 +121,7 @@ class SimApi:
         return self.jobs.get("j")
 
     def add_job(self, spec: dict) -> dict:
-        body = {"apiVersion": c.API_VERSION, "kind": c.KIND,
+        body = {"apiVersion": constants.API_VERSION, "kind": constants.KIND,
                 "metadata": {"name": "j", "namespace": NS, "generation": 1}, "spec": copy.deepcopy(spec)}
         self.jobs["j"] = self._stamp(body)
         return body
@@ -207,7 +207,7 @@ class SimApi:
     def _check_create(self, pod: dict) -> None:
         job = self.job()
         labels = pod["metadata"]["labels"]
-        role, rank, attempt = labels[c.LABEL_ROLE], labels[c.LABEL_RANK], int(labels[c.LABEL_ATTEMPT])
+        role, rank, attempt = labels[constants.LABEL_ROLE], labels[constants.LABEL_RANK], int(labels[constants.LABEL_ATTEMPT])
         owner = _controller_uid(pod)
         if job is None or owner != job["metadata"]["uid"]:
             self.violations.append(f"created {pod['metadata']['name']} for a job that is not the live one")
@@ -216,22 +216,22 @@ class SimApi:
             self.violations.append(f"{pod['metadata']['name']} created while the job is suspended")
         probes_on = (job["spec"].get("probe") or {}).get("enabled", True)
         conds = {x.get("type"): x.get("status") for x in (job.get("status") or {}).get("conditions") or []}
-        if role == c.ROLE_WORKER and probes_on and conds.get(c.VALIDATED) != "True":
+        if role == constants.ROLE_WORKER and probes_on and conds.get(constants.VALIDATED) != "True":
             self.violations.append(f"training pod {pod['metadata']['name']} created while the stored "
-                                   f"status says Validated={conds.get(c.VALIDATED)}")
+                                   f"status says Validated={conds.get(constants.VALIDATED)}")
         stored = job.get("status") or {}
-        recorded = stored.get("restarts") if role == c.ROLE_WORKER else (stored.get("probe") or {}).get("attempt")
+        recorded = stored.get("restarts") if role == constants.ROLE_WORKER else (stored.get("probe") or {}).get("attempt")
         if isinstance(recorded, int) and not isinstance(recorded, bool) and attempt != recorded:
             self.violations.append(f"{pod['metadata']['name']} of attempt {attempt} created while the stored "
                                    f"status records attempt {recorded}")
         same = [p for p in self.pods.values() if _controller_uid(p) == owner
-                and p["metadata"]["labels"][c.LABEL_ROLE] == role]
-        if any(p["metadata"]["labels"][c.LABEL_RANK] == rank and not p["metadata"].get("deletionTimestamp")
+                and p["metadata"]["labels"][constants.LABEL_ROLE] == role]
+        if any(p["metadata"]["labels"][constants.LABEL_RANK] == rank and not p["metadata"].get("deletionTimestamp")
                for p in same):
             self.violations.append(f"two live {role} pods for rank {rank}")
-        if role == c.ROLE_WORKER and any(int(p["metadata"]["labels"][c.LABEL_ATTEMPT]) != attempt for p in same):
+        if role == constants.ROLE_WORKER and any(int(p["metadata"]["labels"][constants.LABEL_ATTEMPT]) != attempt for p in same):
             self.violations.append(f"worker of attempt {attempt} created while another attempt's pod exists")
-        live_top = max((int(p["metadata"]["labels"][c.LABEL_ATTEMPT]) for p in same), default=attempt)
+        live_top = max((int(p["metadata"]["labels"][constants.LABEL_ATTEMPT]) for p in same), default=attempt)
         if attempt < live_top:
             self.violations.append(f"{role} pod of attempt {attempt} created while one of attempt "
                                    f"{live_top} exists")
@@ -243,15 +243,15 @@ class SimApi:
     def _check_validation(self, job: dict, new: dict) -> None:
         old = {x.get("type"): x.get("status") for x in (job.get("status") or {}).get("conditions") or []}
         now = {x.get("type"): x.get("status") for x in new.get("conditions") or []}
-        if now.get(c.VALIDATED) != "True" or old.get(c.VALIDATED) == "True":
+        if now.get(constants.VALIDATED) != "True" or old.get(constants.VALIDATED) == "True":
             return
-        if (job["spec"].get("probe") or {}).get("enabled", True) and \
+        if (job["spec"].get("probe") or {}).get("enabled", True) and\
                 not (new.get("rendezvous") or {}).get("masterAddr"):
             self.violations.append("validated without status.rendezvous.masterAddr")
         attempt = str((new.get("probe") or {}).get("attempt"))
         probes = [p for p in self.pods.values() if _controller_uid(p) == job["metadata"]["uid"]
-                  and p["metadata"]["labels"][c.LABEL_ROLE] == c.ROLE_PROBE
-                  and p["metadata"]["labels"][c.LABEL_ATTEMPT] == attempt]
+                  and p["metadata"]["labels"][constants.LABEL_ROLE] == constants.ROLE_PROBE
+                  and p["metadata"]["labels"][constants.LABEL_ATTEMPT] == attempt]
         n = job["spec"]["numNodes"]
         bad = [p["metadata"]["name"] for p in probes if not self.good_reports.get(p["metadata"]["uid"])]
         if len(probes) != n or bad:

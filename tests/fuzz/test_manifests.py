@@ -26,19 +26,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from pydantic import ValidationError
 
-from disttrain import constants as c
-from disttrain import torchrun
-from disttrain.api import DistTrainingJobSpec, job_name_problem, spec_error_message
-from disttrain.policies.gang import CAP_WORKLOAD_API
-from disttrain.reconcile import reconcile
-from disttrain.builders import (
-    JobRef,
-    Rendezvous,
-    build_headless_service,
-    build_probe_pod,
-    build_worker_pod,
-    uses_dns_hostnames,
-)
+from disttrain.api import constants
+from disttrain.api import torchrun
+from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
+from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
+from disttrain.reconcile.loop import reconcile
+from disttrain.children.names import JobRef, uses_dns_hostnames
+from disttrain.children.pods import Rendezvous, build_probe_pod, build_worker_pod
+from disttrain.children.service import build_headless_service
 
 from ..unit.fixtures import TEMPLATE, json_parser
 from .crd_admission import admit, crd_schema, stored_form
@@ -82,9 +77,9 @@ def operator_verdict(obj: dict) -> tuple[bool, str]:
                      capabilities={CAP_WORKLOAD_API})
     conds = {x["type"]: x for x in plan.status.get("conditions") or []}
     for x in conds.values():
-        assert x.get("reason") != c.REASON_OPERATOR_ERROR, x
-    failed = conds.get(c.FAILED) or {}
-    if failed.get("status") == "True" and failed.get("reason") == c.REASON_INVALID_SPEC:
+        assert x.get("reason") != constants.REASON_OPERATOR_ERROR, x
+    failed = conds.get(constants.FAILED) or {}
+    if failed.get("status") == "True" and failed.get("reason") == constants.REASON_INVALID_SPEC:
         return False, failed.get("message", "")
     return True, ""
 
@@ -192,7 +187,7 @@ def _check_pod(pod: dict, spec: DistTrainingJobSpec, raw_trainer: dict, role: st
     terms = (((ps.get("affinity") or {}).get("nodeAffinity") or {})
              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
     assert terms is None or (isinstance(terms, list) and all(isinstance(t, dict) for t in terms)), name
-    if role == c.ROLE_WORKER and spec.launcher == "torchrun":
+    if role == constants.ROLE_WORKER and spec.launcher == "torchrun":
         trainer = ps["containers"][0]
         env = {e["name"]: e.get("value") for e in trainer["env"]}
         wrapped = trainer["command"][:1] == ["torchrun"] or trainer["command"][1:3] == ["-m", "torch.distributed.run"]
@@ -213,11 +208,11 @@ def _build_all(name: str, spec: DistTrainingJobSpec) -> None:
     for rank in sorted({0, min(1, n - 1), n - 1}):
         master = None if rank == 0 else "10.0.0.1"
         probe = build_probe_pod(job, spec, rank, master, 1, master_started_at="2026-01-01T00:00:00Z")
-        _check_pod(probe, spec, raw_trainer, c.ROLE_PROBE)
+        _check_pod(probe, spec, raw_trainer, constants.ROLE_PROBE)
         for rdzv in (Rendezvous("10.0.0.1", spec.rendezvous.port, "eth1", exact=True),
                      Rendezvous("ddp-0.ddp", spec.rendezvous.port)):
             worker = build_worker_pod(job, spec, rank, "node-a" if rank else None, rdzv, 2)
-            _check_pod(worker, spec, raw_trainer, c.ROLE_WORKER)
+            _check_pod(worker, spec, raw_trainer, constants.ROLE_WORKER)
     if uses_dns_hostnames(spec) and not spec.network.subdomain:
         svc = build_headless_service(job, spec)
         assert len(svc["metadata"]["name"]) <= 63 and DNS1035_LABEL.fullmatch(svc["metadata"]["name"]), svc

@@ -31,8 +31,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from disttrain import constants as c
-from disttrain.runner import Reconciler
+from disttrain.api import constants
+from disttrain.shell.runner import Reconciler
 
 from .simapi import NS, SimApi, env_of, kube_for, later, rfc3339
 
@@ -72,7 +72,7 @@ def probe_report(pod: dict, kind: str, min_busbw: float = 0.0) -> tuple[str, boo
         "jobUid": env["DISTTRAIN_PROBE_JOB_UID"], "attempt": int(env["DISTTRAIN_PROBE_ATTEMPT"]),
         "pod": pod["metadata"]["name"], "node": pod["spec"].get("nodeName"), "ok": ok,
         "phase": "report" if ok else "rendezvous",
-        "failure": None if ok else {"reason": c.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+        "failure": None if ok else {"reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
                                     "message": "connection to MASTER_ADDR timed out"},
         "master": {"addr": env.get("MASTER_ADDR"), "port": int(env["MASTER_PORT"])},
         "chosen": {"ifname": "eth1", "addr": "10.101.0.11", "subnet": "10.101.0.0/24"} if ok else None,
@@ -102,7 +102,7 @@ def probe_report(pod: dict, kind: str, min_busbw: float = 0.0) -> tuple[str, boo
 
 
 def _unscheduled(p):
-    return not p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp") \
+    return not p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")\
         and not p["status"].get("conditions")
 
 
@@ -111,7 +111,7 @@ def _startable(p):
 
 
 def _running(role):
-    return lambda p: p["status"].get("phase") == "Running" and p["metadata"]["labels"][c.LABEL_ROLE] == role
+    return lambda p: p["status"].get("phase") == "Running" and p["metadata"]["labels"][constants.LABEL_ROLE] == role
 
 
 def _any(pred):
@@ -142,9 +142,9 @@ class ReconcileMachine(RuleBasedStateMachine):
         return sorted((p for p in self.sim.pods.values() if pred(p)), key=lambda p: p["metadata"]["name"])
 
     def _free_node(self, pod):
-        role = pod["metadata"]["labels"][c.LABEL_ROLE]
+        role = pod["metadata"]["labels"][constants.LABEL_ROLE]
         used = {p["spec"].get("nodeName") for p in self.sim.pods.values()
-                if p is not pod and p["metadata"]["labels"].get(c.LABEL_ROLE) == role
+                if p is not pod and p["metadata"]["labels"].get(constants.LABEL_ROLE) == role
                 and p["status"].get("phase") in ("Pending", "Running") and p["spec"].get("nodeName")}
         free = [n for n in self.nodes if n not in used]
         return free[0] if free else None
@@ -184,10 +184,10 @@ class ReconcileMachine(RuleBasedStateMachine):
                                                    "startedAt": rfc3339(self.sim.now),
                                                    "finishedAt": rfc3339(self.sim.now)}}}])
 
-    @precondition(_any(_running(c.ROLE_PROBE)))
+    @precondition(_any(_running(constants.ROLE_PROBE)))
     @rule(i=st.integers(0, 5), kind=st.sampled_from(REPORT_KINDS))
     def finish_probe(self, i, kind):
-        running = self._pods(_running(c.ROLE_PROBE))
+        running = self._pods(_running(constants.ROLE_PROBE))
         if running:
             p = running[i % len(running)]
             if kind in ("good", "slow") and not self._world_up(p):
@@ -200,16 +200,16 @@ class ReconcileMachine(RuleBasedStateMachine):
     def _world_up(self, pod) -> bool:
         """Every rank of the pod's probe attempt runs or has run (it can pass only then)."""
         labels = pod["metadata"]["labels"]
-        peers = [p for p in self.sim.pods.values() if p["metadata"]["labels"].get(c.LABEL_ROLE) == c.ROLE_PROBE
-                 and p["metadata"]["labels"].get(c.LABEL_ATTEMPT) == labels[c.LABEL_ATTEMPT]
+        peers = [p for p in self.sim.pods.values() if p["metadata"]["labels"].get(constants.LABEL_ROLE) == constants.ROLE_PROBE
+                 and p["metadata"]["labels"].get(constants.LABEL_ATTEMPT) == labels[constants.LABEL_ATTEMPT]
                  and p["metadata"].get("ownerReferences") == pod["metadata"].get("ownerReferences")
                  and p["status"].get("phase") in ("Running", "Succeeded")]
         return len(peers) == int(env_of(pod)["WORLD_SIZE"])
 
-    @precondition(_any(_running(c.ROLE_WORKER)))
+    @precondition(_any(_running(constants.ROLE_WORKER)))
     @rule(i=st.integers(0, 5), ok=st.booleans())
     def finish_worker(self, i, ok):
-        running = self._pods(_running(c.ROLE_WORKER))
+        running = self._pods(_running(constants.ROLE_WORKER))
         if running:
             self.finish(running[i % len(running)], 0 if ok else 1, "" if ok else "Traceback: boom")
 
@@ -271,7 +271,7 @@ class ReconcileMachine(RuleBasedStateMachine):
     @rule(kind=st.sampled_from(["restarts-string", "condition-without-status", "fractional-time",
                                 "node-without-rank", "garbage-probe", "null-status", "drop-condition",
                                 "flip-condition", "drop-master-addr"]),
-          which=st.sampled_from(c.ALL_CONDITIONS))
+          which=st.sampled_from(constants.ALL_CONDITIONS))
     def hand_edit_status(self, kind, which):
         job = self.sim.job()
         if job is None:
@@ -344,7 +344,7 @@ class ReconcileMachine(RuleBasedStateMachine):
             for p in self._pods(_startable):
                 self.start(0)
             for p in self._pods(lambda p: p["status"].get("phase") == "Running"):
-                if p["metadata"]["labels"][c.LABEL_ROLE] == c.ROLE_PROBE:
+                if p["metadata"]["labels"][constants.LABEL_ROLE] == constants.ROLE_PROBE:
                     if not self._world_up(p):
                         continue
                     text, good = probe_report(p, "good")
@@ -359,12 +359,12 @@ class ReconcileMachine(RuleBasedStateMachine):
             if job is None:
                 return
             conds = {x["type"]: x for x in (job.get("status") or {}).get("conditions") or []}
-            if any(conds.get(t, {}).get("status") == "True" for t in (c.SUCCEEDED, c.FAILED)):
+            if any(conds.get(t, {}).get("status") == "True" for t in (constants.SUCCEEDED, constants.FAILED)):
                 return
         pods = [(n, p["metadata"]["labels"], p["status"].get("phase"), p["spec"].get("nodeName"),
                  p["metadata"].get("deletionTimestamp")) for n, p in sorted(self.sim.pods.items())]
-        from disttrain.reconcile import reconcile
-        from disttrain.runner import parse_report
+        from disttrain.reconcile.loop import reconcile
+        from disttrain.shell.runner import parse_report
         job = self.sim.job()
         plan = reconcile(job, list(self.sim.pods.values()), self.sim.now, parse_report) if job else None
         failures = kube_for(self.sim).apply(job, plan) if job else None

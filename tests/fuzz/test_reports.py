@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from disttrain.report import MAX_REPORT_BYTES, ProbeReport, ReportInvalid, parse_report
-from disttrain.trust import Expected, check
+from disttrain.diagnosis.report import MAX_REPORT_BYTES, ProbeReport, ReportInvalid, parse_report
+from disttrain.diagnosis.trust import Expected, check
 
 from ..unit.fixtures import report
 from .manifests import weighted

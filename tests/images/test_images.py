@@ -120,7 +120,7 @@ def test_images_are_cached_by_content(images, tmp_path):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for f in ("pyproject.toml", ".dockerignore"):
         shutil.copy(REPO / f, copy / f)
-    with open(copy / "operator" / "disttrain" / "constants.py", "a") as f:
+    with open(copy / "operator" / "disttrain" / "api" / "constants.py", "a") as f:
         f.write("\n# changed by tests/images/test_images.py\n")
     try:
         p = build_images("all", repo_script=copy / "localcluster" / "build" / "build-images.sh")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from disttrain.report import parse_report
-from disttrain.trust import Expected, check
+from disttrain.diagnosis.report import parse_report
+from disttrain.diagnosis.trust import Expected, check
 from disttrain_probe import config as C
 from disttrain_probe import localranks as LR
 from disttrain_probe import reasons as R

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import pytest
 
-from disttrain.report import parse_report
+from disttrain.diagnosis.report import parse_report
 from disttrain_probe import config as C
 from disttrain_probe import reasons as R
 from disttrain_probe import rendezvous as RV

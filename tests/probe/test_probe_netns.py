@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from disttrain.report import parse_report
+from disttrain.diagnosis.report import parse_report
 from disttrain_probe import reasons as R
 
 from probe_helpers import run_ranks

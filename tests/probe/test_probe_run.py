@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from disttrain.report import parse_report
+from disttrain.diagnosis.report import parse_report
 from disttrain_probe import reasons as R
 
 from probe_helpers import free_port, probe_env, run_ranks

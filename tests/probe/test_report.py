@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from disttrain.report import ProbeReport, ReportInvalid, parse_report
+from disttrain.diagnosis.report import ProbeReport, ReportInvalid, parse_report
 from disttrain_probe import reasons as R
 from disttrain_probe import report as REP
 from disttrain_probe.collective import bandwidth, busbw_factor

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from disttrain.report import parse_report
+from disttrain.diagnosis.report import parse_report
 from disttrain_probe import reasons as R
 from disttrain_probe.torchload import SLOW_IMPORT_SECONDS, TorchLoader
 

@@ -6,7 +6,7 @@ import copy
 import json
 from typing import Any, Optional
 
-from disttrain import constants as c
+from disttrain.api import constants
 
 TEMPLATE = {
     "spec": {
@@ -27,8 +27,8 @@ TEMPLATE = {
 
 def job(num_nodes: int = 2, status: Optional[dict] = None, generation: int = 1, **spec: Any) -> dict:
     body = {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
         "metadata": {"name": "j", "namespace": "ns", "uid": "uid-1", "generation": generation},
         # hostNetwork as in the example; tests of the pod network pass network=... themselves
         "spec": {"numNodes": num_nodes, "template": copy.deepcopy(TEMPLATE),
@@ -84,10 +84,10 @@ def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pend
         "metadata": {
             "name": name,
             "ownerReferences": [] if owner_uid is None else [
-                {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "j", "uid": owner_uid,
+                {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": "j", "uid": owner_uid,
                  "controller": True}],
             **({"creationTimestamp": created} if created else {}),
-            "labels": {c.LABEL_JOB: "j", c.LABEL_ROLE: role, c.LABEL_RANK: str(rank), c.LABEL_ATTEMPT: str(attempt)},
+            "labels": {constants.LABEL_JOB: "j", constants.LABEL_ROLE: role, constants.LABEL_RANK: str(rank), constants.LABEL_ATTEMPT: str(attempt)},
         },
         "spec": {"nodeName": node, "containers": [{"name": container}]},
         "status": {"phase": phase, "hostIP": host_ip, "podIP": pod_ip or host_ip, "conditions": []},

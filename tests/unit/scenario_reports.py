@@ -8,7 +8,7 @@ import copy
 import string
 from typing import Callable, Optional
 
-from disttrain.findings import ProbeOutcome
+from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain_probe import interfaces, paths, versions
 from disttrain_probe import vocabulary as V
 

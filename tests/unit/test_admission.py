@@ -2,26 +2,26 @@
 
 import copy
 
-from disttrain import conditions as cond
-from disttrain import constants as c
-from disttrain import kueue as kq
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.children import kueue
 
 from .fixtures import job
 from .test_reconcile import advance, finished_probes, names, step, workers
 
-FLAVOR = {"apiVersion": kq.KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "gpu-a"},
+FLAVOR = {"apiVersion": kueue.KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "gpu-a"},
           "spec": {"nodeLabels": {"pool": "a100"},
                    "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
 
 
 def queued(**spec):
     body = job(**spec)
-    body["metadata"]["labels"] = {kq.QUEUE_LABEL: "user-queue"}
+    body["metadata"]["labels"] = {kueue.QUEUE_LABEL: "user-queue"}
     return body
 
 
 def wl_with(conditions, admission=None, active=None):
-    wl = kq.workload(kq_ref(), spec_of(), "user-queue")
+    wl = kueue.workload(kq_ref(), spec_of(), "user-queue")
     wl["metadata"]["resourceVersion"] = "7"
     wl["status"] = {"conditions": conditions}
     if admission:
@@ -32,12 +32,12 @@ def wl_with(conditions, admission=None, active=None):
 
 
 def kq_ref():
-    from disttrain.builders import JobRef
+    from disttrain.children.names import JobRef
     return JobRef("j", "ns", "uid-1")
 
 
 def spec_of():
-    from disttrain.api import DistTrainingJobSpec
+    from disttrain.api.types import DistTrainingJobSpec
     return DistTrainingJobSpec.model_validate(queued()["spec"])
 
 
@@ -58,23 +58,23 @@ def test_a_queued_job_creates_its_workload_and_no_pod():
     assert wl["spec"]["podSets"][0]["count"] == 2
     assert wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "2"}}
     assert wl["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    a = cond.get(plan.status["conditions"], c.ADMITTED)
-    assert (a["status"], a["reason"]) == ("False", c.REASON_WAITING_FOR_QUOTA) and "user-queue" in a["message"]
+    a = cond.get(plan.status["conditions"], constants.ADMITTED)
+    assert (a["status"], a["reason"]) == ("False", constants.REASON_WAITING_FOR_QUOTA) and "user-queue" in a["message"]
 
 
 def test_pending_says_kueues_words_and_runs_nothing():
     body = advance(queued(), step(queued(), []))
-    plan = step(body, [], kueue=kq.Observed(wl_with(PENDING)))
-    a = cond.get(plan.status["conditions"], c.ADMITTED)
-    assert a["reason"] == c.REASON_WAITING_FOR_QUOTA and "insufficient unused quota for cpu" in a["message"]
+    plan = step(body, [], kueue=kueue.Observed(wl_with(PENDING)))
+    a = cond.get(plan.status["conditions"], constants.ADMITTED)
+    assert a["reason"] == constants.REASON_WAITING_FOR_QUOTA and "insufficient unused quota for cpu" in a["message"]
     assert plan.creates == [] and plan.objects == []
 
 
 def test_admitted_jobs_probe_on_the_flavors_nodes():
     body = advance(queued(), step(queued(), []))
-    plan = step(body, [], kueue=kq.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
-    a = cond.get(plan.status["conditions"], c.ADMITTED)
-    assert (a["status"], a["reason"]) == ("True", c.REASON_WORKLOAD_ADMITTED) and "cluster-queue" in a["message"]
+    plan = step(body, [], kueue=kueue.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
+    a = cond.get(plan.status["conditions"], constants.ADMITTED)
+    assert (a["status"], a["reason"]) == ("True", constants.REASON_WORKLOAD_ADMITTED) and "cluster-queue" in a["message"]
     [p0] = plan.creates
     assert p0["spec"]["nodeSelector"] == {"pool": "a100"}  # the template's pool=gpu replaced
     assert {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"} in p0["spec"]["tolerations"]
@@ -82,59 +82,59 @@ def test_admitted_jobs_probe_on_the_flavors_nodes():
 
 def test_eviction_stops_the_pods_then_hands_the_quota_back_and_probes_again_when_readmitted():
     body = advance(queued(), step(queued(), []))
-    obs = kq.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,))
+    obs = kueue.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,))
     body = advance(body, step(body, [], kueue=obs))
     body = advance(body, step(body, finished_probes(), kueue=obs))
-    assert cond.is_true(body["status"]["conditions"], c.VALIDATED)
+    assert cond.is_true(body["status"]["conditions"], constants.VALIDATED)
     evicted = wl_with(ADMITTED + [{"type": "Evicted", "status": "True", "reason": "Preempted",
                                    "message": "Preempted to accommodate a workload in cluster-queue"}], ADMISSION)
-    plan = step(body, workers("Running", "Running"), kueue=kq.Observed(evicted))
+    plan = step(body, workers("Running", "Running"), kueue=kueue.Observed(evicted))
     assert sorted(plan.deletes) == ["j-worker-0", "j-worker-1"] and plan.status_patches == []
-    a = cond.get(plan.status["conditions"], c.ADMITTED)
-    assert (a["status"], a["reason"]) == ("False", c.REASON_WORKLOAD_EVICTED) and "Preempted" in a["message"]
-    assert cond.status_of(plan.status["conditions"], c.VALIDATED) == "Unknown"
-    assert not cond.is_true(plan.status["conditions"], c.FAILED)
+    a = cond.get(plan.status["conditions"], constants.ADMITTED)
+    assert (a["status"], a["reason"]) == ("False", constants.REASON_WORKLOAD_EVICTED) and "Preempted" in a["message"]
+    assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
+    assert not cond.is_true(plan.status["conditions"], constants.FAILED)
     body = advance(body, plan)
-    plan = step(body, [], kueue=kq.Observed(evicted))  # the pods are gone: release
+    plan = step(body, [], kueue=kueue.Observed(evicted))  # the pods are gone: release
     [(api, kind, name, patch)] = plan.status_patches
-    assert (api, kind, name) == (kq.KUEUE_API, "Workload", "j-uid-1")
+    assert (api, kind, name) == (kueue.KUEUE_API, "Workload", "j-uid-1")
     assert patch["status"]["admission"] is None and patch["metadata"]["resourceVersion"] == "7"
     types = {x["type"]: (x["status"], x["reason"]) for x in patch["status"]["conditions"]}
     assert types["Requeued"] == ("True", "Preempted") and types["QuotaReserved"] == ("False", "Pending")
     body = advance(body, plan)
-    plan = step(body, [], kueue=kq.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
-    assert names(plan) == ["j-probe-0"] and plan.creates[0]["metadata"]["labels"][c.LABEL_ATTEMPT] == "2"
+    plan = step(body, [], kueue=kueue.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
+    assert names(plan) == ["j-probe-0"] and plan.creates[0]["metadata"]["labels"][constants.LABEL_ATTEMPT] == "2"
 
 
 def test_a_finished_job_marks_its_workload_finished_once():
     body = advance(queued(), step(queued(), []))
     wl = wl_with(ADMITTED, ADMISSION)
-    obs = kq.Observed(wl, (FLAVOR,))
+    obs = kueue.Observed(wl, (FLAVOR,))
     body = advance(body, step(body, [], kueue=obs))
     body = advance(body, step(body, finished_probes(), kueue=obs))
     plan = step(body, workers("Succeeded", "Succeeded"), kueue=obs)
-    assert cond.is_true(plan.status["conditions"], c.SUCCEEDED)
+    assert cond.is_true(plan.status["conditions"], constants.SUCCEEDED)
     [(_, _, _, patch)] = plan.status_patches
     fin = [x for x in patch["status"]["conditions"] if x["type"] == "Finished"]
     assert fin and fin[0]["status"] == "True" and fin[0]["reason"] == "Succeeded"
     done = copy.deepcopy(wl)
     done["status"]["conditions"] = patch["status"]["conditions"]
-    assert step(advance(body, plan), [], kueue=kq.Observed(done)).status_patches == []
+    assert step(advance(body, plan), [], kueue=kueue.Observed(done)).status_patches == []
 
 
 def test_deactivated_workload_fails_the_job_and_unreadable_kueue_is_said():
     body = advance(queued(), step(queued(), []))
     gone = wl_with([{"type": "Evicted", "status": "True", "reason": "InactiveWorkload",
                      "message": "The workload is deactivated"}], active=False)
-    plan = step(body, [], kueue=kq.Observed(gone))
-    f = cond.get(plan.status["conditions"], c.FAILED)
-    assert (f["status"], f["reason"]) == ("True", c.REASON_WORKLOAD_DEACTIVATED)
-    plan = step(body, [], kueue=kq.Observed(problem="the operator may not read Kueue's objects (HTTP 403)"))
-    a = cond.get(plan.status["conditions"], c.ADMITTED)
-    assert a["reason"] == c.REASON_KUEUE_UNAVAILABLE and "kueue.enabled=true" in a["message"]
-    assert plan.creates == [] and not cond.is_true(plan.status["conditions"], c.FAILED)
+    plan = step(body, [], kueue=kueue.Observed(gone))
+    f = cond.get(plan.status["conditions"], constants.FAILED)
+    assert (f["status"], f["reason"]) == ("True", constants.REASON_WORKLOAD_DEACTIVATED)
+    plan = step(body, [], kueue=kueue.Observed(problem="the operator may not read Kueue's objects (HTTP 403)"))
+    a = cond.get(plan.status["conditions"], constants.ADMITTED)
+    assert a["reason"] == constants.REASON_KUEUE_UNAVAILABLE and "kueue.enabled=true" in a["message"]
+    assert plan.creates == [] and not cond.is_true(plan.status["conditions"], constants.FAILED)
 
 
 def test_unqueued_jobs_are_untouched():
     plan = step(job(), [])
-    assert cond.get(plan.status["conditions"], c.ADMITTED) is None and names(plan) == ["j-probe-0"]
+    assert cond.get(plan.status["conditions"], constants.ADMITTED) is None and names(plan) == ["j-probe-0"]

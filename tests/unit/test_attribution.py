@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from disttrain import attribution as A
-from disttrain import evidence as E
-from disttrain.findings import ProbeOutcome, typed
+from disttrain.diagnosis import attribution
+from disttrain.diagnosis import evidence
+from disttrain.diagnosis.findings import ProbeOutcome, typed
 from disttrain_probe import vocabulary as V
 
 from .fixtures import report
@@ -14,11 +14,11 @@ from .fixtures import report
 NODES = ("node-a", "node-b", "node-c", "node-d")
 
 
-def matrix(n: int, fail, key="10.101.0.0/24", ifname="eth1", code="timeout") -> E.Matrix:
+def matrix(n: int, fail, key="10.101.0.0/24", ifname="eth1", code="timeout") -> evidence.Matrix:
     """n ranks, every dial ok unless ``fail(i, j)`` (i dials j)."""
     cells = tuple(tuple(None if i == j else (code if fail(i, j) else "ok") for j in range(n))
                   for i in range(n))
-    return E.Matrix(key, NODES[:n], (ifname,) * n, cells)
+    return evidence.Matrix(key, NODES[:n], (ifname,) * n, cells)
 
 
 CASES = [
@@ -40,7 +40,7 @@ CASES = [
 
 @pytest.mark.parametrize("name,m,kind,culprits,words", CASES, ids=[c[0] for c in CASES])
 def test_matrix_table(name, m, kind, culprits, words):
-    e = A.explain_matrix(m)
+    e = attribution.explain_matrix(m)
     assert (e.kind, set(e.culprits)) == (kind, set(culprits)), e
     for w in words:
         assert w in e.cause, e.cause
@@ -50,17 +50,17 @@ def test_matrix_table(name, m, kind, culprits, words):
 
 
 def test_a_clean_matrix_needs_no_explanation():
-    assert A.explain_matrix(matrix(3, lambda i, j: False)) is None
+    assert attribution.explain_matrix(matrix(3, lambda i, j: False)) is None
 
 
 def test_a_pair_blocked_on_every_network_is_said_once_for_all():
     ms = [matrix(3, lambda i, j: {i, j} == {0, 2}, "10.100.0.0/24", "eth0"),
           matrix(3, lambda i, j: {i, j} == {0, 2})]
-    e = A.explain_networks(ms)
+    e = attribution.explain_networks(ms)
     assert "blocked on every network (eth0, eth1)" in e.cause and e.culprits == ("node-a", "node-c")
     # differing evidence per network: the first network's explanation
     ms[1] = matrix(3, lambda i, j: j == 1)
-    assert A.explain_networks(ms).kind == "pairs"
+    assert attribution.explain_networks(ms).kind == "pairs"
 
 
 def reports_with_paths(rows: dict[int, dict[str, str]], n=3):
@@ -77,10 +77,10 @@ def reports_with_paths(rows: dict[int, dict[str, str]], n=3):
 def test_matrices_from_reports_leave_out_node_local_bridges():
     ranks = reports_with_paths({0: {"10.101.0.0/24": ".ot", "172.17.0.0/16": ".ww"},
                                 1: {"10.101.0.0/24": "o.o"}, 2: {"10.101.0.0/24": "To."}})
-    [m] = E.matrices(ranks)
+    [m] = evidence.matrices(ranks)
     assert m.key == "10.101.0.0/24" and m.ifnames == ("eth1",) * 3
     assert m.cells[0] == (None, "ok", "timeout") and m.cells[2] == ("timeout", "ok", None)
-    assert A.explain_matrix(m).kind == "pairs"
+    assert attribution.explain_matrix(m).kind == "pairs"
 
 
 def master_case(results: dict[int, str], rank0_nics=None, dialler_nics=None):
@@ -123,14 +123,14 @@ MASTER_CASES = [
 
 @pytest.mark.parametrize("name,results,kind,culprits,words", MASTER_CASES, ids=[c[0] for c in MASTER_CASES])
 def test_master_table(name, results, kind, culprits, words):
-    e = A.explain_master(master_case(results), "10.100.0.11", 29500)
+    e = attribution.explain_master(master_case(results), "10.100.0.11", 29500)
     assert (e.kind, set(e.culprits)) == (kind, culprits), e
     for w in words:
         assert w in e.cause, e.cause
 
 
 def test_one_dialling_rank_leaves_two_candidates_and_says_what_decides():
-    e = A.explain_master(master_case({1: "timeout"}), "10.100.0.11", 29500)
+    e = attribution.explain_master(master_case({1: "timeout"}), "10.100.0.11", 29500)
     assert e.kind == "master-node" and "or the path node-b->node-a" in e.cause
     assert e.decide == "tcpdump on node-a: SYNs from node-b arriving unanswered: node-a's rule; none: node-b's or the path"
 
@@ -140,7 +140,7 @@ def test_master_address_on_one_of_two_nics_on_a_subnet_is_not_a_firewall():
     same subnet: the message names both NICs, the address to advertise, and no firewall."""
     nics = [{"name": "eth0", "addrs": ["10.100.0.11/24"], "up": True},
             {"name": "eth1", "addrs": ["10.100.0.21/24"], "up": True}]
-    e = A.explain_master(master_case({1: "timeout"}, rank0_nics=nics), "10.100.0.11", 29500)
+    e = attribution.explain_master(master_case({1: "timeout"}, rank0_nics=nics), "10.100.0.11", 29500)
     assert e.kind == "two-nics" and e.culprits == ("node-a",)
     assert "node-a has two NICs on 10.100.0.0/24 (eth0 10.100.0.11, eth1 10.100.0.21)" in e.cause
     assert "leaves by eth0" in e.cause and "not a firewall" in e.cause
@@ -148,12 +148,12 @@ def test_master_address_on_one_of_two_nics_on_a_subnet_is_not_a_firewall():
     # the same node as a dialler: its route to the master leaves by the NIC that fails
     dual = lambda r: [{"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "up": True},  # noqa: E731
                       {"name": "eth1", "addrs": [f"10.100.0.{21 + r}/24"], "up": True}]
-    e = A.explain_master(master_case({1: "timeout"}, dialler_nics=dual), "10.100.0.11", 29500)
+    e = attribution.explain_master(master_case({1: "timeout"}, dialler_nics=dual), "10.100.0.11", 29500)
     assert e.kind == "two-nics" and e.culprits == ("node-b",) and "eth1's 10.100.0.22" in e.fix
 
 
 def test_no_master_failure_no_explanation():
-    assert A.explain_master(master_case({1: "ok", 2: "ok"}), "10.100.0.11", 29500) is None
+    assert attribution.explain_master(master_case({1: "ok", 2: "ok"}), "10.100.0.11", 29500) is None
 
 
 @pytest.mark.parametrize("check,kind,words", [
@@ -168,10 +168,10 @@ def test_the_master_host_check_tells_a_port_filter_from_lost_replies(check, kind
     """When the master port fails, the dialler tries another port of the host and reads its
     ARP entry: a host that resets port 1 filters the master port alone (a firewall); one
     that answers ARP but no port loses its replies (not a port firewall)."""
-    from disttrain.report import HostCheck
+    from disttrain.diagnosis.report import HostCheck
     ranks = master_case({1: "timeout"})
     ranks[1].report.master.host_check = HostCheck(**check)
-    e = A.explain_master(ranks, "10.100.0.11", 29500)
+    e = attribution.explain_master(ranks, "10.100.0.11", 29500)
     assert e.kind == kind and e.culprits == ("node-a",)
     for w in words:
         assert w in e.cause, e.cause
@@ -205,7 +205,7 @@ def unresolved_case(dual_dns_src: str | None = "10.100.0.11"):
 def test_a_name_that_resolves_elsewhere_on_a_two_nic_node_names_the_nics_not_dns(src):
     """Seen in CI: gang-scheduled probes use rank 0's DNS name; node-a (two NICs on one
     subnet) could not reach its DNS server. The verdict names the NICs, not the record."""
-    e = A.explain_unresolvable(unresolved_case(src), "j-0.j")
+    e = attribution.explain_unresolvable(unresolved_case(src), "j-0.j")
     assert e.kind == "two-nics" and e.culprits == ("node-a",)
     assert "node-a could not resolve MASTER_ADDR j-0.j while node-b resolved it to 10.100.0.12" in e.cause
     assert "two NICs on 10.100.0.0/24 (eth0 10.100.0.11, eth1 10.100.0.21)" in e.cause
@@ -216,7 +216,7 @@ def test_a_name_that_resolves_elsewhere_on_a_two_nic_node_names_the_nics_not_dns
 def test_a_name_that_resolves_elsewhere_blames_the_dns_path_of_the_failing_node():
     outs = unresolved_case()
     outs[0].report.interfaces.pop()  # node-a has one NIC: no two-NIC explanation
-    e = A.explain_unresolvable(outs, "j-0.j")
+    e = attribution.explain_unresolvable(outs, "j-0.j")
     assert e.kind == "dns-path" and e.culprits == ("node-a",)
     assert "the record exists" in e.cause and "10.96.0.10 (by eth0)" in e.cause
     assert e.decide == "nslookup j-0.j 10.96.0.10 on node-a"
@@ -229,15 +229,15 @@ def test_a_rank_that_resolved_another_name_of_the_job_is_not_blamed_on_its_dns_p
     outs = unresolved_case()
     outs[0].report.interfaces.pop()
     outs[0].report.master.peer_name = "j-1.j"
-    assert A.explain_unresolvable(outs, "j-0.j") is None  # the probe's own words stand
+    assert attribution.explain_unresolvable(outs, "j-0.j") is None  # the probe's own words stand
 
 
 def test_a_name_no_rank_resolved_on_single_nic_nodes_is_left_to_the_probe():
     outs = unresolved_case()
     outs[0].report.interfaces.pop()
     outs[1].report.master.resolved.clear()
-    assert A.explain_unresolvable(outs, "j-0.j") is None
-    assert A.explain_unresolvable(master_case({1: "ok"}), "10.100.0.11") is None
+    assert attribution.explain_unresolvable(outs, "j-0.j") is None
+    assert attribution.explain_unresolvable(master_case({1: "ok"}), "10.100.0.11") is None
 
 
 def test_a_refused_master_port_is_never_called_lost_replies():
@@ -245,10 +245,10 @@ def test_a_refused_master_port_is_never_called_lost_replies():
     dial was refused (a reset came back) but the host check, run at the deadline with no
     time left, read 'timeout'; the verdict said the replies were lost. A refusal is an
     answer: the port is rejected."""
-    from disttrain.report import HostCheck
+    from disttrain.diagnosis.report import HostCheck
     ranks = master_case({1: "refused"})
     ranks[1].report.master.host_check = HostCheck(port=1, r="timeout", arp="complete")
-    e = A.explain_master(ranks, "10.100.0.11", 29500)
+    e = attribution.explain_master(ranks, "10.100.0.11", 29500)
     assert e.kind == "master-node" and e.culprits == ("node-a",)
     assert "node-a's firewall rejects it" in e.cause and "replies are lost" not in e.cause
 
@@ -257,20 +257,20 @@ def test_a_refusal_while_rank_0s_beacon_answers_is_the_firewall_not_nothing_list
     """Gang-scheduled probes start together: a refused master port alone leaves 'nothing
     listens there' open. When rank 0's probe answered on its beacon port (bound after the
     master port) the candidate is gone; without the beacon, both stay."""
-    from disttrain.report import HostCheck
+    from disttrain.diagnosis.report import HostCheck
     ranks = master_case({1: "refused"})
     ranks[1].report.master.host_check = HostCheck(port=29501, r="ok", arp="complete", listening=True)
-    e = A.explain_master(ranks, "10.100.0.11", 29500)
+    e = attribution.explain_master(ranks, "10.100.0.11", 29500)
     assert e.kind == "master-node" and e.culprits == ("node-a",) and e.decide == ""
     assert "node-a's firewall (or a NetworkPolicy) rejects it" in e.cause
     assert "nothing listens" not in e.cause and "answers on TCP 29501" in e.cause
     assert len(e.message("x" * 500)) <= 400
     ranks[1].report.master.host_check = HostCheck(port=1, r="refused", arp="complete")
-    assert "or nothing listens there" in A.explain_master(ranks, "10.100.0.11", 29500).cause
+    assert "or nothing listens there" in attribution.explain_master(ranks, "10.100.0.11", 29500).cause
     # a silent dialler beside the refused one: the beacon does not decide for it
     ranks = master_case({1: "refused", 2: "timeout"})
     ranks[1].report.master.host_check = HostCheck(port=29501, r="ok", listening=True)
-    assert "rank 0's probe listens there" not in A.explain_master(ranks, "10.100.0.11", 29500).cause
+    assert "rank 0's probe listens there" not in attribution.explain_master(ranks, "10.100.0.11", 29500).cause
 
 
 def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
@@ -290,17 +290,17 @@ def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
         for i, peers in dial.items():
             for j in peers:
                 cells[i][j] = fault(i, j)
-        return E.Matrix("10.0.0.0/16", nodes, ("eth0",) * n, tuple(tuple(r) for r in cells))
+        return evidence.Matrix("10.0.0.0/16", nodes, ("eth0",) * n, tuple(tuple(r) for r in cells))
 
     bad, a = 700, 100
     b = dial[a][-1]  # a planned partner of rank 100
-    one_node = A.explain_matrix(matrix(lambda i, j: "timeout" if j == bad else "ok"))
+    one_node = attribution.explain_matrix(matrix(lambda i, j: "timeout" if j == bad else "ok"))
     assert one_node.kind == "inbound" and one_node.culprits == ("n0700",)
-    one_pair = A.explain_matrix(matrix(lambda i, j: "timeout" if {i, j} == {a, b} else "ok"))
+    one_pair = attribution.explain_matrix(matrix(lambda i, j: "timeout" if {i, j} == {a, b} else "ok"))
     assert one_pair.culprits == tuple(sorted((nodes[a], nodes[b])))
     assert one_pair.pairs == ((nodes[min(a, b)], nodes[max(a, b)]),)
     assert f"the path {nodes[min(a, b)]}<->{nodes[max(a, b)]} is blocked" in one_pair.cause
-    both = A.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b} else "ok"))
+    both = attribution.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b} else "ok"))
     assert both.kind == "inbound+pairs"
     assert both.culprits == ("n0700",) + tuple(sorted((nodes[a], nodes[b])))
     assert both.pairs == ((nodes[min(a, b)], nodes[max(a, b)]),)
@@ -308,6 +308,6 @@ def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
     assert len(msg) <= 400 and "n0700 filters inbound TCP" in msg
     assert f"the path {nodes[min(a, b)]}<->{nodes[max(a, b)]} is blocked" in msg
     # a second node that reaches no one at all is no longer two clean faults: candidates
-    worse = A.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b}
+    worse = attribution.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b}
                                     or 5 in (i, j) else "ok"))
     assert worse.kind != "inbound+pairs"

@@ -75,7 +75,7 @@ def test_job_documents_make_a_light_job_of_the_example():
     assert c["command"] == ["sleep", "3"] and "volumeMounts" not in c
     assert "volumes" not in spec["template"]["spec"]
     assert example[1]["spec"]["numNodes"] == 2  # input untouched
-    from disttrain.api import DistTrainingJobSpec
+    from disttrain.api.types import DistTrainingJobSpec
     DistTrainingJobSpec.model_validate(spec)  # the operator's own models accept it
 
 

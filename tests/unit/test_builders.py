@@ -2,9 +2,16 @@
 
 import pytest
 
-from disttrain import constants as c
-from disttrain.api import DistTrainingJobSpec
-from disttrain.builders import JobRef, Rendezvous, build_probe_pod, build_worker_pod, nproc_per_node, torchrun_command
+from disttrain.api import constants
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children.names import JobRef
+from disttrain.children.pods import (
+    Rendezvous,
+    build_probe_pod,
+    build_worker_pod,
+    nproc_per_node,
+    torchrun_command,
+)
 
 from .fixtures import job
 
@@ -23,9 +30,9 @@ def test_probe_keeps_the_trainers_pythonpath_behind_its_own():
     """Found on real nodes: the example's torch comes from a shared tree on the trainer's
     PYTHONPATH; the probe's PYTHONPATH used to replace it, so the probe had no torch."""
     for entry, want, extra in (
-        ({"name": "PYTHONPATH", "value": "/opt/torch"}, c.PROBE_INSTALL_DIR + ":/opt/torch", None),
+        ({"name": "PYTHONPATH", "value": "/opt/torch"}, constants.PROBE_INSTALL_DIR + ":/opt/torch", None),
         ({"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}},
-         c.PROBE_INSTALL_DIR + ":$(DISTTRAIN_TRAINER_PYTHONPATH)", {"configMapKeyRef": {"name": "m", "key": "k"}}),
+         constants.PROBE_INSTALL_DIR + ":$(DISTTRAIN_TRAINER_PYTHONPATH)", {"configMapKeyRef": {"name": "m", "key": "k"}}),
     ):
         s = spec_of()
         s.template.spec["containers"][0].setdefault("env", []).append(entry)
@@ -44,7 +51,7 @@ def test_probe_pod_runs_in_training_image_with_same_constraints():
     ps = pod["spec"]
     assert pod["metadata"]["name"] == "j-probe-1"
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    assert pod["metadata"]["labels"][c.LABEL_ATTEMPT] == "3"
+    assert pod["metadata"]["labels"][constants.LABEL_ATTEMPT] == "3"
     assert ps["nodeSelector"] == {"pool": "gpu"} and ps["tolerations"]
     probe = ps["containers"][0]
     assert probe["image"] == "example/train:1" and probe["resources"] == {"limits": {"cpu": "2"}}
@@ -52,10 +59,10 @@ def test_probe_pod_runs_in_training_image_with_same_constraints():
     assert ps["initContainers"][0]["image"] == "probe:1"
     e = env(probe)
     assert (e["RANK"], e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) == ("1", "2", "10.100.0.10", "29500")
-    assert e["PYTHONPATH"] == c.PROBE_INSTALL_DIR and e["FOO"] == "bar"
+    assert e["PYTHONPATH"] == constants.PROBE_INSTALL_DIR and e["FOO"] == "bar"
     anti = ps["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
-    assert anti["labelSelector"]["matchLabels"][c.LABEL_ROLE] == c.ROLE_PROBE
+    assert anti["labelSelector"]["matchLabels"][constants.LABEL_ROLE] == constants.ROLE_PROBE
     assert ps["restartPolicy"] == "Never" and probe["terminationMessagePolicy"] == "FallbackToLogsOnError"
 
 
@@ -136,7 +143,8 @@ def test_nproc_auto_counts_gpus():
 
 
 def test_pod_network_gives_dns_hostnames_and_a_headless_service():
-    from disttrain.builders import build_headless_service, master_dns_name
+    from disttrain.children.service import build_headless_service
+    from disttrain.children.names import master_dns_name
 
     s = spec_of(network={"hostNetwork": False})
     p0 = build_probe_pod(REF, s, 0, None, attempt=1)
@@ -149,7 +157,7 @@ def test_pod_network_gives_dns_hostnames_and_a_headless_service():
     assert w1["spec"]["hostname"] == "j-1" and w1["spec"]["subdomain"] == "j"
     svc = build_headless_service(REF, s)
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
-    assert svc["spec"]["selector"] == {c.LABEL_JOB: "j"}
+    assert svc["spec"]["selector"] == {constants.LABEL_JOB: "j"}
     assert svc["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
 
 
@@ -165,7 +173,7 @@ def test_dns_hostnames_off_uses_pod_ip_and_user_subdomain_names_the_service():
 
 
 def test_long_job_name_hostname_is_a_dns_label():
-    from disttrain.builders import pod_hostname
+    from disttrain.children.names import pod_hostname
 
     h = pod_hostname("x" * 80, 12)
     assert len(h) == 63 and h.endswith("-12")
@@ -219,21 +227,21 @@ def test_builders_take_nulls_in_the_template_as_absent():
     tmpl["spec"].update(affinity={"nodeAffinity": None, "podAntiAffinity": None}, tolerations=None,
                         securityContext={"sysctls": None}, volumes=None)
     tmpl["spec"]["containers"][0].update(env=None, resources=None, securityContext=None,
-                                         volumeMounts=[{"name": "x", "mountPath": c.PROBE_INSTALL_DIR}])
+                                         volumeMounts=[{"name": "x", "mountPath": constants.PROBE_INSTALL_DIR}])
     s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl,
                                             "network": {"portRange": "60000-61000"}})
     probe = build_probe_pod(REF, s, 1, "10.0.0.1", attempt=1)
     mounts = [m["mountPath"] for m in probe["spec"]["containers"][0]["volumeMounts"]]
-    assert mounts == [c.PROBE_INSTALL_DIR]  # the probe program's, once
+    assert mounts == [constants.PROBE_INSTALL_DIR]  # the probe program's, once
     assert probe["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert probe["spec"]["securityContext"]["sysctls"][0]["value"] == "60000 61000"
     worker = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.0.0.1", 29500), 0)
     assert worker["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert worker["metadata"]["labels"][c.LABEL_RANK] == "1" and worker["metadata"]["annotations"] == {}
+    assert worker["metadata"]["labels"][constants.LABEL_RANK] == "1" and worker["metadata"]["annotations"] == {}
 
 
 def test_host_network_rank0_declares_the_rendezvous_port_as_host_port():
-    from disttrain.builders import build_probe_pod, build_worker_pod, Rendezvous
+    from disttrain.children.pods import build_probe_pod, build_worker_pod, Rendezvous
 
     s = spec_of()
     s.network.host_network = True
@@ -248,7 +256,7 @@ def test_host_network_rank0_declares_the_rendezvous_port_as_host_port():
 
 
 def test_probe_pod_says_how_many_gpus_the_pod_requested():
-    from disttrain.builders import build_probe_pod
+    from disttrain.children.pods import build_probe_pod
 
     s = spec_of()
     assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "0"

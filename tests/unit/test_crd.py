@@ -4,7 +4,7 @@ from pathlib import Path
 
 import yaml
 
-from disttrain import crdgen
+from disttrain.api import crdgen
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "disttrain.dev_disttrainingjobs.yaml"
@@ -112,7 +112,7 @@ def test_no_schema_bound_the_apiserver_would_round():
     """The apiserver reads minimum/maximum as float64: a bound beyond 2**53 is rounded to a
     non-integer and refuses every value of its field (terminationGracePeriodSeconds: 30 was
     refused while the CRD carried 2**63-1)."""
-    from disttrain.crdgen import build_crd
+    from disttrain.api.crdgen import build_crd
 
     def walk(node):
         if isinstance(node, dict):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from disttrain import constants as c
+from disttrain.api import constants
 from disttrain_probe import reasons as R
 from disttrain_probe import vocabulary as V
 
@@ -38,14 +38,14 @@ def test_every_reason_is_documented_where_it_belongs(name):
 
 
 def test_operator_constants_and_probe_reasons_are_the_vocabulary():
-    consts = {v for k, v in vars(c).items() if k.startswith("REASON_") and isinstance(v, str)}
+    consts = {v for k, v in vars(constants).items() if k.startswith("REASON_") and isinstance(v, str)}
     assert consts <= set(V.REASONS), consts - set(V.REASONS)
     probe = {v for k, v in vars(R).items() if k.isupper() and isinstance(v, str)}
     assert probe <= set(V.REASONS), probe - set(V.REASONS)
     # the generic reasons, where probe and operator once disagreed (ProbeInternalError)
-    assert c.GENERIC_REASONS == {V.RENDEZVOUS_TIMEOUT, V.PROBE_INTERNAL_ERROR,
+    assert constants.GENERIC_REASONS == {V.RENDEZVOUS_TIMEOUT, V.PROBE_INTERNAL_ERROR,
                                  V.PROCESS_GROUP_INIT_FAILED}
-    assert R.CONDITION_OF[V.PROBE_INTERNAL_ERROR] == c.VALIDATED
-    assert V.PROBE_INTERNAL_ERROR not in c.REASON_CONDITION  # summary-only: checks stay Unknown
-    for name, ctype in c.REASON_CONDITION.items():
-        assert V.REASONS[name].condition == ctype and ctype in c.CHECK_CONDITIONS
+    assert R.CONDITION_OF[V.PROBE_INTERNAL_ERROR] == constants.VALIDATED
+    assert V.PROBE_INTERNAL_ERROR not in constants.REASON_CONDITION  # summary-only: checks stay Unknown
+    for name, ctype in constants.REASON_CONDITION.items():
+        assert V.REASONS[name].condition == ctype and ctype in constants.CHECK_CONDITIONS

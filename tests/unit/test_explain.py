@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console, Group
 
-from disttrain import explain
-from disttrain.diagnosis import diagnose
+from disttrain.shell import explain
+from disttrain.diagnosis.diagnose import diagnose
 
 from .scenario_reports import SCENARIOS
 
@@ -80,7 +80,7 @@ def test_main_without_a_kubeconfig_says_so_in_one_line(monkeypatch, tmp_path):
 
     from rich.console import Console
 
-    from disttrain import explain
+    from disttrain.shell import explain
 
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     monkeypatch.setenv("HOME", str(tmp_path))

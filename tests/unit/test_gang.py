@@ -3,11 +3,11 @@
 import pytest
 from pydantic import ValidationError
 
-from disttrain import constants as c
-from disttrain import gang as g
-from disttrain.api import DistTrainingJobSpec, job_name_problem
-from disttrain.builders import JobRef
-from disttrain.policies.gang import CAP_WORKLOAD_API, effective_spec
+from disttrain.api import constants
+from disttrain.children import gang as gang_objects
+from disttrain.api.types import DistTrainingJobSpec, job_name_problem
+from disttrain.children.names import JobRef
+from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API, effective_spec
 
 from .fixtures import TEMPLATE, job
 from .test_reconcile import advance, names, step
@@ -28,7 +28,7 @@ def spec(gang="auto", dns=None, host_network=True):
     ("workload", True, "workload"), ("coscheduling", False, "coscheduling"), ("volcano", True, "volcano"),
 ])
 def test_provider(gang, served, want):
-    assert g.provider(spec(gang), served) == want
+    assert gang_objects.provider(spec(gang), served) == want
 
 
 def test_effective_spec_turns_on_dns_names_or_says_why_it_cannot():
@@ -36,7 +36,7 @@ def test_effective_spec_turns_on_dns_names_or_says_why_it_cannot():
     s, problem = effective_spec(spec("auto"), caps)
     assert problem is None and s.network.enable_dns_hostnames is True
     s, problem = effective_spec(spec("auto", dns=False), caps)  # falls back to no gang
-    assert problem is None and g.provider(s, True) is None
+    assert problem is None and gang_objects.provider(s, True) is None
     with pytest.raises(ValidationError, match="needs DNS hostnames"):  # refused at apply
         spec("volcano", dns=False)
     s = spec("volcano")  # a spec that got past (an older CRD): the step refuses it too
@@ -50,13 +50,13 @@ def test_effective_spec_turns_on_dns_names_or_says_why_it_cannot():
 
 
 @pytest.mark.parametrize("provider,api,where", [
-    ("workload", g.WORKLOAD_API, ("spec", "schedulingGroup")),
-    ("coscheduling", g.COSCHEDULING_API, ("metadata", "labels")),
-    ("volcano", g.VOLCANO_API, ("metadata", "annotations")),
+    ("workload", gang_objects.WORKLOAD_API, ("spec", "schedulingGroup")),
+    ("coscheduling", gang_objects.COSCHEDULING_API, ("metadata", "labels")),
+    ("volcano", gang_objects.VOLCANO_API, ("metadata", "annotations")),
 ])
 def test_objects_and_decoration(provider, api, where):
-    gang = g.Gang(provider, "j-probe-1", "probe", 3)
-    objs = g.objects(REF, spec(provider), gang)
+    gang = gang_objects.Gang(provider, "j-probe-1", "probe", 3)
+    objs = gang_objects.objects(REF, spec(provider), gang)
     group = objs[-1]
     assert (group["apiVersion"], group["kind"], group["metadata"]["name"]) == (api, "PodGroup", "j-probe-1")
     assert group["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
@@ -64,9 +64,9 @@ def test_objects_and_decoration(provider, api, where):
     assert size == 3
     assert (provider == "workload") == (objs[0]["kind"] == "Workload")
     pod = {"metadata": {"name": "p"}, "spec": {}}
-    g.decorate(pod, spec(provider), gang)
+    gang_objects.decorate(pod, spec(provider), gang)
     assert "j-probe-1" in str(pod[where[0]][where[1]])
-    assert pod["spec"].get("schedulerName") == g.DEFAULT_SCHEDULERS.get(provider)
+    assert pod["spec"].get("schedulerName") == gang_objects.DEFAULT_SCHEDULERS.get(provider)
 
 
 def test_with_the_workload_api_all_probe_pods_are_created_together_in_one_gang():
@@ -100,17 +100,17 @@ def test_a_resumed_training_gang_is_a_new_group():
     body["spec"]["suspend"] = False
     plan = step(body, [], capabilities=caps)  # probes again, as a new gang
     assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in plan.creates} == {"j-probe-2"}
-    assert c.ROLE_PROBE == plan.creates[0]["metadata"]["labels"][c.LABEL_ROLE]
+    assert constants.ROLE_PROBE == plan.creates[0]["metadata"]["labels"][constants.LABEL_ROLE]
 
 
 def test_a_name_that_cannot_name_dns_hostnames_keeps_auto_off_the_gang():
     caps = frozenset({CAP_WORKLOAD_API})
     s, problem = effective_spec(spec("auto"), caps, "7up")  # a Service cannot start with a digit
-    assert problem is None and g.provider(s, True) is None
+    assert problem is None and gang_objects.provider(s, True) is None
     # an explicit gang: DNS hostnames are part of the name rules (the CRD's too), so the
     # name is refused by job_name_problem, not left to effective_spec
     assert "must start with a letter" in job_name_problem("7up", spec("workload"))
     _, problem = effective_spec(spec("workload"), caps, "7up")
     assert problem is None
     s, problem = effective_spec(spec("auto"), caps, "ok-name")
-    assert problem is None and g.provider(s, True) == "workload"
+    assert problem is None and gang_objects.provider(s, True) == "workload"

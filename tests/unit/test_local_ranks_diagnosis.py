@@ -1,9 +1,9 @@
 """Several processes per node in the diagnosis: status names how many ran, messages name the
 node and the local rank."""
 
-from disttrain import constants as c
-from disttrain.diagnosis import ProbeOutcome, diagnose
-from disttrain.status_repair import repair
+from disttrain.api import constants
+from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
+from disttrain.reconcile.status_repair import repair
 
 from .fixtures import report
 
@@ -25,7 +25,7 @@ def outcomes(*reports):
 def test_a_pass_says_how_many_ranks_and_the_intra_node_bandwidth():
     d = diagnose(outcomes(multi(0, "node-a", intra=4.0), multi(1, "node-b", intra=3.0)), "10.100.0.10")
     assert d.validated
-    m = d.conditions[c.COLLECTIVE_VALIDATED].message
+    m = d.conditions[constants.COLLECTIVE_VALIDATED].message
     assert "among each node's 2 local ranks (intra-node busbw 3.0 GB/s, slowest node)" in m
     assert "over 4 ranks (2 nodes x 2, gloo)" in m
     assert [(n["localRanks"], n["intraNodeBusBandwidthGBps"]) for n in d.nodes] == [(2, 4.0), (2, 3.0)]
@@ -33,7 +33,7 @@ def test_a_pass_says_how_many_ranks_and_the_intra_node_bandwidth():
 
 def test_one_process_per_node_keeps_its_message_and_status():
     d = diagnose(outcomes(report(0, "node-a"), report(1, "node-b")), "10.100.0.10")
-    assert d.conditions[c.COLLECTIVE_VALIDATED].message.startswith("all-reduce correct over 2 ranks (gloo)")
+    assert d.conditions[constants.COLLECTIVE_VALIDATED].message.startswith("all-reduce correct over 2 ranks (gloo)")
     assert all("localRanks" not in n for n in d.nodes)
 
 
@@ -46,10 +46,10 @@ def test_a_local_ranks_failure_names_the_node_and_the_local_rank():
     relayed = dict(own, message=f"peer node-b (rank 1) failed in collective: {own['message']}")
     d = diagnose(outcomes(multi(0, "node-a", ok=False, failure=relayed),
                           multi(1, "node-b", ok=False, failure=own)), "10.100.0.10")
-    v = d.conditions[c.COLLECTIVE_VALIDATED]
+    v = d.conditions[constants.COLLECTIVE_VALIDATED]
     assert (v.status, v.reason) == ("False", "ProcessGroupInitFailed")
     assert "node-b local rank 1: init_process_group(nccl)" in v.message
-    assert d.conditions[c.VALIDATED].message.endswith(
+    assert d.conditions[constants.VALIDATED].message.endswith(
         "on node-b: see the CollectiveValidated condition for the cause and the fix")
     assert any(f.startswith("node-b local rank 1: ") for f in d.failures)
 

@@ -6,10 +6,10 @@ that would only wait for it until their deadline."""
 import json
 from datetime import timedelta
 
-from disttrain import constants as c
-from disttrain import conditions as cond
-from disttrain.builders import build_probe_pod
-from disttrain.diagnosis import ProbeOutcome, diagnose
+from disttrain.api import constants
+from disttrain.reconcile import conditions as cond
+from disttrain.children.pods import build_probe_pod
+from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
 
 from .fixtures import job, pod, report
 from .test_builders import REF, env, spec_of
@@ -24,7 +24,7 @@ def refused(rank, node, world_size=2):
     msg = (f"{node} (rank {rank}): connection to MASTER_ADDR 10.100.0.10:29500 refused for 2.0s "
            f"although rank 0's probe has been running since {STARTED}")
     return report(rank, node, ok=False, world_size=world_size,
-                  failure={"reason": c.REASON_MASTER_PORT_REFUSED, "phase": "rendezvous", "message": msg})
+                  failure={"reason": constants.REASON_MASTER_PORT_REFUSED, "phase": "rendezvous", "message": msg})
 
 
 def running0():
@@ -49,7 +49,7 @@ def test_probe_pod_carries_rank0_start_only_when_given():
 def test_a_slow_rank0_start_does_not_hold_the_others_back_for_long():
     """A cold image pull on rank 0's node: the others start without the evidence after
     PEER_START_WAIT_SECONDS (their own pulls must not wait for rank 0's)."""
-    from disttrain.policies.probing import PEER_START_WAIT_SECONDS
+    from disttrain.reconcile.policies.probing import PEER_START_WAIT_SECONDS
 
     body = advance(job(), step(job(), []))
     p0 = pod("j-probe-0", "probe", 0, phase="Pending", node="node-a", host_ip="10.100.0.10")
@@ -64,13 +64,13 @@ def test_rank_that_never_reached_the_store_gives_the_verdict_without_rank0():
     body = advance(job(), step(job(), []))
     plan = step(body, [running0(), failed(1, "node-b", refused(1, "node-b"))])
     conds = plan.status["conditions"]
-    v = cond.get(conds, c.MASTER_REACHABLE)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_PORT_REFUSED)
+    v = cond.get(conds, constants.MASTER_REACHABLE)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_MASTER_PORT_REFUSED)
     # the one dialling rank was refused: rank 0's node (or that path) is named, and the test
     assert "(node-a, rank 0) on TCP 29500 (node-b refused)" in v["message"]
     assert "decide: tcpdump on node-a" in v["message"]
-    assert cond.get(conds, c.VALIDATED)["reason"] == c.REASON_MASTER_PORT_REFUSED
-    assert cond.is_true(conds, c.FAILED) and not plan.creates
+    assert cond.get(conds, constants.VALIDATED)["reason"] == constants.REASON_MASTER_PORT_REFUSED
+    assert cond.is_true(conds, constants.FAILED) and not plan.creates
     # rank 0 would only wait for rank 1 until its deadline: stopped, rank 1 kept for its logs
     assert plan.deletes == ["j-probe-0"]
     # rank 0 is not blamed for a report it never had the chance to write
@@ -81,10 +81,10 @@ def test_a_peer_that_joined_the_store_is_waited_for():
     """A rank that failed after joining (here: RendezvousTimeout) told the others through
     the store; they end on their own with their own reports, so the verdict waits."""
     body = advance(job(), step(job(), []))
-    rep = report(1, "node-b", ok=False, failure={"reason": c.REASON_RENDEZVOUS_TIMEOUT,
+    rep = report(1, "node-b", ok=False, failure={"reason": constants.REASON_RENDEZVOUS_TIMEOUT,
                                                  "phase": "rendezvous", "message": "x"})
     plan = step(body, [running0(), failed(1, "node-b", rep)])
-    assert cond.status_of(plan.status["conditions"], c.VALIDATED) == "Unknown"
+    assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
     assert plan.deletes == []
 
 
@@ -94,18 +94,18 @@ def test_other_dialling_ranks_get_a_moment_to_end_on_their_own():
              started_at=STARTED)
     pods = [running0(), failed(1, "node-b", refused(1, "node-b", 3)), r2]
     # one second after rank 1 ended: rank 2 (same checks, same timing) may be about to end
-    assert cond.status_of(step(body, pods).status["conditions"], c.VALIDATED) == "Unknown"
+    assert cond.status_of(step(body, pods).status["conditions"], constants.VALIDATED) == "Unknown"
     later = step(body, pods, now=NOW + timedelta(seconds=3))
-    v = cond.get(later.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_PORT_REFUSED)
+    v = cond.get(later.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_MASTER_PORT_REFUSED)
     assert sorted(later.deletes) == ["j-probe-0", "j-probe-2"]
     # had rank 2 ended too, both would be named at once
     both = step(body, [running0(), failed(1, "node-b", refused(1, "node-b", 3)),
                        failed(2, "node-c", refused(2, "node-c", 3))])
-    msg = cond.get(both.status["conditions"], c.MASTER_REACHABLE)["message"]
+    msg = cond.get(both.status["conditions"], constants.MASTER_REACHABLE)["message"]
     assert "(node-b refused, node-c refused): node-a's firewall rejects it" in msg and len(msg) <= 400
     # Validated points at the failing check and names the culprit, without repeating it
-    summary = cond.get(both.status["conditions"], c.VALIDATED)["message"]
+    summary = cond.get(both.status["conditions"], constants.VALIDATED)["message"]
     assert summary.startswith("MasterReachable=False (MasterPortRefused) on node-a: see")
 
 
@@ -113,7 +113,7 @@ def test_running_outcome_adds_no_failure():
     outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", running=True),
             ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=refused(1, "node-b"))]
     d = diagnose(outs, "10.100.0.10")
-    assert d.conditions[c.VALIDATED].reason == c.REASON_MASTER_PORT_REFUSED
+    assert d.conditions[constants.VALIDATED].reason == constants.REASON_MASTER_PORT_REFUSED
     assert len(d.failures) == 1 and "node-b" in d.failures[0]
     # without the flag, a missing report is a failure of its own
     outs[0] = ProbeOutcome(rank=0, pod="j-probe-0", node="node-a")
@@ -126,17 +126,17 @@ def test_rank0_that_never_served_the_store_gives_the_verdict_at_once():
     and rank 0's cause is the verdict."""
     body = advance(job(num_nodes=3), step(job(num_nodes=3), []))
     rep0 = report(0, "node-a", ok=False, world_size=3, failure={
-        "reason": c.REASON_MASTER_ADDR_LOOPBACK, "phase": "rendezvous",
+        "reason": constants.REASON_MASTER_ADDR_LOOPBACK, "phase": "rendezvous",
         "message": "node-a (rank 0): MASTER_ADDR=j-0.j resolves to 127.0.0.1 (loopback) on rank 0's own node"})
     r1 = pod("j-probe-1", "probe", 1, phase="Running", node="node-b", host_ip="10.100.0.11",
              started_at=STARTED)
     plan = step(body, [failed(0, "node-a", rep0), r1, failed(2, "node-c", refused(2, "node-c", 3))])
-    v = cond.get(plan.status["conditions"], c.MASTER_REACHABLE)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_MASTER_ADDR_LOOPBACK)
+    v = cond.get(plan.status["conditions"], constants.MASTER_REACHABLE)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_MASTER_ADDR_LOOPBACK)
     assert v["message"].startswith("node-a (rank 0)") and "node-c" not in v["message"]
     assert plan.deletes == ["j-probe-1"] and not plan.creates
     # a rank 0 that failed after serving the store (the all-reduce) leaves the others be
-    late = report(0, "node-a", ok=False, world_size=3, failure={"reason": c.REASON_RENDEZVOUS_TIMEOUT,
+    late = report(0, "node-a", ok=False, world_size=3, failure={"reason": constants.REASON_RENDEZVOUS_TIMEOUT,
                                                   "phase": "rendezvous", "message": "x"})
     assert step(body, [failed(0, "node-a", late), r1]).deletes == []
 
@@ -147,11 +147,11 @@ def test_a_silent_master_host_waits_for_rank0s_own_report_until_its_checks_end()
     (its name did not resolve: its queries leave by the wrong NIC) could name the NICs. When
     the host is silent, rank 0's report is awaited until its resolve window has passed since
     it started; a host that answers elsewhere (a port filter) is decided without it."""
-    from disttrain.policies.probing import rank0_wait
+    from disttrain.reconcile.policies.probing import rank0_wait
 
     def timeout_report(host_r):
         rep = report(1, "node-b", ok=False, failure={
-            "reason": c.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+            "reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
             "message": "node-b (rank 1): connection to MASTER_ADDR j-0.j:29500 timeout for 8.0s"})
         rep["master"] = {"addr": "j-0.j", "port": 29500, "resolved": ["10.100.0.10"],
                          "hostCheck": {"port": 1, "r": host_r, "arp": "complete"}}
@@ -163,11 +163,11 @@ def test_a_silent_master_host_waits_for_rank0s_own_report_until_its_checks_end()
     silent = [running0(), failed(1, "node-b", timeout_report("timeout"))]
     # NOW is 10 s after rank 0's probe started: 5 s of its wait are left
     plan = step(body, silent)
-    assert cond.status_of(plan.status["conditions"], c.VALIDATED) == "Unknown" and plan.deletes == []
+    assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown" and plan.deletes == []
     later = step(body, silent, now=NOW + timedelta(seconds=5.5))
-    assert cond.get(later.status["conditions"], c.MASTER_REACHABLE)["reason"] == c.REASON_MASTER_PORT_TIMEOUT
+    assert cond.get(later.status["conditions"], constants.MASTER_REACHABLE)["reason"] == constants.REASON_MASTER_PORT_TIMEOUT
     filtered = step(body, [running0(), failed(1, "node-b", timeout_report("refused"))])
-    assert cond.get(filtered.status["conditions"], c.MASTER_REACHABLE)["reason"] == c.REASON_MASTER_PORT_TIMEOUT
+    assert cond.get(filtered.status["conditions"], constants.MASTER_REACHABLE)["reason"] == constants.REASON_MASTER_PORT_TIMEOUT
 
 
 def test_a_silent_store_waits_until_a_dead_rank0_node_is_named_not_the_dialler():
@@ -176,20 +176,20 @@ def test_a_silent_store_waits_until_a_dead_rank0_node_is_named_not_the_dialler()
     ("TCP ... works but the TCPStore did not answer") and the verdict, taken at once, was
     MasterPortTimeout on node-a. Now rank 0's report is awaited long enough for its silence
     to count (nodeloss): the lost node is named."""
-    from disttrain.policies.probing import STORE_SILENT_WAIT_SECONDS
+    from disttrain.reconcile.policies.probing import STORE_SILENT_WAIT_SECONDS
 
     rep = report(1, "node-b", ok=False, failure={
-        "reason": c.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+        "reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
         "message": "node-b (rank 1): TCP to 10.100.0.10:29500 works but the TCPStore did not answer"})
     rep["master"] = {"addr": "10.100.0.10", "port": 29500, "connected": "10.100.0.10"}
     body = advance(job(), step(job(), []))
     pods = [running0(), failed(1, "node-b", rep)]
     early = step(body, pods)  # 1 s after rank 1 ended
-    assert cond.status_of(early.status["conditions"], c.VALIDATED) == "Unknown" and early.deletes == []
+    assert cond.status_of(early.status["conditions"], constants.VALIDATED) == "Unknown" and early.deletes == []
     later = step(body, pods, now=NOW + timedelta(seconds=STORE_SILENT_WAIT_SECONDS))
-    v = cond.get(later.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_POD_LOST), v
+    v = cond.get(later.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST), v
     assert "node-a" in v["message"]
     # a store that refused (not this case) is still decided at once
     assert cond.status_of(step(body, [running0(), failed(1, "node-b", refused(1, "node-b"))])
-                          .status["conditions"], c.VALIDATED) == "False"
+                          .status["conditions"], constants.VALIDATED) == "False"

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from disttrain.advice import apply_advice
-from disttrain.api import DistTrainingJobSpec
-from disttrain.builders import JobRef
-from disttrain.diagnosis import ProbeOutcome, diagnose
+from disttrain.diagnosis.advice import apply_advice
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children.names import JobRef
+from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
 from disttrain_probe import vocabulary as V
 
 from .fixtures import job

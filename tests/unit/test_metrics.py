@@ -1,6 +1,6 @@
 """Metrics move once per transition, however often a step runs."""
 
-from disttrain import metrics
+from disttrain.shell import metrics
 
 
 def value(name, **labels):

@@ -1,6 +1,6 @@
 """Network summary (pure): what was chosen, and every interface not chosen, each reason once."""
-from disttrain import netsummary as N
-from disttrain.findings import ProbeOutcome, typed
+from disttrain.diagnosis import netsummary
+from disttrain.diagnosis.findings import ProbeOutcome, typed
 from disttrain_probe import vocabulary as V
 
 from .fixtures import report
@@ -26,7 +26,7 @@ def test_rejected_clauses_group_by_reason_and_say_each_once():
            "br-a1": (V.REJ_DUPLICATE_ADDRESS, "br-a1 excluded (same address 172.19.0.1 on ...)"),
            "docker0": (V.REJ_DUPLICATE_ADDRESS, "docker0 excluded (same address 172.17.0.1 on ...)"),
            "lo": (V.REJ_LOOPBACK, "lo is loopback")}
-    assert N.rejected_clauses(rej) == [
+    assert netsummary.rejected_clauses(rej) == [
         "eth0 not preferred: faster by measurement (9400 vs 950 Mb/s)",
         "not chosen: eth0 (NotPreferred), br-a1 172.19.0.1, docker0 172.17.0.1 (DuplicateAddress: "
         "the same address on every node), lo (Loopback: never leaves the node)"]
@@ -35,15 +35,15 @@ def test_rejected_clauses_group_by_reason_and_say_each_once():
 def test_an_interface_chosen_somewhere_is_never_listed_as_rejected():
     rej = [{"ifname": "eth1", "reason": V.REJ_NOT_ON_ALL_NODES, "message": "eth1 on 10.9/24 is missing"},
            *DECOYS]
-    assert "eth1" not in N.rejections(ranks_with(rej))
-    m = N.network_message(ranks_with(rej))
+    assert "eth1" not in netsummary.rejections(ranks_with(rej))
+    m = netsummary.network_message(ranks_with(rej))
     assert m.startswith("eth1 (10.101.0.0/24) chosen on every node; not chosen: br-a1 172.19.0.1, docker0")
     assert "NotOnAllNodes" not in m
 
 
 def test_network_message_is_bounded_with_many_interfaces():
     rej = [{"ifname": f"veth{i:04d}", "reason": V.REJ_NO_IPV4, "message": "no IPv4"} for i in range(300)]
-    m = N.network_message(ranks_with(rej + DECOYS))
+    m = netsummary.network_message(ranks_with(rej + DECOYS))
     assert len(m) <= 400 and m.startswith("eth1 (10.101.0.0/24) chosen on every node")
 
 
@@ -61,6 +61,6 @@ def test_a_nic_broken_on_one_node_is_named_in_the_passing_summary():
         rep["paths"] = {"10.100.0.0/24": "".join("." if p == r else "o" for p in range(3)),
                         "10.101.0.0/24": eth1}
         outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
-    m = N.network_message(outs)
+    m = netsummary.network_message(outs)
     assert "eth1 unreachable: node-c reaches no peer on eth1 on 10.101.0.0/24" in m
-    assert N.node_results(outs)[2]["paths"] == {"10.100.0.0/24": "oo.", "10.101.0.0/24": "tt."}
+    assert netsummary.node_results(outs)[2]["paths"] == {"10.100.0.0/24": "oo.", "10.101.0.0/24": "tt."}

@@ -4,10 +4,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from disttrain import constants as c
-from disttrain.api import DistTrainingJobSpec
-from disttrain.policies import apierrors, cleanup, deadline, restart
-from disttrain.step import ApiFailure
+from disttrain.api import constants
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.reconcile.policies import apierrors, cleanup, deadline, restart
+from disttrain.reconcile.step import ApiFailure
 
 from .fixtures import TEMPLATE, pod
 
@@ -19,12 +19,12 @@ def spec(**kw):
 
 
 @pytest.mark.parametrize("restarts,limit,reprobe,probe,want", [
-    (0, 0, False, True, restart.Decision(False, False, c.REASON_RANK_FAILED)),
-    (0, 2, False, True, restart.Decision(True, False, c.REASON_RESTARTING)),
-    (1, 2, True, True, restart.Decision(True, True, c.REASON_RESTARTING)),
-    (1, 2, True, False, restart.Decision(True, False, c.REASON_RESTARTING)),  # nothing to re-probe
-    (2, 2, True, True, restart.Decision(False, False, c.REASON_BACKOFF_LIMIT_EXCEEDED)),
-    (5, 2, False, True, restart.Decision(False, False, c.REASON_BACKOFF_LIMIT_EXCEEDED)),
+    (0, 0, False, True, restart.Decision(False, False, constants.REASON_RANK_FAILED)),
+    (0, 2, False, True, restart.Decision(True, False, constants.REASON_RESTARTING)),
+    (1, 2, True, True, restart.Decision(True, True, constants.REASON_RESTARTING)),
+    (1, 2, True, False, restart.Decision(True, False, constants.REASON_RESTARTING)),  # nothing to re-probe
+    (2, 2, True, True, restart.Decision(False, False, constants.REASON_BACKOFF_LIMIT_EXCEEDED)),
+    (5, 2, False, True, restart.Decision(False, False, constants.REASON_BACKOFF_LIMIT_EXCEEDED)),
 ])
 def test_restart_decision(restarts, limit, reprobe, probe, want):
     assert restart.on_rank_failure(restarts, limit, reprobe, probe) == want
@@ -125,11 +125,11 @@ REAL_PULL_ERROR = (
 
 
 def test_image_pull_failure_names_rank_node_and_the_cause_at_the_end():
-    from disttrain import observe
-    from disttrain.policies import probing
+    from disttrain.children import observe
+    from disttrain.reconcile.policies import probing
 
     def pulling(name, node):
-        p = pod(name, c.ROLE_PROBE, int(name[-1]), node=node)
+        p = pod(name, constants.ROLE_PROBE, int(name[-1]), node=node)
         p["status"] = {"initContainerStatuses": [{
             "name": "install-probe", "image": "disttrain.dev/test/missing:0",
             "state": {"waiting": {"reason": "ErrImagePull", "message": REAL_PULL_ERROR}}}]}

@@ -3,9 +3,9 @@
 import json
 from datetime import datetime, timedelta, timezone
 
-from disttrain import conditions as cond
-from disttrain import constants as c
-from disttrain.reconcile import reconcile
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.reconcile.loop import reconcile
 
 from .fixtures import job, json_parser, pod, report
 
@@ -30,8 +30,8 @@ def test_first_visit_writes_unknown_conditions_and_rank0_probe_only():
     plan = step(job(), [])
     assert names(plan) == ["j-probe-0"]
     types = {x["type"]: x["status"] for x in plan.status["conditions"]}
-    assert set(types) == set(c.ALL_CONDITIONS) and set(types.values()) == {"Unknown"}
-    assert plan.status["phase"] == c.PHASE_PROBING and plan.status_changed
+    assert set(types) == set(constants.ALL_CONDITIONS) and set(types.values()) == {"Unknown"}
+    assert plan.status["phase"] == constants.PHASE_PROBING and plan.status_changed
 
 
 def test_other_ranks_wait_for_rank0_host_ip_then_get_it_as_master():
@@ -59,7 +59,7 @@ def test_idempotent_same_input_same_plan_no_duplicates():
             pod("j-probe-1", "probe", 1, phase="Running", node="node-b", host_ip="10.100.0.11")]
     a, b = step(body, pods), step(body, pods)
     assert a.creates == b.creates == [] and a.status == b.status
-    assert cond.status_of(a.status["conditions"], c.PROBES_SCHEDULED) == "True"
+    assert cond.status_of(a.status["conditions"], constants.PROBES_SCHEDULED) == "True"
 
 
 def finished_probes(r0=None, r1=None):
@@ -76,10 +76,10 @@ def test_validated_then_workers_pinned_after_probes_deleted():
     probes = finished_probes()
     plan = step(body, probes)
     conds = plan.status["conditions"]
-    assert cond.is_true(conds, c.VALIDATED)
+    assert cond.is_true(conds, constants.VALIDATED)
     assert sorted(plan.deletes) == ["j-probe-0", "j-probe-1"]  # keepPods OnFailure, passed
     assert plan.status["rendezvous"] == {"masterAddr": "10.100.0.10", "masterPort": 29500, "socketIfname": "eth1"}
-    assert any(e[1] == c.REASON_ALL_CHECKS_PASSED for e in plan.events)
+    assert any(e[1] == constants.REASON_ALL_CHECKS_PASSED for e in plan.events)
     # Probe pods are finished, so the workers are created in the same step.
     assert names(plan) == ["j-worker-0", "j-worker-1"]
     w1 = plan.creates[1]
@@ -95,14 +95,14 @@ def test_unschedulable_probe_fails_fast_with_not_enough_nodes():
             pod("j-probe-1", "probe", 1, phase="Running", node="node-b", host_ip="10.100.0.11"),
             pod("j-probe-2", "probe", 2, unschedulable=msg)]
     plan = step(body, pods)
-    v = cond.get(plan.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_NOT_ENOUGH_NODES)
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_NOT_ENOUGH_NODES)
     assert "numNodes=3" in v["message"] and "anti-affinity" in v["message"]
-    assert cond.get(plan.status["conditions"], c.PROBES_SCHEDULED)["reason"] == c.REASON_NOT_ENOUGH_NODES
-    assert cond.is_true(plan.status["conditions"], c.FAILED)
+    assert cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)["reason"] == constants.REASON_NOT_ENOUGH_NODES
+    assert cond.is_true(plan.status["conditions"], constants.FAILED)
     # Running probes would wait for a peer that never comes: all are deleted.
     assert sorted(plan.deletes) == ["j-probe-0", "j-probe-1", "j-probe-2"]
-    assert plan.status["phase"] == c.PHASE_FAILED and not plan.creates
+    assert plan.status["phase"] == constants.PHASE_FAILED and not plan.creates
 
 
 def test_garbage_report_gives_false_condition():
@@ -110,8 +110,8 @@ def test_garbage_report_gives_false_condition():
     probes = finished_probes()
     probes[1]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "{not json at all"
     plan = step(body, probes)
-    v = cond.get(plan.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_REPORT_INVALID)
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_REPORT_INVALID)
     assert "node-b" in v["message"] and not plan.creates
     assert plan.deletes == []  # keepPods OnFailure: kept for their logs
 
@@ -122,10 +122,10 @@ def test_probe_timeout():
                 created="2026-11-30T12:00:00Z")]
     # the budget (timeoutSeconds 60 + 30) counts from the first probe pod's creation
     plan = step(body, pods, now=NOW + timedelta(seconds=89))
-    assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBING
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBING
     assert 0 < plan.requeue_after <= 1.0  # woken when the budget ends, not by a sweep
     plan = step(body, pods, now=NOW + timedelta(seconds=91))
-    assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBE_TIMEOUT
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBE_TIMEOUT
 
 
 def validated_body():
@@ -142,15 +142,15 @@ def workers(*phases, attempt=0, exit_code=1):
 def test_training_succeeds():
     body = validated_body()
     plan = step(body, workers("Running", "Running"))
-    assert cond.is_true(plan.status["conditions"], c.TRAINING_STARTED) and plan.status["phase"] == c.PHASE_RUNNING
+    assert cond.is_true(plan.status["conditions"], constants.TRAINING_STARTED) and plan.status["phase"] == constants.PHASE_RUNNING
     plan = step(advance(body, plan), workers("Succeeded", "Succeeded"))
-    assert cond.is_true(plan.status["conditions"], c.SUCCEEDED) and plan.status["phase"] == c.PHASE_SUCCEEDED
+    assert cond.is_true(plan.status["conditions"], constants.SUCCEEDED) and plan.status["phase"] == constants.PHASE_SUCCEEDED
 
 
 def test_rank_failure_without_backoff_fails_job_naming_rank():
     plan = step(validated_body(), workers("Running", "Failed"))
-    f = cond.get(plan.status["conditions"], c.FAILED)
-    assert (f["status"], f["reason"]) == ("True", c.REASON_RANK_FAILED)
+    f = cond.get(plan.status["conditions"], constants.FAILED)
+    assert (f["status"], f["reason"]) == ("True", constants.REASON_RANK_FAILED)
     assert "rank 1" in f["message"] and "node-b" in f["message"] and "boom" in f["message"]
     assert plan.deletes == ["j-worker-0"]  # cleanPodPolicy Running
 
@@ -166,14 +166,14 @@ def test_gang_restart_then_waits_for_old_pods_to_go():
     assert names(step(body, workers("Running", "Failed"))) == []
     plan = step(body, [])
     assert names(plan) == ["j-worker-0", "j-worker-1"]
-    assert plan.creates[0]["metadata"]["labels"][c.LABEL_ATTEMPT] == "1"
+    assert plan.creates[0]["metadata"]["labels"][constants.LABEL_ATTEMPT] == "1"
 
 
 def test_invalid_spec_becomes_condition():
     body = job()
     body["spec"]["numNodes"] = 0
     plan = step(body, [])
-    v = cond.get(plan.status["conditions"], c.VALIDATED)
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
     assert v["reason"] == "InvalidSpec" and "spec.numNodes" in v["message"] and not plan.creates
 
 

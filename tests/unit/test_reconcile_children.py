@@ -3,9 +3,9 @@
 import json
 from datetime import timedelta
 
-from disttrain import conditions as cond
-from disttrain import constants as c
-from disttrain.step import ApiFailure
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.reconcile.step import ApiFailure
 
 from .fixtures import job, pod, report
 from .test_reconcile import NOW, advance, finished_probes, names, step, validated_body, workers
@@ -23,10 +23,10 @@ def test_reapplied_job_is_never_judged_on_the_old_jobs_pods():
     body = advance(job(), step(job(), []))
     plan = step(body, old_job_probes())
     conds = plan.status["conditions"]
-    assert cond.status_of(conds, c.VALIDATED) == "Unknown"
+    assert cond.status_of(conds, constants.VALIDATED) == "Unknown"
     assert plan.creates == [] and plan.deletes == []  # the names are held; never ours to delete
-    pc = cond.get(conds, c.PROBES_SCHEDULED)
-    assert pc["reason"] == c.REASON_NAME_CONFLICT and "garbage collector" in pc["message"]
+    pc = cond.get(conds, constants.PROBES_SCHEDULED)
+    assert pc["reason"] == constants.REASON_NAME_CONFLICT and "garbage collector" in pc["message"]
     # once the garbage collector removed them, the job's own probes start
     assert names(step(body, [])) == ["j-probe-0"]
 
@@ -34,8 +34,8 @@ def test_reapplied_job_is_never_judged_on_the_old_jobs_pods():
 def test_an_orphan_holding_a_name_is_reported_as_such():
     body = advance(job(), step(job(), []))
     orphan = pod("j-probe-0", "probe", 0, phase="Running", owner_uid=None)
-    pc = cond.get(step(body, [orphan]).status["conditions"], c.PROBES_SCHEDULED)
-    assert pc["reason"] == c.REASON_NAME_CONFLICT and "delete it, or rename the job" in pc["message"]
+    pc = cond.get(step(body, [orphan]).status["conditions"], constants.PROBES_SCHEDULED)
+    assert pc["reason"] == constants.REASON_NAME_CONFLICT and "delete it, or rename the job" in pc["message"]
 
 
 def test_a_report_of_another_job_never_validates():
@@ -43,8 +43,8 @@ def test_a_report_of_another_job_never_validates():
     image that replays a cached report): ProbeReportInvalid naming the rank."""
     body = advance(job(), step(job(), []))
     plan = step(body, finished_probes(r1=report(1, "node-b", job_uid="uid-0")))
-    v = cond.get(plan.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_REPORT_INVALID)
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_REPORT_INVALID)
     assert "rank 1" in v["message"] and "jobUid" in v["message"] and not plan.creates
 
 
@@ -52,9 +52,9 @@ def test_bandwidth_threshold_is_checked_by_the_operator():
     body = job(probe={"minBusBandwidthGBps": 10})
     body = advance(body, step(body, []))
     plan = step(body, finished_probes(report(0, "node-a", busbw=0.001), report(1, "node-b", busbw=0.001)))
-    v = cond.get(plan.status["conditions"], c.COLLECTIVE_VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_BANDWIDTH_BELOW_THRESHOLD)
-    assert not plan.creates and cond.is_true(plan.status["conditions"], c.FAILED)
+    v = cond.get(plan.status["conditions"], constants.COLLECTIVE_VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_BANDWIDTH_BELOW_THRESHOLD)
+    assert not plan.creates and cond.is_true(plan.status["conditions"], constants.FAILED)
 
 
 def test_old_attempt_pods_are_deleted_and_never_created_again():
@@ -69,7 +69,7 @@ def test_old_attempt_pods_are_deleted_and_never_created_again():
     assert plan.creates == [] and plan.deletes == ["j-worker-0"]
     plan = step(body, [])
     assert names(plan) == ["j-worker-0", "j-worker-1"]
-    assert {p["metadata"]["labels"][c.LABEL_ATTEMPT] for p in plan.creates} == {"1"}
+    assert {p["metadata"]["labels"][constants.LABEL_ATTEMPT] for p in plan.creates} == {"1"}
 
 
 def test_reprobe_starts_no_training_pod_before_the_new_probes_validated():
@@ -80,21 +80,21 @@ def test_reprobe_starts_no_training_pod_before_the_new_probes_validated():
     assert plan.status["probe"] == {"attempt": 2}  # replaced whole: nothing of attempt 1 left
     body = advance(body, plan)
     plan = step(body, [])  # the failed attempt is gone
-    assert names(plan) == ["j-probe-0"] and plan.creates[0]["metadata"]["labels"][c.LABEL_ATTEMPT] == "2"
+    assert names(plan) == ["j-probe-0"] and plan.creates[0]["metadata"]["labels"][constants.LABEL_ATTEMPT] == "2"
     # the old attempt's passing probes (kept pods) do not validate attempt 2
     plan = step(body, finished_probes())
-    assert cond.status_of(plan.status["conditions"], c.VALIDATED) == "Unknown"
-    assert not any(p["metadata"]["labels"][c.LABEL_ROLE] == c.ROLE_WORKER for p in plan.creates)
+    assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
+    assert not any(p["metadata"]["labels"][constants.LABEL_ROLE] == constants.ROLE_WORKER for p in plan.creates)
 
 
 def test_a_worker_deleted_while_training_counts_as_a_failed_rank():
     body = validated_body()
     body = advance(body, step(body, workers("Running", "Running")))
     plan = step(body, workers("Running"))  # rank 1's pod vanished
-    f = cond.get(plan.status["conditions"], c.FAILED)
-    assert (f["status"], f["reason"]) == ("True", c.REASON_RANK_FAILED)
+    f = cond.get(plan.status["conditions"], constants.FAILED)
+    assert (f["status"], f["reason"]) == ("True", constants.REASON_RANK_FAILED)
     assert "rank 1" in f["message"] and "deleted" in f["message"]
-    assert cond.get(plan.status["conditions"], c.SUCCEEDED)["status"] == "False"
+    assert cond.get(plan.status["conditions"], constants.SUCCEEDED)["status"] == "False"
 
 
 def test_evicted_probe_is_named():
@@ -103,8 +103,8 @@ def test_evicted_probe_is_named():
     p1 = pod("j-probe-1", "probe", 1, phase="Failed", node="node-b", host_ip="10.100.0.11")
     p1["status"].update(reason="Evicted", message="The node was low on resource: memory.")
     plan = step(body, [probes[0], p1])
-    v = cond.get(plan.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_POD_LOST)
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST)
     assert "node-b" in v["message"] and "Evicted" in v["message"]
 
 
@@ -114,24 +114,24 @@ def test_invalid_pod_template_from_the_apiserver_is_terminal():
                    'Pod "j-probe-0" is invalid: spec.containers[0].resources.limits[cpu]: Invalid value: "lots"')
     plan = step(body, [], api_failures=[f])
     conds = plan.status["conditions"]
-    v = cond.get(conds, c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_INVALID_POD_TEMPLATE)
+    v = cond.get(conds, constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_INVALID_POD_TEMPLATE)
     assert "spec.template.spec.containers[0].resources.limits[cpu]" in v["message"]
-    assert cond.get(conds, c.FAILED)["reason"] == c.REASON_INVALID_POD_TEMPLATE
-    assert cond.get(conds, c.SUCCEEDED)["status"] == "False" and not plan.creates
+    assert cond.get(conds, constants.FAILED)["reason"] == constants.REASON_INVALID_POD_TEMPLATE
+    assert cond.get(conds, constants.SUCCEEDED)["status"] == "False" and not plan.creates
 
 
 def test_transient_api_failures_are_shown_after_a_few_steps():
     body = advance(job(), step(job(), []))
     f = ApiFailure("create", "Pod", "j-probe-0", 500, "etcdserver: request timed out", attempts=1)
     plan = step(body, [], api_failures=[f])
-    assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBING
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBING
     assert names(plan) == ["j-probe-0"]  # retried
     plan = step(body, [], api_failures=[ApiFailure(**{**f.__dict__, "attempts": 3})])
-    v = cond.get(plan.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("Unknown", c.REASON_API_ERROR)
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("Unknown", constants.REASON_API_ERROR)
     assert "etcdserver" in v["message"] and "HTTP 500" in v["message"]
-    assert any(e[0] == "Warning" and e[1] == c.REASON_API_ERROR for e in plan.events)
+    assert any(e[0] == "Warning" and e[1] == constants.REASON_API_ERROR for e in plan.events)
 
 
 def test_ttl_deletes_the_finished_job():
@@ -139,11 +139,11 @@ def test_ttl_deletes_the_finished_job():
     body = advance(body, step(body, []))
     body = advance(body, step(body, finished_probes()))
     body = advance(body, step(body, workers("Succeeded", "Succeeded")))
-    assert cond.is_true(body["status"]["conditions"], c.SUCCEEDED)
+    assert cond.is_true(body["status"]["conditions"], constants.SUCCEEDED)
     plan = step(body, [], now=NOW + timedelta(seconds=10))
     assert not plan.delete_job and 19 <= plan.requeue_after <= 20
     plan = step(body, [], now=NOW + timedelta(seconds=31))
-    assert plan.delete_job and any(e[1] == c.REASON_TTL_EXPIRED for e in plan.events)
+    assert plan.delete_job and any(e[1] == constants.REASON_TTL_EXPIRED for e in plan.events)
     assert not step(validated_body(), []).delete_job
 
 
@@ -156,7 +156,7 @@ def test_hand_edited_status_is_repaired_not_a_crash():
     body["status"]["startTime"] = "2026-11-30T11:59:59.123456Z"
     plan = step(body, workers("Running", "Running", attempt=1))
     assert plan.status["restarts"] == 1
-    assert cond.is_true(plan.status["conditions"], c.TRAINING_STARTED)
+    assert cond.is_true(plan.status["conditions"], constants.TRAINING_STARTED)
     assert all(x.get("status") in ("True", "False", "Unknown") for x in plan.status["conditions"])
 
 
@@ -165,10 +165,10 @@ def test_a_bug_in_a_step_becomes_a_condition_not_an_exception():
         raise RuntimeError("parser bug")
 
     body = advance(job(), step(job(), []))
-    from disttrain.reconcile import reconcile
+    from disttrain.reconcile.loop import reconcile
     plan = reconcile(body, finished_probes(), NOW, broken_parser)
-    v = cond.get(plan.status["conditions"], c.VALIDATED)
-    assert (v["status"], v["reason"]) == ("Unknown", c.REASON_OPERATOR_ERROR)
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("Unknown", constants.REASON_OPERATOR_ERROR)
     assert "RuntimeError" in v["message"] and plan.requeue_after and not plan.creates
 
 
@@ -176,10 +176,10 @@ def test_invalid_name_is_terminal_invalid_spec():
     body = job()
     body["metadata"]["name"] = "my.job"
     plan = step(body, [])
-    f = cond.get(plan.status["conditions"], c.FAILED)
-    assert (f["status"], f["reason"]) == ("True", c.REASON_INVALID_SPEC)
+    f = cond.get(plan.status["conditions"], constants.FAILED)
+    assert (f["status"], f["reason"]) == ("True", constants.REASON_INVALID_SPEC)
     assert "metadata.name" in f["message"] and not plan.creates and not plan.services
-    assert cond.get(plan.status["conditions"], c.SUCCEEDED)["status"] == "False"
+    assert cond.get(plan.status["conditions"], constants.SUCCEEDED)["status"] == "False"
 
 
 def test_nan_bandwidth_report_never_reaches_the_status():
@@ -189,7 +189,7 @@ def test_nan_bandwidth_report_never_reaches_the_status():
     probes = finished_probes()
     probes[1]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = json.dumps(r1)
     plan = step(body, probes)
-    assert cond.get(plan.status["conditions"], c.VALIDATED)["reason"] == c.REASON_PROBE_REPORT_INVALID
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBE_REPORT_INVALID
     json.dumps(plan.status, allow_nan=False)  # the status write cannot fail on it
 
 
@@ -198,15 +198,15 @@ def test_two_ranks_on_one_node_never_validate():
     probes = finished_probes()
     probes[1]["spec"]["nodeName"] = "node-a"
     plan = step(body, probes)
-    v = cond.get(plan.status["conditions"], c.PROBES_SCHEDULED)
-    assert (v["status"], v["reason"]) == ("False", c.REASON_PROBE_UNSCHEDULABLE)
+    v = cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)
+    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_UNSCHEDULABLE)
     assert "0:node-a, 1:node-a" in v["message"] and not plan.creates
 
 
 def test_the_verdict_sends_each_finding_in_full_as_an_event():
     body = advance(job(), step(job(), []))
-    r1 = report(1, "node-b", ok=False, failure={"reason": c.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+    r1 = report(1, "node-b", ok=False, failure={"reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
                                                 "message": "node-b (rank 1): connection timed out " + "x" * 500})
     plan = step(body, finished_probes(r1=r1))
-    details = [e for e in plan.events if e[1] == c.REASON_PROBE_DETAIL]
+    details = [e for e in plan.events if e[1] == constants.REASON_PROBE_DETAIL]
     assert details and details[0][0] == "Warning" and "x" * 500 in details[0][2]

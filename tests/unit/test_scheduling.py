@@ -2,9 +2,9 @@
 
 import pytest
 
-from disttrain import conditions as cond
-from disttrain import constants as c
-from disttrain.policies.scheduling import classify, reasons, total_nodes
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.reconcile.policies.scheduling import classify, reasons, total_nodes
 
 from .fixtures import job, pod
 from .test_reconcile import advance, step
@@ -41,11 +41,11 @@ def test_busy_nodes_make_the_job_wait_without_spending_its_budget():
     p0 = pod("j-probe-0", "probe", 0, created="2026-11-30T11:50:00Z",
              unschedulable="0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports.")
     plan = step(body, [p0])
-    ps = cond.get(plan.status["conditions"], c.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("Unknown", c.REASON_WAITING_FOR_RESOURCES)
-    assert "free ports" in ps["message"] and not cond.is_true(plan.status["conditions"], c.FAILED)
+    ps = cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)
+    assert (ps["status"], ps["reason"]) == ("Unknown", constants.REASON_WAITING_FOR_RESOURCES)
+    assert "free ports" in ps["message"] and not cond.is_true(plan.status["conditions"], constants.FAILED)
     # ten minutes after the pod was created: still waiting, never ProbeTimeout
-    assert cond.status_of(plan.status["conditions"], c.VALIDATED) == "Unknown"
+    assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
     assert not plan.deletes
 
 
@@ -57,8 +57,8 @@ def test_a_training_pod_that_cannot_be_placed_says_so():
     ws[1]["spec"]["nodeName"] = None
     ws[1]["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                       "message": "0/2 nodes are available: 1 Insufficient cpu."}]
-    ts = cond.get(step(body, ws).status["conditions"], c.TRAINING_STARTED)
-    assert (ts["status"], ts["reason"]) == ("Unknown", c.REASON_WAITING_FOR_RESOURCES)
+    ts = cond.get(step(body, ws).status["conditions"], constants.TRAINING_STARTED)
+    assert (ts["status"], ts["reason"]) == ("Unknown", constants.REASON_WAITING_FOR_RESOURCES)
     assert "rank 1" in ts["message"] and "Insufficient cpu" in ts["message"]
 
 
@@ -67,12 +67,12 @@ def test_a_gang_waiting_for_busy_nodes_waits_instead_of_failing():
     busy = "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't have free ports for the requested pod ports."
     pods = [pod("j-probe-0", "probe", 0, unschedulable=busy),
             pod("j-probe-1", "probe", 1, unschedulable="minCount (2) cannot be satisfied: 0 scheduled, 1 remaining")]
-    ps = cond.get(step(body, pods).status["conditions"], c.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("Unknown", c.REASON_WAITING_FOR_RESOURCES)
+    ps = cond.get(step(body, pods).status["conditions"], constants.PROBES_SCHEDULED)
+    assert (ps["status"], ps["reason"]) == ("Unknown", constants.REASON_WAITING_FOR_RESOURCES)
     # a member whose own constraints exclude every node still fails the job
     pods[0] = pod("j-probe-0", "probe", 0, unschedulable="0/2 nodes are available: 2 node(s) had untolerated taint {x: y}.")
-    ps = cond.get(step(body, pods).status["conditions"], c.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("False", c.REASON_PROBE_UNSCHEDULABLE)
+    ps = cond.get(step(body, pods).status["conditions"], constants.PROBES_SCHEDULED)
+    assert (ps["status"], ps["reason"]) == ("False", constants.REASON_PROBE_UNSCHEDULABLE)
 
 
 GANG_HELD = ("pod group is unschedulable, minCount (3) cannot be satisfied: 2 scheduled, 0 remaining, pod "
@@ -87,8 +87,8 @@ def test_a_gang_short_of_nodes_is_one_counted_sentence_naming_the_cause_first():
     pods = [pod(f"j-probe-{r}", "probe", r, unschedulable=GANG_HELD) for r in (0, 1)]
     pods.append(pod("j-probe-2", "probe", 2, unschedulable=f"0/2 nodes are available: 2 node(s) {ANTI}."))
     conds = step(body, pods).status["conditions"]
-    ps = cond.get(conds, c.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("False", c.REASON_NOT_ENOUGH_NODES)
+    ps = cond.get(conds, constants.PROBES_SCHEDULED)
+    assert (ps["status"], ps["reason"]) == ("False", constants.REASON_NOT_ENOUGH_NODES)
     msg = ps["message"]
     assert len(msg) <= 400 and msg.count("minCount") == 0, msg
     assert "only 2 could take one" in msg and "rank 2: 0/2 nodes are available" in msg
@@ -97,7 +97,7 @@ def test_a_gang_short_of_nodes_is_one_counted_sentence_naming_the_cause_first():
 
 
 def test_summarize_counts_identical_messages_once():
-    from disttrain.policies.scheduling import summarize
+    from disttrain.reconcile.policies.scheduling import summarize
 
     busy = "0/4 nodes are available: 4 Insufficient cpu. preemption: 0/4 nodes are available: 4 No victims."
     out = summarize([(3, busy), (1, busy), (2, "x" * 500)], 4, each=100)

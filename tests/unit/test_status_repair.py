@@ -1,7 +1,7 @@
 """A status written by hand or by an older operator is repaired, never a crash."""
 
-from disttrain.kube import merge_patch
-from disttrain.status_repair import repair
+from disttrain.shell.kube import merge_patch
+from disttrain.reconcile.status_repair import repair
 from tests.fuzz.simapi import apply_merge_patch
 
 NOW = "2026-11-30T12:00:00Z"

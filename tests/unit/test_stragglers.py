@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from disttrain import constants as c
-from disttrain import stragglers as S
-from disttrain.advice import apply_advice
-from disttrain.api import DistTrainingJobSpec
-from disttrain.builders import JobRef
-from disttrain.diagnosis import diagnose
-from disttrain.findings import ProbeOutcome, typed
+from disttrain.api import constants
+from disttrain.diagnosis import stragglers
+from disttrain.diagnosis.advice import apply_advice
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children.names import JobRef
+from disttrain.diagnosis.diagnose import diagnose
+from disttrain.diagnosis.findings import ProbeOutcome, typed
 
 from .fixtures import job, report
 
@@ -39,7 +39,7 @@ def outcomes(mbps_of_node: list[float]):
     ([9000, 200], []),                              # two nodes, one pair: nothing singles one out
 ])
 def test_slow_links_table(speeds, slow):
-    got = S.slow_links([typed(o) for o in outcomes(speeds)])
+    got = stragglers.slow_links([typed(o) for o in outcomes(speeds)])
     assert [s.node for s in got] == slow
     for s in got:
         assert s.ifname == "eth1" and s.mbps == 200 and s.median == 9000
@@ -47,8 +47,8 @@ def test_slow_links_table(speeds, slow):
 
 def test_a_straggler_is_a_warning_with_its_figure_and_the_expected_slowdown():
     d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
-    nv = d.conditions[c.NETWORK_VALIDATED]
-    assert (nv.status, nv.reason) == ("True", c.REASON_SLOW_LINK)
+    nv = d.conditions[constants.NETWORK_VALIDATED]
+    assert (nv.status, nv.reason) == ("True", constants.REASON_SLOW_LINK)
     assert "node-c: eth1 moved 200 Mb/s, 45.0x below the job's median 9000 Mb/s" in nv.message
     assert "about 45.0x slower" in nv.message and len(nv.message) <= 400
     assert d.validated and [n["throughputMbps"] for n in d.nodes] == [9000, 9000, 200]
@@ -63,18 +63,18 @@ def spec(**probe):
 def test_max_link_imbalance_turns_the_straggler_into_a_failure():
     d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=10))
-    nv = d.conditions[c.NETWORK_VALIDATED]
-    assert (nv.status, nv.reason) == ("False", c.REASON_SLOW_LINK) and not d.validated
+    nv = d.conditions[constants.NETWORK_VALIDATED]
+    assert (nv.status, nv.reason) == ("False", constants.REASON_SLOW_LINK) and not d.validated
     assert "over probe.maxLinkImbalance 10" in nv.message
-    assert d.conditions[c.VALIDATED].message.startswith("NetworkValidated=False (SlowLink) on node-c")
+    assert d.conditions[constants.VALIDATED].message.startswith("NetworkValidated=False (SlowLink) on node-c")
     # a looser limit than the straggler's 45x: still a warning only
     d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=100))
-    assert d.validated and d.conditions[c.NETWORK_VALIDATED].reason == c.REASON_SLOW_LINK
+    assert d.validated and d.conditions[constants.NETWORK_VALIDATED].reason == constants.REASON_SLOW_LINK
     # a tighter limit than 2x catches a 1.8x node (steady rounds), as a failure
     d = diagnose(outcomes([9000, 9000, 5000]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=1.2))
-    assert d.conditions[c.NETWORK_VALIDATED].reason == c.REASON_SLOW_LINK and not d.validated
+    assert d.conditions[constants.NETWORK_VALIDATED].reason == constants.REASON_SLOW_LINK and not d.validated
 
 
 def test_a_gap_within_the_measurements_own_noise_is_no_straggler():
@@ -85,9 +85,9 @@ def test_a_gap_within_the_measurements_own_noise_is_no_straggler():
     for o in outs:
         o.report["pathMbpsLow"] = {k: {p: v * 0.5 for p, v in row.items()}
                                    for k, row in o.report["pathMbps"].items()}
-    assert S.slow_links([typed(o) for o in outs]) == []  # typical 4500 vs its best 4000
+    assert stragglers.slow_links([typed(o) for o in outs]) == []  # typical 4500 vs its best 4000
     outs = outcomes([9000, 9000, 9000, 200])
     for o in outs:
         o.report["pathMbpsLow"] = {k: {p: (v * 0.98 if v == 200 else v * 0.5) for p, v in row.items()}
                                    for k, row in o.report["pathMbps"].items()}
-    assert [s.node for s in S.slow_links([typed(o) for o in outs])] == ["node-d"]
+    assert [s.node for s in stragglers.slow_links([typed(o) for o in outs])] == ["node-d"]

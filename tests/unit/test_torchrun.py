@@ -1,8 +1,8 @@
 """Recognising the user's own torchrun, and the options that would override the
-validated rendezvous (disttrain.torchrun), checked against torch's own parser."""
+validated rendezvous (disttrain.api.torchrun), checked against torch's own parser."""
 import pytest
 
-from disttrain import torchrun as tr
+from disttrain.api import torchrun
 
 KW = dict(num_nodes=2, nproc=1, backend="static", port=29500)
 
@@ -24,7 +24,7 @@ KW = dict(num_nodes=2, nproc=1, backend="static", port=29500)
     ([], False),
 ])
 def test_launches(argv, found):
-    assert bool(tr.launches(argv)) is found
+    assert bool(torchrun.launches(argv)) is found
 
 
 @pytest.mark.parametrize("argv,bad", [
@@ -43,11 +43,11 @@ def test_launches(argv, found):
     (["bash", "-c", "torchrun --master-port 1234 t.py"], ["--master-port 1234"]),
 ])
 def test_conflicting_options(argv, bad):
-    assert [o.text for o, _ in tr.conflicting_options(argv, **KW)] == bad
+    assert [o.text for o, _ in torchrun.conflicting_options(argv, **KW)] == bad
 
 
 def test_standalone_is_fine_on_one_node():
-    assert tr.conflicting_options(["torchrun", "--standalone", "t.py"], **{**KW, "num_nodes": 1}) == []
+    assert torchrun.conflicting_options(["torchrun", "--standalone", "t.py"], **{**KW, "num_nodes": 1}) == []
 
 
 def test_our_option_table_is_torchs():
@@ -58,7 +58,7 @@ def test_our_option_table_is_torchs():
     for action in parser._actions:
         for opt in action.option_strings:
             if opt.startswith("--"):
-                assert tr._resolve_long(opt) == (action.dest, action.nargs != 0), opt
+                assert torchrun._resolve_long(opt) == (action.dest, action.nargs != 0), opt
     assert parser.allow_abbrev
 
 

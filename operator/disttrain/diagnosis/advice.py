@@ -1,0 +1,67 @@
+"""Spec-aware fixes appended to a diagnosis (pure).
+
+The probe sees the node; only the operator knows how the job asked for its network. This
+module turns that knowledge into the fix a user can apply to the DistTrainingJob, e.g.
+that with ``hostNetwork`` the operator cannot set ``net.ipv4.ip_local_port_range`` (the
+API server refuses net.* sysctls on host-network pods), while on the pod network it sets
+it to ``network.portRange`` (the sysctl is namespaced and on Kubernetes' safe list).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from disttrain.api import constants
+from disttrain.diagnosis import messages
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
+from disttrain.diagnosis.diagnose import Diagnosis, apply_policy
+
+_PORT_REASONS = {constants.REASON_EPHEMERAL_PORTS_BLOCKED, constants.REASON_PORT_RANGE_OUTSIDE_ALLOWED}
+
+
+def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec,
+           explained: Optional[str] = None) -> Optional[str]:
+    """The job-level fix for a false condition's ``reason``, or None when the probe's own
+    message already says all there is to say, or the evidence explained the failure
+    (``explained``: the attribution kind) so the spec is not the suspect."""
+    net = spec.network
+    if reason in _PORT_REASONS:
+        if net.host_network and net.port_range:
+            lo, hi = net.port_range.split("-")
+            return (f"with hostNetwork the operator cannot set net.ipv4.ip_local_port_range: set "
+                    f"network.hostNetwork: false (the pods' sysctl then becomes {net.port_range}), "
+                    f"or set the nodes' net.ipv4.ip_local_port_range=\"{lo} {hi}\"")
+        if not net.port_range:
+            return ("declare the ephemeral range the firewall admits in network.portRange"
+                    + ("" if net.host_network else " (the operator then sets the pods' "
+                       "net.ipv4.ip_local_port_range to it)")
+                    + ", or open the nodes' ephemeral range between nodes")
+    if reason == constants.REASON_MASTER_ADDR_UNRESOLVABLE and uses_dns_hostnames(spec) and not explained:
+        svc = service_name(job, spec)
+        who = ("network.subdomain names a Service you manage"
+               if net.subdomain else "the operator creates it with rank 0's pod")
+        return (f"check that the headless Service {svc} exists in namespace {job.namespace} ({who}) "
+                f"and selects the job's pods (publishNotReadyAddresses)")
+    return None
+
+
+def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> None:
+    """Append :func:`advice` to every false check condition of ``diag`` it applies to (in
+    place), shortening the probe's evidence so the message stays within
+    :data:`messages.LIMIT`; ``Validated`` only points at the failing check, so it gets the
+    advice only when the cause belongs to no check. First the spec's policies decide
+    (``probe.maxLinkImbalance``: :func:`diagnosis.apply_policy`)."""
+    apply_policy(diag, spec.probe.max_link_imbalance)
+    for ctype, v in diag.conditions.items():
+        if v.status != "False":
+            continue
+        if ctype == constants.VALIDATED and constants.REASON_CONDITION.get(v.reason):
+            continue
+        extra = advice(v.reason, job, spec, diag.explained)
+        if extra and extra not in v.message:
+            limit = messages.SUMMARY_LIMIT if ctype == constants.VALIDATED else messages.LIMIT
+            v.message = messages.join([messages.bound(v.message.rstrip(". "), limit - len(extra) - len(messages.SEP)), extra],
+                               limit)
+
+
+__all__ = ["advice", "apply_advice"]

@@ -1,0 +1,239 @@
+"""What the probe reports say, typed (pure): failures, warnings, the cause, version skew.
+
+The operator hands :mod:`disttrain.diagnosis.diagnose` one :class:`ProbeOutcome` per rank (the
+report as its camelCase dict, as ``handlers.parse_report`` returns it, or a
+:class:`~disttrain.diagnosis.report.ProbeReport`, or why there is none). :func:`typed` turns each
+into a :class:`RankInput` over the report models; the functions below are small and pure,
+each with its table test in ``tests/unit/test_findings.py``.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence, Union
+
+from pydantic import ValidationError
+
+from disttrain_probe import settings as psettings  # the probe's pure comparisons (stdlib)
+from disttrain_probe import versions as pversions
+from disttrain_probe import vocabulary
+
+from disttrain.diagnosis.report import ProbeReport
+
+
+@dataclass
+class ProbeOutcome:
+    """What the operator observed for one probe pod.
+
+    ``report`` is the validated report (its camelCase dict or the model), or None.
+    ``error`` says why there is none (invalid report, container failed without one).
+    ``running``: the probe had not finished when the verdict was reached without it (a
+    peer failed before it could reach the rendezvous store, so this rank could only wait
+    for its deadline); it adds no failure of its own.
+    """
+
+    rank: int
+    pod: str
+    node: Optional[str]
+    report: Optional[Union[dict[str, Any], ProbeReport]] = None
+    error: Optional[str] = None
+    error_reason: str = vocabulary.PROBE_REPORT_INVALID
+    running: bool = False
+
+
+@dataclass(frozen=True)
+class RankInput:
+    """One rank's outcome over the typed report: ``node`` is the name messages use (the
+    pod's node, else the report's, else the pod's name)."""
+
+    rank: int
+    pod: str
+    node: str
+    report: Optional[ProbeReport]
+    error: Optional[str] = None
+    error_reason: str = vocabulary.PROBE_REPORT_INVALID
+    running: bool = False
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A failure or warning: its ``reason`` (vocabulary), the reporting ``node`` ('' for a
+    verdict about all nodes) and the message as written (cause; evidence; fix)."""
+
+    reason: str
+    node: str
+    message: str
+
+    @property
+    def text(self) -> str:
+        """The message, prefixed with the node unless it already starts with it."""
+        if not self.node or self.message.startswith(self.node):
+            return self.message
+        return f"{self.node}: {self.message}"
+
+
+def typed(o: ProbeOutcome) -> RankInput:
+    """``o`` over the typed report; a report dict that does not match the schema (never
+    one ``parse_report`` passed) becomes a ProbeReportInvalid outcome."""
+    report: Optional[ProbeReport] = None
+    error, reason = o.error, o.error_reason
+    if isinstance(o.report, ProbeReport):
+        report = o.report
+    elif o.report is not None:
+        try:
+            report = ProbeReport.model_validate(o.report)
+        except ValidationError as e:
+            err = e.errors()[0]
+            error = (f"{o.pod}: report does not match the schema: "
+                     f"{'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg')}")
+            reason = vocabulary.PROBE_REPORT_INVALID
+    node = o.node or (report.node if report else None) or o.pod
+    return RankInput(o.rank, o.pod, node, report, error, reason, o.running)
+
+
+def is_loopback(addr: Optional[str]) -> bool:
+    try:
+        return addr is not None and ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def is_failure_reason(name: Optional[str]) -> bool:
+    """A reason the vocabulary knows as a failure (conditions only ever carry those)."""
+    r = vocabulary.get(name or "")
+    return bool(r and vocabulary.FAILURE in r.kinds)
+
+
+def is_warning_reason(name: Optional[str]) -> bool:
+    r = vocabulary.get(name or "")
+    return bool(r and vocabulary.WARNING in r.kinds)
+
+
+def rank_failure(r: RankInput) -> Optional[Finding]:
+    """This rank's own failure: no report (unless it was still running), a failed report,
+    or a passing report that names no chosen interface (training would start without
+    NCCL_SOCKET_IFNAME: a report cut down to its verdict, or a foreign probe)."""
+    rep = r.report
+    if rep is None:
+        return None if r.running else Finding(
+            r.error_reason if is_failure_reason(r.error_reason) else vocabulary.PROBE_FAILED, r.node,
+            (r.error or "").strip() or f"{r.pod}: no report")
+    if not rep.ok:
+        if rep.failure:
+            reason, message = rep.failure.reason, rep.failure.message or ""
+            if not is_failure_reason(reason):  # a newer or foreign probe: keep its words
+                reason, message = vocabulary.PROBE_FAILED, f"{reason or 'no reason'}: {message}"
+            if not message.strip():
+                message = (f"{r.pod} failed in {rep.failure.phase or rep.phase or 'an unknown phase'} "
+                           f"without a message; read its log (probe.keepPods: Always)")
+            return Finding(reason, r.node, message)
+        return Finding(vocabulary.PROBE_FAILED, r.node, "probe reported not ok")
+    if not (rep.chosen and rep.chosen.ifname):
+        return Finding(vocabulary.PROBE_REPORT_INVALID, r.node, (
+            f"{r.pod}: the report passed but names no chosen interface"
+            f"{' (truncated)' if rep.truncated else ''}; training would start without "
+            "NCCL_SOCKET_IFNAME: set network.socketIfname, or read the probe log "
+            "(probe.keepPods: Always)"))
+    return None
+
+
+_VERSION_KEYS = (
+    ("nccl", vocabulary.NCCL_VERSION_MISMATCH, "NCCL"),
+    ("torch", vocabulary.TORCH_VERSION_MISMATCH, "torch"),
+    ("cuda", vocabulary.CUDA_VERSION_MISMATCH, "CUDA"),
+    ("driver", vocabulary.DRIVER_VERSION_MISMATCH, "driver"),
+)
+VERSION_TABLE_MAX = 260  # characters of per-node table in the message; beyond, odd nodes only
+
+
+def version_mismatch(ranks: Sequence[RankInput]) -> Optional[Finding]:
+    """The first of NCCL, torch, CUDA, driver that differs between the reports (a node
+    without the value is left out), with the per-node table (only the odd nodes and a
+    count of the others when the whole table is long) and the fix; None if none."""
+    rows = {r.node: r.report.versions.model_dump(by_alias=True) for r in ranks
+            if r.report and r.report.versions}
+    for key, reason, label in _VERSION_KEYS:
+        seen = {n: str(v[key]) for n, v in rows.items() if v.get(key)}
+        if len(set(seen.values())) <= 1:
+            continue
+        expected = ({n: str(rows[n]["ncclBuild"]) for n in seen if rows[n].get("ncclBuild")}
+                    if key == "nccl" else {})
+        odd = pversions.odd_nodes(seen, expected)
+        lib_for = tuple(odd) if key == "nccl" else ()
+        table = pversions.table(rows, lib_for)
+        if len(table) > VERSION_TABLE_MAX:
+            others = sorted(n for n in rows if n not in odd)
+            values = sorted({seen[n] for n in others if n in seen})
+            table = (pversions.table({n: rows[n] for n in odd}, lib_for)
+                     + f"; {len(others)} other node(s): {label} {', '.join(values) or 'unknown'}")
+        return Finding(reason, "", f"{label} differs between nodes: {table}; "
+                                   f"{pversions.fix_for(key, odd)}")
+    return None
+
+
+def settings_mismatch(ranks: Sequence[RankInput]) -> Optional[Finding]:
+    """The first must-agree NCCL/gloo variable that differs between the reports (the probe's
+    own table, disttrain_probe.settings), None when they agree or none reported settings."""
+    peers = {r.rank: {"node": r.node, "settings": r.report.settings} for r in ranks if r.report}
+    if not any(p["settings"] for p in peers.values()):
+        return None
+    m = psettings.mismatch(peers)
+    return Finding(m["reason"], "", m["message"]) if m else None
+
+
+def failures(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Finding]:
+    """Every failure: each rank's own, a loopback MASTER_ADDR when nothing else failed, and
+    one cross-node version table that replaces the probes' own (identical or relayed)
+    messages for that reason; failures a rank only passed on from a peer (:func:`relayed`)
+    after the ranks' own, so the first of a reason is the rank it happened on."""
+    out = [f for f in (rank_failure(r) for r in ranks) if f is not None]
+    if not out and is_loopback(master_addr):
+        out.append(Finding(vocabulary.MASTER_ADDR_LOOPBACK, ranks[0].node if ranks else "rank 0",
+                           f"MASTER_ADDR {master_addr} is a loopback address; other nodes "
+                           f"cannot reach it; use rank 0's node address"))
+    for mismatch in (version_mismatch(ranks), settings_mismatch(ranks)):
+        if mismatch:
+            out = [f for f in out if f.reason != mismatch.reason] + [mismatch]
+    # a rank's own failure before what another rank passed on (it only waited for that one)
+    return sorted(out, key=relayed)
+
+
+_RELAYED = re.compile(r"^peer \S+ \(rank \d+\) failed in \S+: ")
+
+
+def relayed(f: Finding) -> bool:
+    """The finding only passes on another rank's failure (``peer node-b (rank 1) failed in
+    collective: ...``, what a probe reports when a peer's abort stopped it)."""
+    return bool(_RELAYED.match(f.message))
+
+
+def failure_order(reason: str) -> tuple[int, int]:
+    """Sort key of a failure reason: specific before generic, then by its check's order
+    (reasons of no check last)."""
+    check = vocabulary.check_of(reason)
+    order = vocabulary.CHECK_CONDITIONS.index(check) if check else len(vocabulary.CHECK_CONDITIONS)
+    return (1 if vocabulary.is_generic(reason) else 0, order)
+
+
+def cause(found: Sequence[Finding]) -> Optional[Finding]:
+    """The failure that is the cause: the earliest check's, a specific reason before a
+    generic one (rank 0's RendezvousTimeout is usually a peer's MasterAddrLoopback)."""
+    return min(found, key=lambda f: failure_order(f.reason)) if found else None
+
+
+def warnings(ranks: Sequence[RankInput]) -> list[Finding]:
+    """Every warning of every report, in rank order."""
+    return [Finding(w.reason or "Warning", r.node, w.message or "")
+            for r in ranks if r.report for w in r.report.warnings]
+
+
+def warning_check(reason: str) -> str:
+    """The check condition a warning keeps True with its reason (NetworkValidated for a
+    reason the vocabulary does not know: a newer probe)."""
+    return vocabulary.check_of(reason) or vocabulary.NETWORK_VALIDATED
+
+
+__all__ = ["Finding", "ProbeOutcome", "RankInput", "cause", "failure_order", "failures",
+           "is_loopback", "rank_failure", "relayed", "typed", "version_mismatch", "warning_check",
+           "warnings"]

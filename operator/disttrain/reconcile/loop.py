@@ -1,0 +1,268 @@
+"""One idempotent reconcile step (pure): observed job + its children -> a :class:`Plan`.
+
+Level-triggered: everything is recomputed from the spec, the observed children and the
+status, so running it twice, or after an operator restart in the middle of a probe or of
+training, creates no duplicate pods and loses nothing. It reads as a list of named steps
+over one :class:`~disttrain.reconcile.step.Step`, each a policy module of its own:
+
+1. repair the status (:mod:`disttrain.reconcile.status_repair`): a hand-edited or older status
+   never crashes a step, and attempt numbers lost from it are recalled from the children;
+2. admit: a job whose name or spec cannot be acted on fails with ``InvalidSpec`` naming
+   the field;
+3. terminal jobs: clean up (:mod:`.policies.cleanup`) and delete the job after
+   ``runPolicy.ttlSecondsAfterFinished``;
+4. API failures of the previous step (:mod:`.policies.apierrors`): terminal ones end the
+   job, the others are shown after a few retries;
+5. suspend (:mod:`.policies.suspend`): a suspended job's pods are deleted and nothing else
+   runs; a resumed one probes again; then admission by Kueue (:mod:`.policies.admission`):
+   a queued job runs nothing before its Workload is admitted;
+6. probe (:mod:`.policies.probing`), then the verdict (:mod:`.policies.verdict`) from
+   reports checked by :mod:`disttrain.diagnosis.trust`;
+7. training (:mod:`.policies.training`, gang restarts by :mod:`.policies.restart`, the
+   deadline by :mod:`.policies.deadline`);
+8. the headless Service that names the pods, then phase and Events.
+
+Never raises: an exception inside a step (a bug) becomes the condition reason
+``OperatorError`` on the condition the job waits on, and the step is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import copy
+import traceback
+from datetime import datetime
+from typing import Any, Iterable, Optional
+
+from pydantic import ValidationError
+
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.children import kueue as kueue_objects
+from disttrain.children import observe
+from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
+from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
+from disttrain.children.service import build_headless_service
+from disttrain.reconcile.policies import (
+    admission,
+    apierrors,
+    cleanup,
+    probing,
+    suspend,
+    training,
+    verdict,
+)
+from disttrain.reconcile.policies import gang as gangpolicy
+from disttrain.reconcile.status_repair import repair
+from disttrain.reconcile.step import ApiFailure, Plan, ReportParser, Step
+
+__all__ = ["Plan", "ApiFailure", "reconcile"]
+
+
+def reconcile(
+    body: dict[str, Any],
+    pods: list[dict[str, Any]],
+    now: datetime,
+    parse_report: ReportParser,
+    probe_image: str = constants.DEFAULT_PROBE_IMAGE,
+    services: Iterable[dict[str, Any]] = (),
+    api_failures: Iterable[ApiFailure] = (),
+    capabilities: Iterable[str] = (),
+    kueue: Optional[kueue_objects.Observed] = None,
+) -> Plan:
+    """Compute one step.
+
+    ``body`` is the job as the API returns it (camelCase); ``pods`` every pod labelled with
+    the job's name (its own and others': ownership is decided here); ``services`` the
+    observed Service(s) named after the job; ``parse_report`` turns a termination message
+    into the report's camelCase dict or raises ValueError; ``api_failures`` are the calls of
+    the previous step that failed; ``capabilities`` what the cluster serves (e.g.
+    ``workload-api``: :mod:`.policies.gang`); ``kueue`` what was read of a queued job's Kueue
+    objects (:mod:`.policies.admission`). Never raises."""
+    try:
+        return _reconcile(body, list(pods), now, parse_report, probe_image, list(services),
+                          tuple(api_failures), frozenset(capabilities), kueue or kueue_objects.Observed())
+    except Exception as exc:  # a bug: shown on the job, retried with backoff
+        return _operator_error(body, now, exc)
+
+
+def _reconcile(body, pods, now, parse_report, probe_image, services, api_failures,
+               capabilities, kueue) -> Plan:
+    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    gen = meta.get("generation") if isinstance(meta.get("generation"), int) else None
+    ts = cond.now_rfc3339(now)
+    raw_status = body.get("status")
+    old = repair(raw_status, ts)
+    plan = Plan(status=copy.deepcopy(old))
+    plan.status["observedGeneration"] = gen
+    conds = plan.status["conditions"]
+
+    problem = job_name_problem(meta.get("name"))
+    try:
+        spec = DistTrainingJobSpec.model_validate(body.get("spec") or {})
+    except ValidationError as exc:
+        spec, problem = None, problem or f"invalid spec: {spec_error_message(exc)}"
+    if spec is not None and not problem:
+        spec, problem = gangpolicy.effective_spec(spec, capabilities, meta.get("name"))
+    if spec is not None and not problem:
+        problem = job_name_problem(meta.get("name"), spec)
+    if problem or spec is None:
+        return _invalid(plan, old, raw_status, gen, ts, problem or "invalid spec")
+    if not conds:
+        conds.extend(cond.initial(gen, ts, spec.probe.enabled))
+    s = Step(job=JobRef.from_body(body), spec=spec, generation=gen, now=now, plan=plan, pods=pods,
+             services=services, parse_report=parse_report, probe_image=probe_image,
+             api_failures=api_failures, capabilities=capabilities,
+             labels=dict(meta.get("labels") or {}) if isinstance(meta.get("labels"), dict) else {},
+             kueue=kueue)
+    s.gangs = gangpolicy.gangs(s)
+    _recall_attempts(s)
+    _stages(s)
+    return _finish(s, old, raw_status)
+
+
+def _recall_attempts(s: Step) -> None:
+    """The status is the operator's memory, but each child carries its attempt too: a status
+    that lost it (edited by hand, restored from a backup) never makes the job reuse an
+    attempt number its existing pods already carry."""
+    def top(role: str) -> int:
+        return max((observe.int_label(p, constants.LABEL_ATTEMPT) for p in s.ours if observe.role(p) == role), default=-1)
+
+    if top(constants.ROLE_WORKER) > int(s.status.get("restarts") or 0):
+        s.status["restarts"] = top(constants.ROLE_WORKER)
+    probe = s.status.setdefault("probe", {})
+    if top(constants.ROLE_PROBE) > int(probe.get("attempt") or 0):
+        s.status["probe"] = {"attempt": top(constants.ROLE_PROBE)}
+
+
+def _stages(s: Step) -> None:
+    if s.terminal:
+        _cleanup(s)
+        return
+    if apierrors.apply(s):
+        _cleanup(s)
+        return
+    if suspend.apply(s):
+        return
+    if admission.apply(s):
+        return
+    if s.spec.probe.enabled and s.status_of(constants.VALIDATED) == cond.UNKNOWN:
+        result = probing.run(s)
+        if result is not None:
+            outcomes, master, _ = result
+            verdict.apply(s, outcomes, master)
+    if not s.terminal and (s.is_true(constants.VALIDATED) or not s.spec.probe.enabled):
+        if s.spec.probe.keep_pods != "Always":
+            for p in s.alive(constants.ROLE_PROBE):  # validated: the probe pods' job is done
+                s.delete(p)
+        training.run(s)
+    if s.terminal:
+        _cleanup(s)
+    else:
+        apierrors.apply(s)  # a failure that persists is shown on the stage's condition
+    _headless_service(s)
+
+
+def _cleanup(s: Step) -> None:
+    """A finished job: delete what cleanup says; delete the job itself after its TTL."""
+    failed = s.status_of(constants.VALIDATED) == cond.FALSE
+    for p in cleanup.probes_to_delete(s.spec, failed, s.alive(constants.ROLE_PROBE)):
+        s.delete(p)
+    for p in cleanup.workers_to_delete(s.spec, s.alive(constants.ROLE_WORKER)):
+        s.delete(p)
+    s.plan.creates.clear()
+    s.plan.services.clear()
+    admission.finish(s)
+    finished = observe.parse_time(s.status.get("completionTime"))
+    if finished is None:
+        for ctype in (constants.SUCCEEDED, constants.FAILED):
+            x = cond.get(s.conds, ctype)
+            if x and x["status"] == cond.TRUE:
+                finished = observe.parse_time(x.get("lastTransitionTime"))
+    left = cleanup.ttl_seconds_left(s.spec, finished, s.now)
+    if left is None:
+        return
+    if left <= 0:
+        s.plan.delete_job = True
+        s.plan.events.append(("Normal", constants.REASON_TTL_EXPIRED, (
+            f"deleting the job: finished at {s.status.get('completionTime') or 'an unknown time'}, "
+            f"runPolicy.ttlSecondsAfterFinished={s.spec.run_policy.ttl_seconds_after_finished}")))
+    else:
+        s.plan.requeue(left)
+
+
+def _headless_service(s: Step) -> None:
+    """With DNS hostnames and no user-managed subdomain, the job owns a headless Service
+    named after it: created with the first pod, and again if it went missing."""
+    spec = s.spec
+    if s.terminal or not uses_dns_hostnames(spec) or spec.network.subdomain:
+        return
+    if not (s.plan.creates or s.alive(constants.ROLE_PROBE) or s.alive(constants.ROLE_WORKER)):
+        return
+    name = service_name(s.job, spec)
+    if any(observe.name(x) == name for x in s.services):
+        if not any(observe.name(x) == name and observe.owned_by(x, s.job.uid) for x in s.services):
+            s.plan.requeue(2.0)  # an older job's Service, on its way out (same selector)
+        return
+    s.plan.services.append(build_headless_service(s.job, spec))
+
+
+def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str, msg: str) -> Plan:
+    """A job the operator cannot act on: Failed (terminal) with InvalidSpec naming the field."""
+    conds = plan.status["conditions"]
+    if not conds:
+        conds.extend(cond.initial(gen, ts, True))
+    msg = cond.clip(msg)
+    cond.set_condition(conds, constants.VALIDATED, cond.FALSE, constants.REASON_INVALID_SPEC, msg, gen, ts)
+    if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
+        cond.set_condition(conds, constants.FAILED, cond.TRUE, constants.REASON_INVALID_SPEC, msg, gen, ts)
+        cond.set_condition(conds, constants.SUCCEEDED, cond.FALSE, constants.REASON_INVALID_SPEC, "invalid spec", gen, ts)
+        plan.status.setdefault("completionTime", ts)
+    return _events(plan, old, raw_status, probing=False)
+
+
+def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan:
+    """A bug inside the step: keep the status, say so on the condition the job waits on."""
+    ts = cond.now_rfc3339(now)
+    raw_status = body.get("status") if isinstance(body, dict) else None
+    old = repair(raw_status, ts)
+    plan = Plan(status=copy.deepcopy(old))
+    conds = plan.status["conditions"]
+    if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
+        where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+        at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
+        ctype = constants.VALIDATED if not cond.is_true(conds, constants.VALIDATED) else constants.TRAINING_STARTED
+        cond.set_condition(conds, ctype, cond.UNKNOWN, constants.REASON_OPERATOR_ERROR, cond.clip(
+            f"the operator failed on this job ({type(exc).__name__}{at}: {exc}); it retries with "
+            "backoff; please report this with the job's YAML"), None, ts)
+    plan.requeue(10.0)
+    return _events(plan, old, raw_status, probing=False)
+
+
+def _finish(s: Step, old: dict, raw_status: Any) -> Plan:
+    probing = (s.spec.probe.enabled and s.status_of(constants.VALIDATED) == cond.UNKNOWN
+               and not s.terminal and not s.spec.suspend)
+    return _events(s.plan, old, raw_status, probing)
+
+
+def _events(plan: Plan, old: dict, raw_status: Any, probing: bool) -> Plan:
+    """Phase, one Event per condition change, and whether the status must be written."""
+    conds = plan.status["conditions"]
+    plan.status["phase"] = cond.phase(conds, probing)
+    old_conds = {x["type"]: x for x in old.get("conditions") or []}
+    for new in conds:
+        prev = old_conds.get(new["type"])
+        if prev and (prev["status"], prev.get("reason")) == (new["status"], new.get("reason")):
+            continue
+        if new["status"] == cond.UNKNOWN and (prev is None or prev["status"] == cond.UNKNOWN)\
+                and new.get("reason") not in (constants.REASON_API_ERROR, constants.REASON_OPERATOR_ERROR,
+                                              constants.REASON_NAME_CONFLICT):
+            continue
+        if new["type"] in (constants.SUCCEEDED, constants.FAILED) and new["status"] == cond.FALSE:
+            continue  # the other outcome condition carries the event
+        bad = (new["status"] == cond.FALSE and new["type"] not in (constants.SUCCEEDED, constants.FAILED)) or (
+            new["type"] == constants.FAILED and new["status"] == cond.TRUE)
+        warn_reason = new["status"] != cond.FALSE and new.get("reason") not in constants.QUIET_REASONS
+        etype = "Warning" if bad or warn_reason else "Normal"
+        plan.events.append((etype, new["reason"], f"{new['type']}={new['status']}: {new['message']}"))
+    plan.status_changed = plan.status != raw_status
+    return plan

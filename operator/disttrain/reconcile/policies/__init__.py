@@ -1,0 +1,12 @@
+"""One module per policy of the reconcile loop (pure functions of a :class:`~disttrain.reconcile.step.Step`).
+
+- :mod:`.probing`: probe pods, rank 0 first; scheduling verdict; when to stop waiting;
+- :mod:`.verdict`: finished probe reports (checked by :mod:`disttrain.diagnosis.trust`) -> conditions;
+- :mod:`.nodeloss`: a probe that outlives its peers on a node that stopped reporting: the node is lost;
+- :mod:`.training`: training pods pinned to validated nodes; their outcome;
+- :mod:`.restart`: gang restart and re-probe after a rank fails (runPolicy.backoffLimit);
+- :mod:`.deadline`: the probe budget and runPolicy.activeDeadlineSeconds;
+- :mod:`.cleanup`: pods deleted when the job ends, and runPolicy.ttlSecondsAfterFinished;
+- :mod:`.suspend`: spec.suspend: pods deleted while suspended, probes again on resume;
+- :mod:`.apierrors`: API calls that keep failing become a condition, never a silent loop.
+"""

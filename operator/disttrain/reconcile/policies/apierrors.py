@@ -1,0 +1,93 @@
+"""API calls that fail (pure): terminal ones end the job, the others are retried and shown.
+
+The shell (:mod:`disttrain.shell.kube`) never raises out of a step: every failed call becomes an
+:class:`~disttrain.reconcile.step.ApiFailure` that is fed into the next step, which decides here:
+
+- the apiserver refused a pod or Service as invalid (400, 422) or by PodSecurity admission
+  (403 "violates PodSecurity"): retrying cannot help, the object is built from the spec, so
+  the job fails with ``InvalidPodTemplate`` (``InvalidSpec`` for a Service), the message
+  naming the field as ``spec.template...``;
+- anything else (a quota exceeded, 409 on a name, 429, 5xx, no answer) is retried with
+  exponential backoff (:func:`backoff_seconds`) and, from the :data:`SHOW_AFTER`-th
+  consecutive failure on, shown as ``Unknown`` with reason ``APIError`` and the apiserver's
+  message on the condition the job is waiting on (``Validated`` while probing,
+  ``TrainingStarted`` before training runs, ``Succeeded``/``Failed`` after), plus a
+  Warning Event (the status write itself may be what fails).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.reconcile.step import ApiFailure, Step
+
+SHOW_AFTER = 3
+MAX_BACKOFF_SECONDS = 60.0
+
+
+def backoff_seconds(attempts: int) -> float:
+    """Delay before retrying after ``attempts`` consecutive failed steps: 1, 2, 4 ... 60 s."""
+    return min(MAX_BACKOFF_SECONDS, 2.0 ** max(0, attempts - 1))
+
+
+def is_terminal(f: ApiFailure) -> bool:
+    """Whether retrying ``f`` cannot succeed without a change to the spec."""
+    if f.verb != "create" or f.kind not in ("Pod", "Service"):
+        return False
+    return f.code in (400, 422) or (f.code == 403 and "PodSecurity" in f.message)
+
+
+_PATH = re.compile(r"(?<![\w.\[])(spec|metadata)\.")
+
+
+def template_field_message(message: str) -> str:
+    """The apiserver's message about a pod, with pod field paths turned into the job's:
+    ``spec.containers[0].image`` -> ``spec.template.spec.containers[0].image``."""
+    head, sep, tail = message.partition(" is invalid: ")
+    if not sep:
+        head, sep, tail = "", "", message
+    return head + sep + _PATH.sub(lambda m: f"spec.template.{m.group(1)}.", tail)
+
+
+def terminal_message(f: ApiFailure) -> str:
+    what = "pod" if f.kind == "Pod" else "Service"
+    fix = ("fix spec.template (the pods are built from it)" if f.kind == "Pod"
+           else "fix the job's name or spec.rendezvous.port")
+    return cond.clip(f"the apiserver refused {what} {f.name}: {template_field_message(f.message)}; "
+                     f"{fix}")
+
+
+def waiting_condition(s: Step) -> list[str]:
+    """The condition(s) a job in its current stage is waiting on."""
+    if s.spec.probe.enabled and not s.is_true(constants.VALIDATED):
+        return [constants.VALIDATED]
+    if not s.is_true(constants.TRAINING_STARTED):
+        return [constants.TRAINING_STARTED]
+    return [constants.SUCCEEDED, constants.FAILED]
+
+
+def apply(s: Step) -> Optional[str]:
+    """Act on the failures of the previous step; returns the terminal reason if the job
+    was failed here, else None."""
+    if s.terminal or not s.api_failures:
+        return None
+    for f in s.api_failures:
+        if is_terminal(f):
+            reason = constants.REASON_INVALID_POD_TEMPLATE if f.kind == "Pod" else constants.REASON_INVALID_SPEC
+            if s.is_true(constants.VALIDATED):  # a training pod was refused
+                s.finish(False, reason, terminal_message(f), "invalid spec")
+            else:
+                s.fail_preflight(reason, terminal_message(f))
+            return reason
+    worst = max(s.api_failures, key=lambda f: f.attempts)
+    if worst.attempts >= SHOW_AFTER:
+        code = f"HTTP {worst.code}" if worst.code else "no answer"
+        msg = cond.clip(f"{worst.verb} {worst.kind} {worst.name} failed {worst.attempts} times "
+                        f"({code}): {worst.message}; retrying every "
+                        f"{backoff_seconds(worst.attempts):g}s")
+        for ctype in waiting_condition(s):
+            s.set(ctype, cond.UNKNOWN, constants.REASON_API_ERROR, msg)
+    return None

@@ -1,0 +1,225 @@
+"""Training pods (pure): created once validated, pinned to the validated nodes; followed to
+the end.
+
+One training pod per node rank, attempt ``status.restarts`` (0-based). A rank's pod is
+created only when every pod of other attempts is gone and no probe pod still runs (on
+hostNetwork it holds the rendezvous port). With probes, rank r runs on the node whose probe
+validated rank r, with the MASTER_ADDR, MASTER_PORT and NCCL_SOCKET_IFNAME that probe
+validated; without probes, rank 0 first (its MASTER_ADDR is its own DNS name or address)
+and the others once rank 0 has its address.
+
+Once every rank runs, ``TrainingStarted`` is True. A failed rank (exit code, eviction, or
+its pod deleted while training) is handed to :mod:`.restart`; all ranks Succeeded ends the
+job; :mod:`.deadline` bounds the run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.children import observe
+from disttrain.children.pods import Rendezvous, build_worker_pod
+from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
+from disttrain.reconcile.step import Step
+from disttrain.reconcile.policies import conflicts, restart
+from disttrain.reconcile.policies.deadline import training_seconds_left
+from disttrain.reconcile.policies.probing import master_addr
+
+
+def current_workers(s: Step, attempt: int) -> dict[int, dict]:
+    """The attempt's training pods by node rank; pods of other attempts are deleted."""
+    by_rank: dict[int, dict] = {}
+    for p in s.alive(constants.ROLE_WORKER):
+        rank = observe.int_label(p, constants.LABEL_RANK)
+        if observe.int_label(p, constants.LABEL_ATTEMPT) != attempt or not 0 <= rank < s.spec.num_nodes\
+                or rank in by_rank:
+            s.delete(p)
+        else:
+            by_rank[rank] = p
+    return by_rank
+
+
+def _may_create(s: Step, attempt: int) -> bool:
+    """No pod of another attempt exists (terminating ones included) and no probe runs."""
+    old = any(observe.role(p) == constants.ROLE_WORKER and observe.int_label(p, constants.LABEL_ATTEMPT) != attempt
+              for p in s.ours)
+    probes_running = any(observe.phase(p) in ("Pending", "Running") for p in s.alive(constants.ROLE_PROBE))
+    if old or probes_running:
+        s.plan.requeue(1.0)
+    return not old and not probes_running
+
+
+def _create_probed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
+    nodes: dict[int, dict[str, Any]] = {}
+    for x in s.status.get("nodes") or []:
+        if isinstance(x, dict) and isinstance(x.get("rank"), int):
+            nodes[x["rank"]] = x
+    rdzv = s.status.get("rendezvous") or {}
+    if not rdzv.get("masterAddr"):  # validated, but the status lost it (edited, restored)
+        s.set(constants.TRAINING_STARTED, "Unknown", constants.REASON_TRAINING_PENDING,
+              "status.rendezvous.masterAddr is missing from the validated status: probing again "
+              "to learn it")
+        _reprobe(s, "the validated rendezvous is missing from the status")
+        return
+    for r in range(s.spec.num_nodes):
+        if r in by_rank:
+            continue
+        info = nodes.get(r, {})
+        rv = Rendezvous(rdzv["masterAddr"], s.spec.rendezvous.port, info.get("interface"), exact=True)
+        s.create(build_worker_pod(s.job, s.spec, r, info.get("name") or None, rv, attempt))
+
+
+def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
+    """Without probes: rank 0 first (its MASTER_ADDR is its own DNS name, or its own
+    address), the others once rank 0 has its address; interfaces only as the user set them."""
+    spec = s.spec
+    ifname = None if spec.network.socket_ifname == "auto" else spec.network.socket_ifname
+    rank0 = by_rank.get(0)
+    if constants.ROLE_WORKER in s.gangs:  # all ranks together, MASTER_ADDR rank 0's DNS name
+        master = master_dns_name(s.job, spec)
+        s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port,
+                                                     socketIfname=ifname)
+        for r in range(spec.num_nodes):
+            if r not in by_rank:
+                s.create(build_worker_pod(s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname),
+                                          attempt))
+        return
+    if rank0 is None:
+        dns = uses_dns_hostnames(spec)
+        rv = Rendezvous(master_dns_name(s.job, spec) if dns else "$(OWN_IP)", spec.rendezvous.port, ifname)
+        pod = build_worker_pod(s.job, spec, 0, None, rv, attempt)
+        ctr = pod["spec"]["containers"][0]
+        if not dns:
+            path = "status.hostIP" if spec.network.host_network else "status.podIP"
+            ctr["env"] = [{"name": "OWN_IP", "valueFrom": {"fieldRef": {"fieldPath": path}}}] + ctr["env"]
+        s.create(pod)
+        return
+    master = master_addr(s.job, spec, rank0)
+    if not master:
+        return
+    s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port,
+                                                 socketIfname=ifname)
+    for r in range(1, spec.num_nodes):
+        if r not in by_rank:
+            s.create(build_worker_pod(s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname),
+                                      attempt))
+
+
+def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
+    """One line per failed rank of the attempt (a rank whose pod vanished after training
+    started counts: it was deleted or evicted and removed)."""
+    out = []
+    for r in range(s.spec.num_nodes):
+        p = by_rank.get(r)
+        if p is None:
+            if s.is_true(constants.TRAINING_STARTED):
+                out.append(f"rank {r} ({worker_pod_name(s.job.name, r)}): its pod was deleted "
+                           "while training")
+            continue
+        if observe.phase(p) != "Failed":
+            continue
+        ctr = observe.first_container(p)
+        code = observe.exit_code(p, ctr)
+        tail = observe.termination_message(p, ctr).strip().splitlines()[-2:]
+        why = observe.evicted(p)
+        line = f"rank {r} ({observe.name(p)} on {observe.node(p)}) " + (f"was evicted ({why})" if why and code is None
+                                                           else f"exited {code}")
+        out.append(line + (f": {' | '.join(tail)}" if tail else ""))
+    return out
+
+
+def _name_conflicts(s: Step) -> bool:
+    """NameConflict while foreign pods hold training pod names; True when the conflict
+    outlasted its bound and the job failed with it."""
+    if s.is_true(constants.TRAINING_STARTED):
+        return False
+    found = conflicts.check(s, [worker_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
+    if found is None:
+        return False
+    msg, expired = found
+    if expired:
+        s.set(constants.TRAINING_STARTED, "False", constants.REASON_NAME_CONFLICT, msg)
+        s.finish(False, constants.REASON_NAME_CONFLICT, msg, "a training pod's name is held by another pod")
+        return True
+    s.set(constants.TRAINING_STARTED, "Unknown", constants.REASON_NAME_CONFLICT, msg)
+    return False
+
+
+def _unplaced(s: Step, by_rank: dict[int, dict]) -> None:
+    """Say which training pods the scheduler cannot place on their validated node yet."""
+    stuck = [(r, p, observe.unschedulable(p)) for r, p in sorted(by_rank.items())]
+    stuck = [(r, p, m) for r, p, m in stuck if m]
+    if stuck and not s.is_true(constants.TRAINING_STARTED):
+        s.set(constants.TRAINING_STARTED, "Unknown", constants.REASON_WAITING_FOR_RESOURCES, cond.clip(
+            "; ".join(f"rank {r} ({observe.name(p)}) cannot be placed yet: {m}" for r, p, m in stuck)
+            + "; it starts when its validated node has room"))
+
+
+def run(s: Step) -> None:
+    """Advance training: create the missing pods, then follow them to the job's outcome."""
+    attempt = int(s.status.get("restarts") or 0)
+    by_rank = current_workers(s, attempt)
+    # The attempt is decided before anything of it is created: a rank that failed (or whose
+    # pod vanished while training) ends this attempt, and its pods are never created again.
+    failed = _failed_ranks(s, by_rank)
+    if failed:
+        _on_failure(s, attempt, by_rank, "; ".join(failed))
+        return
+    if _may_create(s, attempt):
+        if s.spec.probe.enabled:
+            _create_probed(s, attempt, by_rank)
+        else:
+            _create_unprobed(s, attempt, by_rank)
+    if _name_conflicts(s):
+        return
+    _unplaced(s, by_rank)
+    if by_rank and not s.status.get("startTime"):
+        s.status["startTime"] = s.ts
+    n = s.spec.num_nodes
+    if len(by_rank) == n and all(observe.phase(p) in ("Running", "Succeeded", "Failed") for p in by_rank.values())\
+            and not s.is_true(constants.TRAINING_STARTED):
+        placement = ", ".join(f"{r}:{observe.node(p)}" for r, p in sorted(by_rank.items()))
+        s.set(constants.TRAINING_STARTED, "True", constants.REASON_ALL_RANKS_RUNNING,
+              f"{n} training pods started (rank:node {placement})"
+              + (f" after {attempt} gang restart(s)" if attempt else ""))
+    if s.is_true(constants.TRAINING_STARTED):
+        for ctype in (constants.SUCCEEDED, constants.FAILED):
+            s.set(ctype, "Unknown", constants.REASON_TRAINING_RUNNING, "training is running")
+    if len(by_rank) == n and all(observe.phase(p) == "Succeeded" for p in by_rank.values()):
+        s.finish(True, constants.REASON_ALL_RANKS_SUCCEEDED, f"all {n} ranks exited 0", "no rank failed")
+        return
+    left = training_seconds_left(s.spec, observe.parse_time(s.status.get("startTime")), s.now)
+    if left is not None and left <= 0:
+        msg = f"training ran longer than runPolicy.activeDeadlineSeconds={s.spec.run_policy.active_deadline_seconds}"
+        s.finish(False, constants.REASON_DEADLINE_EXCEEDED, msg, msg)
+    elif left is not None:
+        s.plan.requeue(left)
+
+
+def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str) -> None:
+    spec = s.spec
+    d = restart.on_rank_failure(attempt, spec.run_policy.backoff_limit,
+                                spec.run_policy.reprobe_on_failure, spec.probe.enabled)
+    if not d.restart:
+        s.finish(False, d.reason, text, "a rank failed")
+        return
+    s.status["restarts"] = attempt + 1
+    for p in by_rank.values():
+        s.delete(p)
+    s.set(constants.TRAINING_STARTED, "Unknown", constants.REASON_RESTARTING,
+          f"gang restart {attempt + 1}/{spec.run_policy.backoff_limit} after: {text}")
+    for ctype in (constants.SUCCEEDED, constants.FAILED):
+        s.set(ctype, "Unknown", constants.REASON_RESTARTING, "restarting all ranks")
+    if d.reprobe:
+        _reprobe(s, "a rank failed")
+
+
+def _reprobe(s: Step, why: str) -> None:
+    """Validate again before training: the next probe attempt, every check Unknown."""
+    s.set(constants.VALIDATED, "Unknown", constants.REASON_PROBING, f"re-probing: {why}")
+    for ctype in constants.CHECK_CONDITIONS:
+        s.set(ctype, "Unknown", constants.REASON_NOT_CHECKED, f"re-probing: {why}")
+    old = s.status.get("probe") or {}
+    s.status["probe"] = {"attempt": int(old.get("attempt") or 1) + 1}

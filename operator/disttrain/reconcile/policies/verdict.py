@@ -1,0 +1,68 @@
+"""The probe verdict (pure): every rank's checked outcome -> conditions and status.
+
+:func:`disttrain.diagnosis.diagnose.diagnose` turns the outcomes into the check conditions;
+:func:`disttrain.diagnosis.advice.apply_advice` adds the fix that depends on the job's spec. The
+verdict then writes ``status.nodes`` (what each rank validated), ``status.rendezvous``
+(what training will use) and a new ``status.probe`` (replaced whole, so nothing of an
+earlier attempt is left behind), and fails the preflight when a check is False. A probe pod
+lost with its node (:mod:`.nodeloss`) is the cause whatever the other ranks then saw.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from disttrain.api import constants
+from disttrain.children import observe
+from disttrain.diagnosis.advice import apply_advice
+from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose, summarize_ifnames
+from disttrain.reconcile.step import Step
+from disttrain.reconcile.policies import nodeloss
+
+
+MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
+
+
+def apply(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
+    """Write the verdict; True when the job was validated."""
+    diag = diagnose(outcomes, master)
+    apply_advice(diag, s.job, s.spec)
+    nodeloss.override(diag, outcomes)  # a lost probe pod is the cause, not what followed
+    for ctype, v in diag.conditions.items():
+        if ctype == constants.PROBES_SCHEDULED and s.is_true(ctype):
+            continue  # keep the rank:node placement message
+        s.set(ctype, v.status, v.reason, v.message)
+    s.status["nodes"] = diag.nodes
+    s.status.setdefault("rendezvous", {}).update(
+        masterAddr=master,
+        masterPort=s.spec.rendezvous.port,
+        socketIfname=summarize_ifnames(list(diag.socket_ifnames.values())),
+    )
+    old = s.status.get("probe") or {}
+    started = observe.parse_time(old.get("startTime")) or s.now
+    probe = {
+        "attempt": old.get("attempt", 1),
+        "startTime": old.get("startTime") or s.ts,
+        "completionTime": s.ts,
+        "durationSeconds": round((s.now - started).total_seconds(), 3),
+        "backend": diag.backend,
+        "messageSizeBytes": diag.message_size_bytes,
+        "algBandwidthGBps": diag.alg_bandwidth_gbps,
+        "busBandwidthGBps": diag.bus_bandwidth_gbps,
+        "phaseSeconds": diag.phase_seconds,
+    }
+    if diag.failures:
+        probe["failures"] = diag.failures[:16]
+    if diag.warnings:
+        probe["warnings"] = diag.warnings[:16]
+    # The conditions say the cause in <= 400 characters; each finding in full goes to an
+    # Event (kubectl describe dtj, kubectl get events), a Warning for a failure.
+    for kind, lines in (("Warning", diag.failures), ("Normal", diag.warnings)):
+        for line in lines[:MAX_DETAIL_EVENTS]:
+            s.plan.events.append((kind, constants.REASON_PROBE_DETAIL, line))
+    s.status["probe"] = {k: v for k, v in probe.items() if v is not None}
+    if not diag.validated:
+        v = diag.conditions[constants.VALIDATED]
+        s.fail_preflight(v.reason, v.message)
+        return False
+    return True

@@ -1,0 +1,229 @@
+"""Kubernetes I/O for the operator (the thin shell around :mod:`disttrain.reconcile.loop`).
+
+Reads the job, its pods and its Service fresh from the apiserver (read-your-writes, so a
+step never acts on a stale cache) and applies a :class:`~disttrain.reconcile.step.Plan` in the
+order the plan documents: the status first (a JSON merge patch from the status that was
+read, with explicit nulls for removed fields, guarded by the job's resourceVersion), then
+pod deletes, Service and pod creates, then Events (only after the status write succeeded),
+then the job's own deletion after its TTL (guarded by its UID).
+
+:meth:`Kube.apply` never raises for an API error: every failed call is returned as an
+:class:`~disttrain.reconcile.step.ApiFailure` for the next step to act on (404 on a delete and 409 on
+a create are not failures: the next step sees who holds the name). A failed status write
+stops the plan there, so children never run ahead of the recorded decision.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.reconcile.step import ApiFailure, Plan
+
+log = logging.getLogger("disttrain.kube")
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The RFC 7386 JSON merge patch that turns ``old`` into ``new``: objects are patched
+    key by key (a key absent from ``new`` becomes null, i.e. removed), anything else
+    (lists, scalars) is replaced whole. ``merge_patch(x, x)`` is ``{}`` for objects."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value) if isinstance(value, dict) and\
+                isinstance(old[key], dict) else value
+    return patch
+
+
+def failure_from(exc: BaseException, verb: str, kind: str, name: str) -> ApiFailure:
+    """An ApiFailure from an ApiException (code and the apiserver's message) or from any
+    other error (code 0: no answer)."""
+    if isinstance(exc, ApiException):
+        message = exc.reason or ""
+        try:
+            body = json.loads(exc.body or "{}")
+            message = body.get("message") or message
+        except (TypeError, ValueError, AttributeError):
+            pass
+        return ApiFailure(verb, kind, name, int(exc.status or 0), str(message)[:1000])
+    return ApiFailure(verb, kind, name, 0, f"{type(exc).__name__}: {exc}"[:1000])
+
+
+class Kube:
+    """A handle on the API: core/v1 for pods, Services and events, custom objects for jobs."""
+
+    def __init__(self, api_client: Optional[client.ApiClient] = None) -> None:
+        self.api = api_client or client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def _plain(self, obj: Any) -> Any:
+        return self.api.sanitize_for_serialization(obj)
+
+    # ---- reads (they raise: the caller retries the whole step with backoff) ------------
+    def get_job(self, namespace: str, name: str) -> Optional[dict[str, Any]]:
+        """The job as a camelCase dict, or None when it is gone."""
+        try:
+            return self.custom.get_namespaced_custom_object(
+                constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        """Every pod labelled with the job's name (any owner, any attempt, any role)."""
+        pods = self.core.list_namespaced_pod(namespace, label_selector=f"{constants.LABEL_JOB}={job}")
+        return [self._plain(p) for p in pods.items]
+
+    def get_object(self, api_version: str, kind: str, namespace: Optional[str],
+                   name: str) -> Optional[dict[str, Any]]:
+        """A custom object (namespaced, or cluster-scoped when ``namespace`` is None) as a
+        dict, or None when it does not exist or its API is not served."""
+        group, _, version = api_version.rpartition("/")
+        plural = kind.lower() + "s"
+        try:
+            if namespace is None:
+                return self.custom.get_cluster_custom_object(group, version, plural, name)
+            return self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def get_services(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The Service named ``name`` as a one-element list, or [] when there is none."""
+        try:
+            return [self._plain(self.core.read_namespaced_service(name, namespace))]
+        except ApiException as exc:
+            if exc.status == 404:
+                return []
+            raise
+
+    # ---- writes --------------------------------------------------------------------------
+    def apply(self, job: dict[str, Any], plan: Plan) -> list[ApiFailure]:
+        """Carry out ``plan`` for ``job`` (as read at the start of the step); returns the
+        calls that failed (empty on success). Never raises for an API error."""
+        meta = job["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        if plan.status_changed:
+            patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
+                     "status": merge_patch(job.get("status") or {}, plan.status)}
+            if not patch["metadata"]["resourceVersion"]:
+                patch.pop("metadata")
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    constants.GROUP, constants.VERSION, ns, constants.PLURAL, name, patch)
+            except Exception as exc:  # noqa: BLE001 - every failure is returned, never raised
+                f = failure_from(exc, "patch", "status", name)
+                log.warning("status of %s/%s not written (%s): %s", ns, name, f.code, f.message)
+                return [f]
+        failures: list[ApiFailure] = []
+        for pod in plan.deletes:
+            try:
+                self.core.delete_namespaced_pod(pod, ns, propagation_policy="Background")
+                log.info("deleted pod %s/%s", ns, pod)
+            except Exception as exc:  # noqa: BLE001
+                if not (isinstance(exc, ApiException) and exc.status == 404):
+                    failures.append(failure_from(exc, "delete", "Pod", pod))
+        for svc in plan.services:
+            failures += self._create(ns, "Service", svc, self.core.create_namespaced_service)
+        for obj in plan.objects:  # PodGroups, Workloads: before the pods that point at them
+            failures += self._create(ns, obj["kind"], obj, self._custom_create(obj))
+        for pod in plan.creates:
+            failures += self._create(ns, "Pod", pod, self.core.create_namespaced_pod)
+        for api_version, kind, obj_name, patch in plan.status_patches:  # Kueue's Workload
+            group, _, version = api_version.rpartition("/")
+            try:
+                self.custom.patch_namespaced_custom_object_status(
+                    group, version, ns, kind.lower() + "s", obj_name, patch)
+            except Exception as exc:  # noqa: BLE001
+                failures.append(failure_from(exc, "patch", f"{kind} status", obj_name))
+        for etype, reason, message in plan.events:
+            self.event(job, etype, reason, message)
+        if plan.delete_job:
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    constants.GROUP, constants.VERSION, ns, constants.PLURAL, name,
+                    body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"]),
+                                                propagation_policy="Background"))
+                log.info("deleted job %s/%s (ttlSecondsAfterFinished)", ns, name)
+            except Exception as exc:  # noqa: BLE001
+                if not (isinstance(exc, ApiException) and exc.status in (404, 409)):
+                    failures.append(failure_from(exc, "delete", "DistTrainingJob", name))
+        for f in failures:
+            log.warning("%s %s %s/%s failed (%s): %s", f.verb, f.kind, ns, f.name, f.code, f.message)
+        return failures
+
+    def _custom_create(self, obj: dict[str, Any]):
+        """A create call for a namespaced object of any API group (plural: lower-case kind + s)."""
+        group, _, version = obj["apiVersion"].rpartition("/")
+        plural = obj["kind"].lower() + "s"
+        return lambda ns, body: self.custom.create_namespaced_custom_object(group, version, ns, plural, body)
+
+    def served(self, group_version: str) -> set[str]:
+        """The resources (plurals) the apiserver serves in ``group_version`` (e.g.
+        ``scheduling.k8s.io/v1beta1``); empty when it does not serve that version."""
+        group, _, version = group_version.rpartition("/")
+        try:
+            found = self.custom.get_api_resources(group, version)
+        except ApiException as exc:
+            if exc.status == 404:
+                return set()
+            raise
+        found = self._plain(found) or {}
+        return {r.get("name") for r in found.get("resources") or [] if isinstance(r, dict)}
+
+    def _create(self, ns: str, kind: str, obj: dict[str, Any], call) -> list[ApiFailure]:
+        name = obj["metadata"]["name"]
+        try:
+            call(ns, obj)
+            log.info("created %s %s/%s", kind, ns, name)
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, ApiException) and exc.status == 409:
+                return []  # the name is held: the next step sees by whom
+            return [failure_from(exc, "create", kind, name)]
+        return []
+
+    def event(self, job: dict[str, Any], etype: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on the job (best effort: failures are logged)."""
+        meta = job["metadata"]
+        now = datetime.now(timezone.utc)
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.", namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=constants.API_VERSION,
+                kind=constants.KIND,
+                name=meta["name"],
+                namespace=meta["namespace"],
+                uid=meta["uid"],
+            ),
+            reason=reason,
+            message=cond.clip(message, 1024),  # Events hold at most 1 KiB of message
+            type=etype,
+            source=client.V1EventSource(component=constants.COMPONENT),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+            reporting_component=constants.COMPONENT,
+            reporting_instance=constants.COMPONENT,
+        )
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body)
+        except Exception as exc:  # noqa: BLE001 - events are informational
+            log.warning("event %s on %s not recorded: %s", reason, meta["name"], exc)
+

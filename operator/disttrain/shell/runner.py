@@ -1,0 +1,183 @@
+"""Running reconcile steps against an API handle (the I/O shell's driver, no kopf here).
+
+:class:`Reconciler` reads a job and its children, calls the pure
+:func:`disttrain.reconcile.loop.reconcile`, applies the plan with :meth:`Kube.apply
+<disttrain.shell.kube.Kube.apply>` and remembers, per job, which calls failed in a row, so the
+next step can act on them (:mod:`disttrain.reconcile.policies.apierrors`) and the caller can back off.
+The kopf handlers (:mod:`disttrain.shell.handlers`) use it with the real API; the generated
+reconcile tests use it with a simulated apiserver behind the same interface.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from typing import Optional
+
+from kubernetes.client.rest import ApiException
+
+from disttrain.reconcile import conditions as cond
+from disttrain.api import constants
+from disttrain.children import kueue
+from disttrain.shell import metrics
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
+from disttrain.shell.kube import Kube, failure_from
+from disttrain.reconcile.policies.apierrors import SHOW_AFTER, backoff_seconds
+from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
+from disttrain.reconcile.loop import reconcile
+from disttrain.diagnosis.report import parse_report as _parse_report_model
+from disttrain.reconcile.step import ApiFailure
+
+log = logging.getLogger("disttrain.runner")
+
+Key = tuple[str, str]
+
+
+def parse_report(raw: str) -> dict:
+    """Termination message -> the report's camelCase dict; ValueError when invalid."""
+    return _parse_report_model(raw).model_dump(by_alias=True, mode="json")
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """``delay``: run again after so many seconds (None: only on events); ``settled``: a
+    finished job with nothing left to do (the sweep leaves it alone); ``gone``: deleted."""
+
+    delay: Optional[float] = None
+    settled: bool = False
+    gone: bool = False
+
+
+class Reconciler:
+    """Runs steps for jobs against one API handle, remembering each job's failed calls.
+
+    Used by the kopf handlers below with the real :class:`~disttrain.shell.kube.Kube`, and by the
+    generated reconcile tests with a simulated apiserver behind the same interface."""
+
+    def __init__(self, kube: Kube, probe_image: str = constants.DEFAULT_PROBE_IMAGE) -> None:
+        self.kube = kube
+        self.probe_image = probe_image
+        # calls that failed in the job's last steps, by (verb, kind, name), for the job's UID
+        self.failures: dict[Key, tuple[str, dict[tuple[str, str, str], ApiFailure]]] = {}
+        self.read_errors: dict[Key, int] = {}
+        self._capabilities: Optional[frozenset[str]] = None
+
+    def capabilities(self) -> frozenset[str]:
+        """What the cluster serves that changes the plan (discovered once; a failed
+        discovery is retried at the next step): ``workload-api`` when scheduling.k8s.io/v1beta1
+        serves podgroups (:mod:`disttrain.reconcile.policies.gang`)."""
+        if self._capabilities is None:
+            caps = set()
+            if "podgroups" in self.kube.served("scheduling.k8s.io/v1beta1"):
+                caps.add(CAP_WORKLOAD_API)
+            self._capabilities = frozenset(caps)
+            log.info("cluster capabilities: %s", ", ".join(sorted(caps)) or "none")
+        return self._capabilities
+
+    def failures_for(self, key: Key, uid: str) -> list[ApiFailure]:
+        """The job's calls that failed in its last steps (none after it was re-created)."""
+        owner, failures = self.failures.get(key, ("", {}))
+        return list(failures.values()) if owner == uid else []
+
+    def remember(self, key: Key, uid: str, failures: list[ApiFailure]) -> None:
+        """Count consecutive failures per call; a step without failures clears them."""
+        owner, prev = self.failures.get(key, ("", {}))
+        if owner != uid:
+            prev = {}
+        now: dict[tuple[str, str, str], ApiFailure] = {}
+        for f in failures:
+            k = (f.verb, f.kind, f.name)
+            before = prev.get(k)
+            now[k] = replace(f, attempts=(before.attempts + 1) if before else 1)
+        if now:
+            self.failures[key] = (uid, now)
+        else:
+            self.failures.pop(key, None)
+
+    def forget(self, key: Key) -> None:
+        self.failures.pop(key, None)
+        self.read_errors.pop(key, None)
+
+    def services(self, namespace: str, job: dict) -> list[dict]:
+        """The Service the job may own (named after it), observed only when it uses one."""
+        try:
+            spec = DistTrainingJobSpec.model_validate(job.get("spec") or {})
+            ref = JobRef.from_body(job)
+        except Exception:  # noqa: BLE001 - an invalid spec is reconcile's to report
+            return []
+        if not uses_dns_hostnames(spec) or spec.network.subdomain:
+            return []
+        return self.kube.get_services(namespace, service_name(ref, spec))
+
+    def kueue(self, namespace: str, job: dict) -> Optional[kueue.Observed]:
+        """For a job queued in Kueue: its Workload and the ResourceFlavors it was admitted
+        with, or why they cannot be read (:mod:`disttrain.reconcile.policies.admission`); None when the
+        job is not queued."""
+        if kueue.queue_name((job.get("metadata") or {}).get("labels")) is None:
+            return None
+        try:
+            ref = JobRef.from_body(job)
+        except Exception:  # noqa: BLE001 - a malformed object is reconcile's to report
+            return None
+        if "workloads" not in self.kube.served(kueue.KUEUE_API):  # asked each time: Kueue may come later
+            return kueue.Observed(problem=f"the apiserver does not serve Kueue's {kueue.KUEUE_API} Workloads "
+                                       "(is Kueue v0.15 or later installed?)")
+        try:
+            wl = self.kube.get_object(kueue.KUEUE_API, "Workload", namespace, kueue.workload_name(ref))
+            adm = kueue.read(wl) if wl else None
+            names = sorted(set(adm.flavors.values())) if adm and adm.state == "admitted" else []
+            flavors = [rf for rf in (self.kube.get_object(kueue.KUEUE_API, "ResourceFlavor", None, n)
+                                     for n in names) if rf is not None]
+        except ApiException as exc:
+            if exc.status not in (401, 403):
+                raise
+            f = failure_from(exc, "get", "Workload", kueue.workload_name(ref))
+            return kueue.Observed(problem=f"the operator may not read Kueue's objects (HTTP {f.code}: "
+                                       f"{f.message[:200]})")
+        return kueue.Observed(wl, tuple(flavors))
+
+    def step(self, namespace: str, name: str, now: Optional[datetime] = None) -> StepResult:
+        """One reconcile of one job: read fresh, compute the plan, apply it. Never raises
+        for an API error: a failed read is retried after a backoff, failed writes are fed
+        to the next step."""
+        key = (namespace, name)
+        try:
+            job = self.kube.get_job(namespace, name)
+            if job is None or job["metadata"].get("deletionTimestamp"):
+                self.forget(key)
+                return StepResult(gone=True)
+            pods = self.kube.list_pods(namespace, name)
+            services = self.services(namespace, job)
+            capabilities = self.capabilities()
+            queued = self.kueue(namespace, job)
+        except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
+            n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
+            f = failure_from(exc, "get", "DistTrainingJob", name)
+            metrics.api_error(f.verb, f.kind, f.code)
+            log.warning("reading %s/%s failed %d time(s) (%s): %s", namespace, name, n, f.code, f.message)
+            return StepResult(delay=backoff_seconds(n))
+        self.read_errors.pop(key, None)
+        uid = job["metadata"].get("uid", "")
+        plan = reconcile(job, pods, now or datetime.now(timezone.utc), parse_report,
+                         probe_image=self.probe_image, services=services,
+                         api_failures=self.failures_for(key, uid), capabilities=capabilities,
+                         kueue=queued)
+        new_failures = self.kube.apply(job, plan)
+        self.remember(key, uid, new_failures)
+        for f in self.failures_for(key, uid):
+            metrics.api_error(f.verb, f.kind, f.code)
+            if f.attempts == SHOW_AFTER and f.kind == "status":  # the status cannot say it
+                self.kube.event(job, "Warning", constants.REASON_API_ERROR, f"writing the job's status "
+                                f"failed {f.attempts} times (HTTP {f.code}): {f.message}")
+        if not any(f.kind == "status" for f in new_failures):
+            metrics.observe(namespace, name, job.get("status"), plan.status)
+        conds = plan.status.get("conditions") or []
+        terminal = cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)
+        if new_failures:
+            delay: Optional[float] = backoff_seconds(max(f.attempts for f in self.failures_for(key, uid)))
+        else:
+            delay = plan.requeue_after
+        return StepResult(delay=delay, settled=terminal and not plan.deletes and not new_failures)
+
