@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale crds chart-readme api-docs clean gpu-check chaos
+.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale crds chart-readme api-docs module-docs clean gpu-check chaos
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -59,6 +59,10 @@ chart-readme: venv
 # docs/api.md from the models (through the CRD); a unit test fails when it is stale.
 api-docs: venv
 	$(VPY) docs/generate_api.py > docs/api.md
+
+# docs/architecture.md's module table from the module docstrings; a unit test fails when it is stale.
+module-docs:
+	$(PY) docs/generate_modules.py --write
 
 # make demo: real kubelets, each with its own containerd, run the images `make images`
 # built; Helm installs the operator from its image; the example validates and trains in
