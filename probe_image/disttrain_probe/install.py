@@ -1,8 +1,11 @@
-"""``python -m disttrain_probe.install DEST``: copy the probe into DEST/disttrain_probe.
+"""``python -m disttrain_probe.install DEST``: copy the probe into DEST/disttrain_probe,
+with the launcher DEST/run_probe.py beside it.
 
 An init container runs this from the probe image into an emptyDir; the training
-container then runs ``python -m disttrain_probe`` with PYTHONPATH=DEST, so the NCCL and
-torch that are checked are the training image's own.
+container then runs ``python DEST/run_probe.py``, so the NCCL and torch that are checked
+are the training image's own. The launcher needs no PYTHONPATH (Python puts a script's
+directory first on ``sys.path``): the training container's PYTHONPATH stays exactly as its
+image's ENV, the pod spec or the node set it (a site's shared torch tree is often there).
 """
 from __future__ import annotations
 
@@ -10,6 +13,13 @@ import os
 import shutil
 import sys
 from typing import List, Optional
+
+LAUNCHER = "run_probe.py"
+_LAUNCHER_SOURCE = (
+    '"""The disttrain probe installed beside this file (disttrain_probe.install)."""\n'
+    "import runpy\n"
+    "runpy.run_module('disttrain_probe', run_name='__main__', alter_sys=True)\n"
+)
 
 
 def install(dest: str) -> str:
@@ -19,6 +29,8 @@ def install(dest: str) -> str:
     for name in sorted(os.listdir(src)):
         if name.endswith(".py"):
             shutil.copyfile(os.path.join(src, name), os.path.join(target, name))
+    with open(os.path.join(dest, LAUNCHER), "w") as f:
+        f.write(_LAUNCHER_SOURCE)
     return target
 
 

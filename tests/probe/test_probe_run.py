@@ -126,10 +126,18 @@ def test_install_copies_the_package(tmp_path):
     assert out.stdout.strip() == str(dest)
     for name in ("__init__.py", "__main__.py", "interfaces.py", "report.py", "reasons.py"):
         assert (dest / name).is_file()
-    # It runs from there with only PYTHONPATH (what the init container arranges).
-    r = subprocess.run([sys.executable, "-c", "import disttrain_probe, os; print(disttrain_probe.__file__)"],
-                       capture_output=True, text=True, cwd="/", env={"PYTHONPATH": str(tmp_path)})
-    assert r.stdout.strip().startswith(str(dest))
+    # The launcher beside it runs that copy, with no PYTHONPATH of its own: the container's
+    # stays as the image or the node set it (a site's torch tree there stays importable),
+    # and a disttrain_probe on that path does not shadow the installed one.
+    site = tmp_path / "site" / "disttrain_probe"
+    site.mkdir(parents=True)
+    (site / "__init__.py").write_text("")
+    (site / "__main__.py").write_text("print('the wrong probe')\n")
+    r = subprocess.run([sys.executable, str(tmp_path / "run_probe.py"), "--help"],
+                       capture_output=True, text=True, cwd="/",
+                       env={"PYTHONPATH": str(site.parent), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "wrong probe" not in r.stdout and "usage" in r.stdout.lower(), r.stdout
 
 
 def test_unresolvable_master_addr_fails_rank0_after_the_resolve_window(tmp_path):

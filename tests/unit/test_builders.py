@@ -26,23 +26,18 @@ def env(ctr):
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in ctr["env"]}
 
 
-def test_probe_keeps_the_trainers_pythonpath_behind_its_own():
-    """Found on real nodes: the example's torch comes from a shared tree on the trainer's
-    PYTHONPATH; the probe's PYTHONPATH used to replace it, so the probe had no torch."""
-    for entry, want, extra in (
-        ({"name": "PYTHONPATH", "value": "/opt/torch"}, constants.PROBE_INSTALL_DIR + ":/opt/torch", None),
-        ({"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}},
-         constants.PROBE_INSTALL_DIR + ":$(DISTTRAIN_TRAINER_PYTHONPATH)", {"configMapKeyRef": {"name": "m", "key": "k"}}),
-    ):
+def test_probe_leaves_the_trainers_pythonpath_as_it_is():
+    """Found on real nodes: the example's torch comes from a shared tree on PYTHONPATH
+    (the pod spec's, the image's ENV or the node's); a PYTHONPATH of the probe's own
+    replaced it, so the probe had no torch. The probe runs from its launcher instead."""
+    for entry in (None, {"name": "PYTHONPATH", "value": "/opt/torch"},
+                  {"name": "PYTHONPATH", "valueFrom": {"configMapKeyRef": {"name": "m", "key": "k"}}}):
         s = spec_of()
-        s.template.spec["containers"][0].setdefault("env", []).append(entry)
+        if entry:
+            s.template.spec["containers"][0].setdefault("env", []).append(entry)
         probe = build_probe_pod(REF, s, 1, "10.100.0.10", attempt=0, probe_image="probe:1")["spec"]["containers"][0]
-        names = [x["name"] for x in probe["env"]]
-        assert names.count("PYTHONPATH") == 1 and env(probe)["PYTHONPATH"] == want
-        if extra:
-            ref = next(x for x in probe["env"] if x["name"] == "DISTTRAIN_TRAINER_PYTHONPATH")
-            assert ref["valueFrom"] == extra
-            assert names.index("DISTTRAIN_TRAINER_PYTHONPATH") < names.index("PYTHONPATH")
+        assert probe["command"] == ["python", constants.PROBE_LAUNCHER]
+        assert [x for x in probe["env"] if x["name"] == "PYTHONPATH"] == ([entry] if entry else [])
 
 
 def test_probe_pod_runs_in_training_image_with_same_constraints():
@@ -55,11 +50,11 @@ def test_probe_pod_runs_in_training_image_with_same_constraints():
     assert ps["nodeSelector"] == {"pool": "gpu"} and ps["tolerations"]
     probe = ps["containers"][0]
     assert probe["image"] == "example/train:1" and probe["resources"] == {"limits": {"cpu": "2"}}
-    assert probe["command"] == ["python", "-m", "disttrain_probe"]
+    assert probe["command"] == ["python", constants.PROBE_LAUNCHER]
     assert ps["initContainers"][0]["image"] == "probe:1"
     e = env(probe)
     assert (e["RANK"], e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) == ("1", "2", "10.100.0.10", "29500")
-    assert e["PYTHONPATH"] == constants.PROBE_INSTALL_DIR and e["FOO"] == "bar"
+    assert "PYTHONPATH" not in e and e["FOO"] == "bar"
     anti = ps["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert anti["topologyKey"] == "kubernetes.io/hostname"
     assert anti["labelSelector"]["matchLabels"][constants.LABEL_ROLE] == constants.ROLE_PROBE

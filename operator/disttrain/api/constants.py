@@ -32,6 +32,7 @@ COMPONENT = "disttrain-operator"
 
 # Where the probe program is copied when it runs inside the training image.
 PROBE_INSTALL_DIR = "/opt/disttrain-probe"
+PROBE_LAUNCHER = PROBE_INSTALL_DIR + "/run_probe.py"  # disttrain_probe.install.LAUNCHER
 PROBE_VOLUME = "disttrain-probe"
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 DEFAULT_PROBE_IMAGE = "ghcr.io/disttrain/disttrain-probe:0.1.0"

@@ -105,23 +105,6 @@ def _merge_env(existing: Any, add: list[dict[str, Any]]) -> list[dict[str, Any]]
     return [e for e in _list(existing) if isinstance(e, dict) and e.get("name") not in names] + add
 
 
-def _probe_pythonpath(env: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``env`` with the probe program first on PYTHONPATH, keeping the trainer's own
-    PYTHONPATH behind it (a site's shared torch tree is often there): a literal value is
-    appended; one from ``valueFrom`` is kept as DISTTRAIN_TRAINER_PYTHONPATH and referenced
-    as ``$(DISTTRAIN_TRAINER_PYTHONPATH)``, which the kubelet expands. (A PYTHONPATH set
-    only by the image's ENV is shadowed: the pod spec cannot see it.)"""
-    own = next((e for e in env if isinstance(e, dict) and e.get("name") == "PYTHONPATH"), None)
-    value = constants.PROBE_INSTALL_DIR
-    extra: list[dict[str, Any]] = []
-    if own is not None and own.get("valueFrom") is not None:
-        extra = [{"name": "DISTTRAIN_TRAINER_PYTHONPATH", "valueFrom": own["valueFrom"]}]
-        value += ":$(DISTTRAIN_TRAINER_PYTHONPATH)"
-    elif own is not None and str(own.get("value") or ""):
-        value += ":" + str(own["value"])
-    return _merge_env(env, extra + [_env_var("PYTHONPATH", value)])
-
-
 def _base_pod(
     job: JobRef, spec: DistTrainingJobSpec, name: str, labels: dict[str, str], rank: int
 ) -> dict[str, Any]:
@@ -323,7 +306,9 @@ def build_probe_pod(
             }
         ]
         probe["volumeMounts"].append({"name": constants.PROBE_VOLUME, "mountPath": constants.PROBE_INSTALL_DIR})
-        probe["env"] = _probe_pythonpath(probe["env"])
+        # The launcher the init container wrote: no PYTHONPATH of the probe's own, so the
+        # trainer's (from its image's ENV, the pod spec or the node) stays as it is.
+        probe["command"] = ["python", constants.PROBE_LAUNCHER]
     _declare_rendezvous_port(probe, spec, rank)
     _declare_beacon_port(probe, spec, rank)
     pod_spec["containers"] = [probe]
