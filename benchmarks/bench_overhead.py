@@ -43,7 +43,7 @@ def run_once(core, custom, probe: bool, runtime: str, nodes: int, timeout: float
     from localcluster import demo
     ns = f"bench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": ns}})
-    docs = [d for d in yaml.safe_load_all(demo.example_manifest(runtime)) if d]
+    docs = [d for d in yaml.safe_load_all(demo.EXAMPLE.read_text()) if d]
     cm, job = docs
     job["spec"]["probe"]["enabled"] = probe
     job["spec"]["numNodes"] = nodes

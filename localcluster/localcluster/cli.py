@@ -26,7 +26,18 @@ REALNODE_SOURCES = ["realnode.py", "serviceproxy.py", "podnet.py", "scenario.py"
 # "agent" (the node agent, nodeagent.py: pods as processes). $DISTTRAIN_NODE_RUNTIME or
 # `up --runtime` chooses; see localcluster/README.md.
 RUNTIMES = ("containerd", "agent")
-DEFAULT_RUNTIME = "agent"
+DEFAULT_RUNTIME = "containerd"
+
+
+def choose_runtime(explicit: str | None, wants_gpus: bool) -> tuple[str, str]:
+    """The runtime for an `up` (:func:`node_runtime`), and why when it is not the one
+    asked for: nodes with fake GPUs run as node agents unless a runtime was named
+    (real nodes here have no device plugin; naming containerd then fails in `up`).
+    Raises ValueError for an unknown name."""
+    if wants_gpus and not explicit and not os.environ.get("DISTTRAIN_NODE_RUNTIME", "").strip():
+        return "agent", ("fake GPUs need the node agent (real nodes here have no device plugin): "
+                         "these nodes run as node agents, the lighter mode")
+    return node_runtime(explicit), ""
 
 
 def node_runtime(explicit: str | None = None) -> str:
@@ -164,7 +175,10 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         topos = scn.default_topology(nodes)
         peers = scn.peer_hosts(scn.default_topology(MAX_NODES))
         segments = list(scn.DEFAULT_SEGMENTS)
-    runtime = node_runtime(runtime)
+    wants_gpus = bool(gpus or any(t.gpus for t in topos))
+    runtime, why = choose_runtime(runtime, wants_gpus)
+    if why:
+        _say(why)
     desired = node_specs(nodes)
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)
@@ -175,7 +189,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     code = agent_code_version(runtime)
     if runtime == "containerd":
         realnode.binaries()  # names what is missing before anything starts
-        if gpus or any(t.gpus for t in topos):
+        if wants_gpus:
             raise ValueError("real nodes (runtime containerd) have no GPUs here (no device "
                              "plugin); run GPU scenarios with --runtime agent")
         _write_image_list(state)

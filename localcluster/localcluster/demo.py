@@ -4,9 +4,9 @@ and show it validate and train.
 Steps: ``python -m localcluster up --runtime containerd`` (real kubelets, each with its own
 containerd, running the images ``make images`` built); ``helm install`` of the chart (the
 operator runs from its image as a pod, reaching the apiserver through the node's 10.96.0.1
-relay); ``kubectl apply -f examples/ddp-digits.yaml`` with the nodes' shared torch tree
-mounted into its template (``realnode.with_torch_tree``: the images carry no torch; a
-previous run's job is deleted first);
+relay); ``kubectl apply -f examples/ddp-digits.yaml`` exactly as written (a previous
+run's job is deleted first; the images carry no torch: each real node mounts the shared
+torch tree into its containers, ``realnode.site_spec``);
 then every condition change is printed as it happens, and at the end the job's conditions
 as kubectl shows them, the training log's accuracy line and the two ``export`` lines that
 point a shell's kubectl at the local cluster.
@@ -30,9 +30,8 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 
-import yaml
 
-from . import config, operator_install, realnode
+from . import config, operator_install
 from .operator_install import kubectl
 
 console = Console(highlight=False, soft_wrap=True)
@@ -122,21 +121,9 @@ def check_operator_restarts() -> bool:
     return False
 
 
-def example_manifest(runtime: str) -> str:
-    """examples/ddp-digits.yaml as applied on ``runtime``: on real nodes, with the nodes'
-    shared read-only torch tree in the job's template (the images carry no torch).
-    Raises realnode.RealNodeError when ``make images`` made no tree."""
-    text = EXAMPLE.read_text()
-    if runtime != "containerd":
-        return text
-    tree = realnode.torch_tree()
-    docs = [d for d in yaml.safe_load_all(text) if d]
-    return yaml.safe_dump_all([realnode.with_torch_tree(d, tree) for d in docs], sort_keys=False)
-
-
-def apply_example(runtime: str) -> subprocess.CompletedProcess:
-    """``kubectl apply -f -`` of :func:`example_manifest`. Raises CalledProcessError."""
-    return kubectl("apply", "-f", "-", input=example_manifest(runtime))
+def apply_example() -> subprocess.CompletedProcess:
+    """``kubectl apply -f examples/ddp-digits.yaml``. Raises CalledProcessError."""
+    return kubectl("apply", "-f", str(EXAMPLE))
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -159,7 +146,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     console.rule(f"[bold]3. kubectl apply -f examples/{EXAMPLE.name}")
     kubectl("delete", "-f", str(EXAMPLE), "--ignore-not-found", "--wait=true", check=False)
     t0 = time.monotonic()
-    console.print(apply_example(args.runtime).stdout)
+    console.print(apply_example().stdout)
     job = watch(args.timeout)
     elapsed = time.monotonic() - t0
 

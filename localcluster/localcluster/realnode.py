@@ -50,7 +50,7 @@ from typing import Optional
 
 import yaml
 
-from . import pki, podnet, procs
+from . import pki, podnet
 from .config import (APISERVER_PORT, CLUSTER_DOMAIN, DNS_SERVICE_IP, KUBERNETES_SERVICE_IP,
                      KUBERNETES_SERVICE_PORT, NodeSpec, cache_dir, k8s_bin_dir,
                      node_spec_by_name, pod_cidr, venv_python)
@@ -68,6 +68,7 @@ PRIVATE_DIRS = ["/run/containerd", "/var/lib/cni", "/var/log"]
 # kernel.panic_on_oops=1): a file bind-mounted over each takes the write instead.
 SYSCTL_FILES = {"vm/overcommit_memory": "1\n", "kernel/panic": "10\n", "kernel/panic_on_oops": "1\n"}
 IMAGES_LIST = "images.txt"  # <state>/realnodes/images.txt: "<ref> <docker-archive>" lines
+BASE_SPEC = "base-spec.json"  # containerd's base_runtime_spec (site_spec)
 
 
 class RealNodeError(RuntimeError):
@@ -198,6 +199,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   default_runtime_name = "runc"
 [{cri}.containerd.runtimes.runc]
   runtime_type = "io.containerd.runc.v2"
+  # the node's own software and settings, in every container (site_spec)
+  base_runtime_spec = "{d}/{BASE_SPEC}"
 [{cri}.containerd.runtimes.runc.options]
   SystemdCgroup = false
   Root = "{d}/runc"
@@ -254,8 +257,11 @@ def kubelet_config(d: Path, spec: NodeSpec, ca: Path, certs: dict) -> dict:
     }
 
 
-def write_files(state: Path, spec: NodeSpec, internal_ip: str, hosts_lines: list[str]) -> Path:
-    """Write every configuration file of node ``spec``; returns its directory."""
+def write_files(state: Path, spec: NodeSpec, internal_ip: str, hosts_lines: list[str],
+                topo=None) -> Path:
+    """Write every configuration file of node ``spec`` (``topo``, a
+    ``scenario.NodeTopology``, gives its site env; see :func:`site_spec`); returns its
+    directory. Raises RealNodeError (no torch tree, no ``ctr``)."""
     d = node_dir(state, spec.name)
     for sub in ("cni", "ipam", "runc", "kubelet", "pod-logs", "opt", "private/run-containerd",
                 "private/var-lib-cni", "private/var-log", "sysctl"):
@@ -268,6 +274,8 @@ def write_files(state: Path, spec: NodeSpec, internal_ip: str, hosts_lines: list
                      certs["client_crt"], certs["client_key"],
                      server=f"https://{KUBERNETES_SERVICE_IP}:{KUBERNETES_SERVICE_PORT}")
     (d / "containerd.toml").write_text(containerd_config(d, root))
+    env, mounts = site_env_and_mounts(topo, torch_tree())
+    (d / BASE_SPEC).write_text(json.dumps(site_spec(default_oci_spec(), env, mounts), indent=1))
     (d / "cni" / "10-disttrain.conflist").write_text(json.dumps(cni_conflist(d, spec.index), indent=1))
     (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(d, spec, p / "ca.crt", certs)))
     (d / "hosts").write_text("".join(f"{ln}\n" for ln in hosts_lines))
@@ -395,12 +403,12 @@ def inner(state: Path, spec: NodeSpec, internal_ip: str) -> int:
 
 # -- run: the node's supervisor in the machine's namespaces ----------------------------------
 def run(state: Path, spec: NodeSpec, internal_ip: str, hosts_lines: list[str],
-        pod_routes: list[tuple[str, str]]) -> int:
+        pod_routes: list[tuple[str, str]], topo=None) -> int:
     """Set the node up, start ``inner`` and wait; the node is killed whole when either
     ends. Returns an exit code."""
     from .serviceproxy import ServiceProxy
     b = binaries()
-    write_files(state, spec, internal_ip, hosts_lines)
+    write_files(state, spec, internal_ip, hosts_lines, topo)
     podnet.ensure_node(spec.netns, pod_cidr(spec.index), pod_routes)
     ServiceProxy(spec.netns, KUBERNETES_SERVICE_IP, KUBERNETES_SERVICE_PORT,
                  ("127.0.0.1", APISERVER_PORT)).start()
@@ -451,16 +459,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             routes.append((pod_cidr(int(t["index"])), t["internal_ip"]))
         except (OSError, ValueError, KeyError):
             continue
-    return run(state, spec, topo.internal_ip, hosts, routes)
+    return run(state, spec, topo.internal_ip, hosts, routes, topo)
 
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 # -- the shared torch tree --------------------------------------------------------------------
 TORCH_MOUNT = "/opt/site/torch"
-TORCH_VOLUME = "site-torch"
 
 
 def torch_tree() -> Path:
@@ -474,32 +478,63 @@ def torch_tree() -> Path:
     return trees[-1]
 
 
-def with_torch_tree(doc: dict, tree: Path) -> dict:
-    """``doc`` (a DistTrainingJob or PyTorchJob manifest) with the node's shared torch tree
-    mounted read-only into every container of its pod templates and put on PYTHONPATH, as an
-    HPC site shares one software tree: the images carry no 6 GB torch layer. Other kinds
-    are returned unchanged. Pure."""
+def default_oci_spec() -> dict:
+    """containerd's own default OCI spec (``ctr oci spec``), the base a site edits.
+    Raises RealNodeError when ctr fails."""
+    p = subprocess.run([binaries()["ctr"], "oci", "spec"], capture_output=True, text=True, timeout=30)
+    if p.returncode != 0:
+        raise RealNodeError(f"ctr oci spec exited {p.returncode}: {p.stderr.strip()[:300]}")
+    return json.loads(p.stdout)
+
+
+def _host_paths(values: list[str]) -> list[str]:
+    """The existing host directories that ``values`` (env values, ``:``-separated path
+    lists) name: a directory itself, a file's parent. Pure apart from stat."""
+    out: list[str] = []
+    for v in values:
+        for part in v.split(":"):
+            p = Path(part)
+            if not p.is_absolute() or not p.exists():
+                continue
+            out.append(str(p if p.is_dir() else p.parent))
+    return out
+
+
+def site_env_and_mounts(topo, tree: Path) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """What this node gives every container, as a site's node configuration does: the
+    shared torch tree read-only at TORCH_MOUNT and on PYTHONPATH, the scenario's ``env``,
+    ``libraryPaths`` (appended to LD_LIBRARY_PATH) and ``pythonpath`` (relative to the
+    repository, appended to PYTHONPATH), and each host directory those name, read-only at
+    its own path. Returns (env, [(host path, container path)]). A container's own env (its
+    image's ENV, then the pod spec's) overrides these by name, as it does on any node."""
+    from .config import REPO_ROOT
+    env = dict(getattr(topo, "env", None) or {})
+    pythonpath = [str(REPO_ROOT / p) for p in getattr(topo, "pythonpath", None) or []]
+    env["PYTHONPATH"] = ":".join([x for x in [env.get("PYTHONPATH", ""), TORCH_MOUNT] if x] + pythonpath)
+    libs = list(getattr(topo, "library_paths", None) or [])
+    if libs:
+        env["LD_LIBRARY_PATH"] = ":".join([x for x in [env.get("LD_LIBRARY_PATH", "")] if x] + libs)
+    mounts = [(str(tree), TORCH_MOUNT)]
+    for h in sorted(set(_host_paths([v for k, v in env.items() if k != "PYTHONPATH"] + pythonpath))):
+        if not any(h == m or h.startswith(m.rstrip("/") + "/") for m, _ in mounts[1:]):
+            mounts.append((h, h))
+    return env, mounts
+
+
+def site_spec(default: dict, env: dict[str, str], mounts: list[tuple[str, str]]) -> dict:
+    """``default`` (an OCI runtime spec) with ``env`` set in process.env (replacing by name)
+    and each (source, destination) of ``mounts`` added as a read-only bind. Pure."""
     import copy
-    doc = copy.deepcopy(doc)
-    kind = doc.get("kind")
-    if kind == "DistTrainingJob":
-        templates = [doc.get("spec", {}).get("template")]
-    elif kind == "PyTorchJob":
-        templates = [r.get("template") for r in
-                     (doc.get("spec", {}).get("pytorchReplicaSpecs") or {}).values()]
-    else:
-        return doc
-    for t in templates:
-        spec = (t or {}).get("spec")
-        if not isinstance(spec, dict):
-            continue
-        vols = [v for v in spec.get("volumes") or [] if v.get("name") != TORCH_VOLUME]
-        spec["volumes"] = vols + [{"name": TORCH_VOLUME,
-                                   "hostPath": {"path": str(tree), "type": "Directory"}}]
-        for ctr in spec.get("containers") or []:
-            ctr["volumeMounts"] = [m for m in ctr.get("volumeMounts") or []
-                                   if m.get("name") != TORCH_VOLUME] + [
-                {"name": TORCH_VOLUME, "mountPath": TORCH_MOUNT, "readOnly": True}]
-            env = [e for e in ctr.get("env") or [] if e.get("name") != "PYTHONPATH"]
-            ctr["env"] = env + [{"name": "PYTHONPATH", "value": TORCH_MOUNT}]
-    return doc
+    spec = copy.deepcopy(default)
+    proc = spec.setdefault("process", {})
+    names = set(env)
+    proc["env"] = [e for e in proc.get("env") or [] if e.split("=", 1)[0] not in names] + [
+        f"{k}={v}" for k, v in env.items()]
+    spec["mounts"] = list(spec.get("mounts") or []) + [
+        {"destination": dst, "type": "bind", "source": src, "options": ["rbind", "ro"]}
+        for src, dst in mounts]
+    return spec
+
+
+if __name__ == "__main__":
+    sys.exit(main())

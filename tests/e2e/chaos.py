@@ -13,7 +13,8 @@ What is injected, and how:
   ends in a gang restart, and no pod of it is created again;
 - **node lost** (:func:`lose_node`): the node's links go down first, so nothing it sends
   afterwards (no FIN, no RST) reaches a peer, as when a machine loses power; then its node
-  agent (the kubelet) and every process of its pods are killed. The Node and its pods stay
+  agent (the kubelet), or on a real node its kubelet, containerd, shims and containers, and
+  every process of its pods are killed. The Node and its pods stay
   in the API as they were (Ready, Running) until the node lifecycle controller acts
   (node-monitor-grace-period), exactly as for a real lost machine.
 
@@ -56,7 +57,7 @@ from kubernetes.client.rest import ApiException
 
 from disttrain.api import constants
 from disttrain.children import observe
-from localcluster import controlplane, network, operator_install, procs
+from localcluster import controlplane, network, operator_install, procs, realnode
 from localcluster.config import node_spec_by_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -232,9 +233,14 @@ def lose_node(state: Path, node: str) -> dict[str, Any]:
     for link in links:
         subprocess.run(["ip", "-n", spec.netns, "link", "set", link, "down"], capture_output=True)
     agent = procs.tracked_pid(state, f"agent-{node}")
+    real = procs.tracked_pid(state, realnode.process_name(node))
     if agent is not None:
         os.kill(agent, signal.SIGKILL)
     killed = 0
+    if real is not None:  # a real node: its supervisor, then kubelet, containerd, shims, containers
+        os.kill(real, signal.SIGKILL)
+        killed += realnode.kill_node(spec.netns)
+        agent = real
     for ns in [spec.netns] + [x for x in network.our_netns() if x.startswith(spec.netns + "-p")]:
         for pid in network.netns_pids(ns):
             try:
@@ -279,11 +285,18 @@ def restore_nodes(nodes: int, core: client.CoreV1Api, timeout: float = 180) -> N
 def probe_phase(state: Path, ns: str, pod: dict[str, Any]) -> Optional[str]:
     """The phase a running probe is in, from the report it writes before each phase (the
     node agent keeps the termination-message file under ``<state>/pods``); None before."""
-    d = state / "pods" / f"{ns}_{observe.name(pod)}_{observe.meta(pod).get('uid')}"
-    try:
-        return json.loads((d / "probe.termination-log").read_text()).get("phase")
-    except (OSError, ValueError, AttributeError):
-        return None
+    uid = observe.meta(pod).get("uid")
+    files = [state / "pods" / f"{ns}_{observe.name(pod)}_{uid}" / "probe.termination-log"]
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node:  # a real kubelet keeps it under its root dir, one file per container start
+        files += sorted((realnode.node_dir(state, node) / "kubelet" / "pods" / str(uid)
+                         / "containers" / "probe").glob("*"), key=lambda f: f.stat().st_mtime)[-1:]
+    for f in files:
+        try:
+            return json.loads(f.read_text()).get("phase")
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
 
 
 # ---- the pod watch ------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""The node agent runs pods scheduled by the real scheduler, as a kubelet would."""
+"""The node agent runs pods scheduled by the real scheduler, as a kubelet would.
+
+The agent is the lighter mode that stays for what real nodes cannot do here (fake GPUs,
+32 and 64 nodes): this module switches the shared cluster's nodes to it and back to the
+default (real kubelets) at its end."""
 from __future__ import annotations
 
 import ipaddress
@@ -63,8 +67,17 @@ def _cstatus(pod: dict, name: str, init: bool = False) -> dict:
     return next(s for s in pod["status"][key] if s["name"] == name)
 
 
+@pytest.fixture(scope="module")
+def agent_nodes(cluster):
+    from localcluster import cli
+    cli.up(nodes=len(cluster.node_names), runtime="agent")
+    yield cluster
+    cli.up(nodes=len(cluster.node_names))
+
+
 @pytest.fixture(scope="module", autouse=True)
-def namespace(cluster):
+def namespace(agent_nodes):
+    cluster = agent_nodes
     cluster.kubectl("create", "namespace", NS)
     deadline = time.monotonic() + 30
     while cluster.kubectl("get", "serviceaccount", "default", "-n", NS, check=False).returncode:

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 INSTANCE = "7"
 STATE = ROOT / f".localcluster-{INSTANCE}"
 NS_PREFIX = f"dtj{INSTANCE}-"
+EXAMPLE = ROOT / "examples" / "ddp-digits.yaml"
 SYSCTLS = ["/proc/sys/vm/overcommit_memory", "/proc/sys/kernel/panic", "/proc/sys/kernel/panic_on_oops"]
 
 
@@ -145,8 +146,7 @@ def test_a_node_killed_during_the_probe_is_named(demo):
     on a lost node is only replaced after the NoExecute taint's tolerationSeconds (300 s by
     default), as on any cluster."""
     from localcluster import realnode
-    docs = [d for d in yaml.safe_load_all(_py("-c", (
-        "from localcluster import demo; print(demo.example_manifest('containerd'))")).stdout) if d]
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
     job = next(d for d in docs if d["kind"] == "DistTrainingJob")
     job["metadata"]["name"] = "lost"
     kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from localcluster import egress, realnode
@@ -62,28 +63,36 @@ def test_egress_picks_the_namespace_that_holds_the_address(tmp_path):
     assert egress.netns_for(tmp_path / "nowhere", "10.100.0.11") is None
 
 
-def test_torch_tree_goes_into_every_container_once(tmp_path):
-    job = {"kind": "DistTrainingJob", "spec": {"template": {"spec": {
-        "containers": [{"name": "trainer", "env": [{"name": "PYTHONPATH", "value": "/old"}]}],
-        "volumes": [{"name": "script", "configMap": {"name": "s"}}]}}}}
-    once = realnode.with_torch_tree(job, tmp_path)
-    twice = realnode.with_torch_tree(once, tmp_path)
-    assert once == twice and job["spec"]["template"]["spec"]["volumes"][0]["name"] == "script"
-    spec = once["spec"]["template"]["spec"]
-    assert spec["volumes"][-1] == {"name": realnode.TORCH_VOLUME,
-                                   "hostPath": {"path": str(tmp_path), "type": "Directory"}}
-    ctr = spec["containers"][0]
-    assert ctr["volumeMounts"] == [{"name": realnode.TORCH_VOLUME, "mountPath": realnode.TORCH_MOUNT,
-                                    "readOnly": True}]
-    assert ctr["env"] == [{"name": "PYTHONPATH", "value": realnode.TORCH_MOUNT}]
-    ptj = {"kind": "PyTorchJob", "spec": {"pytorchReplicaSpecs": {
-        "Master": {"template": {"spec": {"containers": [{"name": "pytorch"}]}}},
-        "Worker": {"template": {"spec": {"containers": [{"name": "pytorch"}]}}}}}}
-    out = realnode.with_torch_tree(ptj, tmp_path)
-    for r in out["spec"]["pytorchReplicaSpecs"].values():
-        assert r["template"]["spec"]["containers"][0]["env"][0]["value"] == realnode.TORCH_MOUNT
-    cm = {"kind": "ConfigMap", "data": {"a": "b"}}
-    assert realnode.with_torch_tree(cm, tmp_path) == cm
+def test_site_spec_gives_every_container_the_nodes_software_and_env(tmp_path):
+    """The node's base OCI spec: the torch tree read-only on PYTHONPATH, the scenario's
+    env (an NCCL preload), library paths and pythonpath, each host directory they name
+    mounted read-only at its own path; the default spec's own env and mounts kept."""
+    from localcluster.config import REPO_ROOT
+    from localcluster.scenario import NodeTopology
+    nccl = tmp_path / "nccl-2.28.9" / "lib"
+    nccl.mkdir(parents=True)
+    (nccl / "libnccl.so.2").write_text("")
+    topo = NodeTopology(name="node-b", index=1, links=[], internal_ip="10.100.0.12",
+                        env={"LD_PRELOAD": f"{nccl}/libnccl.so.2", "NCCL_DEBUG": "INFO"},
+                        library_paths=[str(tmp_path / "missing")], pythonpath=["tests/e2e/images"])
+    tree = tmp_path / "torch"
+    env, mounts = realnode.site_env_and_mounts(topo, tree)
+    assert env["PYTHONPATH"] == f"{realnode.TORCH_MOUNT}:{REPO_ROOT / 'tests/e2e/images'}"
+    assert env["LD_LIBRARY_PATH"] == str(tmp_path / "missing") and env["NCCL_DEBUG"] == "INFO"
+    assert mounts[0] == (str(tree), realnode.TORCH_MOUNT)
+    assert (str(nccl), str(nccl)) in mounts and (str(REPO_ROOT / "tests/e2e/images"),) * 2 in mounts
+    assert not any(m[0] == str(tmp_path / "missing") for m in mounts)  # nothing to mount
+    default = {"process": {"env": ["PATH=/usr/bin", "PYTHONPATH=/x"]},
+               "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]}
+    spec = realnode.site_spec(default, env, mounts)
+    assert spec["process"]["env"][0] == "PATH=/usr/bin" and "PYTHONPATH=/x" not in spec["process"]["env"]
+    assert f"PYTHONPATH={env['PYTHONPATH']}" in spec["process"]["env"]
+    assert spec["mounts"][0]["destination"] == "/proc" and default["mounts"][1:] == []  # pure
+    assert {"destination": realnode.TORCH_MOUNT, "type": "bind", "source": str(tree),
+            "options": ["rbind", "ro"]} in spec["mounts"]
+    # A node with no scenario: the torch tree alone.
+    env, mounts = realnode.site_env_and_mounts(None, tree)
+    assert env == {"PYTHONPATH": realnode.TORCH_MOUNT} and mounts == [(str(tree), realnode.TORCH_MOUNT)]
 
 
 def test_node_configuration_carries_what_this_machine_kind_needs(tmp_path):
@@ -102,3 +111,18 @@ def test_node_configuration_carries_what_this_machine_kind_needs(tmp_path):
     assert bridge["bridge"] == "cni0" and bridge["ipMasq"] is False
     assert bridge["ipam"]["ranges"][0][0] == {"subnet": "10.244.1.0/24", "gateway": "10.244.1.1"}
     assert [p["type"] for p in cni["plugins"]] == ["bridge", "portmap"]
+
+
+def test_nodes_are_real_unless_fake_gpus_need_the_agent(monkeypatch):
+    from localcluster import cli
+    monkeypatch.delenv("DISTTRAIN_NODE_RUNTIME", raising=False)
+    assert cli.choose_runtime(None, False) == ("containerd", "")
+    runtime, why = cli.choose_runtime(None, True)
+    assert runtime == "agent" and "lighter mode" in why and "device plugin" in why
+    assert cli.choose_runtime("containerd", True) == ("containerd", "")  # named: `up` refuses it
+    assert cli.choose_runtime("agent", False) == ("agent", "")
+    monkeypatch.setenv("DISTTRAIN_NODE_RUNTIME", "containerd")
+    assert cli.choose_runtime(None, True) == ("containerd", "")
+    monkeypatch.setenv("DISTTRAIN_NODE_RUNTIME", "docker")
+    with pytest.raises(ValueError, match="node runtime must be one of"):
+        cli.choose_runtime(None, False)
