@@ -3,7 +3,7 @@
 # a Debian base made by mmdebstrap from Debian's packages, the Dockerfiles built by buildah.
 #
 #   bash localcluster/build/build-images.sh [all]   # base, torch tree, operator, probe, example
-#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause
+#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause|garbage-probe|alpine
 #   bash localcluster/build/build-images.sh archives   # docker-archive files the nodes import
 #   bash localcluster/build/build-images.sh buildah ARGS...   # buildah on the project's storage
 #   bash localcluster/build/build-images.sh info              # images, sizes, disk used
@@ -16,6 +16,8 @@
 #                  localhost/disttrain/disttrain-probe:$VERSION      probe_image/Dockerfile, INSTALL_TORCH=0
 #                  localhost/disttrain/examples-digits:$VERSION      examples/Dockerfile
 #                  localhost/disttrain/pause:3.10           the pod sandbox (localcluster/images/pause)
+#                  localhost/disttrain/garbage-probe:$VERSION  a test probe writing a broken report
+#                  localhost/disttrain/alpine:$VERSION     alpine:3.10 for Kubeflow's init container
 #   archives/<name>-c-<key>.tar   each image as a docker-archive, named as the chart and the
 #                  example name it (ghcr.io/disttrain/...), which each real node's containerd
 #                  imports (localcluster/localcluster/realnode.py)
@@ -143,6 +145,13 @@ build_probe() {
     "INSTALL_TORCH=$PROBE_INSTALL_TORCH"
 }
 build_example() { build_image examples-digits examples/Dockerfile examples "BASE_IMAGE=$BASE_NAME"; }
+# alpine:3.10 for Kubeflow's PyTorch init container on real nodes (localcluster/images/alpine).
+build_alpine() { build_image alpine localcluster/images/alpine/Dockerfile localcluster/images/alpine "PYTHON_IMAGE=$BASE_NAME"; }
+# A test image: a probe that writes a broken report (tests/e2e/test_operator.py).
+build_garbage_probe() {
+  build_image garbage-probe tests/e2e/images/garbage-probe/Dockerfile tests/e2e/images/garbage-probe \
+    "PYTHON_IMAGE=$BASE_NAME"
+}
 
 # The pod sandbox image: a static Go pause (no registry serves registry.k8s.io/pause here),
 # in an image from scratch. Cached by the source's content.
@@ -168,7 +177,9 @@ build_pause() {
 ARCHIVE_NAMES=("disttrain-operator ghcr.io/disttrain/disttrain-operator:$VERSION"
                "disttrain-probe ghcr.io/disttrain/disttrain-probe:$VERSION"
                "examples-digits ghcr.io/disttrain/examples-digits:$VERSION"
-               "pause localhost/disttrain/pause:3.10")
+               "pause localhost/disttrain/pause:3.10"
+               "garbage-probe disttrain.dev/test/garbage-probe:v1"
+               "alpine docker.io/library/alpine:3.10")
 archives() {
   local entry short ref src key file
   mkdir -p "$CACHE/archives"
@@ -207,13 +218,15 @@ info() {
 
 what="${1:-all}"
 case "$what" in
-  all) build_base; torch_tree; build_operator; build_probe; build_example; build_pause ;;
+  all) build_base; torch_tree; build_operator; build_probe; build_example; build_pause; build_garbage_probe; build_alpine ;;
   pause) build_pause ;;
+  garbage-probe) build_base; build_garbage_probe ;;
+  alpine) build_base; build_alpine ;;
   archives) archives ;;
   base) build_base ;;
   operator|probe|example) build_base; "build_$what" ;;
   torch-tree) torch_tree ;;
   buildah) shift; exec "${B[@]}" "$@" ;;
   info) info ;;
-  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|archives|info|buildah ARGS...]" ;;
+  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|archives|info|buildah ARGS...]" ;;
 esac

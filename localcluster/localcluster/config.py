@@ -10,6 +10,10 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VERSIONS_FILE = REPO_ROOT / "localcluster" / "build" / "versions.env"
 IMAGES_FILE = REPO_ROOT / "localcluster" / "images.yaml"
+# An image every node holds (real nodes import it, ``make images``), with sh, sleep and
+# python: what a test's or scenario's helper pod runs (a quota holder, a pod that sleeps).
+# No registry is reachable here, so a public name such as busybox would never pull.
+UTILITY_IMAGE = "ghcr.io/disttrain/disttrain-probe:0.1.0"
 
 MAX_INSTANCE = 9
 

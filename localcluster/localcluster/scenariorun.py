@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 import time
 import uuid
@@ -192,12 +191,13 @@ def _hold_quota(sc: scn.Scenario, ns: str, say=print) -> None:
     """A batch/v1 Job queued in the same LocalQueue that holds all of the quota's CPU for
     ``kueue.holdSeconds``: the scenario's job waits in the queue until it ends."""
     from . import kueue
+    from .config import UTILITY_IMAGE
     cpu = dict(kueue.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
     hold = {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "quota-holder", "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
             "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
                 "restartPolicy": "Never", "containers": [{
-                    "name": "hold", "image": "busybox", "command": ["sleep", str(sc.kueue.holdSeconds)],
+                    "name": "hold", "image": UTILITY_IMAGE, "command": ["sleep", str(sc.kueue.holdSeconds)],
                     "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}}
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(hold))
     deadline = time.monotonic() + 60

@@ -10,6 +10,8 @@ import json
 import time
 
 import pytest
+
+from localcluster.config import UTILITY_IMAGE
 import yaml
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +39,7 @@ def pod(group: str, i: int) -> dict:
                      "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                          {"labelSelector": {"matchLabels": {"gang": group}},
                           "topologyKey": "kubernetes.io/hostname"}]}},
-                     "containers": [{"name": "main", "image": "busybox",
+                     "containers": [{"name": "main", "image": UTILITY_IMAGE,
                                      "command": ["sleep", "60"]}]}}
 
 

@@ -9,6 +9,8 @@ import sys
 import time
 
 import pytest
+
+from localcluster.config import UTILITY_IMAGE
 import yaml
 
 from localcluster import kueue
@@ -36,7 +38,7 @@ def job(name: str, cpu: str) -> dict:
             "metadata": {"name": name, "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
             "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,
                      "template": {"spec": {"restartPolicy": "Never", "containers": [{
-                         "name": "main", "image": "busybox", "command": ["sleep", "120"],
+                         "name": "main", "image": UTILITY_IMAGE, "command": ["sleep", "120"],
                          "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}}}]}}}}
 
 
@@ -109,7 +111,7 @@ def test_a_workload_created_directly_is_admitted_with_its_flavor(kueue_cluster, 
           "spec": {"queueName": kueue.LOCAL_QUEUE, "podSets": [{
               "name": "nodes", "count": 2, "template": {"spec": {
                   "restartPolicy": "Never", "containers": [{
-                      "name": "main", "image": "busybox",
+                      "name": "main", "image": UTILITY_IMAGE,
                       "resources": {"requests": {"cpu": "500m", "memory": "100Mi"}}}]}}}]}}
     c.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(wl))
     got = wait_for("the Workload to be admitted", lambda: (

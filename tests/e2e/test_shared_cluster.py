@@ -12,6 +12,8 @@ import sys
 import time
 
 import pytest
+
+from localcluster.config import UTILITY_IMAGE
 import yaml
 
 from localcluster import kueue
@@ -63,7 +65,7 @@ def blocker(cpu: str) -> dict:
             "metadata": {"name": "blocker", "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
             "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
                 "restartPolicy": "Never", "containers": [{
-                    "name": "main", "image": "busybox", "command": ["sleep", "600"],
+                    "name": "main", "image": UTILITY_IMAGE, "command": ["sleep", "600"],
                     "resources": {"requests": {"cpu": cpu, "memory": "100Mi"}}}]}}}}
 
 

@@ -86,7 +86,7 @@ def test_probe_image_runs_a_probe_with_the_shared_torch_tree(images):
     p = images.run("disttrain-probe", "python", "-m", "disttrain_probe", "--rank", "0", "--world-size", "1",
                    "--master-addr", "127.0.0.1", "--master-port", "29500", "--node-name", "smoke",
                    "--socket-ifname", "lo", "--report-path", "/tmp/report.json", "--timeout-seconds", "120",
-                   torch=True, env={"PYTHONPATH": f"/opt/probe/app:{TORCH_MOUNT}"})
+                   torch=True, env={"PYTHONPATH": TORCH_MOUNT})
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     report = json.loads(p.stdout.strip().splitlines()[-1])
     assert report["ok"] is True and report["backend"] == "gloo", report
@@ -108,15 +108,35 @@ def test_example_image_trains_with_the_shared_torch_tree(images, tmp_path):
     assert "rank 0/1" in p.stdout and "test accuracy" in p.stdout, p.stdout
 
 
+def test_alpine_stand_in_resolves_as_kubeflows_init_container_needs(images, tmp_path):
+    """Kubeflow's PyTorch init container loops `nslookup <master>` in sh with seq and sleep
+    (through the C library's resolver: /etc/hosts here, the cluster DNS with the pod's
+    search list on a node, tests/e2e/test_kubeflow.py)."""
+    (tmp_path / "hosts").write_text("10.244.0.7 ddp-digits-master-0\n")
+    (tmp_path / "hosts").chmod(0o644)
+    p = images.run("alpine", "sh", "-c", "for i in $(seq 2); do nslookup ddp-digits-master-0 && exit 0; "
+                   "sleep 0; done; exit 1", volumes={str(tmp_path / "hosts"): "/etc/hosts"})
+    assert p.returncode == 0 and "Address: 10.244.0.7" in p.stdout, p.stdout + p.stderr
+    p = images.run("alpine", "nslookup", "no-such-name.invalid")
+    assert p.returncode == 1 and "** server can't find no-such-name.invalid: NXDOMAIN" in p.stdout, p.stdout
+
+
+def test_garbage_probe_image_writes_a_broken_report(images):
+    p = images.run("garbage-probe", "sh", "-c", "DISTTRAIN_PROBE_REPORT_PATH=/tmp/r python -m disttrain_probe; "
+                   "echo rc=$?; cat /tmp/r")
+    assert "rc=1" in p.stdout and p.stdout.rstrip().endswith("{not json at all"), p.stdout + p.stderr
+
+
 def test_images_are_cached_by_content(images, tmp_path):
     t0 = time.monotonic()
     p = build_images("all")
     assert p.returncode == 0, p.stderr
-    assert "built" not in p.stderr and p.stderr.count(": cached") == 6, p.stderr  # base, tree, 3 images, pause
+    assert "built" not in p.stderr and p.stderr.count(": cached") == 8, p.stderr  # base, tree, 3 images, pause, garbage-probe, alpine
     assert time.monotonic() - t0 < 60
     # A copy of the build inputs with one operator module changed: only the operator rebuilds.
     copy = tmp_path / "repo"
-    for part in ("operator", "probe_image", "examples", "localcluster/build", "localcluster/images/pause"):
+    for part in ("operator", "probe_image", "examples", "localcluster/build", "localcluster/images/pause",
+                 "localcluster/images/alpine", "tests/e2e/images/garbage-probe"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for f in ("pyproject.toml", ".dockerignore"):
         shutil.copy(REPO / f, copy / f)
@@ -127,7 +147,7 @@ def test_images_are_cached_by_content(images, tmp_path):
         assert p.returncode == 0, p.stderr
         lines = [ln for ln in p.stderr.splitlines() if ln.startswith("[images]")]
         assert [ln.split(":")[0] for ln in lines if ": built " in ln] == ["[images] disttrain-operator"], p.stderr
-        for name in ("base", "torch tree", "disttrain-probe", "examples-digits", "pause"):
+        for name in ("base", "torch tree", "disttrain-probe", "examples-digits", "pause", "garbage-probe", "alpine"):
             assert any(ln.startswith(f"[images] {name}: cached") for ln in lines), p.stderr
     finally:
         # The repository's own images get their version tags back; the changed one is removed.
