@@ -87,7 +87,7 @@ endif
 LINT_PATH := operator:probe_image:localcluster
 lint: venv
 	PYTHONPATH=$(LINT_PATH) $(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/ruff check --no-cache operator probe_image benchmarks docs charts tests/unit tests/fuzz tests/probe tests/images tests/conftest.py
+	$(VENV)/bin/ruff check --no-cache operator probe_image benchmarks docs charts localcluster tests
 
 test: lint system-deps venv build-cluster images
 	@$(SYSTEM_DEPS) nodes

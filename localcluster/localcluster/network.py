@@ -15,7 +15,7 @@ import subprocess
 import time
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from .config import DECOY_DOCKER_ADDR, FABRIC_NS, KUBERNETES_SERVICE_IP, NODE_NS_PREFIX, NodeSpec
+from .config import FABRIC_NS, KUBERNETES_SERVICE_IP, NODE_NS_PREFIX, NodeSpec
 
 if TYPE_CHECKING:
     from .scenario import NodeTopology

@@ -39,7 +39,6 @@ from .config import (
     KUBERNETES_SERVICE_PORT,
     NodeSpec,
     node_spec_by_name,
-    node_specs,
     pod_cidr,
     venv_bin,
     venv_python,

@@ -12,7 +12,6 @@ import ipaddress
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
