@@ -85,9 +85,22 @@ def _stop_node_processes(state: Path, name: str) -> None:
     realnode.kill_node(node_spec_by_name(name).netns)
 
 
-def _node_ready(node: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+def _node_ready(node: dict, since: float | None = None) -> bool:
+    """Ready=True, and with ``since`` (a Unix time: when its node process started) from a
+    heartbeat at or after it: a Node object a restarted kubelet has not updated yet still
+    says Ready from before (until the node lifecycle controller's grace period)."""
+    from datetime import datetime
+    for c in (node.get("status") or {}).get("conditions") or []:
+        if c.get("type") != "Ready" or c.get("status") != "True":
+            continue
+        if since is None:
+            return True
+        try:
+            beat = datetime.fromisoformat(str(c.get("lastHeartbeatTime")).replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return False
+        return beat >= int(since)  # heartbeats have whole seconds
+    return False
 
 
 def _kill_node_pods(ns: str) -> int:
@@ -201,6 +214,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
             del cfg["nodes"][name]
     (state / "nodes").mkdir(parents=True, exist_ok=True)
     rebuilt = False
+    started: dict[str, float] = {}  # node -> when its process was started by this `up`
     for n, topo in zip(desired, topos):
         node_gpus = gpus if topo.gpus is None else topo.gpus
         doc = _topology_doc(topo, peers)
@@ -226,6 +240,8 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         if running is not None and (prev.get("gpus") != node_gpus or prev.get("code") != code):
             _stop_node_processes(state, n.name)
             running = None
+        if running is None:
+            started[n.name] = time.time()
         if running is None and runtime == "containerd":
             procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.realnode",
                                                 "run", "--node", n.name, "--state", str(state)])
@@ -248,7 +264,8 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     while True:
         try:
             items = client.get("/api/v1/nodes")["items"]
-            ready = {i["metadata"]["name"] for i in items if _node_ready(i)}
+            ready = {i["metadata"]["name"] for i in items
+                     if _node_ready(i, started.get(i["metadata"]["name"]))}
             gpus_ok = all(i["status"].get("capacity", {}).get("nvidia.com/gpu", "0")
                           == str(cfg["nodes"][i["metadata"]["name"]]["gpus"])
                           for i in items if i["metadata"]["name"] in want)

@@ -350,8 +350,16 @@ def import_images(ctr: str, d: Path, root: Path, archives: list[tuple[str, str]]
         log.info("imported %s in %.1fs", ref, time.monotonic() - t0)
 
 
+# As their systemd units restart them on a node (containerd.service: Restart=always,
+# RestartSec=5; kubeadm's kubelet.service: Restart=always, RestartSec=10): a daemon that
+# exits is started again after this many seconds. The node itself dies only when ``inner``
+# is stopped (SIGTERM) or killed with its cgroups (kill_node).
+RESTART_SECONDS = {"containerd": 5.0, "kubelet": 10.0}
+
+
 def inner(state: Path, spec: NodeSpec, internal_ip: str) -> int:
-    """Run containerd and the kubelet until either ends or SIGTERM; returns an exit code."""
+    """Run containerd and the kubelet, each restarted when it exits (RESTART_SECONDS),
+    until SIGTERM; returns an exit code (1 when the node could not start)."""
     import socket
     b = binaries()
     d = node_dir(state, spec.name)
@@ -361,44 +369,62 @@ def inner(state: Path, spec: NodeSpec, internal_ip: str) -> int:
     socket.sethostname(spec.name)
     _private_mounts(d)
     logs = state / "logs"
-    for stale in (d / "containerd.sock", d / "containerd.sock.ttrpc"):
-        stale.unlink(missing_ok=True)  # left by a node that was killed
-    cd_log = open(logs / f"containerd-{spec.name}.log", "ab")
-    containerd = subprocess.Popen([b["containerd"], "--config", str(d / "containerd.toml")],
-                                  stdout=cd_log, stderr=subprocess.STDOUT)
-    children = [containerd]
+
+    def start_containerd() -> subprocess.Popen:
+        for stale in (d / "containerd.sock", d / "containerd.sock.ttrpc"):
+            stale.unlink(missing_ok=True)  # left by a containerd that was killed
+        return subprocess.Popen([b["containerd"], "--config", str(d / "containerd.toml")],
+                                stdout=open(logs / f"containerd-{spec.name}.log", "ab"),
+                                stderr=subprocess.STDOUT)
+
+    def start_kubelet() -> subprocess.Popen:
+        return subprocess.Popen(
+            [b["kubelet"], f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={d / 'kubelet.kubeconfig'}",
+             f"--root-dir={d / 'kubelet'}", f"--cert-dir={d / 'kubelet' / 'pki'}",
+             f"--hostname-override={spec.name}", f"--node-ip={internal_ip}",
+             "--node-labels=disttrain.dev/simulated=true,disttrain.dev/runtime=containerd",
+             "--v=1"],
+            stdout=open(logs / f"kubelet-{spec.name}.log", "ab"), stderr=subprocess.STDOUT)
+
+    procs_: dict[str, subprocess.Popen] = {"containerd": start_containerd()}
+    stopping: list[bool] = []
 
     def stop(*_):
-        for c in reversed(children):
+        stopping.append(True)
+        for c in reversed(list(procs_.values())):
             if c.poll() is None:
                 c.terminate()
     signal.signal(signal.SIGTERM, stop)
     try:
-        _wait_socket(d / "containerd.sock", containerd, 30)
+        _wait_socket(d / "containerd.sock", procs_["containerd"], 30)
         import_images(b["ctr"], d, containerd_root(spec), image_archives(state))
     except (RealNodeError, OSError) as e:
         log.error("%s", e)
         stop()
         return 1
-    kl_log = open(logs / f"kubelet-{spec.name}.log", "ab")
-    kubelet = subprocess.Popen(
-        [b["kubelet"], f"--config={d / 'kubelet.yaml'}", f"--kubeconfig={d / 'kubelet.kubeconfig'}",
-         f"--root-dir={d / 'kubelet'}", f"--cert-dir={d / 'kubelet' / 'pki'}",
-         f"--hostname-override={spec.name}", f"--node-ip={internal_ip}",
-         "--node-labels=disttrain.dev/simulated=true,disttrain.dev/runtime=containerd",
-         "--v=1"],
-        stdout=kl_log, stderr=subprocess.STDOUT)
-    children.append(kubelet)
-    while all(c.poll() is None for c in children):
+    procs_["kubelet"] = start_kubelet()
+    starters = {"containerd": start_containerd, "kubelet": start_kubelet}
+    due: dict[str, float] = {}
+    while not stopping:
+        for name, p in list(procs_.items()):
+            if p.poll() is None or stopping:
+                continue
+            if name not in due:
+                due[name] = time.monotonic() + RESTART_SECONDS[name]
+                log.warning("%s exited (%s); starting it again in %.0f s", name, p.returncode,
+                            RESTART_SECONDS[name])
+            elif time.monotonic() >= due[name]:
+                del due[name]
+                procs_[name] = starters[name]()
+                log.info("%s started again (pid %d)", name, procs_[name].pid)
         time.sleep(0.5)
-    stop()
-    for c in children:
+    for c in procs_.values():
         try:
             c.wait(10)
         except subprocess.TimeoutExpired:
             c.kill()
-    log.info("containerd exit %s, kubelet exit %s", containerd.returncode, kubelet.returncode)
-    return 1
+    log.info("node stopped: %s", ", ".join(f"{k} exit {v.returncode}" for k, v in procs_.items()))
+    return 0
 
 
 # -- run: the node's supervisor in the machine's namespaces ----------------------------------
@@ -500,25 +526,50 @@ def _host_paths(values: list[str]) -> list[str]:
     return out
 
 
+HOST_MOUNT_ROOT = "/opt/site/host"  # host directory D is at HOST_MOUNT_ROOT + D in containers
+# Console scripts of the torch tree (it has none: pip would write them into an image's bin),
+# each mounted read-only at /usr/local/bin/<name>, which every image's PATH holds.
+SITE_BIN = ["torchrun"]
+
+
 def site_env_and_mounts(topo, tree: Path) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """What this node gives every container, as a site's node configuration does: the
     shared torch tree read-only at TORCH_MOUNT and on PYTHONPATH, the scenario's ``env``,
     ``libraryPaths`` (appended to LD_LIBRARY_PATH) and ``pythonpath`` (relative to the
-    repository, appended to PYTHONPATH), and each host directory those name, read-only at
-    its own path. Returns (env, [(host path, container path)]). A container's own env (its
-    image's ENV, then the pod spec's) overrides these by name, as it does on any node."""
+    repository, appended to PYTHONPATH), torch's console scripts (SITE_BIN), and each host
+    directory those name, read-only at
+    HOST_MOUNT_ROOT + its path, the values rewritten to match (a host path under /root
+    would not do: a non-root container cannot pass the image's mode-700 /root). Returns
+    (env, [(host path, container path)]). A container's own env (its image's ENV, then the
+    pod spec's) overrides these by name, as it does on any node."""
     from .config import REPO_ROOT
     env = dict(getattr(topo, "env", None) or {})
     pythonpath = [str(REPO_ROOT / p) for p in getattr(topo, "pythonpath", None) or []]
-    env["PYTHONPATH"] = ":".join([x for x in [env.get("PYTHONPATH", ""), TORCH_MOUNT] if x] + pythonpath)
     libs = list(getattr(topo, "library_paths", None) or [])
+    hosts: list[str] = []
+    for h in sorted(set(_host_paths(list(env.values()) + pythonpath + libs))):
+        if not any(h == m or h.startswith(m.rstrip("/") + "/") for m in hosts):
+            hosts.append(h)
+
+    def inside(value: str) -> str:
+        parts = []
+        for part in value.split(":"):
+            for h in hosts:
+                if part == h or part.startswith(h.rstrip("/") + "/"):
+                    part = HOST_MOUNT_ROOT + part
+                    break
+            parts.append(part)
+        return ":".join(parts)
+
+    env = {k: inside(v) for k, v in env.items()}
+    env["PYTHONPATH"] = ":".join([x for x in [env.get("PYTHONPATH", ""), TORCH_MOUNT] if x]
+                                 + [inside(p) for p in pythonpath])
     if libs:
-        env["LD_LIBRARY_PATH"] = ":".join([x for x in [env.get("LD_LIBRARY_PATH", "")] if x] + libs)
-    mounts = [(str(tree), TORCH_MOUNT)]
-    for h in sorted(set(_host_paths([v for k, v in env.items() if k != "PYTHONPATH"] + pythonpath))):
-        if not any(h == m or h.startswith(m.rstrip("/") + "/") for m, _ in mounts[1:]):
-            mounts.append((h, h))
-    return env, mounts
+        env["LD_LIBRARY_PATH"] = ":".join([x for x in [env.get("LD_LIBRARY_PATH", "")] if x]
+                                          + [inside(p) for p in libs])
+    site_bin = REPO_ROOT / "localcluster" / "images" / "site-bin"
+    return env, ([(str(tree), TORCH_MOUNT)] + [(str(site_bin / b), f"/usr/local/bin/{b}") for b in SITE_BIN]
+                 + [(h, HOST_MOUNT_ROOT + h) for h in hosts])
 
 
 def site_spec(default: dict, env: dict[str, str], mounts: list[tuple[str, str]]) -> dict:

@@ -139,6 +139,87 @@ def test_an_image_no_registry_serves_fails_naming_rank_node_and_cause(demo):
     kubectl("delete", "dtj", "pull-fails", "--wait=true")
 
 
+def _daemon_pid(node: str, daemon: str) -> int | None:
+    """The pid of ``daemon`` (containerd or kubelet) of real node ``node``, from its cgroup."""
+    from localcluster import realnode
+    for pid in realnode.cgroup_pids(f"{NS_PREFIX}{node}"):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and Path(argv[0].decode()).name == daemon:
+            return pid
+    return None
+
+
+def _apply_example_as(name: str) -> None:
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    next(d for d in docs if d["kind"] == "DistTrainingJob")["metadata"]["name"] = name
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def _probing_node(job: str) -> str | None:
+    """A node whose probe of ``job`` runs, not the operator pod's node (within 60 s)."""
+    operator_node = _json("get", "pods", "-n", "disttrain-system")["items"][0]["spec"]["nodeName"]
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 60:
+        probes = _json("get", "pods", "-l", f"disttrain.dev/job-name={job},disttrain.dev/role=probe")["items"]
+        if len(probes) == 2 and all((p.get("status") or {}).get("phase") == "Running" for p in probes):
+            return next(p["spec"]["nodeName"] for p in probes if p["spec"]["nodeName"] != operator_node)
+        time.sleep(0.2)
+    return None
+
+
+def _wait_phase(job: str, phases: tuple[str, ...], timeout: float) -> dict:
+    t0, obj = time.monotonic(), {}
+    while time.monotonic() - t0 < timeout:
+        obj = _json("get", "dtj", job)
+        if (obj.get("status") or {}).get("phase") in phases:
+            break
+        time.sleep(1)
+    return obj
+
+
+def test_a_containerd_restart_during_the_probe_is_survived(demo):
+    """containerd killed while the probe runs (as an OOM kill or a crash would) is started
+    again by the node's supervisor (systemd's Restart=always); the containers run on under
+    their shims, the kubelet reconnects, and the job validates and trains."""
+    _apply_example_as("cdrestart")
+    node = _probing_node("cdrestart")
+    assert node, "the probes never ran"
+    old = _daemon_pid(node, "containerd")
+    assert old is not None
+    os.kill(old, 9)
+    job = _wait_phase("cdrestart", ("Succeeded", "Failed"), 240)
+    assert job["status"]["phase"] == "Succeeded", job.get("status")
+    new = _daemon_pid(node, "containerd")
+    assert new is not None and new != old
+
+
+def test_a_hung_kubelet_during_the_probe_is_named(demo):
+    """A kubelet that stops (SIGSTOP: hung, as on a node out of memory) while the probe
+    runs: its pod's probe goes on, but nothing reports its end, so the job fails within the
+    probe budget naming that node, and no training pod is created."""
+    _apply_example_as("hung")
+    node = _probing_node("hung")
+    assert node, "the probes never ran"
+    pid = _daemon_pid(node, "kubelet")
+    assert pid is not None
+    os.kill(pid, 19)  # SIGSTOP
+    stopped = time.monotonic()
+    try:
+        job = _wait_phase("hung", ("Failed", "Succeeded"), 120)
+        took = time.monotonic() - stopped
+    finally:
+        os.kill(pid, 18)  # SIGCONT: the node recovers for the tests after this one
+    assert job["status"]["phase"] == "Failed", job.get("status")
+    v = {c["type"]: c for c in job["status"]["conditions"]}["Validated"]
+    assert v["status"] == "False" and node in v["message"], v
+    assert took < 90  # the probe budget (60 s) and its slack
+    workers = _json("get", "pods", "-l", "disttrain.dev/job-name=hung,disttrain.dev/role=worker")["items"]
+    assert workers == []
+
+
 def test_a_node_killed_during_the_probe_is_named(demo):
     """A node dies whole (kubelet, containerd, shims, containers: realnode.kill_node) while
     the probe runs: the job fails within the probe budget naming that node, and no training

@@ -77,10 +77,15 @@ def test_site_spec_gives_every_container_the_nodes_software_and_env(tmp_path):
                         library_paths=[str(tmp_path / "missing")], pythonpath=["tests/e2e/images"])
     tree = tmp_path / "torch"
     env, mounts = realnode.site_env_and_mounts(topo, tree)
-    assert env["PYTHONPATH"] == f"{realnode.TORCH_MOUNT}:{REPO_ROOT / 'tests/e2e/images'}"
+    inside = realnode.HOST_MOUNT_ROOT  # found on real nodes: a path under /root is unreadable there
+    assert env["PYTHONPATH"] == f"{realnode.TORCH_MOUNT}:{inside}{REPO_ROOT / 'tests/e2e/images'}"
+    assert env["LD_PRELOAD"] == f"{inside}{nccl}/libnccl.so.2"
     assert env["LD_LIBRARY_PATH"] == str(tmp_path / "missing") and env["NCCL_DEBUG"] == "INFO"
     assert mounts[0] == (str(tree), realnode.TORCH_MOUNT)
-    assert (str(nccl), str(nccl)) in mounts and (str(REPO_ROOT / "tests/e2e/images"),) * 2 in mounts
+    assert mounts[1] == (str(REPO_ROOT / "localcluster/images/site-bin/torchrun"), "/usr/local/bin/torchrun")
+    assert Path(mounts[1][0]).stat().st_mode & 0o111  # executable
+    assert (str(nccl), f"{inside}{nccl}") in mounts
+    assert (str(REPO_ROOT / "tests/e2e/images"), f"{inside}{REPO_ROOT / 'tests/e2e/images'}") in mounts
     assert not any(m[0] == str(tmp_path / "missing") for m in mounts)  # nothing to mount
     default = {"process": {"env": ["PATH=/usr/bin", "PYTHONPATH=/x"]},
                "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]}
@@ -92,7 +97,8 @@ def test_site_spec_gives_every_container_the_nodes_software_and_env(tmp_path):
             "options": ["rbind", "ro"]} in spec["mounts"]
     # A node with no scenario: the torch tree alone.
     env, mounts = realnode.site_env_and_mounts(None, tree)
-    assert env == {"PYTHONPATH": realnode.TORCH_MOUNT} and mounts == [(str(tree), realnode.TORCH_MOUNT)]
+    assert env == {"PYTHONPATH": realnode.TORCH_MOUNT} and mounts[0] == (str(tree), realnode.TORCH_MOUNT)
+    assert len(mounts) == 1 + len(realnode.SITE_BIN)
 
 
 def test_node_configuration_carries_what_this_machine_kind_needs(tmp_path):
@@ -126,3 +132,19 @@ def test_nodes_are_real_unless_fake_gpus_need_the_agent(monkeypatch):
     monkeypatch.setenv("DISTTRAIN_NODE_RUNTIME", "docker")
     with pytest.raises(ValueError, match="node runtime must be one of"):
         cli.choose_runtime(None, False)
+
+
+def test_a_restarted_node_is_ready_only_after_a_fresh_heartbeat():
+    """A Node object keeps saying Ready from before its kubelet restarted: `up` waits for a
+    heartbeat at or after the start (whole seconds, as the API writes them)."""
+    from localcluster import cli
+    node = {"status": {"conditions": [{"type": "MemoryPressure", "status": "False"},
+                                      {"type": "Ready", "status": "True",
+                                       "lastHeartbeatTime": "2026-12-02T15:00:10Z"}]}}
+    start = 1796223610.7  # 2026-12-02T15:00:10.7Z
+    assert cli._node_ready(node) and cli._node_ready(node, start)
+    assert not cli._node_ready(node, start + 1)
+    node["status"]["conditions"][1]["lastHeartbeatTime"] = "garbage"
+    assert cli._node_ready(node) and not cli._node_ready(node, start)
+    assert not cli._node_ready({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    assert not cli._node_ready({})
