@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
 import time
 
 import pytest
 
-from localcluster.config import DNS_SERVICE_IP, node_spec_by_name, pod_cidr
+from localcluster.config import DNS_SERVICE_IP, UTILITY_IMAGE, node_spec_by_name, pod_cidr
+from localcluster import podnet
 from localcluster.network import list_netns
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +41,7 @@ print(json.dumps({"got": s.recv(8).decode(), "sport": s.getsockname()[1]}))
 def _pod(ns: str, name: str, node: str, code: str, **spec) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns},
             "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
-                     "containers": [{"name": "c", "image": "python:3.11",
+                     "containers": [{"name": "c", "image": UTILITY_IMAGE,
                                      "command": ["python", "-c", code]}], **spec}}
 
 
@@ -112,14 +114,29 @@ def test_net_sysctl_with_host_network_is_refused_at_admission(cluster, ns):
     assert p.returncode != 0 and "hostNetwork" in p.stderr
 
 
+def _bridge_ports(netns: str) -> set[str]:
+    """The veths plugged into the node's pod bridge (one per pod on the pod network)."""
+    out = subprocess.run(["ip", "-n", netns, "-j", "link", "show", "master", podnet.BRIDGE],
+                         capture_output=True, text=True).stdout
+    return {x["ifname"] for x in json.loads(out or "[]")}
+
+
 def test_deleting_a_pod_removes_its_network_namespace(cluster, ns):
+    """The pod's sandbox network goes with it: its veth leaves the node's bridge, and on the
+    node agent its named namespace is deleted (a real node's is containerd's, in the node's
+    own mount namespace)."""
+    node_ns = node_spec_by_name("node-b").netns
     cluster.kubectl("apply", "-f", "-", input=json.dumps(_pod(
         ns, "sleeper", "node-b", "import time; time.sleep(300)")))
     pod = _wait_pod(cluster, ns, "sleeper", _phase("Running"))
-    pod_ns = f"{node_spec_by_name('node-b').netns}-p{pod['status']['podIP'].rsplit('.', 1)[1]}"
-    assert pod_ns in list_netns()
+    running = _bridge_ports(node_ns)
+    assert running, "no veth on the pod bridge while the pod runs"
+    pod_ns = f"{node_ns}-p{pod['status']['podIP'].rsplit('.', 1)[1]}"
+    agent = pod_ns in list_netns()
     cluster.kubectl("delete", "pod", "sleeper", "-n", ns, "--wait=true", timeout=60)
     deadline = time.monotonic() + 15
-    while pod_ns in list_netns() and time.monotonic() < deadline:
+    while (len(_bridge_ports(node_ns)) >= len(running) or (agent and pod_ns in list_netns())) \
+            and time.monotonic() < deadline:
         time.sleep(0.2)
+    assert len(_bridge_ports(node_ns)) == len(running) - 1
     assert pod_ns not in list_netns()

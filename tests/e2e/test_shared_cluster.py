@@ -144,18 +144,23 @@ def test_two_host_network_jobs_at_once_never_share_a_rendezvous_port(cluster, op
 
 
 def test_two_jobs_that_need_more_nodes_than_exist_one_waits_holding_nothing(cluster, operator, ns):
-    """Every pod asks for 5 of a node's 8 CPUs, so one pod per node and one job at a time:
-    a job's gang is placed whole or not at all, so no job ever keeps some pods on nodes while
-    others of the same gang wait for a node (a partial placement lasting more than a moment),
-    and both jobs train, one after the other."""
+    """Every pod asks for 60% of a node's allocatable CPU, so one pod per node and one job at
+    a time: a job's gang is placed whole or not at all, so no job ever keeps some pods on
+    nodes while others of the same gang wait for a node (a partial placement lasting more
+    than a moment), and both jobs train, one after the other. (Real kubelets report the
+    machine's CPUs, 2 here; the node agent 8.)"""
     c = cluster
+    node = json.loads(c.kubectl("get", "node", c.node_names[0], "-o", "json").stdout)
+    alloc = node["status"]["allocatable"]["cpu"]
+    milli = int(alloc[:-1]) if alloc.endswith("m") else int(float(alloc) * 1000)
+    cpu = f"{milli * 6 // 10}m"
     jobs = []
     for name in ("first", "second"):
         docs = named(example_docs(), name)
         for d in docs:
             if d["kind"] == "DistTrainingJob":
                 d["spec"]["template"]["spec"]["containers"][0]["resources"] = {
-                    "requests": {"cpu": "5", "memory": "1Gi"}}
+                    "requests": {"cpu": cpu, "memory": "1Gi"}}
         jobs += docs if not jobs else docs[1:]
     apply(c, ns, jobs)
     partial_since: dict[str, float] = {}
