@@ -4,7 +4,7 @@
 Every field of ``spec`` and ``status`` gets a row (path, type, default, limits, the model's
 description), every CEL rule the apiserver checks at ``kubectl apply`` is listed with its
 message, and the printer columns come last. Generic over the models: a field added to
-api.py (or to the template schema in crdgen.py) appears here with no edit to this script.
+api/types.py (or to the template schema in api/crdgen.py) appears here with no edit to this script.
 Run ``python docs/generate_api.py > docs/api.md`` (``make api-docs``); a unit test fails
 when the checked-in page and the models disagree.
 """

@@ -22,7 +22,7 @@
 #                  example name it (ghcr.io/disttrain/...), which each real node's containerd
 #                  imports (localcluster/localcluster/realnode.py)
 #   torch-tree/torch-<version>-<key>/   torch and what it requires, taken from the project's
-#                  venv: the read-only tree nodes share (hostPath, on PYTHONPATH) instead of a
+#                  venv: the read-only tree nodes share (mounted, on PYTHONPATH) instead of a
 #                  6 GB torch layer in every image (see "Images" in localcluster/README.md)
 #
 # Cached by content: each image is also tagged c-<key>, key = sha256 of its Dockerfile, the

@@ -6,8 +6,9 @@ Takes the installed distributions of the running environment (default: torch and
 it requires on this platform, by its metadata) and puts their files into
 OUT_DIR/torch-<version>-<key>/ exactly as they lie in site-packages (dist-info included, so
 importlib.metadata sees them; console scripts left out), as hard links where the
-filesystem allows (no second copy on disk), else copies. A pod mounts the tree read-only
-(hostPath) and puts it on PYTHONPATH; cp311 manylinux wheels load in Debian's python3.11.
+filesystem allows (no second copy on disk), else copies. Each real node mounts the tree
+read-only into every container and puts it on PYTHONPATH (realnode.site_spec); cp311
+manylinux wheels load in Debian's python3.11.
 
 <key> is a hash of the Python tag, the machine and every distribution's name and version:
 a changed environment gives a new tree, an unchanged one is reused. The tree is made under

@@ -128,7 +128,7 @@ def state_dir() -> Path:
 
 
 def venv_python() -> str:
-    """The Python interpreter that runs agents and containers (the one running us)."""
+    """The Python interpreter that runs the node processes (the one running us)."""
     return sys.executable
 
 

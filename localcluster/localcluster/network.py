@@ -133,7 +133,7 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
     if ns not in list_netns():
         _ip("netns", "add", ns)
     _ip("-n", ns, "link", "set", "lo", "up")
-    # The `kubernetes` Service ClusterIP, served by the node agent (serviceproxy.py).
+    # The `kubernetes` Service ClusterIP, served by the node agent or real node (serviceproxy.py).
     if KUBERNETES_SERVICE_IP not in _ip("-n", ns, "addr", "show", "dev", "lo").stdout:
         _ip("-n", ns, "addr", "add", f"{KUBERNETES_SERVICE_IP}/32", "dev", "lo")
     for k, link in enumerate(ln for ln in topo.links if ln.segment is None):

@@ -33,7 +33,7 @@ under the cache by ``altlibs.py``). Example::
 Everything here is pure (no I/O but reading the file): :func:`load` returns a validated
 :class:`Scenario` or raises :class:`ScenarioError` naming the file, line and field.
 :func:`topology` turns it into one :class:`NodeTopology` per node (what ``network.py``
-builds and the node agent reads).
+builds and the node, real or agent, reads).
 """
 from __future__ import annotations
 
@@ -364,7 +364,7 @@ class Scenario(_Strict):
         return self
 
 
-# -- topology: what network.py builds and the agent reads -------------------------------
+# -- topology: what network.py builds and the nodes read -------------------------------
 @dataclass
 class Link:
     """One interface to create in a node namespace."""

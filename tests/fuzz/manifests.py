@@ -284,7 +284,7 @@ def maybe_unset(good: st.SearchStrategy) -> st.SearchStrategy:
 
 
 # Every field of the spec outside the pod template, each table checked against the CRD's
-# properties (test_manifests.py): a field added to api.py fails that test until it is here.
+# properties (test_manifests.py): a field added to api/types.py fails that test until it is here.
 NETWORK_FIELDS = {
     "hostNetwork": maybe_unset(st.booleans()),
     "enableDNSHostnames": maybe_unset(st.booleans()),

@@ -19,7 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "localcluster" / "build" / "build-images.sh"
 VERSION = "0.1.0"
-# Where a pod mounts the shared torch tree (hostPath, read-only) and puts it on PYTHONPATH.
+# Where a container gets the shared torch tree (read-only) on PYTHONPATH.
 TORCH_MOUNT = "/opt/torch"
 
 

@@ -50,7 +50,7 @@ def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> Non
     place), shortening the probe's evidence so the message stays within
     :data:`messages.LIMIT`; ``Validated`` only points at the failing check, so it gets the
     advice only when the cause belongs to no check. First the spec's policies decide
-    (``probe.maxLinkImbalance``: :func:`diagnosis.apply_policy`)."""
+    (``probe.maxLinkImbalance``: :func:`~disttrain.diagnosis.diagnose.apply_policy`)."""
     apply_policy(diag, spec.probe.max_link_imbalance)
     for ctype, v in diag.conditions.items():
         if v.status != "False":
