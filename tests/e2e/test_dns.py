@@ -11,7 +11,7 @@ import time
 import pytest
 
 from localcluster import network
-from localcluster.config import DNS_NS, DNS_SERVICE_IP, NODE_NS_PREFIX
+from localcluster.config import DNS_NS, DNS_SERVICE_IP, NODE_NS_PREFIX, UTILITY_IMAGE
 
 pytestmark = pytest.mark.e2e
 
@@ -65,7 +65,7 @@ def headless(cluster, ns):
          "metadata": {"name": "web-0", "namespace": ns, "labels": {"app": "web"}},
          "spec": {"hostname": "web-0", "subdomain": "web", "restartPolicy": "Never",
                   "terminationGracePeriodSeconds": 1,
-                  "containers": [{"name": "main", "image": "busybox:1.36",
+                  "containers": [{"name": "main", "image": UTILITY_IMAGE,
                                   "command": ["python", "-c", "import time; time.sleep(600)"]}]}},
     ]
     cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
@@ -109,10 +109,21 @@ def test_pod_in_its_own_network_namespace_resolves(cluster, headless):
     """With pod networking the query leaves from the pod CIDR, so the answer must come
     back over the DNS namespace's route to that node's pod CIDR."""
     ns, ip = headless
+    name = f"web-0.web.{ns}.svc.cluster.local"
     pod_ns = _pod_netns(ip)
-    if pod_ns is None:
-        pytest.skip(f"pod address {ip} is the node's (no pod network namespace)")
-    _wait_for(pod_ns, f"web-0.web.{ns}.svc.cluster.local", [ip])
+    if pod_ns is not None:  # a node agent's pod: its namespace is named
+        _wait_for(pod_ns, name, [ip])
+        return
+    # A real node's pod (containerd's namespace): ask from inside it, with its resolv.conf.
+    cluster.kubectl("wait", "--for=condition=Ready", "pod/web-0", "-n", ns, "--timeout=60s", timeout=70)
+    deadline = time.monotonic() + 45
+    while True:
+        p = cluster.kubectl("exec", "web-0", "-n", ns, "--", "python", "-c",
+                            f"import socket; print(socket.gethostbyname({name!r}))", check=False)
+        if p.returncode == 0 and p.stdout.strip() == ip:
+            break
+        assert time.monotonic() < deadline, f"{name} from inside web-0: {p.stdout} {p.stderr}"
+        time.sleep(0.5)
 
 
 def test_names_outside_the_cluster_do_not_exist(cluster):
