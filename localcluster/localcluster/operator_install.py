@@ -60,10 +60,24 @@ def kubectl(*args: str, input: Optional[str] = None, check: bool = True) -> subp
     )
 
 
-def apply_crds() -> None:
-    """Apply (server-side) every CRD in crds/ and wait until it is Established."""
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/disttrainingjobs.disttrain.dev")
+def apply_crds(timeout: float = 90.0) -> None:
+    """Apply (server-side) every CRD in crds/ and wait until it is Established, trying
+    again for ``timeout`` seconds while either step fails (an apiserver that has just
+    started, or restarted, can refuse the first calls). Raises CalledProcessError with
+    the last failure's output."""
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        apply = kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR), check=False)
+        last = apply
+        if apply.returncode == 0:
+            last = kubectl("wait", "--for=condition=Established", "--timeout=30s",
+                           "crd/disttrainingjobs.disttrain.dev", check=False)
+            if last.returncode == 0:
+                return
+        if time.monotonic() > deadline:
+            raise subprocess.CalledProcessError(last.returncode, last.args, last.stdout, last.stderr)
+        time.sleep(1)
 
 
 def render_rbac() -> str:
