@@ -396,7 +396,9 @@ def ensure(state: Path, client, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while not ready():
         if procs.tracked_pid(state, PROCESS) is None:
-            raise KubeflowError(f"training operator exited; {state}/logs/{PROCESS}.log:\n"
+            how = procs.exit_status(pid)
+            raise KubeflowError(f"training operator exited{f' ({how})' if how else ''}; "
+                                f"{state}/logs/{PROCESS}.log:\n"
                                 + _log_tail(state))
         if time.monotonic() > deadline:
             raise KubeflowError(f"training operator not ready after {timeout:.0f}s; "
