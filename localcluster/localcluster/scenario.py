@@ -266,7 +266,7 @@ class Expect(_Strict):
     @model_validator(mode="after")
     def _known_condition_and_reason(self):
         """A misspelt condition or reason would only show as a timeout after a full run."""
-        from disttrain_probe import vocabulary as V
+        from disttrain_probe.contract import vocabulary as V
 
         conditions = V.ALL_CONDITIONS + V.OPTIONAL_CONDITIONS
         if self.condition not in conditions:

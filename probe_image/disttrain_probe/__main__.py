@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from . import config as C
 from . import localranks as LR
-from . import reasons as R
+from .contract import vocabulary
 from . import report as REP
 from .deadline import Deadline, ProbeFailure, Tracker
 from . import torchload
@@ -81,7 +81,7 @@ class Probe:
         versions = {k: ver.get(k) for k in ("python", "torch", "cuda", "nccl", "ncclBuild", "ncclLib",
                                              "driver", "gpus")}
         out = {
-            "v": REP.VERSION,
+            "v": REP.REPORT_VERSION,
             "rank": cfg.rank,
             "worldSize": cfg.world_size,
             "jobUid": cfg.job_uid,
@@ -169,7 +169,7 @@ class Probe:
         SIGKILL, the C-level backstop) the termination message still names the phase."""
         r = self.build()
         r["ok"] = False
-        r["failure"] = {"reason": reason or R.PROBE_INTERNAL_ERROR, "phase": phase, "message": (
+        r["failure"] = {"reason": reason or vocabulary.PROBE_INTERNAL_ERROR, "phase": phase, "message": (
             f"{self.cfg.node_name}: the probe ended during {phase} without a final report "
             f"(killed, out of memory, or hung past the {self.cfg.timeout_seconds:g}s budget)")}
         r.pop("mesh", None)
@@ -184,7 +184,7 @@ class Probe:
             if self.local_failure is not None:  # a local rank's own failure is why this one hung
                 reason, message = self.local_failure["reason"], self.local_failure["message"]
             if reason is None:
-                self.state["warnings"].append({"reason": R.TEARDOWN_HUNG, "message": message})
+                self.state["warnings"].append({"reason": vocabulary.TEARDOWN_HUNG, "message": message})
             else:
                 self.ok = False
                 self.failure = {"reason": reason, "phase": phase, "message": message}
@@ -217,7 +217,7 @@ class Probe:
     def begin(self, phase: str, reason: Optional[str] = None, message: str = ""):
         if self.local_failure is not None:  # a local rank failed on its own: the node fails with it
             f = self.local_failure
-            raise ProbeFailure(f.get("reason") or R.PROBE_INTERNAL_ERROR, f.get("message") or "",
+            raise ProbeFailure(f.get("reason") or vocabulary.PROBE_INTERNAL_ERROR, f.get("message") or "",
                                f.get("phase"))
         self.phase = phase
         d = self.tracker.begin(phase, reason, message)
@@ -229,8 +229,8 @@ class Probe:
 
     # -- phases ---------------------------------------------------------------------
     def run(self) -> int:
-        from . import (collective, connectivity, hardware, interfaces, inventory, rendezvous,
-                       settings, versions)
+        from . import collective, connectivity, hardware, interfaces, inventory, rendezvous
+        from .contract import settings, versions
         cfg = self.cfg
         node = cfg.node_name
         if cfg.rank == 0 and not cfg.agent_store:  # listen on the master port now, not after the slow torch import
@@ -243,19 +243,19 @@ class Probe:
         self.torch.start_after(torchload.INVENTORY_HEAD_START)  # unless the inventory is done first
         try:
             if spawn_error:
-                raise ProbeFailure(R.PROBE_INTERNAL_ERROR, spawn_error, "config")
-            d = self.begin("inventory", R.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
+                raise ProbeFailure(vocabulary.PROBE_INTERNAL_ERROR, spawn_error, "config")
+            d = self.begin("inventory", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
             self.inv = inventory.collect(cfg, d, self.tracker)
             loop = [a for a in self.inv.get("hostResolves") or [] if inventory.is_loopback(a)]
             if loop:
-                self.state["warnings"].append({"reason": R.HOSTNAME_LOOPBACK, "message": (
+                self.state["warnings"].append({"reason": vocabulary.HOSTNAME_LOOPBACK, "message": (
                     f"{node}: hostname {self.inv.get('hostname')} resolves to {', '.join(loop)} "
                     f"(loopback): gloo without GLOO_SOCKET_IFNAME binds there and a hostname-derived "
                     f"MASTER_ADDR points peers at themselves; fix /etc/hosts, keep "
                     f"GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME set (the operator sets them)")})
             absent = interfaces.missing_here(node, cfg.socket_ifname, self.inv.get("interfaces") or [])
             if absent:  # decided here: the operator need not wait for the rendezvous (stranded)
-                raise ProbeFailure(R.INTERFACE_NOT_FOUND, absent)
+                raise ProbeFailure(vocabulary.INTERFACE_NOT_FOUND, absent)
             w = connectivity.port_range_warning(node, self.inv.get("portRange"), cfg.port_range)
             if w:
                 self.state["warnings"].append(w)
@@ -268,14 +268,14 @@ class Probe:
             # it took seconds (2 nodes, bench: inventory 2.1 s of a 4.3 s probe).
             self.torch.start()
 
-            d = self.begin("rendezvous", R.MASTER_PORT_TIMEOUT, f"{node}: rendezvous hung")
+            d = self.begin("rendezvous", vocabulary.MASTER_PORT_TIMEOUT, f"{node}: rendezvous hung")
             addr = rendezvous.reach_master(cfg, self.inv, d, self.tracker, self.state)
             self._await_torch(d)
             self.backend = collective.resolve_backend(cfg.backend)
             self.store, self.bus = rendezvous.join_store(cfg, self.inv, d, self.tracker, self.state,
                                                          addr)
 
-            d = self.begin("connectivity", R.RENDEZVOUS_TIMEOUT, f"{node}: connectivity mesh hung")
+            d = self.begin("connectivity", vocabulary.RENDEZVOUS_TIMEOUT, f"{node}: connectivity mesh hung")
             conn = connectivity.connectivity(cfg, self.inv, self.bus, d, self.tracker)
             mine = conn["mesh"].get(cfg.rank, {})
             self.mesh_rows = [dict({"peer": p, "addr": a}, **res)
@@ -285,7 +285,7 @@ class Probe:
             self.paths, self.path_mbps = conn.get("paths") or {}, conn.get("pathMbps") or {}
             self.path_mbps_low = conn.get("pathMbpsLow") or {}
 
-            d = self.begin("choice", R.PROBE_INTERNAL_ERROR, f"{node}: interface choice hung")
+            d = self.begin("choice", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: interface choice hung")
             ch = interfaces.choose(self.bus.peers, conn["mesh"], cfg.socket_ifname, cfg.master_port,
                                    conn.get("plan"))
             self.chosen = ch["chosen"].get(cfg.rank)
@@ -300,12 +300,12 @@ class Probe:
             self.state["warnings"].extend(settings.risky(
                 node, os.environ, self.inv.get("rdma") or [], (self.chosen or {}).get("ifname")))
 
-            d = self.begin("versions", R.PROBE_INTERNAL_ERROR, f"{node}: version check hung")
+            d = self.begin("versions", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: version check hung")
             v = versions.check(self.bus.peers) or settings.mismatch(self.bus.peers)
             if v:
                 raise ProbeFailure(v["reason"], v["message"])
 
-            d = self.begin("collective", R.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
+            d = self.begin("collective", vocabulary.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
             self.allreduce = {}
             nccl_log = hardware.start_nccl_capture(self.backend)  # NCCL's own INFO lines
             if self.local is not None:
@@ -334,11 +334,11 @@ class Probe:
         except Exception as e:  # a bug or an unclassified torch error: still report
             self.ok = False
             self.tracker.wind_down(4.5)
-            reason = R.PROBE_INTERNAL_ERROR
+            reason = vocabulary.PROBE_INTERNAL_ERROR
             msg = f"{node}: {type(e).__name__} in {self.phase}: {_first_line(e)}"
             bus = self._bus()
             if bus is not None and cfg.rank != 0 and _store_lost(e):
-                reason = R.RENDEZVOUS_TIMEOUT
+                reason = vocabulary.RENDEZVOUS_TIMEOUT
                 msg = (f"{node}: lost the rendezvous store during {self.phase} ({_first_line(e)}); "
                        f"rank 0 ({bus.nodes.get(0, '?')}) exited or its node failed; see rank 0's "
                        f"report")
@@ -378,7 +378,7 @@ class Probe:
         whose collective then fails passes it on; this process fails at its next phase or
         when its own collective, now missing a rank, gives up."""
         f = outcome.get("failure") or {}
-        self.local_failure = {"reason": f.get("reason") or R.PROBE_INTERNAL_ERROR,
+        self.local_failure = {"reason": f.get("reason") or vocabulary.PROBE_INTERNAL_ERROR,
                               "phase": f.get("phase") or self.phase,
                               "message": f.get("message") or f"{self.cfg.node_name}: a local rank failed"}
         if self._bus() is None:
@@ -432,7 +432,7 @@ class Probe:
         if self.local is None:
             return
         self.local.unwatch()
-        self.tracker.step(R.PROCESS_GROUP_INIT_FAILED,
+        self.tracker.step(vocabulary.PROCESS_GROUP_INIT_FAILED,
                           f"{self.cfg.node_name}: waiting for local ranks 1..{self.cfg.nproc_per_node - 1} "
                           f"to finish the collective")
         self.local.wait(max(0.0, d.remaining() - 0.5))
@@ -441,10 +441,10 @@ class Probe:
         f = LR.first_failure(self.local_final)
         if f is None and not LR.ready([LR.entry(0, True, "report")] + self.local_final,
                                       self.cfg.nproc_per_node):
-            f = {"reason": R.PROBE_INTERNAL_ERROR, "phase": "report", "message": (
+            f = {"reason": vocabulary.PROBE_INTERNAL_ERROR, "phase": "report", "message": (
                 f"{self.cfg.node_name}: a local rank did not report a pass")}
         if f is not None:
-            self.local_failure = {"reason": f.get("reason") or R.PROBE_INTERNAL_ERROR,
+            self.local_failure = {"reason": f.get("reason") or vocabulary.PROBE_INTERNAL_ERROR,
                                   "phase": f.get("phase") or "collective",
                                   "message": f.get("message") or ""}
             raise ProbeFailure(self.local_failure["reason"], self.local_failure["message"],
@@ -487,7 +487,7 @@ class Probe:
         t.join(timeout)
         got, ifname = self.nccl_chosen, (self.chosen or {}).get("ifname")
         if got is not None and got.get("ifname") != ifname:
-            self.state["warnings"].append({"reason": R.NCCL_IGNORES_INTERFACE, "message": (
+            self.state["warnings"].append({"reason": vocabulary.NCCL_IGNORES_INTERFACE, "message": (
                 f"{self.cfg.node_name}: with NCCL_SOCKET_IFNAME=={ifname} NCCL itself reports "
                 f"{got.get('ifname') or got.get('error')}, not {ifname}: training may not use the "
                 f"validated interface; check the image's NCCL settings (NCCL_SOCKET_FAMILY, "
@@ -499,16 +499,16 @@ class Probe:
         import is a warning; none by the deadline is TorchImportTimeout; a failed one is
         ProbeInternalError with the import's error."""
         node = self.cfg.node_name
-        self.tracker.step(R.TORCH_IMPORT_TIMEOUT, f"{node}: importing torch did not finish")
+        self.tracker.step(vocabulary.TORCH_IMPORT_TIMEOUT, f"{node}: importing torch did not finish")
         if not self.torch.wait(d.remaining()):
-            raise ProbeFailure(R.TORCH_IMPORT_TIMEOUT, (
+            raise ProbeFailure(vocabulary.TORCH_IMPORT_TIMEOUT, (
                 f"{node}: importing torch took more than {self.torch.elapsed():.0f}s and had not "
                 f"finished when the probe had to go on (probe.timeoutSeconds "
                 f"{self.cfg.timeout_seconds:g}); a cold image, lazily pulled layers or too little "
                 f"CPU: warm the image on the node, give the pod more CPU, or raise "
                 f"probe.timeoutSeconds"))
         if self.torch.error:
-            raise ProbeFailure(R.PROBE_INTERNAL_ERROR, (
+            raise ProbeFailure(vocabulary.PROBE_INTERNAL_ERROR, (
                 f"{node}: import torch failed: {self.torch.error}; the training image's torch "
                 f"is broken: check it with python -c 'import torch'"))
         self.inv["versions"] = self.torch.versions
@@ -561,12 +561,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         msg = str(e) if isinstance(e, C.ConfigError) else "invalid command line (see --help)"
         rank = os.environ.get("RANK")
         attempt = os.environ.get("DISTTRAIN_PROBE_ATTEMPT")
-        r = {"v": REP.VERSION, "rank": int(rank) if (rank or "").isdigit() else None,
+        r = {"v": REP.REPORT_VERSION, "rank": int(rank) if (rank or "").isdigit() else None,
              "jobUid": os.environ.get("DISTTRAIN_PROBE_JOB_UID") or None,
              "attempt": int(attempt) if (attempt or "").isdigit() else None,
              "pod": os.environ.get("POD_NAME") or None,
              "worldSize": None, "node": os.environ.get("NODE_NAME") or None, "ok": False,
-             "phase": "config", "failure": {"reason": R.PROBE_INTERNAL_ERROR, "phase": "config",
+             "phase": "config", "failure": {"reason": vocabulary.PROBE_INTERNAL_ERROR, "phase": "config",
                                             "message": f"bad probe input: {msg}"},
              "warnings": [], "truncated": False}
         REP.emit(r, C.report_path_hint(argv))

@@ -11,7 +11,7 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, Optional
 
-from . import reasons as R
+from .contract import vocabulary
 from .deadline import Deadline, ProbeFailure
 from .localranks import Layout
 
@@ -79,12 +79,12 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
     device = torch.device("cpu")
     if backend == "nccl":
         if not torch.cuda.is_available():
-            raise ProbeFailure(R.PROCESS_GROUP_INIT_FAILED,
+            raise ProbeFailure(vocabulary.PROCESS_GROUP_INIT_FAILED,
                                f"{node}: backend nccl requested but CUDA is not available "
                                f"(torch {torch.__version__}); use a GPU node or probe.backend=gloo")
         count = torch.cuda.device_count()
         if lay.nproc > count:
-            raise ProbeFailure(R.PROCESS_GROUP_INIT_FAILED, (
+            raise ProbeFailure(vocabulary.PROCESS_GROUP_INIT_FAILED, (
                 f"{node}: {lay.nproc} processes per node but {count} visible GPU(s): NCCL needs "
                 f"one GPU per process (two ranks on one GPU fail with 'Duplicate GPU detected'); "
                 f"set numProcPerNode to the GPUs the pod requests (auto), or request "
@@ -93,7 +93,7 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
         torch.cuda.set_device(dev)
         device = torch.device("cuda", dev)
     timeout = timedelta(seconds=max(1.0, deadline.remaining()))
-    tracker.step(R.PROCESS_GROUP_INIT_FAILED,
+    tracker.step(vocabulary.PROCESS_GROUP_INIT_FAILED,
                  f"{node}: init_process_group({backend}) on {chosen_ifname} did not complete")
     try:
         dist.init_process_group(backend, store=dist.PrefixStore("dtp/pg", store),
@@ -104,7 +104,7 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
         if "timeout" in text.lower():
             hint = (f"; a peer never joined, or peers cannot reach this node on {chosen_ifname} "
                     f"(see the other ranks' reports)")
-        raise ProbeFailure(R.PROCESS_GROUP_INIT_FAILED, (
+        raise ProbeFailure(vocabulary.PROCESS_GROUP_INIT_FAILED, (
             f"{node}: init_process_group({backend}) on {chosen_ifname} failed: {text}{hint}"))
     numel = max(1, cfg.message_size_bytes // 4)
     nbytes = numel * 4
@@ -133,7 +133,7 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
                 lo, hi = float(t.min().item()), float(t.max().item())
                 if lo != expected or hi != expected:
                     into["correct"] = False
-                    raise ProbeFailure(R.ALL_REDUCE_WRONG_RESULT, (
+                    raise ProbeFailure(vocabulary.ALL_REDUCE_WRONG_RESULT, (
                         f"{node}: all-reduce(sum) of {nbytes} bytes {what} on {path} "
                         f"returned values in [{lo:g}, {hi:g}], expected {expected:g} everywhere; "
                         f"suspect a faulty {'GPU/NVLink' if path == 'the intra-node path' else 'NIC'}"
@@ -142,7 +142,7 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
 
         # NCCL creates its communicator lazily, inside the first collective: a hang or error
         # there is an init failure, not a slow all-reduce.
-        first = R.PROCESS_GROUP_INIT_FAILED if backend == "nccl" else R.ALL_REDUCE_TIMEOUT
+        first = vocabulary.PROCESS_GROUP_INIT_FAILED if backend == "nccl" else vocabulary.ALL_REDUCE_TIMEOUT
         tracker.step(first, f"{node}: first all-reduce ({backend} connection setup) {what} "
                             f"on {path} hung")
         try:
@@ -153,7 +153,7 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
             raise ProbeFailure(first, (
                 f"{node}: first all-reduce ({backend} connection setup) {what} on "
                 f"{path} failed: {_first_line(e)}"))
-        tracker.step(R.ALL_REDUCE_TIMEOUT, f"{node}: all-reduce of {nbytes} bytes {what} on "
+        tracker.step(vocabulary.ALL_REDUCE_TIMEOUT, f"{node}: all-reduce of {nbytes} bytes {what} on "
                                            f"{path} hung")
         try:
             total = 0.0
@@ -162,7 +162,7 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
         except ProbeFailure:
             raise
         except Exception as e:
-            raise ProbeFailure(R.ALL_REDUCE_TIMEOUT, (
+            raise ProbeFailure(vocabulary.ALL_REDUCE_TIMEOUT, (
                 f"{node}: all-reduce {what} on {path} failed: {_first_line(e)}; a peer died or "
                 f"the {'interface' if path == chosen_ifname else 'path'} drops traffic"))
         bw = bandwidth(nbytes, total / cfg.iterations, size)
@@ -171,12 +171,12 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
         return bw
 
     if lay.nproc > 1 and intra is not None:
-        tracker.step(R.PROCESS_GROUP_INIT_FAILED,
+        tracker.step(vocabulary.PROCESS_GROUP_INIT_FAILED,
                      f"{node}: creating the intra-node group of {lay.nproc} local ranks hung")
         try:
             group = _new_group(dist, lay)
         except Exception as e:
-            raise ProbeFailure(R.PROCESS_GROUP_INIT_FAILED, (
+            raise ProbeFailure(vocabulary.PROCESS_GROUP_INIT_FAILED, (
                 f"{node}: the intra-node process group ({lay.nproc} local ranks, {backend}) "
                 f"failed: {_first_line(e)}"))
         timed(group, lay.nproc, float(lay.local_rank + 1),
@@ -190,7 +190,7 @@ def run(cfg: Any, store: Any, chosen_ifname: Optional[str], backend: str, deadli
         pass
     # One rank has no bus traffic (busbw factor 0): the threshold applies from two ranks.
     if cfg.min_busbw_gbps and n > 1 and bw["busbwGBps"] < cfg.min_busbw_gbps:
-        raise ProbeFailure(R.BANDWIDTH_BELOW_THRESHOLD, (
+        raise ProbeFailure(vocabulary.BANDWIDTH_BELOW_THRESHOLD, (
             f"{node}: all-reduce bus bandwidth {bw['busbwGBps']:.3f} GB/s over {n} ranks on "
             f"{chosen_ifname} ({nbytes} bytes) is below probe.minBusBandwidthGBps="
             f"{cfg.min_busbw_gbps:g}; check that the fast NIC is the one chosen and its link speed"))

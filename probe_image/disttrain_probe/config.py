@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import List, Optional, Sequence, Tuple
 
 from .localranks import MAX_NPROC
+from .contract.timing import default_resolve_seconds
 
 DEFAULT_MESSAGE_SIZE = 4 * 1024 * 1024
 DEFAULT_ITERATIONS = 10
@@ -99,16 +100,6 @@ def _int(name: str, raw: Optional[str], minimum: int = 0) -> int:
 def _optional_int(name: str, raw: Optional[str]) -> Optional[int]:
     """``raw`` as an integer >= 0, None when unset; ConfigError naming ``name`` otherwise."""
     return None if raw is None else _int(name, raw, 0)
-
-
-def default_resolve_seconds(timeout: float) -> float:
-    """How long a MASTER_ADDR that does not resolve is retried when
-    DISTTRAIN_PROBE_RESOLVE_SECONDS is unset: 10 s, or a sixth of the probe's budget
-    (``timeout``, seconds) when that is longer. A larger budget is given where pods start
-    slowly (many ranks on few cores, slow nodes), and rank 0's DNS record appears only
-    once its pod has an address: at 32 simulated nodes on 2 cores that took more than
-    11 s after the other ranks had started resolving it."""
-    return max(10.0, round(timeout / 6.0, 1))
 
 
 def _beacon_port(raw: Optional[str], master_port: int) -> Optional[int]:

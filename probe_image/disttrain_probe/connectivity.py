@@ -39,8 +39,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import paths
-from . import reasons as R
+from .contract import paths
+from .contract import vocabulary
 from .config import ifname_matches, parse_ifname_spec
 from .deadline import Deadline
 from .inventory import ipv4_addrs, route_get
@@ -330,7 +330,7 @@ def port_range_warning(node: str, kernel: Optional[List[int]],
         return None
     if allowed[0] <= kernel[0] and kernel[1] <= allowed[1]:
         return None
-    return {"reason": R.PORT_RANGE_OUTSIDE_ALLOWED, "message": (
+    return {"reason": vocabulary.PORT_RANGE_OUTSIDE_ALLOWED, "message": (
         f"{node}: net.ipv4.ip_local_port_range is {kernel[0]}-{kernel[1]} but the open range "
         f"(network.portRange) is {allowed[0]}-{allowed[1]}; NCCL's sockets take ports from the "
         f"kernel range, so set the sysctl to {allowed[0]} {allowed[1]} (the operator does this in "
@@ -352,11 +352,11 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
     nonce = secrets.token_hex(8)
     lst = Listeners(cfg.rank, nonce, inv["interfaces"])
     try:
-        tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' listeners")
+        tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' listeners")
         bus.publish("listen", {"nonce": nonce, "l": lst.entries})
         # Leave at least half the phase for the dialling itself.
         allpeers = bus.gather("listen", deadline.sub(max(1.0, deadline.remaining() / 2)),
-                              R.RENDEZVOUS_TIMEOUT, "published their connectivity listeners")
+                              vocabulary.RENDEZVOUS_TIMEOUT, "published their connectivity listeners")
         tasks = []
         dial_plan = plan(cfg.world_size, plan_seed(cfg.master_addr, cfg.master_port,
                                                    cfg.world_size), full_mesh_max())
@@ -370,7 +370,7 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
         # once connected, the identity may take longer (a starved peer: 32 probes on 2 cores)
         answer = max(per, min(ANSWER_MAX_SECONDS, deadline.remaining() / 3.0))
         mine: Dict[str, Dict[str, Any]] = {}
-        tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: dialling peers")
+        tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: dialling peers")
         if tasks:
             results = _dial_all(tasks, per, answer)
             # Connected but no identity in time: the path works and the peer was starved
@@ -394,7 +394,7 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
         targets = bulk_targets(cfg.rank, cfg.world_size, allpeers, mine, inv["interfaces"],
                                getattr(cfg, "socket_ifname", "auto")) if nbytes else []
         if targets and deadline.remaining() > 1.0:
-            tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: timing transfers per network")
+            tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: timing transfers per network")
             # At most a third of what is left, so the results still reach every peer.
             limit = min(BULK_MAX_SECONDS,
                         deadline.remaining() / 3.0 / (BULK_ROUNDS * len(targets)))
@@ -407,9 +407,9 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
             for (peer, addr), got in rounds.items():
                 res = mine[str(peer)][addr]  # the best round, and the typical one
                 res["mbps"], res["mbpsLow"] = max(got), typical(got)
-        tracker.step(R.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' mesh results")
+        tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' mesh results")
         bus.publish("mesh", mine)
-        allmesh = bus.gather("mesh", deadline, R.RENDEZVOUS_TIMEOUT,
+        allmesh = bus.gather("mesh", deadline, vocabulary.RENDEZVOUS_TIMEOUT,
                              "published their connectivity results")
     finally:
         lst.close()

@@ -29,6 +29,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import hardware, nccllog
+from .contract import vocabulary
 
 DEFAULT_SIZES = (1 << 20, 16 << 20, 256 << 20)  # bytes
 DEFAULT_ITERATIONS = 20
@@ -79,7 +80,7 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
         port = int(os.environ["MASTER_PORT"])
         store = dist.TCPStore("127.0.0.1", port, world, rank == 0,
                               timeout=timedelta(seconds=max(5.0, timeout / 2)))
-        d = tracker.begin("collective", "ProcessGroupInitFailed", f"{node}: collective hung")
+        d = tracker.begin("collective", vocabulary.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
         for i, size in enumerate(sizes):
             cfg = Config(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
                          node_name=node, backend=backend, message_size_bytes=size,
@@ -96,7 +97,7 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
     except ProbeFailure as f:
         out["error"] = {"reason": f.reason, "message": f.message}
     except Exception as e:  # report it: the summary must still come out
-        out["error"] = {"reason": "ProbeInternalError", "message": f"{type(e).__name__}: {e}"[:300]}
+        out["error"] = {"reason": vocabulary.PROBE_INTERNAL_ERROR, "message": f"{type(e).__name__}: {e}"[:300]}
     tracker.finish()
     print(json.dumps(out), flush=True)
     return 0 if out["error"] is None else 1
@@ -162,7 +163,7 @@ def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict
     ok = (not failures and len(workers) == gpus and bool(allreduce)
           and all(a["correct"] for a in allreduce) and nccl_ok)
     if not failures and not nccl_ok:
-        failures.append({"rank": None, "reason": "ProcessGroupInitFailed", "message": (
+        failures.append({"rank": None, "reason": vocabulary.PROCESS_GROUP_INIT_FAILED, "message": (
             f"{node}: NCCL logged Init COMPLETE {parsed['initComplete']} time(s) for {gpus} "
             f"rank(s); see warnLines")})
     return {
@@ -225,7 +226,7 @@ def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "n
             if w is None:
                 tail = " | ".join(se.strip().splitlines()[-3:])[:300]
                 w = {"rank": r, "results": [], "versions": None, "error": {
-                    "reason": "ProbeInternalError",
+                    "reason": vocabulary.PROBE_INTERNAL_ERROR,
                     "message": f"rank {r} exited {p.returncode} without a result: {tail}"}}
             workers.append(w)
         lines: List[str] = []

@@ -17,10 +17,10 @@ import tempfile
 from typing import Any, Dict, Iterable, List, Optional
 
 from . import nccllog, nvml, rdma
+from .contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
 
 SHM_PATH = "/dev/shm"
 SHM_MIN_BYTES = 1 << 30  # below 1 GiB, NCCL on several local GPUs may run out (see module doc)
-DEV_SHM_TOO_SMALL = "DevShmTooSmall"  # warning reason (CamelCase, as disttrain_probe.reasons)
 STANDARD_LIB_DIRS = ("/usr/local/lib", "/usr/lib", "/usr/lib64", "/lib", "/lib64",
                      "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 LD_SO_CONF_DIR = "/etc/ld.so.conf.d"

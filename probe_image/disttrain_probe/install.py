@@ -1,4 +1,5 @@
-"""``python -m disttrain_probe.install DEST``: copy the probe into DEST/disttrain_probe,
+"""``python -m disttrain_probe.install DEST``: copy the probe (its .py files, subpackages
+included) into DEST/disttrain_probe,
 with the launcher DEST/run_probe.py beside it.
 
 An init container runs this from the probe image into an emptyDir; the training
@@ -25,10 +26,13 @@ _LAUNCHER_SOURCE = (
 def install(dest: str) -> str:
     src = os.path.dirname(os.path.abspath(__file__))
     target = os.path.join(dest, "disttrain_probe")
-    os.makedirs(target, exist_ok=True)
-    for name in sorted(os.listdir(src)):
-        if name.endswith(".py"):
-            shutil.copyfile(os.path.join(src, name), os.path.join(target, name))
+    for here, dirs, files in os.walk(src):  # the package and its subpackages (contract/)
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        out = os.path.join(target, os.path.relpath(here, src))
+        os.makedirs(out, exist_ok=True)
+        for name in sorted(files):
+            if name.endswith(".py"):
+                shutil.copyfile(os.path.join(here, name), os.path.join(out, name))
     with open(os.path.join(dest, LAUNCHER), "w") as f:
         f.write(_LAUNCHER_SOURCE)
     return target

@@ -6,7 +6,7 @@ Networks are IPv4 subnets (plus, for routed pod networks where each node has its
 subnet, interfaces of the same name on every node). A network is usable when it is on
 every node, with exactly one interface per node, a distinct address per node, up, and
 every rank reached every peer on it (nonce-checked). Rejections carry a sub-reason
-(``reasons.REJ_*``) and a message naming the nodes and the evidence.
+(``vocabulary.REJ_*``) and a message naming the nodes and the evidence.
 
 A pod-network or overlay device (cni0, flannel.*, cali*, cilium_*, vxlan*, tunl0, weave,
 kube-bridge, genev_sys_*: :data:`POD_NETWORK_DEVICES`; present on the node with
@@ -29,7 +29,7 @@ import ipaddress
 from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import reasons as R
+from .contract import vocabulary
 from .config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
@@ -42,9 +42,9 @@ POD_NETWORK_DEVICES = ("cni*", "flannel*", "cali*", "cilium_*", "vxlan*", "tunl*
 
 # Which rejection says most about an interface rejected on several networks (stable sort).
 REJECTION_PRIORITY = {r: i for i, r in enumerate((
-    R.REJ_NOT_PREFERRED, R.REJ_POD_NETWORK_DEVICE, R.REJ_UNREACHABLE, R.REJ_DOWN,
-    R.REJ_MULTIPLE_ON_NODE, R.REJ_DUPLICATE_ADDRESS, R.REJ_NOT_ON_ALL_NODES, R.REJ_NOT_REQUESTED,
-    R.REJ_LOOPBACK, R.REJ_NO_IPV4))}
+    vocabulary.REJ_NOT_PREFERRED, vocabulary.REJ_POD_NETWORK_DEVICE, vocabulary.REJ_UNREACHABLE, vocabulary.REJ_DOWN,
+    vocabulary.REJ_MULTIPLE_ON_NODE, vocabulary.REJ_DUPLICATE_ADDRESS, vocabulary.REJ_NOT_ON_ALL_NODES, vocabulary.REJ_NOT_REQUESTED,
+    vocabulary.REJ_LOOPBACK, vocabulary.REJ_NO_IPV4))}
 
 
 def is_pod_network_device(name: str) -> bool:
@@ -189,7 +189,7 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
     ranks = sorted(peers)
     names = "/".join(net.ifnames())
     if all(e["loopback"] for es in net.members.values() for e in es) and not loopback_ok:
-        net.reject(R.REJ_LOOPBACK, f"{names} is loopback ({net.label}): it never leaves the node")
+        net.reject(vocabulary.REJ_LOOPBACK, f"{names} is loopback ({net.label}): it never leaves the node")
         return
     # socketIfname narrows the interfaces considered on this network (so naming one of two
     # NICs on a subnet resolves MultipleOnNode); what it filters out is NotRequested.
@@ -201,7 +201,7 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
         if len(net.active) < len(net.members) or not net.active:
             lost = [r for r in net.members if r not in net.active]
             verb = "not named by" if mode == "include" else "excluded by"
-            net.reject(R.REJ_NOT_REQUESTED, (
+            net.reject(vocabulary.REJ_NOT_REQUESTED, (
                 f"{names} {verb} socketIfname={spec}"
                 + (f" on {_nodes(peers, lost)}" if net.active else "")))
             return
@@ -209,13 +209,13 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
     members = net.active
     missing = [r for r in ranks if r not in members]
     if missing:
-        net.reject(R.REJ_NOT_ON_ALL_NODES,
+        net.reject(vocabulary.REJ_NOT_ON_ALL_NODES,
                    f"{net.where(names)} is missing on {_nodes(peers, missing)}")
         return
     multi = [r for r, es in members.items() if len({e["ifname"] for e in es}) > 1]
     if multi:
         r = multi[0]
-        net.reject(R.REJ_MULTIPLE_ON_NODE, (
+        net.reject(vocabulary.REJ_MULTIPLE_ON_NODE, (
             f"{_nodes(peers, multi)}: several interfaces on {net.label} "
             f"({', '.join(sorted({e['ifname'] for e in members[r]}))}); traffic may leave by "
             f"either; name one in network.socketIfname"))
@@ -228,13 +228,13 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
         for addr, rs in sorted(owners.items()):
             nodes = {peers[r].get("node") for r in rs}
             if len(nodes) > 1:
-                net.reject(R.REJ_DUPLICATE_ADDRESS, (
+                net.reject(vocabulary.REJ_DUPLICATE_ADDRESS, (
                     f"{names} excluded (same address {addr} on {_nodes(peers, rs)}): a "
                     f"node-local bridge, it cannot carry traffic between nodes"))
                 return
     down = [r for r, e in net.pick.items() if not e["up"]]
     if down:
-        net.reject(R.REJ_DOWN, f"{names} is down (no carrier) on {_nodes(peers, down)}")
+        net.reject(vocabulary.REJ_DOWN, f"{names} is down (no carrier) on {_nodes(peers, down)}")
         return
     fails = []
     for i in ranks:
@@ -251,7 +251,7 @@ def _evaluate(net: Network, peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Di
                  for i, j, addr, code in fails[:4]]
         more = f" (+{len(fails) - 4} more)" if len(fails) > 4 else ""
         tgt = sorted({j for _, j, _, _ in fails})
-        net.reject(R.REJ_UNREACHABLE, (
+        net.reject(vocabulary.REJ_UNREACHABLE, (
             f"{net.where(names)} unreachable: {'; '.join(parts)}{more}; "
             f"unreachable peers: {_nodes(peers, tgt)}"))
 
@@ -347,7 +347,7 @@ def _reject_pod_network_devices(usable: List[Network]) -> None:
         return
     for n in usable:
         if _pod_network_only(n):
-            n.reject(R.REJ_POD_NETWORK_DEVICE, (
+            n.reject(vocabulary.REJ_POD_NETWORK_DEVICE, (
                 f"{n.where()} is a pod-network device: its traffic crosses the nodes' NICs "
                 f"anyway, and {physical[0].where()} joins the same nodes"))
 
@@ -406,7 +406,7 @@ def _blocked(nets: List[Network]) -> List[Network]:
     """Structurally fine networks where not a single pair connected (firewalled ports)."""
     out = []
     for n in nets:
-        if n.reason == R.REJ_UNREACHABLE and n.pick:
+        if n.reason == vocabulary.REJ_UNREACHABLE and n.pick:
             out.append(n)
     return out
 
@@ -493,7 +493,7 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     best = usable[0] if usable else None
     for n in usable[1:]:
         # the deciding criterion first: a report cut to fit 4 KiB keeps the start
-        n.reject(R.REJ_NOT_PREFERRED, f"{_why_better(best, n, peers)}; ranked below "
+        n.reject(vocabulary.REJ_NOT_PREFERRED, f"{_why_better(best, n, peers)}; ranked below "
                                       f"{best.where()}, though {n.where()} is usable")
 
     failure: Optional[Dict[str, str]] = None
@@ -505,15 +505,15 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
             for r, p in missing.items():
                 have = ", ".join(i["name"] for i in p.get("interfaces") or []) or "none"
                 groups.setdefault(have, []).append(r)
-            failure = {"reason": R.INTERFACE_NOT_FOUND, "message": "; ".join(
+            failure = {"reason": vocabulary.INTERFACE_NOT_FOUND, "message": "; ".join(
                 f"{_nodes(peers, rs)}: no interface matches socketIfname={spec} "
                 f"({'it has' if len(rs) == 1 else 'they have'} {have})"
                 for have, rs in groups.items()) + "; set network.socketIfname to an interface "
                 "every node has, or auto"}
     if best is None and failure is None:
         blocked = _blocked(nets)
-        relevant = [n for n in nets if n.reason not in (R.REJ_NOT_REQUESTED, R.REJ_LOOPBACK)] \
-            or [n for n in nets if n.reason != R.REJ_NOT_REQUESTED] or nets
+        relevant = [n for n in nets if n.reason not in (vocabulary.REJ_NOT_REQUESTED, vocabulary.REJ_LOOPBACK)] \
+            or [n for n in nets if n.reason != vocabulary.REJ_NOT_REQUESTED] or nets
         any_ok = any(isinstance(res, dict) and res.get("r") == "ok"
                      for n in blocked for i in ranks for j in dial_plan.get(i, [])
                      if i != j and j in n.pick
@@ -525,7 +525,7 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
             others = [r for r in ranks if r not in inbound]
             where = _nodes(peers, inbound)
             nics = "/".join(dict.fromkeys(i for n in blocked for i in n.ifnames()))
-            failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
+            failure = {"reason": vocabulary.EPHEMERAL_PORTS_BLOCKED, "message": (
                 f"{where}: inbound TCP to its ephemeral ports (net.ipv4.ip_local_port_range "
                 f"{_range_text(peers, inbound)}, where NCCL and gloo listen) is blocked: nothing "
                 f"from {_nodes(peers, others)} got through on {nics}, while {where}'s own "
@@ -534,7 +534,7 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                 f"admits")}
         elif blocked and not any_ok:
             n = blocked[0]
-            failure = {"reason": R.EPHEMERAL_PORTS_BLOCKED, "message": (
+            failure = {"reason": vocabulary.EPHEMERAL_PORTS_BLOCKED, "message": (
                 f"the master port{port_s} answered, but no connection to an ephemeral port "
                 f"(net.ipv4.ip_local_port_range {_range_text(peers, ranks)}, where NCCL and gloo "
                 f"listen) got through on {n.where()}: a firewall admits the master port but not "
@@ -556,10 +556,10 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
                     f"paths only: give the NICs IPv4 addresses, or run without the probe "
                     f"(probe.enabled: false) on an IPv6-only cluster")
             if mode == "include":
-                failure = {"reason": R.INTERFACE_UNREACHABLE,
+                failure = {"reason": vocabulary.INTERFACE_UNREACHABLE,
                            "message": f"socketIfname={spec} is not usable: {detail}{hint}"}
             else:
-                failure = {"reason": R.NO_COMMON_INTERFACE, "message": (
+                failure = {"reason": vocabulary.NO_COMMON_INTERFACE, "message": (
                     f"no network joins all {len(ranks)} nodes ({_nodes(peers, ranks)}): {detail}"
                     + (hint or "; give the nodes a common reachable network and name it in "
                                "network.socketIfname"))}
@@ -573,16 +573,16 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     for r in ranks:
         for i in peers[r].get("interfaces") or []:
             if not any(":" not in a.partition("/")[0] for a in i.get("addrs") or []):
-                rejected[r].append({"ifname": i["name"], "reason": R.REJ_NO_IPV4,
+                rejected[r].append({"ifname": i["name"], "reason": vocabulary.REJ_NO_IPV4,
                                     "message": f"{i['name']} has no IPv4 address"})
         for n in nets:
             if r not in n.members:
                 continue
             in_play = {e["ifname"] for e in n.active.get(r, [])}
             for ifn in sorted({e["ifname"] for e in n.members[r]}):
-                if n.reason == R.REJ_NOT_REQUESTED or (n.active is not n.members
+                if n.reason == vocabulary.REJ_NOT_REQUESTED or (n.active is not n.members
                                                        and ifn not in in_play):
-                    rejected[r].append({"ifname": ifn, "reason": R.REJ_NOT_REQUESTED,
+                    rejected[r].append({"ifname": ifn, "reason": vocabulary.REJ_NOT_REQUESTED,
                                         "message": f"{ifn} not selected by socketIfname={spec}"})
                 elif n.reason is not None:
                     rejected[r].append({"ifname": ifn, "reason": n.reason, "message": n.message})
@@ -633,19 +633,19 @@ def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) 
         c = chosen[r]
         d = defaults.get(r)
         if loopback_ok and c["ifname"] == "lo":
-            warnings[r].append({"reason": R.LOOPBACK_ONLY, "message": (
+            warnings[r].append({"reason": vocabulary.LOOPBACK_ONLY, "message": (
                 f"{node}: validated on loopback ({c['ifname']}) only; this proves nothing about "
                 f"traffic between nodes")})
         elif d != c["ifname"]:
             why = next((x["reason"] for x in rejected[r] if x["ifname"] == d), "")
-            warnings[r].append({"reason": R.NCCL_DEFAULT_DIFFERS, "message": (
+            warnings[r].append({"reason": vocabulary.NCCL_DEFAULT_DIFFERS, "message": (
                 f"{node}: NCCL left alone would use {d or 'no interface'}"
                 + (f" ({why})" if why else "")
                 + f", not the validated {c['ifname']}; keep NCCL_SOCKET_IFNAME={c['ifname']} "
                 f"(the operator sets it)")})
         mr = peers[r].get("masterRoute") or {}
         if r != 0 and not loopback_ok and mr.get("iface") and mr.get("iface") != c["ifname"]:
-            warnings[r].append({"reason": R.MASTER_ROUTE_DIFFERS, "message": (
+            warnings[r].append({"reason": vocabulary.ROUTE_VIA_OTHER_INTERFACE, "message": (
                 f"{node}: the kernel reaches the master via {mr.get('iface')} (src "
                 f"{mr.get('src')}), not the validated {c['ifname']}; rendezvous and collective "
                 f"traffic take different interfaces")})
@@ -656,7 +656,7 @@ def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) 
                 res = (mesh.get(r) or {}).get(p, {}).get(chosen[p]["addr"]) or {}
                 src = res.get("src") if isinstance(res, dict) else None
                 if src and src != c["addr"]:
-                    warnings[r].append({"reason": R.PEER_ROUTE_DIFFERS, "message": (
+                    warnings[r].append({"reason": vocabulary.ROUTE_VIA_OTHER_INTERFACE, "message": (
                         f"{node}: connections to {peers[p].get('node')} ({chosen[p]['addr']}) "
                         f"leave from {src}, not {c['ifname']}'s {c['addr']}: two interfaces on one "
                         f"subnet, or a route that sends traffic out another NIC")})
@@ -677,4 +677,4 @@ def _warn(peers, mesh, chosen, defaults, rejected, warnings, loopback_ok, best) 
                + (f"; MASTER_ADDR resolves to IPv6 on {_nodes(peers, master6)}" if master6 else "")
                + "; NCCL may pick different families per node: set NCCL_SOCKET_FAMILY=AF_INET")
         for r in ranks:
-            warnings[r].append({"reason": R.MIXED_ADDRESS_FAMILIES, "message": msg})
+            warnings[r].append({"reason": vocabulary.MIXED_ADDRESS_FAMILIES, "message": msg})

@@ -357,7 +357,7 @@ def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]
         host_resolves = []
     interfaces = list_interfaces(min(5.0, deadline.remaining()))
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}
-    from . import settings
+    from .contract import settings
     return {
         "settings": settings.of(os.environ),
         "rdma": settings.rdma_devices(),

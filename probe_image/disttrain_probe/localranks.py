@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import reasons as R
+from .contract import vocabulary
 
 MAX_NPROC = 256  # local ranks per node the probe will start (8 GPUs is the usual; 72 on NVL72 trays)
 # A local rank's outcome line on its stdout: this marker, then one JSON object (entry()).
@@ -118,8 +118,8 @@ def exited(local_rank: int, code: Optional[int], last: Optional[Dict[str, Any]],
         message = (f"{name}: the probe process ended ({how}) during {phase} without reporting "
                    f"(killed, out of memory, or a crash in torch/NCCL){seen}; read the probe "
                    f"pod's log (probe.keepPods: Always)")
-    base.update({"ok": False, "failure": {"reason": R.PROBE_INTERNAL_ERROR if phase != "collective"
-                                          else R.PROCESS_GROUP_INIT_FAILED,
+    base.update({"ok": False, "failure": {"reason": vocabulary.PROBE_INTERNAL_ERROR if phase != "collective"
+                                          else vocabulary.PROCESS_GROUP_INIT_FAILED,
                                           "phase": phase, "message": message}})
     return base
 

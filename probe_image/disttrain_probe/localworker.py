@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from . import config as C
 from . import localranks as LR
-from . import reasons as R
+from .contract import vocabulary
 from .deadline import Deadline, ProbeFailure, Tracker
 from .torchload import TorchLoader
 
@@ -127,7 +127,7 @@ class LocalWorker:
         _die_with_parent()
         self.torch.start()
         try:
-            d = self.begin("waiting", R.PROBE_INTERNAL_ERROR,
+            d = self.begin("waiting", vocabulary.PROBE_INTERNAL_ERROR,
                            f"{who}: waiting for local rank 0 to start the collective phase")
             msg = read_message(sys.stdin, d)
             if msg is None or not msg.get("go"):
@@ -140,7 +140,7 @@ class LocalWorker:
                 sys.stdout.flush()
                 return LR.STOPPED
             seconds = msg.get("seconds")
-            d = self.begin("collective", R.PROCESS_GROUP_INIT_FAILED,
+            d = self.begin("collective", vocabulary.PROCESS_GROUP_INIT_FAILED,
                            f"{who}: joining the collective hung",
                            float(seconds) if isinstance(seconds, (int, float)) else None)
             crash = os.environ.get("DISTTRAIN_PROBE_TEST_CRASH_LOCAL")  # fault injection (tests)
@@ -162,7 +162,7 @@ class LocalWorker:
         except ProbeFailure as f:
             self.failure = {"reason": f.reason, "phase": f.phase or self.phase, "message": f.message}
         except Exception as e:
-            self.failure = {"reason": R.PROBE_INTERNAL_ERROR, "phase": self.phase,
+            self.failure = {"reason": vocabulary.PROBE_INTERNAL_ERROR, "phase": self.phase,
                             "message": f"{who}: {type(e).__name__} in {self.phase}: {_first_line(e)}"}
         with self.lock:
             if not self.done:
@@ -178,20 +178,20 @@ class LocalWorker:
         """torch (imported meanwhile), then the store at ``msg['addr']``:MASTER_PORT."""
         cfg, who = self.cfg, self.who
         if not self.torch.wait(d.remaining()):
-            raise ProbeFailure(R.TORCH_IMPORT_TIMEOUT, (
+            raise ProbeFailure(vocabulary.TORCH_IMPORT_TIMEOUT, (
                 f"{who}: importing torch took more than {self.torch.elapsed():.0f}s; give the "
                 f"pod more CPU or raise probe.timeoutSeconds"))
         if self.torch.error:
-            raise ProbeFailure(R.PROBE_INTERNAL_ERROR, f"{who}: import torch failed: {self.torch.error}")
+            raise ProbeFailure(vocabulary.PROBE_INTERNAL_ERROR, f"{who}: import torch failed: {self.torch.error}")
         import torch.distributed as dist
         addr = str(msg.get("addr") or cfg.master_addr)
-        self.tracker.step(R.MASTER_PORT_TIMEOUT, f"{who}: joining the store at {addr}:{cfg.master_port}")
+        self.tracker.step(vocabulary.MASTER_PORT_TIMEOUT, f"{who}: joining the store at {addr}:{cfg.master_port}")
         try:
             store = dist.TCPStore(host_name=addr, port=cfg.master_port, is_master=False,
                                   timeout=timedelta(seconds=max(1.0, d.remaining())),
                                   wait_for_workers=False)
         except Exception as e:
-            raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
+            raise ProbeFailure(vocabulary.MASTER_PORT_TIMEOUT, (
                 f"{who}: local rank 0 reached {addr}:{cfg.master_port} but this process could not "
                 f"join the store there: {_first_line(e)}"))
         if cfg.store_prefix:
@@ -208,7 +208,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         lr = os.environ.get("LOCAL_RANK", "?")
         sys.stdout.write(LR.MARK + json.dumps(LR.entry(
             int(lr) if lr.isdigit() else -1, False, "config",
-            {"reason": R.PROBE_INTERNAL_ERROR, "phase": "config",
+            {"reason": vocabulary.PROBE_INTERNAL_ERROR, "phase": "config",
              "message": f"local rank {lr}: bad probe input: {e}"})) + "\n")
         return 1
     return LocalWorker(cfg).run()

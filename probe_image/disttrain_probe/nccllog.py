@@ -37,10 +37,9 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Optional
 
-# Warning reasons (CamelCase, as the probe's other reasons; see disttrain_probe.reasons).
-NCCL_SOCKETS_DESPITE_RDMA = "NCCLSocketsDespiteRDMA"
-NCCL_SHM_INSTEAD_OF_P2P = "NCCLShmInsteadOfP2P"
-GPUDIRECT_RDMA_OFF = "GPUDirectRDMAOff"
+from .contract.vocabulary import (  # reasons this module reports
+    GPUDIRECT_RDMA_OFF, NCCL_SHM_INSTEAD_OF_P2P, NCCL_SOCKETS_DESPITE_RDMA,
+)
 
 MAX_WARN_LINES = 20
 

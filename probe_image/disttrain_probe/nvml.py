@@ -17,6 +17,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Dict, List, Optional
 
+from .contract.vocabulary import GPU_COUNT_MISMATCH, GPU_ECC_ERRORS  # reasons this module reports
+
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3
 MEMORY_ERROR_CORRECTED = 0
@@ -26,9 +28,6 @@ AGGREGATE_ECC = 1  # over the board's life
 P2P_CAPS_INDEX_READ = 0
 P2P_STATUS_OK = 0
 LIBRARY = "libnvidia-ml.so.1"
-# Warning reasons (CamelCase, as disttrain_probe.reasons).
-GPU_COUNT_MISMATCH = "GPUCountMismatch"
-GPU_ECC_ERRORS = "GPUECCErrors"
 MAX_P2P_GPUS = 16  # p2p matrix only up to this many GPUs (n*(n-1)/2 calls)
 
 

@@ -20,10 +20,11 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
+from .contract.vocabulary import RDMA_PORT_DOWN  # reasons this module reports
+
 SYS_IB = "/sys/class/infiniband"
 SYS_MODULE = "/sys/module"
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
-RDMA_PORT_DOWN = "RDMAPortDown"  # warning reason (CamelCase, as disttrain_probe.reasons)
 
 
 def _read(path: str) -> Optional[str]:

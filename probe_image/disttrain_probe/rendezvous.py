@@ -24,7 +24,8 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import reasons as R
+from .contract import vocabulary
+from .contract.timing import SIBLING_SECONDS
 from .deadline import Deadline, ProbeFailure
 from .inventory import is_loopback, nameserver, resolve, route_get
 
@@ -68,7 +69,7 @@ class Bus:
         if self.store.check([self._k("abort")]):
             a = json.loads(self.store.get(self._k("abort")))
             if a.get("rank") != self.rank:
-                raise ProbeFailure(a.get("reason") or R.PROBE_INTERNAL_ERROR,
+                raise ProbeFailure(a.get("reason") or vocabulary.PROBE_INTERNAL_ERROR,
                                    f"peer {a.get('node')} (rank {a.get('rank')}) failed in "
                                    f"{a.get('phase')}: {a.get('message')}", a.get("phase"),
                                    relayed=True)
@@ -196,7 +197,6 @@ def listen_early(port: int) -> Tuple[Optional[socket.socket], Optional[str]]:
 
 
 BEACON_SECONDS = 1.0  # a dial of rank 0's beacon port, connect and read
-SIBLING_SECONDS = 2.0  # the one lookup of another name of the job (DISTTRAIN_PROBE_PEER_DNS_NAME)
 
 
 def beacon_token(cfg: Any) -> bytes:
@@ -435,7 +435,7 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
     master: Dict[str, Any] = {"addr": cfg.master_addr, "port": cfg.master_port,
                               "resolved": [], "route": None}
     state["master"] = master
-    tracker.step(R.MASTER_ADDR_UNRESOLVABLE, f"{where}: resolving MASTER_ADDR={cfg.master_addr} hung")
+    tracker.step(vocabulary.MASTER_ADDR_UNRESOLVABLE, f"{where}: resolving MASTER_ADDR={cfg.master_addr} hung")
     # Every rank, rank 0 too, gets the same window: cluster DNS may publish rank 0's own
     # record a moment after its pod starts, and a rank 0 that gave up sooner than its
     # peers would fail a healthy job.
@@ -451,7 +451,7 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
         mine, _ = _resolve_retry(sibling, Deadline(min(deadline.at, time.monotonic() + SIBLING_SECONDS)), 0.0)
         if mine:
             master["peerName"] = sibling
-            tracker.step(R.MASTER_ADDR_UNRESOLVABLE,
+            tracker.step(vocabulary.MASTER_ADDR_UNRESOLVABLE,
                          f"{where}: resolving MASTER_ADDR={cfg.master_addr} (late record) hung")
             resolved, rerr = _resolve_retry(cfg.master_addr, Deadline(deadline.at - HOST_CHECK_SECONDS))
             late = (f" while {sibling} (this job's) resolves: the Service and DNS work, rank 0's "
@@ -472,10 +472,10 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
             if dns and dns.get("iface"):
                 via = f"; its DNS server {server} is reached by {dns['iface']} ({dns.get('src')})"
         if late:
-            raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
+            raise ProbeFailure(vocabulary.MASTER_ADDR_UNRESOLVABLE, (
                 f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
                 f"{took:.0f}s of retries{late}"))
-        raise ProbeFailure(R.MASTER_ADDR_UNRESOLVABLE, (
+        raise ProbeFailure(vocabulary.MASTER_ADDR_UNRESOLVABLE, (
             f"{where}: MASTER_ADDR={cfg.master_addr} does not resolve ({rerr}) after "
             f"{took:.0f}s of retries{via}; use rank 0's node IP or a headless "
             f"Service name that exists before the probe starts"))
@@ -487,29 +487,29 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
             # Rank 0 itself would serve, but the name is mapped to loopback on this node
             # (a stale /etc/hosts entry): any other rank placed here, as on a retry, dials
             # itself. Block now rather than by the luck of placement.
-            raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
+            raise ProbeFailure(vocabulary.MASTER_ADDR_LOOPBACK, (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(loop)} (loopback) "
                 f"on rank 0's own node: rank 0 serves on every address, but any other rank placed "
                 f"on {node} (a retry places ranks anew) would dial itself instead of rank 0; remove "
                 f"the entry mapping {cfg.master_addr} to {loop[0]} from {node}'s /etc/hosts"))
         if resolved and not (set(resolved) & local_addrs):
-            state["warnings"].append({"reason": R.MASTER_ADDR_NOT_LOCAL, "message": (
+            state["warnings"].append({"reason": vocabulary.MASTER_ADDR_NOT_LOCAL, "message": (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(resolved)}, none of "
                 f"which is an address of this node; other ranks may reach another host")})
         sock, early_err = state.get("master_listener") or (None, None)
         if early_err:
-            raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+            raise ProbeFailure(vocabulary.MASTER_PORT_REFUSED, (
                 f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
                 f"{early_err[:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
         return None
     else:
         if loop and not cfg.loopback_requested and cfg.rank != 0:
-            raise ProbeFailure(R.MASTER_ADDR_LOOPBACK, (
+            raise ProbeFailure(vocabulary.MASTER_ADDR_LOOPBACK, (
                 f"{where}: MASTER_ADDR={cfg.master_addr} resolves to {', '.join(loop)} (loopback), "
                 f"so this rank would dial itself instead of rank 0; set MASTER_ADDR to rank 0's "
                 f"node address, not localhost or a hostname mapped to 127.0.0.1 in /etc/hosts"))
-        tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: connecting to {cfg.master_addr}:{cfg.master_port}")
+        tracker.step(vocabulary.MASTER_PORT_TIMEOUT, f"{where}: connecting to {cfg.master_addr}:{cfg.master_port}")
         started_at = getattr(cfg, "master_started_at", None)
         now = time.monotonic()
         give_up = dial_give_up_at(deadline.at, getattr(tracker, "start", now), now,
@@ -529,36 +529,36 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
             shown = f"{cfg.master_addr}:{cfg.master_port}" + (
                 f" ({', '.join(resolved)})" if resolved != [cfg.master_addr] else "")
             target = _order(resolved)[0]
-            tracker.step(R.MASTER_PORT_TIMEOUT, f"{where}: checking whether {target} answers at all")
+            tracker.step(vocabulary.MASTER_PORT_TIMEOUT, f"{where}: checking whether {target} answers at all")
             master["hostCheck"] = decided or host_check(target, cfg.master_port,
                                                         min(HOST_CHECK_SECONDS, deadline.remaining()))
             seen = _host_words(master["hostCheck"], node)
             seen = f"; {seen}" if seen else ""
             if (decided or {}).get("listening") and last == "refused":
-                raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                raise ProbeFailure(vocabulary.MASTER_PORT_REFUSED, (
                     f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s although "
                     f"rank 0's probe listens there: it answers on TCP {decided['port']}, bound "
                     f"after {cfg.master_port}; a firewall (or NetworkPolicy) on rank 0's node rejects "
                     f"TCP {cfg.master_port}; open TCP {cfg.master_port} to rank 0's node"))
             if started_at and last == "refused":
-                raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                raise ProbeFailure(vocabulary.MASTER_PORT_REFUSED, (
                     f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s although "
                     f"rank 0's probe has been running since {started_at} (it listens on that port "
                     f"as it starts){seen}; a firewall on rank 0's node rejects TCP "
                     f"{cfg.master_port}, or MASTER_ADDR names another host; open TCP "
                     f"{cfg.master_port} to rank 0's node or fix MASTER_ADDR"))
             if started_at:
-                raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
+                raise ProbeFailure(vocabulary.MASTER_PORT_TIMEOUT, (
                     f"{where}: connection to MASTER_ADDR {shown} {last} for {took:.1f}s although "
                     f"rank 0's probe has been running since {started_at}{seen}; a firewall drops "
                     f"TCP {cfg.master_port} or the address is not routable from this node; open TCP "
                     f"{cfg.master_port} between nodes or fix MASTER_ADDR"))
             if last == "refused":
-                raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+                raise ProbeFailure(vocabulary.MASTER_PORT_REFUSED, (
                     f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s: nothing "
                     f"listens there (rank 0 not started, MASTER_PORT wrong, or MASTER_ADDR names "
                     f"another host); make MASTER_ADDR rank 0's address and rendezvous.port its port"))
-            raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
+            raise ProbeFailure(vocabulary.MASTER_PORT_TIMEOUT, (
                 f"{where}: connection to MASTER_ADDR {shown} {last} for {took:.1f}s{seen}; a "
                 f"firewall drops TCP {cfg.master_port} or the address is not routable from this "
                 f"node; open TCP {cfg.master_port} between nodes or fix MASTER_ADDR"))
@@ -577,24 +577,24 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
     node = cfg.node_name
     where = f"{node} (rank {cfg.rank})"
     if cfg.rank == 0:
-        tracker.step(R.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
+        tracker.step(vocabulary.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
         sock, _ = state.get("master_listener") or (None, None)
         try:
             store = _serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())))
         except Exception as e:
-            raise ProbeFailure(R.MASTER_PORT_REFUSED, (
+            raise ProbeFailure(vocabulary.MASTER_PORT_REFUSED, (
                 f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
                 f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
     else:
-        tracker.step(R.MASTER_PORT_TIMEOUT,
+        tracker.step(vocabulary.MASTER_PORT_TIMEOUT,
                      f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore did not answer")
         try:
             store = dist.TCPStore(host_name=addr, port=cfg.master_port, world_size=cfg.world_size,
                                   is_master=False,
                                   timeout=timedelta(seconds=max(1.0, deadline.remaining())))
         except Exception as e:
-            raise ProbeFailure(R.MASTER_PORT_TIMEOUT, (
+            raise ProbeFailure(vocabulary.MASTER_PORT_TIMEOUT, (
                 f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore handshake failed "
                 f"({str(e).splitlines()[0][:160]}); another service may own that port; change "
                 f"rendezvous.port"))
@@ -603,9 +603,9 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
     store.set_timeout(timedelta(seconds=max(5.0, cfg.timeout_seconds)))
     bus = Bus(store, cfg.rank, cfg.world_size, node)
     state["bus"] = bus  # the caller needs it to abort peers even if the gather below fails
-    tracker.step(R.RENDEZVOUS_TIMEOUT, f"{where}: waiting for peers at the rendezvous")
+    tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{where}: waiting for peers at the rendezvous")
     bus.publish("inv", state["self_summary"]())
-    peers = bus.gather("inv", deadline, R.RENDEZVOUS_TIMEOUT,
+    peers = bus.gather("inv", deadline, vocabulary.RENDEZVOUS_TIMEOUT,
                        f"arrived at the rendezvous {cfg.master_addr}:{cfg.master_port}",
                        "check that their pods were scheduled and started, and that they can reach "
                        "MASTER_ADDR")

@@ -13,8 +13,9 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-VERSION = 1
-MAX_BYTES = 4096
+from .contract import vocabulary
+from .contract.report_format import MAX_REPORT_BYTES, REPORT_VERSION
+
 
 
 def dumps(obj: Any) -> str:
@@ -45,7 +46,7 @@ def _rejected_cap(n: int) -> Callable[[Dict[str, Any]], None]:
     def f(r: Dict[str, Any]) -> None:
         rej = r.get("rejected") or []
         # NoIPv4 rejections are the least informative: they go first.
-        rej.sort(key=lambda x: x.get("reason") == "NoIPv4")
+        rej.sort(key=lambda x: x.get("reason") == vocabulary.REJ_NO_IPV4)
         r["rejected"] = rej[:n]
     return f
 
@@ -156,7 +157,7 @@ ESSENTIAL = ("v", "rank", "worldSize", "node", "hostname", "ok", "phase", "failu
              "settings", "localWorldSize", "intraNode", "localRanks")
 
 
-def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
+def cap(report: Dict[str, Any], limit: int = MAX_REPORT_BYTES) -> Tuple[str, bool]:
     """Compact JSON of ``report`` within ``limit`` bytes; returns (text, truncated)."""
     text = dumps(report)
     if len(text) <= limit:
@@ -188,7 +189,7 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
     # training pod must use and the master it reached.
     chosen = r.get("chosen") if isinstance(r.get("chosen"), dict) else {}
     master = r.get("master") if isinstance(r.get("master"), dict) else {}
-    keep = {"v": r.get("v", VERSION), "rank": r.get("rank"), "worldSize": r.get("worldSize"),
+    keep = {"v": r.get("v", REPORT_VERSION), "rank": r.get("rank"), "worldSize": r.get("worldSize"),
             "jobUid": _cut(r.get("jobUid"), 63), "attempt": r.get("attempt"),
             "pod": _cut(r.get("pod"), 253), "node": _cut(r.get("node"), 63), "ok": r.get("ok"), "phase": r.get("phase"),
             "failure": r.get("failure"), "warnings": [], "truncated": True,
@@ -204,7 +205,7 @@ def cap(report: Dict[str, Any], limit: int = MAX_BYTES) -> Tuple[str, bool]:
     _failure_cut(40)(keep)
     text = dumps(keep)
     if len(text) > limit:  # absurd inputs (a 4 KiB node name): keep the verdict only
-        text = dumps({"v": VERSION, "ok": bool(r.get("ok")), "truncated": True})
+        text = dumps({"v": REPORT_VERSION, "ok": bool(r.get("ok")), "truncated": True})
     return text, True
 
 
@@ -248,7 +249,7 @@ def summary(r: Dict[str, Any]) -> str:
     if measured:
         lines.append(f"  measured Mb/s: {', '.join(measured)}")
     for x in r.get("rejected") or []:
-        if x.get("reason") != "NoIPv4":
+        if x.get("reason") != vocabulary.REJ_NO_IPV4:
             lines.append(f"  rejected {x.get('ifname')}: {x.get('reason')}: {x.get('message')}")
     a = r.get("allreduce")
     if a and a.get("seconds") is not None:

@@ -113,12 +113,12 @@ class TorchLoader:
     def slow_warning(self, node: str) -> Optional[Dict[str, str]]:
         """The SlowTorchImport warning when the import took more than
         :func:`slow_import_seconds`, else None."""
-        from . import reasons as R
+        from .contract import vocabulary
 
         limit = slow_import_seconds()
         if self.seconds is None or self.seconds <= limit:
             return None
-        return {"reason": R.SLOW_TORCH_IMPORT, "message": (
+        return {"reason": vocabulary.SLOW_TORCH_IMPORT, "message": (
             f"{node}: importing torch took {self.seconds:.1f}s (more than "
             f"{limit:g}s): a cold image, lazily pulled layers or too little CPU; "
             f"training starts as slowly: warm the image on the node, or give the pod more CPU")}

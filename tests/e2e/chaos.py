@@ -56,6 +56,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from localcluster import controlplane, network, operator_install, procs, realnode
 from localcluster.config import node_spec_by_name
@@ -77,9 +78,9 @@ STAGE_DELAY = {"probe-created": 1.5, "probing": 3.0, "verdict": 0.6, "training-s
 # deleted by hand while it runs (a "delete-pod" fault), which must end the attempt in a gang
 # restart that creates nothing of attempt 0 again.
 FAIL_ONCE, FAIL_ALWAYS, PLAIN, DELETE_ONCE = "fail-once", "fail-always", "plain", "delete-once"
-EXPECTED = {FAIL_ONCE: (constants.SUCCEEDED, constants.REASON_ALL_RANKS_SUCCEEDED),
-            FAIL_ALWAYS: (constants.FAILED, constants.REASON_BACKOFF_LIMIT_EXCEEDED),
-            DELETE_ONCE: (constants.SUCCEEDED, constants.REASON_ALL_RANKS_SUCCEEDED)}
+EXPECTED = {FAIL_ONCE: (constants.SUCCEEDED, vocabulary.ALL_RANKS_SUCCEEDED),
+            FAIL_ALWAYS: (constants.FAILED, vocabulary.BACKOFF_LIMIT_EXCEEDED),
+            DELETE_ONCE: (constants.SUCCEEDED, vocabulary.ALL_RANKS_SUCCEEDED)}
 
 # Runs the example's training script unless this rank is the one made to fail on this
 # attempt (the attempt comes from the pod's disttrain.dev/attempt label, downward API).
@@ -759,8 +760,8 @@ class NodeLossRun:
     def check(self) -> None:
         """Fill :attr:`problems` from the verdict, its timing and the pods after it."""
         v = self.validated
-        if (v.get("status"), v.get("reason")) != ("False", constants.REASON_PROBE_POD_LOST):
-            self.problems.append(f"expected Validated=False {constants.REASON_PROBE_POD_LOST}, got "
+        if (v.get("status"), v.get("reason")) != ("False", vocabulary.PROBE_POD_LOST):
+            self.problems.append(f"expected Validated=False {vocabulary.PROBE_POD_LOST}, got "
                                  f"{v.get('status')} {v.get('reason')}: {v.get('message')}")
         elif not str(v.get("message", "")).startswith(f"{self.node} was lost"):
             self.problems.append(f"the message does not name the lost node {self.node} first: {v.get('message')}")

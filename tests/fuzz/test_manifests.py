@@ -27,6 +27,7 @@ from hypothesis import HealthCheck, event, given, note, settings
 from pydantic import ValidationError
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.api import torchrun
 from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
@@ -77,9 +78,9 @@ def operator_verdict(obj: dict) -> tuple[bool, str]:
                      capabilities={CAP_WORKLOAD_API})
     conds = {x["type"]: x for x in plan.status.get("conditions") or []}
     for x in conds.values():
-        assert x.get("reason") != constants.REASON_OPERATOR_ERROR, x
+        assert x.get("reason") != vocabulary.OPERATOR_ERROR, x
     failed = conds.get(constants.FAILED) or {}
-    if failed.get("status") == "True" and failed.get("reason") == constants.REASON_INVALID_SPEC:
+    if failed.get("status") == "True" and failed.get("reason") == vocabulary.INVALID_SPEC:
         return False, failed.get("message", "")
     return True, ""
 

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.shell.runner import Reconciler
 
 from .simapi import NS, SimApi, env_of, kube_for, later, rfc3339
@@ -72,7 +73,7 @@ def probe_report(pod: dict, kind: str, min_busbw: float = 0.0) -> tuple[str, boo
         "jobUid": env["DISTTRAIN_PROBE_JOB_UID"], "attempt": int(env["DISTTRAIN_PROBE_ATTEMPT"]),
         "pod": pod["metadata"]["name"], "node": pod["spec"].get("nodeName"), "ok": ok,
         "phase": "report" if ok else "rendezvous",
-        "failure": None if ok else {"reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+        "failure": None if ok else {"reason": vocabulary.MASTER_PORT_TIMEOUT, "phase": "rendezvous",
                                     "message": "connection to MASTER_ADDR timed out"},
         "master": {"addr": env.get("MASTER_ADDR"), "port": int(env["MASTER_PORT"])},
         "chosen": {"ifname": "eth1", "addr": "10.101.0.11", "subnet": "10.101.0.0/24"} if ok else None,

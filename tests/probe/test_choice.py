@@ -5,7 +5,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 from disttrain_probe.interfaces import choose, nccl_default
 
 
@@ -62,8 +62,8 @@ CASES = [
      {0: peer(0, LO, iface("enp6s0", "10.1.0.1/24"), DOCKER),
       1: peer(1, LO, iface("enp4s0", "10.1.0.2/24"), DOCKER)},
      not_docker, "auto", None, {0: "enp6s0", 1: "enp4s0"}),
-    ("user-choice-missing", THREE_WITH_DOCKER, not_docker, "eth9", R.INTERFACE_NOT_FOUND, {}),
-    ("user-choice-docker0", THREE_WITH_DOCKER, not_docker, "docker0", R.INTERFACE_UNREACHABLE, {}),
+    ("user-choice-missing", THREE_WITH_DOCKER, not_docker, "eth9", vocabulary.INTERFACE_NOT_FOUND, {}),
+    ("user-choice-docker0", THREE_WITH_DOCKER, not_docker, "docker0", vocabulary.INTERFACE_UNREACHABLE, {}),
     ("user-choice-honoured",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24", speed=1000),
               iface("eth1", f"10.9.0.{r + 1}/24", speed=100000)) for r in range(2)},
@@ -90,20 +90,20 @@ CASES = [
     ("partially-reachable-only",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(3)},
      lambda i, j, a: "timeout" if j == 2 else not_docker(i, j, a),
-     "auto", R.EPHEMERAL_PORTS_BLOCKED, {}),
+     "auto", vocabulary.EPHEMERAL_PORTS_BLOCKED, {}),
     ("partially-reachable-both-ways",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(3)},
      lambda i, j, a: "timeout" if 2 in (i, j) else not_docker(i, j, a),
-     "auto", R.NO_COMMON_INTERFACE, {}),
+     "auto", vocabulary.NO_COMMON_INTERFACE, {}),
     ("ephemeral-ports-blocked",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), DOCKER) for r in range(2)},
-     lambda i, j, a: "refused", "auto", R.EPHEMERAL_PORTS_BLOCKED, {}),
+     lambda i, j, a: "refused", "auto", vocabulary.EPHEMERAL_PORTS_BLOCKED, {}),
     ("down-interface",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"),
               iface("eth1", f"10.1.0.{r + 1}/24", up=r == 0, speed=100000)) for r in range(2)},
      not_docker, "auto", None, {0: "eth0", 1: "eth0"}),
     ("loopback-only-auto", {r: peer(r, LO, node="host") for r in range(2)},
-     lambda i, j, a: "ok", "auto", R.NO_COMMON_INTERFACE, {}),
+     lambda i, j, a: "ok", "auto", vocabulary.NO_COMMON_INTERFACE, {}),
     ("loopback-requested", {r: peer(r, LO, node="host") for r in range(2)},
      lambda i, j, a: "ok", "lo", None, {0: "lo", 1: "lo"}),
     ("routed-pod-network",
@@ -112,7 +112,7 @@ CASES = [
     ("two-nics-one-subnet",
      {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.0.0.{r + 11}/24"))
       for r in range(2)},
-     not_docker, "auto", R.NO_COMMON_INTERFACE, {}),
+     not_docker, "auto", vocabulary.NO_COMMON_INTERFACE, {}),
     ("single-rank", {0: peer(0, LO, iface("eth0", "10.0.0.1/24"), DOCKER)},
      not_docker, "auto", None, {0: "eth0"}),
 ]
@@ -136,9 +136,9 @@ def test_docker0_rejected_as_duplicate_with_message():
     res = choose(THREE_WITH_DOCKER, mesh_of(THREE_WITH_DOCKER, not_docker))
     for r in range(3):
         d = rej(res, r, "docker0")
-        assert d and d["reason"] == R.REJ_DUPLICATE_ADDRESS
+        assert d and d["reason"] == vocabulary.REJ_DUPLICATE_ADDRESS
         assert "172.17.0.1" in d["message"] and "node-a" in d["message"]
-        assert rej(res, r, "lo")["reason"] == R.REJ_LOOPBACK
+        assert rej(res, r, "lo")["reason"] == vocabulary.REJ_LOOPBACK
     assert res["chosen"][1] == {"ifname": "eth0", "addr": "10.0.0.2", "subnet": "10.0.0.0/24"}
 
 
@@ -160,7 +160,7 @@ def test_unreachable_names_the_peer():
              for r in range(2)}
     res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout" if a == "10.1.0.2" else "ok"))
     e = rej(res, 0, "eth1")
-    assert e["reason"] == R.REJ_UNREACHABLE
+    assert e["reason"] == vocabulary.REJ_UNREACHABLE
     assert "node-a->node-b 10.1.0.2: timeout" in e["message"] and "node-b" in e["message"]
 
 
@@ -168,24 +168,24 @@ def test_not_preferred_and_nccl_default_warning():
     peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24", speed=1000),
                      iface("eth1", f"10.9.0.{r + 1}/24", speed=100000)) for r in range(2)}
     res = choose(peers, mesh_of(peers, not_docker))
-    assert rej(res, 0, "eth0")["reason"] == R.REJ_NOT_PREFERRED
+    assert rej(res, 0, "eth0")["reason"] == vocabulary.REJ_NOT_PREFERRED
     assert res["ncclDefault"] == {0: "eth0", 1: "eth0"}
     ws = [w["reason"] for w in res["warnings"][0]]
-    assert R.NCCL_DEFAULT_DIFFERS in ws
+    assert vocabulary.NCCL_DEFAULT_DIFFERS in ws
 
 
 def test_down_rejected():
     peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"),
                      iface("eth1", f"10.1.0.{r + 1}/24", up=r == 0)) for r in range(2)}
     res = choose(peers, mesh_of(peers, not_docker))
-    assert rej(res, 0, "eth1")["reason"] == R.REJ_DOWN
+    assert rej(res, 0, "eth1")["reason"] == vocabulary.REJ_DOWN
     assert "node-b" in rej(res, 0, "eth1")["message"]
 
 
 def test_loopback_requested_warns():
     peers = {r: peer(r, LO, node="host") for r in range(2)}
     res = choose(peers, mesh_of(peers), "lo")
-    assert [w["reason"] for w in res["warnings"][1]] == [R.LOOPBACK_ONLY]
+    assert [w["reason"] for w in res["warnings"][1]] == [vocabulary.LOOPBACK_ONLY]
 
 
 def test_master_route_and_peer_route_warnings():
@@ -195,8 +195,8 @@ def test_master_route_and_peer_route_warnings():
     mesh[0][1]["10.0.0.2"]["src"] = "10.0.0.99"  # traffic leaves by another address
     res = choose(peers, mesh)
     assert res["chosen"][1]["ifname"] == "eth0"
-    w1 = [w["message"] for w in res["warnings"][1] if w["reason"] == R.ROUTE_VIA_OTHER_INTERFACE]
-    w0 = [w["message"] for w in res["warnings"][0] if w["reason"] == R.ROUTE_VIA_OTHER_INTERFACE]
+    w1 = [w["message"] for w in res["warnings"][1] if w["reason"] == vocabulary.ROUTE_VIA_OTHER_INTERFACE]
+    w0 = [w["message"] for w in res["warnings"][0] if w["reason"] == vocabulary.ROUTE_VIA_OTHER_INTERFACE]
     assert any("reaches the master via eth1" in m for m in w1)
     assert not any("master" in m for m in w0)  # rank 0 is the master
     assert any("leave from 10.0.0.99" in m for m in w0)
@@ -206,7 +206,7 @@ def test_mixed_families_warning():
     peers = {0: peer(0, LO, iface("eth0", "10.0.0.1/24", "2001:db8::1/64")),
              1: peer(1, LO, iface("eth0", "10.0.0.2/24", "fe80::2/64"))}
     res = choose(peers, mesh_of(peers))
-    assert R.MIXED_ADDRESS_FAMILIES in [w["reason"] for w in res["warnings"][0]]
+    assert vocabulary.MIXED_ADDRESS_FAMILIES in [w["reason"] for w in res["warnings"][0]]
 
 
 @pytest.mark.parametrize("ifaces,expected", [
@@ -248,7 +248,7 @@ def test_choice_with_partial_plan_checks_only_planned_pairs():
     j = dial[5][0]
     mesh[5][j][f"10.0.0.{j + 1}"] = {"r": "timeout"}
     res = choose(peers, mesh, "auto", 29500, dial)
-    assert res["failure"]["reason"] == R.NO_COMMON_INTERFACE
+    assert res["failure"]["reason"] == vocabulary.NO_COMMON_INTERFACE
     assert f"node-{chr(ord('a') + 5)}" in res["failure"]["message"]
 
 
@@ -256,11 +256,11 @@ def test_naming_one_of_two_nics_on_a_subnet_resolves_it():
     peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24"), iface("eth1", f"10.0.0.{r + 11}/24"))
              for r in range(2)}
     res = choose(peers, mesh_of(peers), "auto")
-    assert res["failure"]["reason"] == R.NO_COMMON_INTERFACE
+    assert res["failure"]["reason"] == vocabulary.NO_COMMON_INTERFACE
     assert "MultipleOnNode" in res["failure"]["message"]
     res = choose(peers, mesh_of(peers), "=eth1")
     assert res["failure"] is None and res["chosen"][0]["ifname"] == "eth1"
-    assert rej(res, 0, "eth0")["reason"] == R.REJ_NOT_REQUESTED
+    assert rej(res, 0, "eth0")["reason"] == vocabulary.REJ_NOT_REQUESTED
 
 
 def test_interface_not_found_groups_nodes():
@@ -282,7 +282,7 @@ def test_inbound_firewall_on_one_node_is_ephemeral_ports_blocked():
     res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout" if j == 1 else not_docker(i, j, a)),
                  "auto", master_port=29500)
     f = res["failure"]
-    assert f["reason"] == R.EPHEMERAL_PORTS_BLOCKED
+    assert f["reason"] == vocabulary.EPHEMERAL_PORTS_BLOCKED
     # the facts a user acts on come first, so the 400-character condition keeps them
     assert f["message"].startswith("node-b: inbound TCP to its ephemeral ports (net.ipv4."
                                    "ip_local_port_range 32768-60999, where NCCL and gloo listen) is blocked")
@@ -299,7 +299,7 @@ def test_blocked_pod_network_is_named_once_with_its_kind():
     res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout" if j == 0 else "ok"),
                  "auto", master_port=29500)
     msg = res["failure"]["message"]
-    assert res["failure"]["reason"] == R.EPHEMERAL_PORTS_BLOCKED
+    assert res["failure"]["reason"] == vocabulary.EPHEMERAL_PORTS_BLOCKED
     assert "got through on eth1/eth0, while" in msg and msg.count("eth0") == 1
 
 
@@ -307,11 +307,11 @@ def test_one_node_unreachable_both_ways_stays_no_common_interface():
     """If the node's own dials out fail too, the path is broken: not a firewall verdict."""
     peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(2)}
     res = choose(peers, mesh_of(peers, lambda i, j, a: "timeout"), "auto", master_port=29500)
-    assert res["failure"]["reason"] == R.EPHEMERAL_PORTS_BLOCKED  # all blocked: the old rule
+    assert res["failure"]["reason"] == vocabulary.EPHEMERAL_PORTS_BLOCKED  # all blocked: the old rule
     peers3 = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(3)}
     res = choose(peers3, mesh_of(peers3, lambda i, j, a: "timeout" if 2 in (i, j) else "ok"),
                  "auto", master_port=29500)
-    assert res["failure"]["reason"] == R.NO_COMMON_INTERFACE
+    assert res["failure"]["reason"] == vocabulary.NO_COMMON_INTERFACE
 
 
 def _measured_mesh(peers, mbps_by_prefix):
@@ -341,7 +341,7 @@ def test_measured_throughput_breaks_a_kernel_speed_tie():
     # the slowest measured pair stands for the network, on every rank
     assert res["measured"] == {0: {"eth0": 950.0, "eth1": 9399.0}, 1: {"eth0": 950.0, "eth1": 9399.0}}
     e = rej(res, 1, "eth0")
-    assert e["reason"] == R.REJ_NOT_PREFERRED
+    assert e["reason"] == vocabulary.REJ_NOT_PREFERRED
     assert "faster by measurement (9399 vs 950 Mb/s measured; the kernel reports 10000 Mb/s for both)" \
         in e["message"]
 
@@ -409,11 +409,11 @@ def test_lo_across_nodes_is_not_a_firewall_verdict():
     two = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24")) for r in range(2)}
     res = choose(two, mesh_of(two, lambda i, j, a: "refused" if a.startswith("127.") else "ok"),
                  "lo", master_port=29500)
-    assert res["failure"]["reason"] == R.INTERFACE_UNREACHABLE
+    assert res["failure"]["reason"] == vocabulary.INTERFACE_UNREACHABLE
     assert "lo is loopback" in res["failure"]["message"] and "socketIfname=eth0" in res["failure"]["message"]
     res = choose(two, mesh_of(two, not_docker), "lo,eth0", master_port=29500)
     assert {r: c["ifname"] for r, c in res["chosen"].items()} == {0: "eth0", 1: "eth0"}
-    assert not any(w["reason"] == R.LOOPBACK_ONLY for ws in res["warnings"].values() for w in ws)
+    assert not any(w["reason"] == vocabulary.LOOPBACK_ONLY for ws in res["warnings"].values() for w in ws)
 
 
 def test_ipv6_only_nics_are_named_as_the_reason():
@@ -445,7 +445,7 @@ def test_pod_network_bridge_is_never_chosen_while_a_nic_joins_the_nodes():
     assert {r: c["ifname"] for r, c in res["chosen"].items()} == {0: "eth0", 1: "eth0"}
     for r in (0, 1):
         reasons = [x["reason"] for x in res["rejected"][r] if x["ifname"] == "cni0"]
-        assert R.REJ_POD_NETWORK_DEVICE in reasons
+        assert vocabulary.REJ_POD_NETWORK_DEVICE in reasons
         assert not any(x["ifname"] == "eth0" for x in res["rejected"][r])  # chosen, not rejected
     # with only the pod network joining the nodes, it is used
     only = {r: peer(r, LO, iface("cni0", f"10.244.{r}.1/24")) for r in range(2)}

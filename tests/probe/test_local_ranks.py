@@ -10,7 +10,7 @@ from disttrain.diagnosis.report import parse_report
 from disttrain.diagnosis.trust import Expected, check
 from disttrain_probe import config as C
 from disttrain_probe import localranks as LR
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 from disttrain_probe import report as REP
 
 from probe_helpers import free_port, probe_env, run_ranks
@@ -27,17 +27,17 @@ def test_layout_numbers_ranks_as_torchrun_does():
 def test_a_local_rank_that_died_without_a_word_is_named_with_its_phase():
     last = LR.entry(1, False, "collective")
     out = LR.exited(1, -9, last, "node-b", 2, ["Segmentation fault"])
-    assert out["ok"] is False and out["failure"]["reason"] == R.PROCESS_GROUP_INIT_FAILED
+    assert out["ok"] is False and out["failure"]["reason"] == vocabulary.PROCESS_GROUP_INIT_FAILED
     assert out["failure"]["message"].startswith(
         "node-b local rank 1: the probe process ended (signal 9) during collective")
     assert "Segmentation fault" in out["failure"]["message"]
     # killed before the collective: not a collective failure
     assert LR.exited(1, 1, LR.entry(1, False, "waiting"), "node-b", 2)["failure"]["reason"] == \
-        R.PROBE_INTERNAL_ERROR
+        vocabulary.PROBE_INTERNAL_ERROR
 
 
 def test_its_own_word_wins_and_a_running_one_hung_only_when_final():
-    own = LR.entry(1, False, "collective", {"reason": R.ALL_REDUCE_WRONG_RESULT, "phase": "collective",
+    own = LR.entry(1, False, "collective", {"reason": vocabulary.ALL_REDUCE_WRONG_RESULT, "phase": "collective",
                                             "message": "node-b local rank 1: wrong"})
     assert LR.exited(1, 1, own, "node-b", 2)["failure"]["message"] == "node-b local rank 1: wrong"
     running = LR.entry(1, False, "collective")
@@ -50,8 +50,8 @@ def test_its_own_word_wins_and_a_running_one_hung_only_when_final():
 
 def test_first_failure_skips_stopped_ranks_and_local_rank_0():
     stopped = dict(LR.entry(1, False, "waiting", {"reason": "X", "message": "m"}), stopped=True)
-    bad = LR.entry(2, False, "collective", {"reason": R.ALL_REDUCE_TIMEOUT, "message": "node-b local rank 2: t"})
-    mine = LR.entry(0, False, "collective", {"reason": R.PROCESS_GROUP_INIT_FAILED})
+    bad = LR.entry(2, False, "collective", {"reason": vocabulary.ALL_REDUCE_TIMEOUT, "message": "node-b local rank 2: t"})
+    mine = LR.entry(0, False, "collective", {"reason": vocabulary.PROCESS_GROUP_INIT_FAILED})
     assert LR.first_failure([mine, stopped, bad])["message"] == "node-b local rank 2: t"
     assert LR.first_failure([mine, stopped]) is None
     assert LR.ready([LR.entry(0, True, "report"), LR.entry(1, True, "report")], 2)
@@ -79,7 +79,7 @@ def _multi_report(nproc: int, failing: int = 0, message: int = 300) -> dict:
     ifaces = [{"name": f"veth{i}", "addrs": [f"10.{i}.0.2/24", f"fd00::{i}/64"], "up": True,
                "speedMbps": 10000, "mtu": 1500} for i in range(40)]
     ranks = [LR.entry(k, k >= failing, "report" if k >= failing else "collective",
-                      None if k >= failing else {"reason": R.ALL_REDUCE_TIMEOUT, "phase": "collective",
+                      None if k >= failing else {"reason": vocabulary.ALL_REDUCE_TIMEOUT, "phase": "collective",
                                                  "message": f"node-b local rank {k}: " + "x" * message},
                       f"cuda:{k}", {"busbwGBps": 120.5}, {"busbwGBps": 40.25}) for k in range(nproc)]
     return {"v": 1, "rank": 1, "worldSize": 2, "jobUid": "u", "attempt": 1, "node": "node-b",
@@ -102,7 +102,7 @@ def _multi_report(nproc: int, failing: int = 0, message: int = 300) -> dict:
 def test_many_local_ranks_fit_the_cap_and_keep_the_failing_ones(nproc, failing):
     rep = _multi_report(nproc, failing)
     text, truncated = REP.cap(rep)
-    assert truncated and len(text.encode()) <= REP.MAX_BYTES
+    assert truncated and len(text.encode()) <= REP.MAX_REPORT_BYTES
     got = parse_report(text)
     assert got.local_world_size == nproc
     listed = {e.local_rank for e in got.local_ranks}
@@ -159,13 +159,13 @@ def test_a_crashed_local_rank_is_named_by_its_node_and_passed_on_by_the_other(tm
     by_rank = {r.rank: r for r in runs}
     mine = parse_report(by_rank[1].report_text)
     assert by_rank[1].rc == 1 and not mine.ok
-    assert mine.failure.reason == R.PROCESS_GROUP_INIT_FAILED
+    assert mine.failure.reason == vocabulary.PROCESS_GROUP_INIT_FAILED
     assert mine.failure.message.startswith(
         "host-a local rank 1: the probe process ended (code 9) during collective")
     assert [(e.local_rank, e.ok) for e in mine.local_ranks] == [(0, False), (1, False)]
     assert mine.local_ranks[0].failure is None  # local rank 0 only waited for it
     peer = parse_report(by_rank[0].report_text)
-    assert by_rank[0].rc == 1 and peer.failure.reason == R.PROCESS_GROUP_INIT_FAILED
+    assert by_rank[0].rc == 1 and peer.failure.reason == vocabulary.PROCESS_GROUP_INIT_FAILED
     assert peer.failure.message.startswith("peer host-a (rank 1) failed in collective: host-a local rank 1:")
 
 
@@ -179,8 +179,8 @@ def test_local_ranks_stop_when_local_rank_0_fails_before_the_collective(tmp_path
                     DISTTRAIN_PROBE_MASTER_STARTED_AT="2020-01-01T00:00:00Z")
     run = run_ranks([env], tmp_path, timeout=45)[0]
     rep = parse_report(run.report_text)
-    assert run.rc == 1 and rep.failure.reason == R.MASTER_PORT_REFUSED and run.seconds < 20
+    assert run.rc == 1 and rep.failure.reason == vocabulary.MASTER_PORT_REFUSED and run.seconds < 20
     assert rep.local_world_size == 2
     mine, other = rep.local_ranks
-    assert (mine.local_rank, mine.ok, mine.failure.reason) == (0, False, R.MASTER_PORT_REFUSED)
+    assert (mine.local_rank, mine.ok, mine.failure.reason) == (0, False, vocabulary.MASTER_PORT_REFUSED)
     assert (other.local_rank, other.ok, other.stopped, other.failure) == (1, False, True, None)

@@ -15,7 +15,7 @@ import pytest
 
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe import config as C
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 from disttrain_probe import rendezvous as RV
 
 from probe_helpers import PY, ROOT, free_port, probe_env, run_ranks
@@ -103,7 +103,7 @@ def test_refused_with_evidence_fails_after_the_grace_not_the_deadline(tmp_path):
                                  DISTTRAIN_PROBE_MASTER_STARTED_AT="2026-11-30T12:00:00Z",
                                  DISTTRAIN_PROBE_MASTER_GRACE_SECONDS="1")], tmp_path, timeout=60)
     rep = parse_report(run.report_text)
-    assert run.rc == 1 and rep.failure.reason == R.MASTER_PORT_REFUSED
+    assert run.rc == 1 and rep.failure.reason == vocabulary.MASTER_PORT_REFUSED
     assert "rank 0's probe has been running since 2026-11-30T12:00:00Z" in rep.failure.message
     assert "rank 0 not started" not in rep.failure.message
     # the rendezvous budget is ~16 s here; with the evidence it took about MIN_DIAL_SECONDS
@@ -317,10 +317,10 @@ def test_a_late_master_record_is_waited_for_when_another_name_of_the_job_resolve
     assert err is None and state["master"]["resolved"] == ["10.255.0.1"]
     assert state["master"]["peerName"] == "j-1.j" and 1.4 < took < 5
     out, err, state, took = _late_record_case(monkeypatch, 99, True, 0.5, 4)
-    assert err is not None and err.reason == R.MASTER_ADDR_UNRESOLVABLE
+    assert err is not None and err.reason == vocabulary.MASTER_ADDR_UNRESOLVABLE
     assert "while j-1.j (this job's) resolves" in err.message and 2.0 < took < 4.5
     out, err, state, took = _late_record_case(monkeypatch, 1.5, False, 0.5, 10)
-    assert err is not None and err.reason == R.MASTER_ADDR_UNRESOLVABLE and took < 1.4
+    assert err is not None and err.reason == vocabulary.MASTER_ADDR_UNRESOLVABLE and took < 1.4
     assert "headless Service name that exists" in err.message and "peerName" not in state["master"]
 
 

@@ -1,6 +1,6 @@
 """The compact per-path evidence (paths.py, pure): keys as the interface choice keys
 networks, one character per peer, upper case when the kernel used another source."""
-from disttrain_probe import paths as P
+from disttrain_probe.contract import paths as P
 
 LISTENERS = {
     0: {"l": [["eth0", "10.100.0.11", 24, 1], ["eth1", "10.101.0.11", 24, 2],

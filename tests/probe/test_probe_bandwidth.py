@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from disttrain.diagnosis.report import parse_report
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 
 from probe_helpers import run_ranks
 
@@ -81,7 +81,7 @@ def test_faster_network_chosen_by_measurement(two_networks, tmp_path):
         assert slow < SLOW_MBIT * 1.3 and fast > slow * 1.5, (slow, fast)
         assert ifs["lo"].measured_mbps is None
         lost = next(r for r in rep.rejected if r.ifname == "eth0")
-        assert lost.reason == R.REJ_NOT_PREFERRED
+        assert lost.reason == vocabulary.REJ_NOT_PREFERRED
         assert "faster by measurement" in lost.message and "Mb/s measured" in lost.message
         # every rank computed the same network-level numbers
         assert (slow, fast) == tuple(

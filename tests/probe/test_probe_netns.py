@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from disttrain.diagnosis.report import parse_report
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 
 from probe_helpers import run_ranks
 
@@ -96,12 +96,12 @@ def test_four_ranks_in_namespaces_choose_the_veth(fabric, tmp_path):
         assert rep.chosen.ifname == ifnames[i]
         assert rep.chosen.addr == f"10.200.0.{i + 1}" and rep.chosen.subnet == "10.200.0.0/24"
         rej = {r.ifname: r for r in rep.rejected}
-        assert rej["docker0"].reason == R.REJ_DUPLICATE_ADDRESS
+        assert rej["docker0"].reason == vocabulary.REJ_DUPLICATE_ADDRESS
         assert "172.17.0.1" in rej["docker0"].message
-        assert rej["eth0"].reason == R.REJ_UNREACHABLE
-        assert rej["lo"].reason == R.REJ_LOOPBACK
+        assert rej["eth0"].reason == vocabulary.REJ_UNREACHABLE
+        assert rej["lo"].reason == vocabulary.REJ_LOOPBACK
         assert rep.nccl_default_ifname == "eth0"
-        assert R.NCCL_DEFAULT_DIFFERS in [w.reason for w in rep.warnings]
+        assert vocabulary.NCCL_DEFAULT_DIFFERS in [w.reason for w in rep.warnings]
         if i:
             assert rep.master.route.iface == ifnames[i]
         a = rep.allreduce
@@ -130,8 +130,8 @@ def test_peer_in_unreachable_namespace_is_reported(fabric, tmp_path):
     reps = {r.rank: parse_report(r.report_text) for r in runs}
     for r in runs:
         assert r.rc == 1 and r.seconds < 20 + 3, (r.rank, r.seconds)
-    assert reps[3].failure.reason == R.MASTER_PORT_TIMEOUT
+    assert reps[3].failure.reason == vocabulary.MASTER_PORT_TIMEOUT
     assert reps[3].failure.phase == "rendezvous"
     for i in range(3):
-        assert reps[i].failure.reason == R.RENDEZVOUS_TIMEOUT
+        assert reps[i].failure.reason == vocabulary.RENDEZVOUS_TIMEOUT
         assert "rank(s) 3 never arrived" in reps[i].failure.message

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from disttrain.diagnosis.report import parse_report
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 
 from probe_helpers import free_port, probe_env, run_ranks
 
@@ -48,7 +48,7 @@ def test_loopback_allreduce(loopback_run):
         assert a.correct is True and a.bytes == 4 * 2**20 and a.iterations == 5
         assert a.seconds > 0 and a.algbw_gbps > 0 and a.busbw_gbps > 0
         assert a.busbw_gbps == pytest.approx(a.algbw_gbps * 1.0, rel=0.01)  # n=2: factor 1
-        assert R.LOOPBACK_ONLY in [w.reason for w in rep.warnings]
+        assert vocabulary.LOOPBACK_ONLY in [w.reason for w in rep.warnings]
         assert "PASS" in run.stdout
 
 
@@ -59,7 +59,7 @@ def test_wrong_master_port_is_refused_within_deadline(tmp_path):
     assert run.rc == 1
     assert run.seconds < 8 + 3
     rep = parse_report(run.report_text)
-    assert not rep.ok and rep.failure.reason == R.MASTER_PORT_REFUSED
+    assert not rep.ok and rep.failure.reason == vocabulary.MASTER_PORT_REFUSED
     assert rep.failure.phase == "rendezvous" and str(port) in rep.failure.message
 
 
@@ -67,7 +67,7 @@ def test_master_addr_loopback_on_nonzero_rank(tmp_path):
     [run] = run_ranks([probe_env(1, 2, free_port(), MASTER_ADDR="localhost",
                                  DISTTRAIN_PROBE_TIMEOUT_SECONDS="8")], tmp_path, timeout=30)
     rep = parse_report(run.report_text)
-    assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_LOOPBACK
+    assert run.rc == 1 and rep.failure.reason == vocabulary.MASTER_ADDR_LOOPBACK
     assert "localhost" in rep.failure.message
 
 
@@ -78,7 +78,7 @@ def test_peers_never_come(tmp_path):
                       timeout=40)
     assert run.rc == 1 and run.seconds < 15 + 3
     rep = parse_report(run.report_text)
-    assert rep.failure.reason == R.RENDEZVOUS_TIMEOUT and rep.phase == "rendezvous"
+    assert rep.failure.reason == vocabulary.RENDEZVOUS_TIMEOUT and rep.phase == "rendezvous"
     assert "rank(s) 1, 2 never arrived" in rep.failure.message
 
 
@@ -94,16 +94,16 @@ def test_hung_peer_in_collective_does_not_hang_the_probe(tmp_path):
         assert run.rc == 1 and run.seconds < 20 + 3, (run.rank, run.seconds)
         rep = parse_report(run.report_text)
         assert rep.phase == "collective" and not rep.ok
-    assert parse_report(runs[0].report_text).failure.reason in (R.PROCESS_GROUP_INIT_FAILED,
-                                                                 R.ALL_REDUCE_TIMEOUT)
+    assert parse_report(runs[0].report_text).failure.reason in (vocabulary.PROCESS_GROUP_INIT_FAILED,
+                                                                 vocabulary.ALL_REDUCE_TIMEOUT)
     # The stalled rank is killed by its own watchdog with the step's reason.
-    assert parse_report(runs[1].report_text).failure.reason == R.PROCESS_GROUP_INIT_FAILED
+    assert parse_report(runs[1].report_text).failure.reason == vocabulary.PROCESS_GROUP_INIT_FAILED
 
 
 def test_bad_input_still_writes_a_report(tmp_path):
     [run] = run_ranks([{"RANK": "0", "WORLD_SIZE": "x"}], tmp_path, timeout=20)
     rep = parse_report(run.report_text)
-    assert run.rc == 1 and rep.failure.reason == R.PROBE_INTERNAL_ERROR and rep.phase == "config"
+    assert run.rc == 1 and rep.failure.reason == vocabulary.PROBE_INTERNAL_ERROR and rep.phase == "config"
 
 
 def test_bandwidth_threshold(tmp_path):
@@ -113,7 +113,7 @@ def test_bandwidth_threshold(tmp_path):
                       DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES="65536") for r in range(2)]
     for run in run_ranks(envs, tmp_path, timeout=60):
         rep = parse_report(run.report_text)
-        assert run.rc == 1 and rep.failure.reason == R.BANDWIDTH_BELOW_THRESHOLD
+        assert run.rc == 1 and rep.failure.reason == vocabulary.BANDWIDTH_BELOW_THRESHOLD
         assert rep.allreduce.correct is True and rep.allreduce.bytes == 65536
 
 
@@ -124,8 +124,10 @@ def test_install_copies_the_package(tmp_path):
                          capture_output=True, text=True, check=True)
     dest = tmp_path / "disttrain_probe"
     assert out.stdout.strip() == str(dest)
-    for name in ("__init__.py", "__main__.py", "interfaces.py", "report.py", "reasons.py"):
-        assert (dest / name).is_file()
+    for name in ("__init__.py", "__main__.py", "interfaces.py", "report.py",
+                 "contract/__init__.py", "contract/vocabulary.py"):  # subpackages too
+        assert (dest / name).is_file(), name
+    assert not list(dest.rglob("__pycache__"))
     # The launcher beside it runs that copy, with no PYTHONPATH of its own: the container's
     # stays as the image or the node set it (a site's torch tree there stays importable),
     # and a disttrain_probe on that path does not shadow the installed one.
@@ -146,7 +148,7 @@ def test_unresolvable_master_addr_fails_rank0_after_the_resolve_window(tmp_path)
                                  DISTTRAIN_PROBE_TIMEOUT_SECONDS="60",
                                  DISTTRAIN_PROBE_RESOLVE_SECONDS="4")], tmp_path, timeout=90)
     rep = parse_report(run.report_text)
-    assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_UNRESOLVABLE
+    assert run.rc == 1 and rep.failure.reason == vocabulary.MASTER_ADDR_UNRESOLVABLE
     assert rep.phase == "rendezvous" and "a..b" in rep.failure.message
     # rank 0 retries for the whole window, as its peers do (DNS may publish its record late)
     assert re.search(r"after [45]s of retries", rep.failure.message), rep.failure.message
@@ -168,6 +170,6 @@ def test_rank0_name_mapped_to_loopback_in_its_hosts_file_is_blocked(tmp_path):
                                  DISTTRAIN_PROBE_TIMEOUT_SECONDS="20")], tmp_path, timeout=40,
                       prefix=[wrap])
     rep = parse_report(run.report_text)
-    assert run.rc == 1 and rep.failure.reason == R.MASTER_ADDR_LOOPBACK, run.stderr[-2000:]
+    assert run.rc == 1 and rep.failure.reason == vocabulary.MASTER_ADDR_LOOPBACK, run.stderr[-2000:]
     assert "node-b (rank 0)" in rep.failure.message and "/etc/hosts" in rep.failure.message
     assert run.seconds < 15, "decided at once, not at the rendezvous deadline"

@@ -8,12 +8,12 @@ import time
 import pytest
 
 from disttrain.diagnosis.report import ProbeReport, ReportInvalid, parse_report
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 from disttrain_probe import report as REP
 from disttrain_probe.collective import bandwidth, busbw_factor
 from disttrain_probe.config import ConfigError, load, parse_ifname_spec, parse_port_range
 from disttrain_probe.deadline import Tracker
-from disttrain_probe.versions import check as check_versions
+from disttrain_probe.contract.versions import check as check_versions
 
 
 def big_report(n_ifaces: int = 64) -> dict:
@@ -24,8 +24,8 @@ def big_report(n_ifaces: int = 64) -> dict:
         "v": 1, "rank": 3, "worldSize": 64, "node": "gpu-node-0003.example.internal",
         "pod": "job-probe-3", "hostname": "gpu-node-0003", "hostIp": "10.0.0.4", "ok": False,
         "phase": "choice",
-        "failure": {"reason": R.NO_COMMON_INTERFACE, "phase": "choice", "message": "x" * 3000},
-        "warnings": [{"reason": R.HOSTNAME_LOOPBACK, "message": "w" * 500}] * 6,
+        "failure": {"reason": vocabulary.NO_COMMON_INTERFACE, "phase": "choice", "message": "x" * 3000},
+        "warnings": [{"reason": vocabulary.HOSTNAME_LOOPBACK, "message": "w" * 500}] * 6,
         "versions": {"python": "3.11.7", "torch": "2.8.0", "cuda": "12.8", "nccl": "2.27.3",
                      "driver": "570.1", "gpus": 8},
         "master": {"addr": "job-master.ns.svc", "port": 29500, "resolved": ["10.0.0.1"],
@@ -56,7 +56,7 @@ def test_truncation_with_64_interfaces_stays_under_cap_and_parses():
     assert len(text.encode()) <= 4096
     obj = json.loads(text)
     assert obj["truncated"] is True and "mesh" not in obj  # mesh detail goes first
-    assert obj["failure"]["reason"] == R.NO_COMMON_INTERFACE
+    assert obj["failure"]["reason"] == vocabulary.NO_COMMON_INTERFACE
     rep = parse_report(text)
     assert rep.truncated and rep.rank == 3 and rep.versions.nccl == "2.27.3"
 
@@ -66,7 +66,7 @@ def test_truncation_never_exceeds_cap(n):
     r = big_report(n)
     r["node"] = "n" * (50 * n)
     text, _ = REP.cap(r)
-    assert len(text.encode()) <= REP.MAX_BYTES
+    assert len(text.encode()) <= REP.MAX_REPORT_BYTES
     parse_report(text)
 
 
@@ -80,7 +80,7 @@ def test_a_passing_report_cut_to_the_bone_keeps_its_chosen_interface_and_master(
     r["node"] = "n" * 900
     text, truncated = REP.cap(r)
     obj = json.loads(text)
-    assert truncated and len(text.encode()) <= REP.MAX_BYTES
+    assert truncated and len(text.encode()) <= REP.MAX_REPORT_BYTES
     assert obj["chosen"]["ifname"] == "enp7s0f1np1" and obj["master"]["port"] == 29500
     parse_report(text)
 
@@ -104,13 +104,13 @@ def test_reasons_are_unique_camelcase_and_cover_the_design_table():
               "TorchVersionMismatch", "CUDAVersionMismatch", "DriverVersionMismatch",
               "AllReduceTimeout", "AllReduceWrongResult", "BandwidthBelowThreshold",
               "ProcessGroupInitFailed", "RendezvousTimeout", "ProbeInternalError"}
-    assert set(R.FAILURES) == design | {"TorchImportTimeout", "SettingsMismatch"}
-    for group in (R.FAILURES, R.WARNINGS, R.REJECTIONS):
+    assert set(vocabulary.PROBE_FAILURES) == design | {"TorchImportTimeout", "SettingsMismatch"}
+    for group in (vocabulary.PROBE_FAILURES, vocabulary.PROBE_WARNINGS, vocabulary.PROBE_REJECTIONS):
         assert len(set(group)) == len(group)
         for x in group:
             assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", x), x
-    assert not set(R.FAILURES) & set(R.WARNINGS)
-    assert set(R.CONDITION_OF) == set(R.FAILURES)
+    assert not set(vocabulary.PROBE_FAILURES) & set(vocabulary.PROBE_WARNINGS)
+    assert set(vocabulary.PROBE_CONDITION_OF) == set(vocabulary.PROBE_FAILURES)
 
 
 def test_busbw_formula():
@@ -128,16 +128,16 @@ def test_versions_mismatch_order_and_message():
     peers = {0: {"node": "a", "versions": {"nccl": "2.21.5", "torch": "2.4.0", "cuda": "12.4"}},
              1: {"node": "b", "versions": {"nccl": "2.27.5", "torch": "2.8.0", "cuda": "12.9"}}}
     v = check_versions(peers)
-    assert v["reason"] == R.NCCL_VERSION_MISMATCH
+    assert v["reason"] == vocabulary.NCCL_VERSION_MISMATCH
     assert v["message"].startswith("NCCL differs between nodes: a: torch 2.4.0, CUDA 12.4, NCCL 2.21.5; "
                                    "b: torch 2.8.0, CUDA 12.9, NCCL 2.27.5; ")
     peers[1]["versions"]["nccl"] = "2.21.5"
-    assert check_versions(peers)["reason"] == R.TORCH_VERSION_MISMATCH
+    assert check_versions(peers)["reason"] == vocabulary.TORCH_VERSION_MISMATCH
     peers[1]["versions"]["torch"] = "2.4.0"
-    assert check_versions(peers)["reason"] == R.CUDA_VERSION_MISMATCH
+    assert check_versions(peers)["reason"] == vocabulary.CUDA_VERSION_MISMATCH
     peers[1]["versions"]["cuda"] = "12.4"
     peers[0]["versions"]["driver"] = "550.1"
-    assert check_versions(peers)["reason"] == R.DRIVER_VERSION_MISMATCH
+    assert check_versions(peers)["reason"] == vocabulary.DRIVER_VERSION_MISMATCH
     peers[1]["versions"]["driver"] = "550.1"
     assert check_versions(peers) is None
 
@@ -148,14 +148,14 @@ def test_nccl_skew_names_the_node_that_left_torchs_build():
              for r, (n, v, p) in enumerate([("node-a", "2.27.3", "/venv/libnccl.so.2"),
                                             ("node-b", "2.28.9", lib), ("node-c", "2.27.3", None)])}
     v = check_versions(peers)
-    assert v["reason"] == R.NCCL_VERSION_MISMATCH
+    assert v["reason"] == vocabulary.NCCL_VERSION_MISMATCH
     assert f"node-b: torch 2.8.0, NCCL 2.28.9 from {lib}; node-c" in v["message"]
     assert "/venv/libnccl.so.2" not in v["message"]  # only the odd node's library is shown
     assert v["message"].endswith("check LD_LIBRARY_PATH/LD_PRELOAD on node-b (or the image's NCCL)")
 
 
 def test_odd_nodes():
-    from disttrain_probe.versions import odd_nodes
+    from disttrain_probe.contract.versions import odd_nodes
     assert odd_nodes({"a": "1", "b": "2", "c": "1"}) == ["b"]          # the minority
     assert odd_nodes({"a": "1", "b": "2"}) == ["a", "b"]               # no majority: all
     assert odd_nodes({"a": "1", "b": "2"}, {"a": "1", "b": "1"}) == ["b"]  # off the build
@@ -200,11 +200,11 @@ def test_tracker_splits_budget_and_watchdog_fires():
     t = Tracker(10.0, on_overrun=lambda p, r, m: fired.append((p, r, m)), watchdog=False)
     d = t.begin("inventory")
     assert 2.5 < d.remaining() <= 3.0  # min(5 s, 30 %) of a 10 s total: no torch import here
-    d = t.begin("rendezvous", R.RENDEZVOUS_TIMEOUT, "waiting")
+    d = t.begin("rendezvous", vocabulary.RENDEZVOUS_TIMEOUT, "waiting")
     # the rendezvous (it waits for torch) may use all but the 35 % kept for later phases
     assert 5.5 < d.remaining() < 6.1
     t.hard = time.monotonic() - 1  # pretend the phase overran
-    assert t.check() and fired[0][0] == "rendezvous" and fired[0][1] == R.RENDEZVOUS_TIMEOUT
+    assert t.check() and fired[0][0] == "rendezvous" and fired[0][1] == vocabulary.RENDEZVOUS_TIMEOUT
     assert "waiting" in fired[0][2]
     assert not t.check()  # fires once
     t.finish()
@@ -213,7 +213,7 @@ def test_tracker_splits_budget_and_watchdog_fires():
 def test_watchdog_thread_fires_on_its_own():
     fired = []
     t = Tracker(1.0, on_overrun=lambda p, r, m: fired.append(p))
-    t.begin("collective", R.ALL_REDUCE_TIMEOUT)
+    t.begin("collective", vocabulary.ALL_REDUCE_TIMEOUT)
     time.sleep(1.3)
     assert fired == ["collective"]
     t.finish()
@@ -254,7 +254,7 @@ def test_paths_at_64_ranks_survive_the_cap():
     r["pathMbps"] = {"10.0.0.0/24": {"2": 9400.0, "4": 9100.0}}
     text, truncated = REP.cap(r)
     obj = json.loads(text)
-    assert truncated and len(text.encode()) <= REP.MAX_BYTES
+    assert truncated and len(text.encode()) <= REP.MAX_REPORT_BYTES
     assert obj["paths"] == r["paths"]
     assert parse_report(text).paths == r["paths"]
     # a pathological number of networks is cut to the ones with failures first

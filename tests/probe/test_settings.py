@@ -1,6 +1,6 @@
 """NCCL/gloo settings that must agree across nodes, and settings that hurt (pure)."""
-from disttrain_probe import reasons as R
-from disttrain_probe import settings as S
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract import settings as S
 
 
 def peers(*per_node):
@@ -13,7 +13,7 @@ def test_only_the_must_agree_variables_are_kept():
 
 def test_a_setting_on_one_node_only_names_that_node_with_a_table():
     m = S.mismatch(peers({}, {"NCCL_PROTO": "Simple"}, {}))
-    assert m["reason"] == R.SETTINGS_MISMATCH
+    assert m["reason"] == vocabulary.SETTINGS_MISMATCH
     assert m["message"].startswith("NCCL_PROTO differs between nodes (node-a, node-c: NCCL_PROTO "
                                    "unset; node-b: NCCL_PROTO=Simple)")
     assert m["message"].endswith("(check the env of node-b: the template, the image, the node)")
@@ -28,7 +28,7 @@ def test_a_setting_on_one_node_only_names_that_node_with_a_table():
 
 def test_risky_settings():
     w = S.risky("node-a", {"NCCL_IB_DISABLE": "1"}, ["mlx5_0"], "eth1")
-    assert [x["reason"] for x in w] == [R.RISKY_SETTING] and "mlx5_0" in w[0]["message"]
+    assert [x["reason"] for x in w] == [vocabulary.RISKY_SETTING] and "mlx5_0" in w[0]["message"]
     assert S.risky("node-a", {"NCCL_IB_DISABLE": "1"}, [], "eth1") == []  # no RDMA: harmless
     w = S.risky("node-a", {"NCCL_SOCKET_IFNAME": "eth0"}, [], "eth1")
     assert "sets NCCL_SOCKET_IFNAME=eth0, not the validated eth1" in w[0]["message"]

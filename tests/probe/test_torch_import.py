@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from disttrain.diagnosis.report import parse_report
-from disttrain_probe import reasons as R
+from disttrain_probe.contract import vocabulary
 from disttrain_probe.torchload import SLOW_IMPORT_SECONDS, TorchLoader
 
 from probe_helpers import free_port, probe_env, run_ranks
@@ -48,7 +48,7 @@ def test_loader_reports_a_failed_import_and_a_slow_one():
     slow = TorchLoader(lambda: {})
     slow.seconds = SLOW_IMPORT_SECONDS + 2.5
     w = slow.slow_warning("node-b")
-    assert w["reason"] == R.SLOW_TORCH_IMPORT and w["message"].startswith("node-b: importing torch took 22.5s")
+    assert w["reason"] == vocabulary.SLOW_TORCH_IMPORT and w["message"].startswith("node-b: importing torch took 22.5s")
 
 
 def test_slow_import_on_one_rank_is_a_warning_not_an_internal_error(tmp_path):
@@ -61,7 +61,7 @@ def test_slow_import_on_one_rank_is_a_warning_not_an_internal_error(tmp_path):
     runs = run_ranks(envs, tmp_path, timeout=90)
     reps = [parse_report(r.report_text) for r in runs]
     assert [r.rc for r in runs] == [0, 0], [x.failure for x in reps]
-    slow = [w for w in reps[1].warnings if w.reason == R.SLOW_TORCH_IMPORT]
+    slow = [w for w in reps[1].warnings if w.reason == vocabulary.SLOW_TORCH_IMPORT]
     assert slow and f"{reps[1].node}: importing torch took " in slow[0].message
     assert reps[1].timings["torchImport"] > 8 and "(more than 3s)" in slow[0].message
     assert reps[1].timings["torchImport"] > reps[0].timings["torchImport"] + 5
@@ -74,8 +74,8 @@ def test_import_past_the_budget_is_torch_import_timeout(tmp_path):
     envs[1]["DISTTRAIN_PROBE_TEST_TORCH_DELAY"] = "60"
     runs = run_ranks(envs, tmp_path, timeout=60)
     rep1 = parse_report(runs[1].report_text)
-    assert runs[1].rc == 1 and rep1.failure.reason == R.TORCH_IMPORT_TIMEOUT, rep1.failure
+    assert runs[1].rc == 1 and rep1.failure.reason == vocabulary.TORCH_IMPORT_TIMEOUT, rep1.failure
     assert rep1.failure.message.startswith(f"{rep1.node}: importing torch took more than")
     assert runs[1].seconds < 25  # it gives up within its budget (12 s + the watchdog's grace)
     rep0 = parse_report(runs[0].report_text)
-    assert rep0.failure.reason != R.PROBE_INTERNAL_ERROR, rep0.failure
+    assert rep0.failure.reason != vocabulary.PROBE_INTERNAL_ERROR, rep0.failure

@@ -4,6 +4,7 @@ import copy
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue
 
 from .fixtures import job
@@ -59,14 +60,14 @@ def test_a_queued_job_creates_its_workload_and_no_pod():
     assert wl["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"] == {"limits": {"cpu": "2"}}
     assert wl["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
-    assert (a["status"], a["reason"]) == ("False", constants.REASON_WAITING_FOR_QUOTA) and "user-queue" in a["message"]
+    assert (a["status"], a["reason"]) == ("False", vocabulary.WAITING_FOR_QUOTA) and "user-queue" in a["message"]
 
 
 def test_pending_says_kueues_words_and_runs_nothing():
     body = advance(queued(), step(queued(), []))
     plan = step(body, [], kueue=kueue.Observed(wl_with(PENDING)))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
-    assert a["reason"] == constants.REASON_WAITING_FOR_QUOTA and "insufficient unused quota for cpu" in a["message"]
+    assert a["reason"] == vocabulary.WAITING_FOR_QUOTA and "insufficient unused quota for cpu" in a["message"]
     assert plan.creates == [] and plan.objects == []
 
 
@@ -74,7 +75,7 @@ def test_admitted_jobs_probe_on_the_flavors_nodes():
     body = advance(queued(), step(queued(), []))
     plan = step(body, [], kueue=kueue.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
-    assert (a["status"], a["reason"]) == ("True", constants.REASON_WORKLOAD_ADMITTED) and "cluster-queue" in a["message"]
+    assert (a["status"], a["reason"]) == ("True", vocabulary.WORKLOAD_ADMITTED) and "cluster-queue" in a["message"]
     [p0] = plan.creates
     assert p0["spec"]["nodeSelector"] == {"pool": "a100"}  # the template's pool=gpu replaced
     assert {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"} in p0["spec"]["tolerations"]
@@ -91,7 +92,7 @@ def test_eviction_stops_the_pods_then_hands_the_quota_back_and_probes_again_when
     plan = step(body, workers("Running", "Running"), kueue=kueue.Observed(evicted))
     assert sorted(plan.deletes) == ["j-worker-0", "j-worker-1"] and plan.status_patches == []
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
-    assert (a["status"], a["reason"]) == ("False", constants.REASON_WORKLOAD_EVICTED) and "Preempted" in a["message"]
+    assert (a["status"], a["reason"]) == ("False", vocabulary.WORKLOAD_EVICTED) and "Preempted" in a["message"]
     assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
     assert not cond.is_true(plan.status["conditions"], constants.FAILED)
     body = advance(body, plan)
@@ -128,10 +129,10 @@ def test_deactivated_workload_fails_the_job_and_unreadable_kueue_is_said():
                      "message": "The workload is deactivated"}], active=False)
     plan = step(body, [], kueue=kueue.Observed(gone))
     f = cond.get(plan.status["conditions"], constants.FAILED)
-    assert (f["status"], f["reason"]) == ("True", constants.REASON_WORKLOAD_DEACTIVATED)
+    assert (f["status"], f["reason"]) == ("True", vocabulary.WORKLOAD_DEACTIVATED)
     plan = step(body, [], kueue=kueue.Observed(problem="the operator may not read Kueue's objects (HTTP 403)"))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
-    assert a["reason"] == constants.REASON_KUEUE_UNAVAILABLE and "kueue.enabled=true" in a["message"]
+    assert a["reason"] == vocabulary.KUEUE_UNAVAILABLE and "kueue.enabled=true" in a["message"]
     assert plan.creates == [] and not cond.is_true(plan.status["conditions"], constants.FAILED)
 
 

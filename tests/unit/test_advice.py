@@ -1,5 +1,6 @@
 """Spec-aware fixes (operator/disttrain/diagnosis/advice.py)."""
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.advice import advice, apply_advice
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
@@ -17,28 +18,28 @@ def spec(**network):
 
 
 def test_host_network_port_range_recommends_pod_network_or_node_sysctl():
-    a = advice(constants.REASON_EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=True, portRange="60000-61000"))
+    a = advice(vocabulary.EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=True, portRange="60000-61000"))
     assert "hostNetwork: false" in a and 'ip_local_port_range="60000 61000"' in a
 
 
 def test_no_port_range_asks_for_one_and_pod_network_says_the_operator_sets_it():
-    a = advice(constants.REASON_EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=False))
+    a = advice(vocabulary.EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=False))
     assert "network.portRange" in a and "operator then sets" in a
-    assert "operator then sets" not in advice(constants.REASON_EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=True))
+    assert "operator then sets" not in advice(vocabulary.EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=True))
     # a pod-network job that declared its range: the probe's message is the whole story
-    assert advice(constants.REASON_EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=False, portRange="1-2")) is None
+    assert advice(vocabulary.EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=False, portRange="1-2")) is None
 
 
 def test_unresolvable_names_the_service_only_with_dns_hostnames():
-    a = advice(constants.REASON_MASTER_ADDR_UNRESOLVABLE, REF, spec(hostNetwork=False, subdomain="workerz"))
+    a = advice(vocabulary.MASTER_ADDR_UNRESOLVABLE, REF, spec(hostNetwork=False, subdomain="workerz"))
     assert "Service workerz" in a and "namespace ns" in a and "you manage" in a
-    assert advice(constants.REASON_MASTER_ADDR_UNRESOLVABLE, REF, spec(hostNetwork=True)) is None
+    assert advice(vocabulary.MASTER_ADDR_UNRESOLVABLE, REF, spec(hostNetwork=True)) is None
 
 
 def test_apply_advice_touches_only_false_conditions_once():
     d = Diagnosis(conditions={
-        constants.NETWORK_VALIDATED: Verdict("False", constants.REASON_EPHEMERAL_PORTS_BLOCKED, "node-a drops."),
-        constants.MASTER_REACHABLE: Verdict("True", constants.REASON_EPHEMERAL_PORTS_BLOCKED, "fine"),
+        constants.NETWORK_VALIDATED: Verdict("False", vocabulary.EPHEMERAL_PORTS_BLOCKED, "node-a drops."),
+        constants.MASTER_REACHABLE: Verdict("True", vocabulary.EPHEMERAL_PORTS_BLOCKED, "fine"),
     })
     s = spec(hostNetwork=True, portRange="60000-61000")
     apply_advice(d, REF, s)

@@ -7,7 +7,7 @@ import pytest
 from disttrain.diagnosis import attribution
 from disttrain.diagnosis import evidence
 from disttrain.diagnosis.findings import ProbeOutcome, typed
-from disttrain_probe import vocabulary as V
+from disttrain_probe.contract import vocabulary as V
 
 from .fixtures import report
 

@@ -7,6 +7,7 @@ import pytest
 from kubernetes import client
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from tests.e2e import chaos
 
 from .fixtures import JOB_UID, pod
@@ -65,9 +66,9 @@ def test_a_training_pod_next_to_a_running_probe_is_caught():
     assert len(pw.duplicates) == 1 and "while probe" in pw.duplicates[0]
 
 
-def finished_job(restarts=1, attempt=1, outcome=(constants.SUCCEEDED, constants.REASON_ALL_RANKS_SUCCEEDED)):
+def finished_job(restarts=1, attempt=1, outcome=(constants.SUCCEEDED, vocabulary.ALL_RANKS_SUCCEEDED)):
     return {"restarts": restarts, "probe": {"attempt": attempt}, "conditions": [
-        {"type": constants.VALIDATED, "status": "True", "reason": constants.REASON_ALL_CHECKS_PASSED, "message": "m"},
+        {"type": constants.VALIDATED, "status": "True", "reason": vocabulary.ALL_CHECKS_PASSED, "message": "m"},
         {"type": outcome[0], "status": "True", "reason": outcome[1], "message": "m"}]}
 
 
@@ -96,7 +97,7 @@ def test_what_cleanup_should_have_removed_is_an_orphan(left, why):
 
 
 def test_probe_pods_kept_after_a_failed_preflight_are_not_orphans():
-    st = finished_job(restarts=0, outcome=(constants.FAILED, constants.REASON_PREFLIGHT_FAILED))
+    st = finished_job(restarts=0, outcome=(constants.FAILED, vocabulary.PREFLIGHT_FAILED))
     st["conditions"][0]["status"] = "False"
     r = run_of(st, [mk("j-probe-0", "probe", 0, 1, "Failed")])
     assert r.orphans == [] and r.problems  # the outcome is still not the expected one

@@ -3,6 +3,7 @@
 import pytest
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose, summarize_ifnames
 
 from .fixtures import report
@@ -15,7 +16,7 @@ def outcomes(*reports):
 def test_all_pass():
     d = diagnose(outcomes(report(0, "node-a", busbw=2.0), report(1, "node-b", busbw=1.5)), "10.100.0.10")
     assert d.validated
-    assert d.conditions[constants.VALIDATED].reason == constants.REASON_ALL_CHECKS_PASSED
+    assert d.conditions[constants.VALIDATED].reason == vocabulary.ALL_CHECKS_PASSED
     assert all(d.conditions[t].status == "True" for t in constants.CHECK_CONDITIONS)
     assert d.bus_bandwidth_gbps == 1.5  # the slowest rank bounds the collective
     assert d.socket_ifnames == {0: "eth1", 1: "eth1"}
@@ -63,7 +64,7 @@ def test_null_bandwidth_does_not_crash():
 def test_version_mismatch_detected_across_reports():
     d = diagnose(outcomes(report(0, "node-a", nccl="2.21.5"), report(1, "node-b", nccl="2.27.5")), "10.1.1.1")
     v = d.conditions[constants.VERSIONS_CONSISTENT]
-    assert (v.status, v.reason) == ("False", constants.REASON_NCCL_VERSION_MISMATCH)
+    assert (v.status, v.reason) == ("False", vocabulary.NCCL_VERSION_MISMATCH)
     assert v.message.startswith("NCCL differs between nodes: node-a: torch 2.8.0, NCCL 2.21.5; "
                                 "node-b: torch 2.8.0, NCCL 2.27.5; ")
     # nothing tells which node is off: both are named
@@ -77,7 +78,7 @@ def _skewed(probe_failed: bool):
     lib_b = "/opt/nccl-2.28.9/lib/libnccl.so.2"
     reps = []
     for rank, node, nccl, lib in ((0, "node-a", "2.27.3", lib_a), (1, "node-b", "2.28.9", lib_b)):
-        f = {"reason": constants.REASON_NCCL_VERSION_MISMATCH, "phase": "versions",
+        f = {"reason": vocabulary.NCCL_VERSION_MISMATCH, "phase": "versions",
              "message": f"{node}: peer ... failed in versions"} if probe_failed else None
         r = report(rank, node, ok=not probe_failed, failure=f, torch="2.8.0+cu128", nccl=nccl)
         r["versions"].update(cuda="12.8", ncclBuild="2.27.3", ncclLib=lib)
@@ -89,7 +90,7 @@ def test_nccl_skew_table_names_the_node_off_torchs_build_and_replaces_probe_mess
     for probe_failed in (True, False):
         d = _skewed(probe_failed)
         v = d.conditions[constants.VERSIONS_CONSISTENT]
-        assert (v.status, v.reason) == ("False", constants.REASON_NCCL_VERSION_MISMATCH)
+        assert (v.status, v.reason) == ("False", vocabulary.NCCL_VERSION_MISMATCH)
         assert v.message == (
             "NCCL differs between nodes: node-a: torch 2.8.0+cu128, CUDA 12.8, NCCL 2.27.3; "
             "node-b: torch 2.8.0+cu128, CUDA 12.8, NCCL 2.28.9 from /opt/nccl-2.28.9/lib/libnccl.so.2; "
@@ -106,7 +107,7 @@ def test_nccl_skew_table_names_the_node_off_torchs_build_and_replaces_probe_mess
 def test_torch_skew_names_the_minority_node():
     reps = [report(r, f"node-{x}", torch=t) for r, (x, t) in enumerate(zip("abc", ["2.8.0", "2.7.1", "2.8.0"]))]
     v = diagnose(outcomes(*reps), "10.1.1.1").conditions[constants.VERSIONS_CONSISTENT]
-    assert (v.status, v.reason) == ("False", constants.REASON_TORCH_VERSION_MISMATCH)
+    assert (v.status, v.reason) == ("False", vocabulary.TORCH_VERSION_MISMATCH)
     assert "node-b: torch 2.7.1" in v.message and v.message.endswith("PYTHONPATH on node-b")
 
 
@@ -144,7 +145,7 @@ def test_invalid_report_is_a_false_condition_not_a_crash():
     o = [ProbeOutcome(0, "j-probe-0", "node-a", report=report(0, "node-a")),
          ProbeOutcome(1, "j-probe-1", "node-b", error="j-probe-1 on node-b: report invalid: not JSON")]
     d = diagnose(o, "10.1.1.1")
-    assert d.conditions[constants.VALIDATED].reason == constants.REASON_PROBE_REPORT_INVALID
+    assert d.conditions[constants.VALIDATED].reason == vocabulary.PROBE_REPORT_INVALID
     assert "node-b" in d.conditions[constants.VALIDATED].message
 
 
@@ -153,7 +154,7 @@ def test_warning_keeps_condition_true_with_reason():
     d = diagnose(outcomes(report(0, "node-a"), report(1, "node-b", warnings=w)), "10.1.1.1")
     nv = d.conditions[constants.NETWORK_VALIDATED]
     assert (nv.status, nv.reason) == ("True", "HostnameResolvesToLoopback") and "node-b" in nv.message
-    assert d.conditions[constants.VALIDATED].reason == constants.REASON_PASSED_WITH_WARNINGS
+    assert d.conditions[constants.VALIDATED].reason == vocabulary.PASSED_WITH_WARNINGS
 
 
 @pytest.mark.parametrize("reason,ctype", [("MasterAddrNotLocal", constants.MASTER_REACHABLE),
@@ -169,7 +170,7 @@ def test_each_warning_lands_on_its_check(reason, ctype):
 
 def test_loopback_master_is_refused_even_if_probes_pass():
     d = diagnose(outcomes(report(0, "node-a"), report(1, "node-b")), "127.0.0.1")
-    assert d.conditions[constants.VALIDATED].reason == constants.REASON_MASTER_ADDR_LOOPBACK
+    assert d.conditions[constants.VALIDATED].reason == vocabulary.MASTER_ADDR_LOOPBACK
 
 
 def test_summarize_ifnames():
@@ -205,7 +206,7 @@ def test_passing_report_without_interface_or_master_is_invalid_not_validated():
     first["allreduce"] = {"busbwGBps": 1.0, "algbwGBps": 1.0}  # no "bytes"
     d = diagnose(outcomes(first, bare), "10.1.1.1")
     v = d.conditions[constants.VALIDATED]
-    assert (v.status, v.reason) == ("False", constants.REASON_PROBE_REPORT_INVALID)
+    assert (v.status, v.reason) == ("False", vocabulary.PROBE_REPORT_INVALID)
     assert "node-b" in v.message and "NCCL_SOCKET_IFNAME" in v.message and "(truncated)" in v.message
     bare0 = report(0, "node-a")
     bare0["master"] = None

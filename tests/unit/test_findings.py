@@ -3,7 +3,7 @@ import pytest
 
 from disttrain.diagnosis import findings
 from disttrain.diagnosis.report import ProbeReport
-from disttrain_probe import vocabulary as V
+from disttrain_probe.contract import vocabulary as V
 
 from .fixtures import report
 

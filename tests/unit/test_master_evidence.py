@@ -7,6 +7,7 @@ import json
 from datetime import timedelta
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.reconcile import conditions as cond
 from disttrain.children.pods import build_probe_pod
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
@@ -24,7 +25,7 @@ def refused(rank, node, world_size=2):
     msg = (f"{node} (rank {rank}): connection to MASTER_ADDR 10.100.0.10:29500 refused for 2.0s "
            f"although rank 0's probe has been running since {STARTED}")
     return report(rank, node, ok=False, world_size=world_size,
-                  failure={"reason": constants.REASON_MASTER_PORT_REFUSED, "phase": "rendezvous", "message": msg})
+                  failure={"reason": vocabulary.MASTER_PORT_REFUSED, "phase": "rendezvous", "message": msg})
 
 
 def running0():
@@ -65,11 +66,11 @@ def test_rank_that_never_reached_the_store_gives_the_verdict_without_rank0():
     plan = step(body, [running0(), failed(1, "node-b", refused(1, "node-b"))])
     conds = plan.status["conditions"]
     v = cond.get(conds, constants.MASTER_REACHABLE)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_MASTER_PORT_REFUSED)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.MASTER_PORT_REFUSED)
     # the one dialling rank was refused: rank 0's node (or that path) is named, and the test
     assert "(node-a, rank 0) on TCP 29500 (node-b refused)" in v["message"]
     assert "decide: tcpdump on node-a" in v["message"]
-    assert cond.get(conds, constants.VALIDATED)["reason"] == constants.REASON_MASTER_PORT_REFUSED
+    assert cond.get(conds, constants.VALIDATED)["reason"] == vocabulary.MASTER_PORT_REFUSED
     assert cond.is_true(conds, constants.FAILED) and not plan.creates
     # rank 0 would only wait for rank 1 until its deadline: stopped, rank 1 kept for its logs
     assert plan.deletes == ["j-probe-0"]
@@ -81,7 +82,7 @@ def test_a_peer_that_joined_the_store_is_waited_for():
     """A rank that failed after joining (here: RendezvousTimeout) told the others through
     the store; they end on their own with their own reports, so the verdict waits."""
     body = advance(job(), step(job(), []))
-    rep = report(1, "node-b", ok=False, failure={"reason": constants.REASON_RENDEZVOUS_TIMEOUT,
+    rep = report(1, "node-b", ok=False, failure={"reason": vocabulary.RENDEZVOUS_TIMEOUT,
                                                  "phase": "rendezvous", "message": "x"})
     plan = step(body, [running0(), failed(1, "node-b", rep)])
     assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
@@ -97,7 +98,7 @@ def test_other_dialling_ranks_get_a_moment_to_end_on_their_own():
     assert cond.status_of(step(body, pods).status["conditions"], constants.VALIDATED) == "Unknown"
     later = step(body, pods, now=NOW + timedelta(seconds=3))
     v = cond.get(later.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_MASTER_PORT_REFUSED)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.MASTER_PORT_REFUSED)
     assert sorted(later.deletes) == ["j-probe-0", "j-probe-2"]
     # had rank 2 ended too, both would be named at once
     both = step(body, [running0(), failed(1, "node-b", refused(1, "node-b", 3)),
@@ -113,7 +114,7 @@ def test_running_outcome_adds_no_failure():
     outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", running=True),
             ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=refused(1, "node-b"))]
     d = diagnose(outs, "10.100.0.10")
-    assert d.conditions[constants.VALIDATED].reason == constants.REASON_MASTER_PORT_REFUSED
+    assert d.conditions[constants.VALIDATED].reason == vocabulary.MASTER_PORT_REFUSED
     assert len(d.failures) == 1 and "node-b" in d.failures[0]
     # without the flag, a missing report is a failure of its own
     outs[0] = ProbeOutcome(rank=0, pod="j-probe-0", node="node-a")
@@ -126,17 +127,17 @@ def test_rank0_that_never_served_the_store_gives_the_verdict_at_once():
     and rank 0's cause is the verdict."""
     body = advance(job(num_nodes=3), step(job(num_nodes=3), []))
     rep0 = report(0, "node-a", ok=False, world_size=3, failure={
-        "reason": constants.REASON_MASTER_ADDR_LOOPBACK, "phase": "rendezvous",
+        "reason": vocabulary.MASTER_ADDR_LOOPBACK, "phase": "rendezvous",
         "message": "node-a (rank 0): MASTER_ADDR=j-0.j resolves to 127.0.0.1 (loopback) on rank 0's own node"})
     r1 = pod("j-probe-1", "probe", 1, phase="Running", node="node-b", host_ip="10.100.0.11",
              started_at=STARTED)
     plan = step(body, [failed(0, "node-a", rep0), r1, failed(2, "node-c", refused(2, "node-c", 3))])
     v = cond.get(plan.status["conditions"], constants.MASTER_REACHABLE)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_MASTER_ADDR_LOOPBACK)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.MASTER_ADDR_LOOPBACK)
     assert v["message"].startswith("node-a (rank 0)") and "node-c" not in v["message"]
     assert plan.deletes == ["j-probe-1"] and not plan.creates
     # a rank 0 that failed after serving the store (the all-reduce) leaves the others be
-    late = report(0, "node-a", ok=False, world_size=3, failure={"reason": constants.REASON_RENDEZVOUS_TIMEOUT,
+    late = report(0, "node-a", ok=False, world_size=3, failure={"reason": vocabulary.RENDEZVOUS_TIMEOUT,
                                                   "phase": "rendezvous", "message": "x"})
     assert step(body, [failed(0, "node-a", late), r1]).deletes == []
 
@@ -151,7 +152,7 @@ def test_a_silent_master_host_waits_for_rank0s_own_report_until_its_checks_end()
 
     def timeout_report(host_r):
         rep = report(1, "node-b", ok=False, failure={
-            "reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+            "reason": vocabulary.MASTER_PORT_TIMEOUT, "phase": "rendezvous",
             "message": "node-b (rank 1): connection to MASTER_ADDR j-0.j:29500 timeout for 8.0s"})
         rep["master"] = {"addr": "j-0.j", "port": 29500, "resolved": ["10.100.0.10"],
                          "hostCheck": {"port": 1, "r": host_r, "arp": "complete"}}
@@ -165,9 +166,9 @@ def test_a_silent_master_host_waits_for_rank0s_own_report_until_its_checks_end()
     plan = step(body, silent)
     assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown" and plan.deletes == []
     later = step(body, silent, now=NOW + timedelta(seconds=5.5))
-    assert cond.get(later.status["conditions"], constants.MASTER_REACHABLE)["reason"] == constants.REASON_MASTER_PORT_TIMEOUT
+    assert cond.get(later.status["conditions"], constants.MASTER_REACHABLE)["reason"] == vocabulary.MASTER_PORT_TIMEOUT
     filtered = step(body, [running0(), failed(1, "node-b", timeout_report("refused"))])
-    assert cond.get(filtered.status["conditions"], constants.MASTER_REACHABLE)["reason"] == constants.REASON_MASTER_PORT_TIMEOUT
+    assert cond.get(filtered.status["conditions"], constants.MASTER_REACHABLE)["reason"] == vocabulary.MASTER_PORT_TIMEOUT
 
 
 def test_a_silent_store_waits_until_a_dead_rank0_node_is_named_not_the_dialler():
@@ -179,7 +180,7 @@ def test_a_silent_store_waits_until_a_dead_rank0_node_is_named_not_the_dialler()
     from disttrain.reconcile.policies.probing import STORE_SILENT_WAIT_SECONDS
 
     rep = report(1, "node-b", ok=False, failure={
-        "reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+        "reason": vocabulary.MASTER_PORT_TIMEOUT, "phase": "rendezvous",
         "message": "node-b (rank 1): TCP to 10.100.0.10:29500 works but the TCPStore did not answer"})
     rep["master"] = {"addr": "10.100.0.10", "port": 29500, "connected": "10.100.0.10"}
     body = advance(job(), step(job(), []))
@@ -188,7 +189,7 @@ def test_a_silent_store_waits_until_a_dead_rank0_node_is_named_not_the_dialler()
     assert cond.status_of(early.status["conditions"], constants.VALIDATED) == "Unknown" and early.deletes == []
     later = step(body, pods, now=NOW + timedelta(seconds=STORE_SILENT_WAIT_SECONDS))
     v = cond.get(later.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST), v
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_POD_LOST), v
     assert "node-a" in v["message"]
     # a store that refused (not this case) is still decided at once
     assert cond.status_of(step(body, [running0(), failed(1, "node-b", refused(1, "node-b"))])

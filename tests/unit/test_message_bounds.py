@@ -13,7 +13,7 @@ from disttrain.diagnosis.advice import apply_advice
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
-from disttrain_probe import vocabulary as V
+from disttrain_probe.contract import vocabulary as V
 
 from .fixtures import job
 from .scenario_reports import SCENARIOS

@@ -1,7 +1,7 @@
 """Network summary (pure): what was chosen, and every interface not chosen, each reason once."""
 from disttrain.diagnosis import netsummary
 from disttrain.diagnosis.findings import ProbeOutcome, typed
-from disttrain_probe import vocabulary as V
+from disttrain_probe.contract import vocabulary as V
 
 from .fixtures import report
 

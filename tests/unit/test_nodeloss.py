@@ -9,6 +9,7 @@ import pytest
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
 from disttrain.reconcile.policies.nodeloss import (
     NODE_LOST_SETTLE_SECONDS,
@@ -37,14 +38,14 @@ def ended(rank, node, rep, finished_at=ENDED, phase="Failed"):
 
 def waited_for_rank1():
     return report(0, "node-a", ok=False, failure={
-        "reason": constants.REASON_RENDEZVOUS_TIMEOUT, "phase": "connectivity",
+        "reason": vocabulary.RENDEZVOUS_TIMEOUT, "phase": "connectivity",
         "message": "node-a: rank(s) 1 never published their connectivity results within the "
                    "deadline; present: 0 (node-a)"})
 
 
 def lost_store():
     return report(1, "node-b", ok=False, failure={
-        "reason": constants.REASON_ALLREDUCE_TIMEOUT, "phase": "collective",
+        "reason": vocabulary.ALL_REDUCE_TIMEOUT, "phase": "collective",
         "message": "node-b: all-reduce did not complete within 12s"})
 
 
@@ -106,7 +107,7 @@ def test_both_nodes_lost_are_named_once_past_their_own_budgets():
     pods = [running(0, "node-a"), running(1, "node-b")]
     plan = step(body, pods, now=NOW + timedelta(seconds=45))  # 75 s after they started
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_POD_LOST)
     assert "node-a was lost" in v["message"] and len(v["message"]) <= cond.MAX_MESSAGE
     assert "node-b was lost" in plan.status["probe"]["failures"][1]
 
@@ -123,11 +124,11 @@ def test_lost_rank1_is_named_within_the_settle_time_not_at_the_budget():
     plan = step(body, pods, now=LATER)
     conds = plan.status["conditions"]
     v = cond.get(conds, constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_POD_LOST)
     assert v["message"].startswith("node-b was lost during the probe: j-probe-1 (rank 1)")
     assert "kubectl describe node node-b" in v["message"] and len(v["message"]) <= cond.MAX_MESSAGE
     f = cond.get(conds, constants.FAILED)
-    assert (f["status"], f["reason"]) == ("True", constants.REASON_PREFLIGHT_FAILED) and "node-b" in f["message"]
+    assert (f["status"], f["reason"]) == ("True", vocabulary.PREFLIGHT_FAILED) and "node-b" in f["message"]
     # rank 0's RendezvousTimeout follows from the loss: not the verdict, kept in the details
     assert cond.get(conds, constants.MASTER_REACHABLE)["status"] == "Unknown"
     assert any("never published" in x for x in plan.status["probe"]["failures"])
@@ -144,12 +145,12 @@ def test_lost_rank0_beats_the_specific_reason_its_peer_reported():
     plan = step(body, [running(0, "node-a"), ended(1, "node-b", lost_store())], now=LATER)
     conds = plan.status["conditions"]
     v = cond.get(conds, constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_POD_LOST)
     assert v["message"].startswith("node-a was lost during the probe: j-probe-0 (rank 0)")
     assert "rank 1 (node-b): AllReduceTimeout" in v["message"]
     col = cond.get(conds, constants.COLLECTIVE_VALIDATED)
-    assert (col["status"], col["reason"]) == ("Unknown", constants.REASON_NOT_REACHED)
-    assert constants.REASON_PROBE_POD_LOST in col["message"]
+    assert (col["status"], col["reason"]) == ("Unknown", vocabulary.NOT_REACHED)
+    assert vocabulary.PROBE_POD_LOST in col["message"]
 
 
 def test_peers_that_passed_still_make_the_silent_one_lost():
@@ -159,7 +160,7 @@ def test_peers_that_passed_still_make_the_silent_one_lost():
     ok0 = report(0, "node-a")
     plan = step(body, [ended(0, "node-a", ok0, phase="Succeeded"), running(1, "node-b")], now=LATER)
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_POD_LOST)
     assert "rank 0 (node-a) passed" in v["message"]
 
 
@@ -170,7 +171,7 @@ def test_a_probe_that_never_started_still_times_out_at_the_budget():
     p0["metadata"]["creationTimestamp"] = "2026-11-30T12:00:00Z"
     assert cond.status_of(step(body, [p0, p1], now=LATER).status["conditions"], constants.VALIDATED) == "Unknown"
     plan = step(body, [p0, p1], now=NOW + timedelta(seconds=91))
-    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBE_TIMEOUT
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == vocabulary.PROBE_TIMEOUT
 
 
 def test_mark_and_override_leave_other_verdicts_alone():
@@ -181,8 +182,8 @@ def test_mark_and_override_leave_other_verdicts_alone():
     assert not override(d, outs) and d.validated
     outs[1] = ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", running=True)
     mark(outs, {1: "20s after every other rank ended"})
-    assert outs[1].error_reason == constants.REASON_PROBE_POD_LOST and not outs[1].running
+    assert outs[1].error_reason == vocabulary.PROBE_POD_LOST and not outs[1].running
     assert "Running there 20s after every other rank ended" in outs[1].error
     assert outs[1].error.endswith("The other ranks saw: rank 0 (node-a) passed")
     d = diagnose(outs, "10.100.0.10")
-    assert override(d, outs) and d.conditions[constants.VALIDATED].reason == constants.REASON_PROBE_POD_LOST
+    assert override(d, outs) and d.conditions[constants.VALIDATED].reason == vocabulary.PROBE_POD_LOST

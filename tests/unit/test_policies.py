@@ -5,6 +5,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.reconcile.policies import apierrors, cleanup, deadline, restart
 from disttrain.reconcile.step import ApiFailure
@@ -19,12 +20,12 @@ def spec(**kw):
 
 
 @pytest.mark.parametrize("restarts,limit,reprobe,probe,want", [
-    (0, 0, False, True, restart.Decision(False, False, constants.REASON_RANK_FAILED)),
-    (0, 2, False, True, restart.Decision(True, False, constants.REASON_RESTARTING)),
-    (1, 2, True, True, restart.Decision(True, True, constants.REASON_RESTARTING)),
-    (1, 2, True, False, restart.Decision(True, False, constants.REASON_RESTARTING)),  # nothing to re-probe
-    (2, 2, True, True, restart.Decision(False, False, constants.REASON_BACKOFF_LIMIT_EXCEEDED)),
-    (5, 2, False, True, restart.Decision(False, False, constants.REASON_BACKOFF_LIMIT_EXCEEDED)),
+    (0, 0, False, True, restart.Decision(False, False, vocabulary.RANK_FAILED)),
+    (0, 2, False, True, restart.Decision(True, False, vocabulary.RESTARTING)),
+    (1, 2, True, True, restart.Decision(True, True, vocabulary.RESTARTING)),
+    (1, 2, True, False, restart.Decision(True, False, vocabulary.RESTARTING)),  # nothing to re-probe
+    (2, 2, True, True, restart.Decision(False, False, vocabulary.BACKOFF_LIMIT_EXCEEDED)),
+    (5, 2, False, True, restart.Decision(False, False, vocabulary.BACKOFF_LIMIT_EXCEEDED)),
 ])
 def test_restart_decision(restarts, limit, reprobe, probe, want):
     assert restart.on_rank_failure(restarts, limit, reprobe, probe) == want

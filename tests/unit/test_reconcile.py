@@ -5,6 +5,7 @@ from datetime import datetime, timedelta, timezone
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.loop import reconcile
 
 from .fixtures import job, json_parser, pod, report
@@ -79,7 +80,7 @@ def test_validated_then_workers_pinned_after_probes_deleted():
     assert cond.is_true(conds, constants.VALIDATED)
     assert sorted(plan.deletes) == ["j-probe-0", "j-probe-1"]  # keepPods OnFailure, passed
     assert plan.status["rendezvous"] == {"masterAddr": "10.100.0.10", "masterPort": 29500, "socketIfname": "eth1"}
-    assert any(e[1] == constants.REASON_ALL_CHECKS_PASSED for e in plan.events)
+    assert any(e[1] == vocabulary.ALL_CHECKS_PASSED for e in plan.events)
     # Probe pods are finished, so the workers are created in the same step.
     assert names(plan) == ["j-worker-0", "j-worker-1"]
     w1 = plan.creates[1]
@@ -96,9 +97,9 @@ def test_unschedulable_probe_fails_fast_with_not_enough_nodes():
             pod("j-probe-2", "probe", 2, unschedulable=msg)]
     plan = step(body, pods)
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_NOT_ENOUGH_NODES)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.NOT_ENOUGH_NODES)
     assert "numNodes=3" in v["message"] and "anti-affinity" in v["message"]
-    assert cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)["reason"] == constants.REASON_NOT_ENOUGH_NODES
+    assert cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)["reason"] == vocabulary.NOT_ENOUGH_NODES
     assert cond.is_true(plan.status["conditions"], constants.FAILED)
     # Running probes would wait for a peer that never comes: all are deleted.
     assert sorted(plan.deletes) == ["j-probe-0", "j-probe-1", "j-probe-2"]
@@ -111,7 +112,7 @@ def test_garbage_report_gives_false_condition():
     probes[1]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = "{not json at all"
     plan = step(body, probes)
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_REPORT_INVALID)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_REPORT_INVALID)
     assert "node-b" in v["message"] and not plan.creates
     assert plan.deletes == []  # keepPods OnFailure: kept for their logs
 
@@ -122,10 +123,10 @@ def test_probe_timeout():
                 created="2026-11-30T12:00:00Z")]
     # the budget (timeoutSeconds 60 + 30) counts from the first probe pod's creation
     plan = step(body, pods, now=NOW + timedelta(seconds=89))
-    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBING
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == vocabulary.PROBING
     assert 0 < plan.requeue_after <= 1.0  # woken when the budget ends, not by a sweep
     plan = step(body, pods, now=NOW + timedelta(seconds=91))
-    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBE_TIMEOUT
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == vocabulary.PROBE_TIMEOUT
 
 
 def validated_body():
@@ -150,7 +151,7 @@ def test_training_succeeds():
 def test_rank_failure_without_backoff_fails_job_naming_rank():
     plan = step(validated_body(), workers("Running", "Failed"))
     f = cond.get(plan.status["conditions"], constants.FAILED)
-    assert (f["status"], f["reason"]) == ("True", constants.REASON_RANK_FAILED)
+    assert (f["status"], f["reason"]) == ("True", vocabulary.RANK_FAILED)
     assert "rank 1" in f["message"] and "node-b" in f["message"] and "boom" in f["message"]
     assert plan.deletes == ["j-worker-0"]  # cleanPodPolicy Running
 

@@ -5,6 +5,7 @@ from datetime import timedelta
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.step import ApiFailure
 
 from .fixtures import job, pod, report
@@ -26,7 +27,7 @@ def test_reapplied_job_is_never_judged_on_the_old_jobs_pods():
     assert cond.status_of(conds, constants.VALIDATED) == "Unknown"
     assert plan.creates == [] and plan.deletes == []  # the names are held; never ours to delete
     pc = cond.get(conds, constants.PROBES_SCHEDULED)
-    assert pc["reason"] == constants.REASON_NAME_CONFLICT and "garbage collector" in pc["message"]
+    assert pc["reason"] == vocabulary.NAME_CONFLICT and "garbage collector" in pc["message"]
     # once the garbage collector removed them, the job's own probes start
     assert names(step(body, [])) == ["j-probe-0"]
 
@@ -35,7 +36,7 @@ def test_an_orphan_holding_a_name_is_reported_as_such():
     body = advance(job(), step(job(), []))
     orphan = pod("j-probe-0", "probe", 0, phase="Running", owner_uid=None)
     pc = cond.get(step(body, [orphan]).status["conditions"], constants.PROBES_SCHEDULED)
-    assert pc["reason"] == constants.REASON_NAME_CONFLICT and "delete it, or rename the job" in pc["message"]
+    assert pc["reason"] == vocabulary.NAME_CONFLICT and "delete it, or rename the job" in pc["message"]
 
 
 def test_a_report_of_another_job_never_validates():
@@ -44,7 +45,7 @@ def test_a_report_of_another_job_never_validates():
     body = advance(job(), step(job(), []))
     plan = step(body, finished_probes(r1=report(1, "node-b", job_uid="uid-0")))
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_REPORT_INVALID)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_REPORT_INVALID)
     assert "rank 1" in v["message"] and "jobUid" in v["message"] and not plan.creates
 
 
@@ -53,7 +54,7 @@ def test_bandwidth_threshold_is_checked_by_the_operator():
     body = advance(body, step(body, []))
     plan = step(body, finished_probes(report(0, "node-a", busbw=0.001), report(1, "node-b", busbw=0.001)))
     v = cond.get(plan.status["conditions"], constants.COLLECTIVE_VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_BANDWIDTH_BELOW_THRESHOLD)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.BANDWIDTH_BELOW_THRESHOLD)
     assert not plan.creates and cond.is_true(plan.status["conditions"], constants.FAILED)
 
 
@@ -92,7 +93,7 @@ def test_a_worker_deleted_while_training_counts_as_a_failed_rank():
     body = advance(body, step(body, workers("Running", "Running")))
     plan = step(body, workers("Running"))  # rank 1's pod vanished
     f = cond.get(plan.status["conditions"], constants.FAILED)
-    assert (f["status"], f["reason"]) == ("True", constants.REASON_RANK_FAILED)
+    assert (f["status"], f["reason"]) == ("True", vocabulary.RANK_FAILED)
     assert "rank 1" in f["message"] and "deleted" in f["message"]
     assert cond.get(plan.status["conditions"], constants.SUCCEEDED)["status"] == "False"
 
@@ -104,7 +105,7 @@ def test_evicted_probe_is_named():
     p1["status"].update(reason="Evicted", message="The node was low on resource: memory.")
     plan = step(body, [probes[0], p1])
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_POD_LOST)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_POD_LOST)
     assert "node-b" in v["message"] and "Evicted" in v["message"]
 
 
@@ -115,9 +116,9 @@ def test_invalid_pod_template_from_the_apiserver_is_terminal():
     plan = step(body, [], api_failures=[f])
     conds = plan.status["conditions"]
     v = cond.get(conds, constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_INVALID_POD_TEMPLATE)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.INVALID_POD_TEMPLATE)
     assert "spec.template.spec.containers[0].resources.limits[cpu]" in v["message"]
-    assert cond.get(conds, constants.FAILED)["reason"] == constants.REASON_INVALID_POD_TEMPLATE
+    assert cond.get(conds, constants.FAILED)["reason"] == vocabulary.INVALID_POD_TEMPLATE
     assert cond.get(conds, constants.SUCCEEDED)["status"] == "False" and not plan.creates
 
 
@@ -125,13 +126,13 @@ def test_transient_api_failures_are_shown_after_a_few_steps():
     body = advance(job(), step(job(), []))
     f = ApiFailure("create", "Pod", "j-probe-0", 500, "etcdserver: request timed out", attempts=1)
     plan = step(body, [], api_failures=[f])
-    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBING
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == vocabulary.PROBING
     assert names(plan) == ["j-probe-0"]  # retried
     plan = step(body, [], api_failures=[ApiFailure(**{**f.__dict__, "attempts": 3})])
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("Unknown", constants.REASON_API_ERROR)
+    assert (v["status"], v["reason"]) == ("Unknown", vocabulary.API_ERROR)
     assert "etcdserver" in v["message"] and "HTTP 500" in v["message"]
-    assert any(e[0] == "Warning" and e[1] == constants.REASON_API_ERROR for e in plan.events)
+    assert any(e[0] == "Warning" and e[1] == vocabulary.API_ERROR for e in plan.events)
 
 
 def test_ttl_deletes_the_finished_job():
@@ -143,7 +144,7 @@ def test_ttl_deletes_the_finished_job():
     plan = step(body, [], now=NOW + timedelta(seconds=10))
     assert not plan.delete_job and 19 <= plan.requeue_after <= 20
     plan = step(body, [], now=NOW + timedelta(seconds=31))
-    assert plan.delete_job and any(e[1] == constants.REASON_TTL_EXPIRED for e in plan.events)
+    assert plan.delete_job and any(e[1] == vocabulary.TTL_EXPIRED for e in plan.events)
     assert not step(validated_body(), []).delete_job
 
 
@@ -168,7 +169,7 @@ def test_a_bug_in_a_step_becomes_a_condition_not_an_exception():
     from disttrain.reconcile.loop import reconcile
     plan = reconcile(body, finished_probes(), NOW, broken_parser)
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("Unknown", constants.REASON_OPERATOR_ERROR)
+    assert (v["status"], v["reason"]) == ("Unknown", vocabulary.OPERATOR_ERROR)
     assert "RuntimeError" in v["message"] and plan.requeue_after and not plan.creates
 
 
@@ -177,7 +178,7 @@ def test_invalid_name_is_terminal_invalid_spec():
     body["metadata"]["name"] = "my.job"
     plan = step(body, [])
     f = cond.get(plan.status["conditions"], constants.FAILED)
-    assert (f["status"], f["reason"]) == ("True", constants.REASON_INVALID_SPEC)
+    assert (f["status"], f["reason"]) == ("True", vocabulary.INVALID_SPEC)
     assert "metadata.name" in f["message"] and not plan.creates and not plan.services
     assert cond.get(plan.status["conditions"], constants.SUCCEEDED)["status"] == "False"
 
@@ -189,7 +190,7 @@ def test_nan_bandwidth_report_never_reaches_the_status():
     probes = finished_probes()
     probes[1]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = json.dumps(r1)
     plan = step(body, probes)
-    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == constants.REASON_PROBE_REPORT_INVALID
+    assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == vocabulary.PROBE_REPORT_INVALID
     json.dumps(plan.status, allow_nan=False)  # the status write cannot fail on it
 
 
@@ -199,14 +200,14 @@ def test_two_ranks_on_one_node_never_validate():
     probes[1]["spec"]["nodeName"] = "node-a"
     plan = step(body, probes)
     v = cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_PROBE_UNSCHEDULABLE)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_UNSCHEDULABLE)
     assert "0:node-a, 1:node-a" in v["message"] and not plan.creates
 
 
 def test_the_verdict_sends_each_finding_in_full_as_an_event():
     body = advance(job(), step(job(), []))
-    r1 = report(1, "node-b", ok=False, failure={"reason": constants.REASON_MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+    r1 = report(1, "node-b", ok=False, failure={"reason": vocabulary.MASTER_PORT_TIMEOUT, "phase": "rendezvous",
                                                 "message": "node-b (rank 1): connection timed out " + "x" * 500})
     plan = step(body, finished_probes(r1=r1))
-    details = [e for e in plan.events if e[1] == constants.REASON_PROBE_DETAIL]
+    details = [e for e in plan.events if e[1] == vocabulary.PROBE_DETAIL]
     assert details and details[0][0] == "Warning" and "x" * 500 in details[0][2]

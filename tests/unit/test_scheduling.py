@@ -4,6 +4,7 @@ import pytest
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.policies.scheduling import classify, reasons, total_nodes
 
 from .fixtures import job, pod
@@ -42,7 +43,7 @@ def test_busy_nodes_make_the_job_wait_without_spending_its_budget():
              unschedulable="0/2 nodes are available: 2 node(s) didn't have free ports for the requested pod ports.")
     plan = step(body, [p0])
     ps = cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("Unknown", constants.REASON_WAITING_FOR_RESOURCES)
+    assert (ps["status"], ps["reason"]) == ("Unknown", vocabulary.WAITING_FOR_RESOURCES)
     assert "free ports" in ps["message"] and not cond.is_true(plan.status["conditions"], constants.FAILED)
     # ten minutes after the pod was created: still waiting, never ProbeTimeout
     assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
@@ -58,7 +59,7 @@ def test_a_training_pod_that_cannot_be_placed_says_so():
     ws[1]["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                       "message": "0/2 nodes are available: 1 Insufficient cpu."}]
     ts = cond.get(step(body, ws).status["conditions"], constants.TRAINING_STARTED)
-    assert (ts["status"], ts["reason"]) == ("Unknown", constants.REASON_WAITING_FOR_RESOURCES)
+    assert (ts["status"], ts["reason"]) == ("Unknown", vocabulary.WAITING_FOR_RESOURCES)
     assert "rank 1" in ts["message"] and "Insufficient cpu" in ts["message"]
 
 
@@ -68,11 +69,11 @@ def test_a_gang_waiting_for_busy_nodes_waits_instead_of_failing():
     pods = [pod("j-probe-0", "probe", 0, unschedulable=busy),
             pod("j-probe-1", "probe", 1, unschedulable="minCount (2) cannot be satisfied: 0 scheduled, 1 remaining")]
     ps = cond.get(step(body, pods).status["conditions"], constants.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("Unknown", constants.REASON_WAITING_FOR_RESOURCES)
+    assert (ps["status"], ps["reason"]) == ("Unknown", vocabulary.WAITING_FOR_RESOURCES)
     # a member whose own constraints exclude every node still fails the job
     pods[0] = pod("j-probe-0", "probe", 0, unschedulable="0/2 nodes are available: 2 node(s) had untolerated taint {x: y}.")
     ps = cond.get(step(body, pods).status["conditions"], constants.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("False", constants.REASON_PROBE_UNSCHEDULABLE)
+    assert (ps["status"], ps["reason"]) == ("False", vocabulary.PROBE_UNSCHEDULABLE)
 
 
 GANG_HELD = ("pod group is unschedulable, minCount (3) cannot be satisfied: 2 scheduled, 0 remaining, pod "
@@ -88,7 +89,7 @@ def test_a_gang_short_of_nodes_is_one_counted_sentence_naming_the_cause_first():
     pods.append(pod("j-probe-2", "probe", 2, unschedulable=f"0/2 nodes are available: 2 node(s) {ANTI}."))
     conds = step(body, pods).status["conditions"]
     ps = cond.get(conds, constants.PROBES_SCHEDULED)
-    assert (ps["status"], ps["reason"]) == ("False", constants.REASON_NOT_ENOUGH_NODES)
+    assert (ps["status"], ps["reason"]) == ("False", vocabulary.NOT_ENOUGH_NODES)
     msg = ps["message"]
     assert len(msg) <= 400 and msg.count("minCount") == 0, msg
     assert "only 2 could take one" in msg and "rank 2: 0/2 nodes are available" in msg

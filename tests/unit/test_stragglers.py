@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import stragglers
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.api.types import DistTrainingJobSpec
@@ -48,7 +49,7 @@ def test_slow_links_table(speeds, slow):
 def test_a_straggler_is_a_warning_with_its_figure_and_the_expected_slowdown():
     d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
     nv = d.conditions[constants.NETWORK_VALIDATED]
-    assert (nv.status, nv.reason) == ("True", constants.REASON_SLOW_LINK)
+    assert (nv.status, nv.reason) == ("True", vocabulary.SLOW_LINK)
     assert "node-c: eth1 moved 200 Mb/s, 45.0x below the job's median 9000 Mb/s" in nv.message
     assert "about 45.0x slower" in nv.message and len(nv.message) <= 400
     assert d.validated and [n["throughputMbps"] for n in d.nodes] == [9000, 9000, 200]
@@ -64,17 +65,17 @@ def test_max_link_imbalance_turns_the_straggler_into_a_failure():
     d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=10))
     nv = d.conditions[constants.NETWORK_VALIDATED]
-    assert (nv.status, nv.reason) == ("False", constants.REASON_SLOW_LINK) and not d.validated
+    assert (nv.status, nv.reason) == ("False", vocabulary.SLOW_LINK) and not d.validated
     assert "over probe.maxLinkImbalance 10" in nv.message
     assert d.conditions[constants.VALIDATED].message.startswith("NetworkValidated=False (SlowLink) on node-c")
     # a looser limit than the straggler's 45x: still a warning only
     d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=100))
-    assert d.validated and d.conditions[constants.NETWORK_VALIDATED].reason == constants.REASON_SLOW_LINK
+    assert d.validated and d.conditions[constants.NETWORK_VALIDATED].reason == vocabulary.SLOW_LINK
     # a tighter limit than 2x catches a 1.8x node (steady rounds), as a failure
     d = diagnose(outcomes([9000, 9000, 5000]), "10.100.0.11")
     apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=1.2))
-    assert d.conditions[constants.NETWORK_VALIDATED].reason == constants.REASON_SLOW_LINK and not d.validated
+    assert d.conditions[constants.NETWORK_VALIDATED].reason == vocabulary.SLOW_LINK and not d.validated
 
 
 def test_a_gap_within_the_measurements_own_noise_is_no_straggler():

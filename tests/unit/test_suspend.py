@@ -2,6 +2,7 @@
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 from .fixtures import job, pod
 from .test_reconcile import advance, finished_probes, names, step, validated_body, workers
@@ -17,11 +18,11 @@ def test_created_suspended_runs_nothing():
     plan = step(job(suspend=True), [])
     assert plan.creates == [] and plan.services == []
     s = cond.get(plan.status["conditions"], constants.SUSPENDED)
-    assert (s["status"], s["reason"]) == ("True", constants.REASON_JOB_SUSPENDED)
+    assert (s["status"], s["reason"]) == ("True", vocabulary.JOB_SUSPENDED)
     assert plan.status["phase"] == constants.PHASE_SUSPENDED
     resumed = step(advance(job(), plan), [])
     assert names(resumed) == ["j-probe-0"]
-    assert cond.get(resumed.status["conditions"], constants.SUSPENDED)["reason"] == constants.REASON_JOB_RESUMED
+    assert cond.get(resumed.status["conditions"], constants.SUSPENDED)["reason"] == vocabulary.JOB_RESUMED
 
 
 def test_suspended_while_probing_deletes_probes_and_probes_again_as_a_new_attempt():

@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.policies.conflicts import NAME_CONFLICT_SECONDS
 
 from .fixtures import job, pod
@@ -30,7 +31,7 @@ def test_a_vanished_rank_restarts_the_gang_and_creates_nothing_of_the_old_attemp
     body = advance(body, step(body, workers("Running", "Running")))
     assert cond.is_true(body["status"]["conditions"], constants.TRAINING_STARTED)
     plan = step(body, workers("Running"))  # rank 1's pod is gone (deleted by hand, evicted)
-    assert plan.status["restarts"] == 1 and _reason(plan, constants.TRAINING_STARTED) == ("Unknown", constants.REASON_RESTARTING)
+    assert plan.status["restarts"] == 1 and _reason(plan, constants.TRAINING_STARTED) == ("Unknown", vocabulary.RESTARTING)
     assert plan.creates == []  # not j-worker-1 of attempt 0 again
     assert plan.deletes == ["j-worker-0"]
 
@@ -39,7 +40,7 @@ def test_a_vanished_rank_with_reprobe_creates_no_worker_before_the_new_probes_va
     body = _validated(job(runPolicy={"backoffLimit": 2, "reprobeOnFailure": True}))
     body = advance(body, step(body, workers("Running", "Running")))
     plan = step(body, workers("Running"))
-    assert _reason(plan, constants.VALIDATED) == ("Unknown", constants.REASON_PROBING)
+    assert _reason(plan, constants.VALIDATED) == ("Unknown", vocabulary.PROBING)
     assert [p for p in plan.creates if p["metadata"]["labels"][constants.LABEL_ROLE] == constants.ROLE_WORKER] == []
     # the next step probes again, at the next probe attempt, and still creates no worker
     body = advance(body, plan)
@@ -73,13 +74,13 @@ def test_no_verdict_without_a_master_address_and_the_wait_says_why_then_ends():
         p["metadata"]["creationTimestamp"] = "2026-11-30T12:00:00Z"
     plan = step(body, probes)
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("Unknown", constants.REASON_MASTER_ADDR_UNKNOWN)
+    assert (v["status"], v["reason"]) == ("Unknown", vocabulary.MASTER_ADDR_UNKNOWN)
     assert "j-probe-0" in v["message"] and "status.hostIP" in v["message"]
     assert plan.creates == [] and plan.requeue_after is not None
     assert (plan.status.get("rendezvous") or {}).get("masterAddr") is None
     late = step(body, probes, now=NOW + timedelta(seconds=200))
     v = cond.get(late.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_MASTER_ADDR_UNKNOWN)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.MASTER_ADDR_UNKNOWN)
     assert "MASTER_ADDR" in v["message"] and cond.is_true(late.status["conditions"], constants.FAILED)
 
 
@@ -90,7 +91,7 @@ def test_a_validated_status_without_master_address_never_waits_in_silence():
     assert plan.creates == []
     t = cond.get(plan.status["conditions"], constants.TRAINING_STARTED)
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("Unknown", constants.REASON_PROBING)  # it probes again
+    assert (v["status"], v["reason"]) == ("Unknown", vocabulary.PROBING)  # it probes again
     assert "masterAddr" in t["message"]
     assert names(step(advance(body, plan), [])) == ["j-probe-0"]
 
@@ -115,9 +116,9 @@ def test_a_deleted_jobs_terminating_probe_pauses_the_budget_and_never_becomes_pr
         plan = step(body, pods, now=NOW + timedelta(seconds=dt))
         body = advance(body, plan)
         sched = cond.get(plan.status["conditions"], constants.PROBES_SCHEDULED)
-        assert sched["reason"] == constants.REASON_NAME_CONFLICT, dt
+        assert sched["reason"] == vocabulary.NAME_CONFLICT, dt
         assert "j-probe-1" in sched["message"] and "deleted job" in sched["message"]
-        assert _reason(plan, constants.VALIDATED) == ("Unknown", constants.REASON_PROBING)
+        assert _reason(plan, constants.VALIDATED) == ("Unknown", vocabulary.PROBING)
         assert plan.status["nameConflictSince"] == "2026-11-30T12:00:05Z"
     # the name is free: the conflict is forgotten, the new rank 1 is created
     plan = step(body, [ours], now=NOW + timedelta(seconds=201))
@@ -130,9 +131,9 @@ def test_a_name_held_for_too_long_fails_with_name_conflict_naming_the_pod_and_fi
     body = advance(body, step(body, [orphan]))
     plan = step(body, [orphan], now=NOW + timedelta(seconds=NAME_CONFLICT_SECONDS + 1))
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
-    assert (v["status"], v["reason"]) == ("False", constants.REASON_NAME_CONFLICT)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.NAME_CONFLICT)
     assert "j-probe-0" in v["message"] and "kubectl delete pod j-probe-0" in v["message"]
-    assert _reason(plan, constants.FAILED) == ("True", constants.REASON_PREFLIGHT_FAILED)
+    assert _reason(plan, constants.FAILED) == ("True", vocabulary.PREFLIGHT_FAILED)
     assert len(v["message"]) <= cond.MAX_MESSAGE
 
 
@@ -160,8 +161,8 @@ def test_a_failed_job_whose_failed_condition_was_removed_is_failed_again():
     edited["status"]["conditions"] = [x for x in edited["status"]["conditions"]
                                       if x["type"] not in (constants.FAILED, constants.SUCCEEDED)]
     plan = step(edited, probes)
-    assert _reason(plan, constants.FAILED) == ("True", constants.REASON_PREFLIGHT_FAILED)
-    assert _reason(plan, constants.SUCCEEDED) == ("False", constants.REASON_PREFLIGHT_FAILED)
+    assert _reason(plan, constants.FAILED) == ("True", vocabulary.PREFLIGHT_FAILED)
+    assert _reason(plan, constants.SUCCEEDED) == ("False", vocabulary.PREFLIGHT_FAILED)
     assert plan.status["phase"] == constants.PHASE_FAILED and plan.creates == []
 
 
@@ -179,7 +180,7 @@ def test_a_flipped_outcome_is_made_exclusive_and_a_success_is_not_invented():
         for x in only_failed_false["status"]["conditions"] if x["type"] != constants.SUCCEEDED]
     plan = step(only_failed_false, probes)
     assert not cond.is_true(plan.status["conditions"], constants.SUCCEEDED)  # Validated=False: it failed
-    assert _reason(plan, constants.FAILED) == ("True", constants.REASON_PREFLIGHT_FAILED)
+    assert _reason(plan, constants.FAILED) == ("True", vocabulary.PREFLIGHT_FAILED)
 
 
 def test_a_succeeded_job_whose_succeeded_was_removed_stays_succeeded():
@@ -188,6 +189,6 @@ def test_a_succeeded_job_whose_succeeded_was_removed_stays_succeeded():
     body = advance(body, step(body, workers("Succeeded", "Succeeded")))
     body["status"]["conditions"] = [x for x in body["status"]["conditions"] if x["type"] != constants.SUCCEEDED]
     plan = step(body, [])  # the pods are gone too (cleanPodPolicy, or collected)
-    assert _reason(plan, constants.SUCCEEDED) == ("True", constants.REASON_ALL_RANKS_SUCCEEDED)
+    assert _reason(plan, constants.SUCCEEDED) == ("True", vocabulary.ALL_RANKS_SUCCEEDED)
     assert plan.creates == [] and plan.status["phase"] == constants.PHASE_SUCCEEDED
 

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.trust import Expected, check, identity_problem
 
 from .fixtures import report
@@ -67,13 +67,13 @@ def test_incorrect_allreduce_never_validates(field, several, said):
     r[field]["correct"] = False
     out = check(r, EXP2 if several else EXP)
     assert out.report["ok"] is False
-    assert out.report["failure"]["reason"] == constants.REASON_ALLREDUCE_WRONG_RESULT
+    assert out.report["failure"]["reason"] == vocabulary.ALL_REDUCE_WRONG_RESULT
     assert out.report["failure"]["message"].startswith(said)
 
 
 @pytest.mark.parametrize("busbw,reason", [
-    (0.5 / 10000, constants.REASON_BANDWIDTH_BELOW_THRESHOLD),
-    (0.49, constants.REASON_BANDWIDTH_BELOW_THRESHOLD),
+    (0.5 / 10000, vocabulary.BANDWIDTH_BELOW_THRESHOLD),
+    (0.49, vocabulary.BANDWIDTH_BELOW_THRESHOLD),
     (0.5, None),
     (12.0, None),
 ])

@@ -1,7 +1,7 @@
 """Verdicts (pure): conditions from findings; Validated points at the failing check."""
 from disttrain.diagnosis import verdicts
 from disttrain.diagnosis.findings import Finding
-from disttrain_probe import vocabulary as V
+from disttrain_probe.contract import vocabulary as V
 
 
 def test_merged_message_says_a_global_verdict_once_and_names_other_nodes():

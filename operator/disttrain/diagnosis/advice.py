@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Optional
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import messages
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
 from disttrain.diagnosis.diagnose import Diagnosis, apply_policy
 
-_PORT_REASONS = {constants.REASON_EPHEMERAL_PORTS_BLOCKED, constants.REASON_PORT_RANGE_OUTSIDE_ALLOWED}
+_PORT_REASONS = {vocabulary.EPHEMERAL_PORTS_BLOCKED, vocabulary.PORT_RANGE_OUTSIDE_ALLOWED}
 
 
 def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec,
@@ -36,7 +37,7 @@ def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec,
                     + ("" if net.host_network else " (the operator then sets the pods' "
                        "net.ipv4.ip_local_port_range to it)")
                     + ", or open the nodes' ephemeral range between nodes")
-    if reason == constants.REASON_MASTER_ADDR_UNRESOLVABLE and uses_dns_hostnames(spec) and not explained:
+    if reason == vocabulary.MASTER_ADDR_UNRESOLVABLE and uses_dns_hostnames(spec) and not explained:
         svc = service_name(job, spec)
         who = ("network.subdomain names a Service you manage"
                if net.subdomain else "the operator creates it with rank 0's pod")

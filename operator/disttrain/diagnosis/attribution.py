@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from disttrain_probe import vocabulary
+from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from disttrain_probe import vocabulary
+from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis import attribution
 from disttrain.diagnosis import findings

@@ -12,8 +12,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from disttrain_probe import paths
-from disttrain_probe import vocabulary
+from disttrain_probe.contract import paths
+from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis.findings import RankInput
 

@@ -15,9 +15,9 @@ from typing import Any, Optional, Sequence, Union
 
 from pydantic import ValidationError
 
-from disttrain_probe import settings as psettings  # the probe's pure comparisons (stdlib)
-from disttrain_probe import versions as pversions
-from disttrain_probe import vocabulary
+from disttrain_probe.contract import settings as psettings  # the probe's pure comparisons (stdlib)
+from disttrain_probe.contract import versions as pversions
+from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis.report import ProbeReport
 
@@ -174,7 +174,7 @@ def version_mismatch(ranks: Sequence[RankInput]) -> Optional[Finding]:
 
 def settings_mismatch(ranks: Sequence[RankInput]) -> Optional[Finding]:
     """The first must-agree NCCL/gloo variable that differs between the reports (the probe's
-    own table, disttrain_probe.settings), None when they agree or none reported settings."""
+    own table, disttrain_probe.contract.settings), None when they agree or none reported settings."""
     peers = {r.rank: {"node": r.node, "settings": r.report.settings} for r in ranks if r.report}
     if not any(p["settings"] for p in peers.values()):
         return None

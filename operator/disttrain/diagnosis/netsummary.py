@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Sequence
 
-from disttrain_probe import vocabulary
+from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis import evidence
 from disttrain.diagnosis import messages

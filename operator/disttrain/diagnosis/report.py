@@ -22,8 +22,8 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-REPORT_VERSION = 1
-MAX_REPORT_BYTES = 4096
+from disttrain_probe.contract.report_format import MAX_REPORT_BYTES, REPORT_VERSION
+
 # The deepest a real report goes is 3 (report.master.route.iface); unknown fields may add a
 # little, but nothing needs more than this. Deeper input is refused before json.loads.
 MAX_REPORT_DEPTH = 10
@@ -43,7 +43,7 @@ class _Model(BaseModel):
 
 
 class Failure(_Model):
-    """Why the probe failed: a CamelCase ``reason`` (disttrain_probe.reasons), the phase it
+    """Why the probe failed: a CamelCase ``reason`` (disttrain_probe.contract.vocabulary), the phase it
     was in, and a message naming the node(s), what was seen and the fix."""
 
     reason: str
@@ -269,7 +269,7 @@ class ProbeReport(_Model):
     # -- evidence added by the diagnosis work (additive; older probes leave them empty) --
     paths: Dict[str, str] = Field(
         default_factory=dict, description="network -> one character per peer rank: what this "
-        "rank's dial did (disttrain_probe/paths.py: o ok, w wrong host, r refused, t timeout, "
+        "rank's dial did (disttrain_probe/contract/paths.py: o ok, w wrong host, r refused, t timeout, "
         "u unreachable, e error, m mixed, - not dialled, . self; upper case: another source)")
     path_mbps: Dict[str, Dict[str, float]] = Field(
         default_factory=dict, alias="pathMbps",
@@ -280,7 +280,7 @@ class ProbeReport(_Model):
     nccl_bootstrap: Optional[NcclBootstrap] = None
     settings: Dict[str, str] = Field(
         default_factory=dict, description="the NCCL/gloo variables that must agree across "
-        "ranks, as set on this node (disttrain_probe/settings.py MUST_AGREE)")
+        "ranks, as set on this node (disttrain_probe/contract/settings.py MUST_AGREE)")
     # -- several processes per node (additive; absent with one process per node) --
     local_world_size: Optional[int] = Field(
         default=None, description="processes the probe ran on this node (numProcPerNode); "

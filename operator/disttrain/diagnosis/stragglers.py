@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from disttrain_probe import vocabulary
+from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis.findings import Finding, RankInput
 

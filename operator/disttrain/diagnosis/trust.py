@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Opti
         return Checked(None, f"{who}: the report passed without the intra-node all-reduce of its "
                              f"{exp.local_world_size} local ranks")
     if intra.get("correct") is not True:
-        return Checked(_as_failure(report, constants.REASON_ALLREDUCE_WRONG_RESULT, (
+        return Checked(_as_failure(report, vocabulary.ALL_REDUCE_WRONG_RESULT, (
             f"{exp.node or exp.pod}: the all-reduce among its {exp.local_world_size} local ranks "
             f"was wrong (correct={intra.get('correct')!r}) although the probe reported ok; check "
             "the node's GPUs and their links (nvidia-smi topo -m, nvidia-smi -q for ECC errors)")))
@@ -188,7 +188,7 @@ def check(report: dict[str, Any], exp: Expected) -> Checked:
     if ar is None:
         return Checked(None, f"{who}: the report passed without an all-reduce result")
     if ar.get("correct") is not True:
-        return Checked(_as_failure(report, constants.REASON_ALLREDUCE_WRONG_RESULT, (
+        return Checked(_as_failure(report, vocabulary.ALL_REDUCE_WRONG_RESULT, (
             f"{exp.node or exp.pod}: the all-reduce result was wrong (correct="
             f"{ar.get('correct')!r}) although the probe reported ok; check the GPUs and NCCL "
             "on this node (nvidia-smi -q for ECC errors), then run the job again")))
@@ -201,7 +201,7 @@ def check(report: dict[str, Any], exp: Expected) -> Checked:
         if isinstance(local, Checked):
             return local
     if exp.min_busbw_gbps > 0 and busbw < exp.min_busbw_gbps:
-        return Checked(_as_failure(report, constants.REASON_BANDWIDTH_BELOW_THRESHOLD, (
+        return Checked(_as_failure(report, vocabulary.BANDWIDTH_BELOW_THRESHOLD, (
             f"{exp.node or exp.pod}: all-reduce busbw {busbw:.4g} GB/s is below "
             f"spec.probe.minBusBandwidthGBps={exp.min_busbw_gbps:g}; check the chosen "
             "interface's link speed, or lower the threshold")))

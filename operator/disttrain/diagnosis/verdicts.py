@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from disttrain_probe import vocabulary
+from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.findings import Finding, is_warning_reason, warning_check

@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Optional
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
 
@@ -97,11 +98,11 @@ def initial(generation: Optional[int], now: str, probe_enabled: bool) -> list[di
     conds: list[dict[str, Any]] = []
     for ctype in constants.ALL_CONDITIONS:
         if ctype in constants.CHECK_CONDITIONS and not probe_enabled:
-            reason, msg = constants.REASON_PROBE_DISABLED, "spec.probe.enabled is false: not checked"
+            reason, msg = vocabulary.PROBE_DISABLED, "spec.probe.enabled is false: not checked"
         elif ctype in (constants.SUCCEEDED, constants.FAILED, constants.TRAINING_STARTED):
-            reason, msg = constants.REASON_TRAINING_PENDING, "training has not started"
+            reason, msg = vocabulary.TRAINING_PENDING, "training has not started"
         else:
-            reason, msg = constants.REASON_NOT_CHECKED, "waiting for the preflight probe"
+            reason, msg = vocabulary.NOT_CHECKED, "waiting for the preflight probe"
         set_condition(conds, ctype, UNKNOWN, reason, msg, generation, now)
     return conds
 

@@ -37,6 +37,7 @@ from pydantic import ValidationError
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
@@ -183,7 +184,7 @@ def _cleanup(s: Step) -> None:
         return
     if left <= 0:
         s.plan.delete_job = True
-        s.plan.events.append(("Normal", constants.REASON_TTL_EXPIRED, (
+        s.plan.events.append(("Normal", vocabulary.TTL_EXPIRED, (
             f"deleting the job: finished at {s.status.get('completionTime') or 'an unknown time'}, "
             f"runPolicy.ttlSecondsAfterFinished={s.spec.run_policy.ttl_seconds_after_finished}")))
     else:
@@ -212,10 +213,10 @@ def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str
     if not conds:
         conds.extend(cond.initial(gen, ts, True))
     msg = cond.clip(msg)
-    cond.set_condition(conds, constants.VALIDATED, cond.FALSE, constants.REASON_INVALID_SPEC, msg, gen, ts)
+    cond.set_condition(conds, constants.VALIDATED, cond.FALSE, vocabulary.INVALID_SPEC, msg, gen, ts)
     if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
-        cond.set_condition(conds, constants.FAILED, cond.TRUE, constants.REASON_INVALID_SPEC, msg, gen, ts)
-        cond.set_condition(conds, constants.SUCCEEDED, cond.FALSE, constants.REASON_INVALID_SPEC, "invalid spec", gen, ts)
+        cond.set_condition(conds, constants.FAILED, cond.TRUE, vocabulary.INVALID_SPEC, msg, gen, ts)
+        cond.set_condition(conds, constants.SUCCEEDED, cond.FALSE, vocabulary.INVALID_SPEC, "invalid spec", gen, ts)
         plan.status.setdefault("completionTime", ts)
     return _events(plan, old, raw_status, probing=False)
 
@@ -231,7 +232,7 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
         where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
         at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
         ctype = constants.VALIDATED if not cond.is_true(conds, constants.VALIDATED) else constants.TRAINING_STARTED
-        cond.set_condition(conds, ctype, cond.UNKNOWN, constants.REASON_OPERATOR_ERROR, cond.clip(
+        cond.set_condition(conds, ctype, cond.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
             f"the operator failed on this job ({type(exc).__name__}{at}: {exc}); it retries with "
             "backoff; please report this with the job's YAML"), None, ts)
     plan.requeue(10.0)
@@ -254,8 +255,8 @@ def _events(plan: Plan, old: dict, raw_status: Any, probing: bool) -> Plan:
         if prev and (prev["status"], prev.get("reason")) == (new["status"], new.get("reason")):
             continue
         if new["status"] == cond.UNKNOWN and (prev is None or prev["status"] == cond.UNKNOWN)\
-                and new.get("reason") not in (constants.REASON_API_ERROR, constants.REASON_OPERATOR_ERROR,
-                                              constants.REASON_NAME_CONFLICT):
+                and new.get("reason") not in (vocabulary.API_ERROR, vocabulary.OPERATOR_ERROR,
+                                              vocabulary.NAME_CONFLICT):
             continue
         if new["type"] in (constants.SUCCEEDED, constants.FAILED) and new["status"] == cond.FALSE:
             continue  # the other outcome condition carries the event

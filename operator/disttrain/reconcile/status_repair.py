@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 _KNOWN = frozenset({"conditions", "restarts", "suspensions", "probe", "rendezvous", "nodes", "startTime",
                     "completionTime", "phase", "observedGeneration"})
@@ -180,7 +181,7 @@ def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:
             return
     for win, lose in ((constants.FAILED, constants.SUCCEEDED), (constants.SUCCEEDED, constants.FAILED)):
         lo = get(lose)
-        if win == constants.SUCCEEDED and (lo or {}).get("reason") != constants.REASON_ALL_RANKS_SUCCEEDED:
+        if win == constants.SUCCEEDED and (lo or {}).get("reason") != vocabulary.ALL_RANKS_SUCCEEDED:
             continue  # a success is restored only from its own reason
         if lo and lo["status"] == cond.FALSE:
             _put(conds, win, cond.TRUE, lo["reason"], (
@@ -190,7 +191,7 @@ def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:
     v = get(constants.VALIDATED)
     if v and v["status"] == cond.FALSE:
         spec = v["reason"] in constants.SPEC_REASONS
-        reason = v["reason"] if spec else constants.REASON_PREFLIGHT_FAILED
+        reason = v["reason"] if spec else vocabulary.PREFLIGHT_FAILED
         _put(conds, constants.FAILED, cond.TRUE, reason, v["message"] if spec else (
             f"preflight failed ({v['reason']}), no training pods were created: {v['message']}"), now)
         _put(conds, constants.SUCCEEDED, cond.FALSE, reason, "invalid spec" if spec else "preflight failed", now)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import gang as gang_objects
 from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe
@@ -189,11 +190,11 @@ class Step:
         self.set(constants.VALIDATED, cond.FALSE, reason, message)
         for ctype in constants.CHECK_CONDITIONS:
             if self.status_of(ctype) == cond.UNKNOWN:
-                self.set(ctype, cond.UNKNOWN, constants.REASON_NOT_REACHED, f"not checked: {reason}")
+                self.set(ctype, cond.UNKNOWN, vocabulary.NOT_REACHED, f"not checked: {reason}")
         if reason in constants.SPEC_REASONS:
             self.finish(False, reason, message, "invalid spec")
         else:
-            self.finish(False, constants.REASON_PREFLIGHT_FAILED,
+            self.finish(False, vocabulary.PREFLIGHT_FAILED,
                         cond.clip(f"preflight failed ({reason}), no training pods were created: "
                                   f"{message}"), "preflight failed")
         probe = self.status.get("probe")

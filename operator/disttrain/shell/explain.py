@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 # How a matrix cell is shown: (symbol, style). Upper case in a row (another source address)
 # adds a trailing '*'.
@@ -46,7 +47,7 @@ def _status_style(cond: dict) -> str:
     if bad:
         return "bold red"
     if cond.get("status") == "True" and cond.get("reason") not in set(constants.PASS_REASON.values()) | {
-            constants.REASON_ALL_CHECKS_PASSED, constants.REASON_ALL_RANKS_RUNNING, constants.REASON_ALL_RANKS_SUCCEEDED}:
+            vocabulary.ALL_CHECKS_PASSED, vocabulary.ALL_RANKS_RUNNING, vocabulary.ALL_RANKS_SUCCEEDED}:
         return "yellow"  # a warning
     return "green" if cond.get("status") == "True" else "dim"
 

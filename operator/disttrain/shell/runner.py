@@ -19,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue
 from disttrain.shell import metrics
 from disttrain.api.types import DistTrainingJobSpec
@@ -169,7 +170,7 @@ class Reconciler:
         for f in self.failures_for(key, uid):
             metrics.api_error(f.verb, f.kind, f.code)
             if f.attempts == SHOW_AFTER and f.kind == "status":  # the status cannot say it
-                self.kube.event(job, "Warning", constants.REASON_API_ERROR, f"writing the job's status "
+                self.kube.event(job, "Warning", vocabulary.API_ERROR, f"writing the job's status "
                                 f"failed {f.attempts} times (HTTP {f.code}): {f.message}")
         if not any(f.kind == "status" for f in new_failures):
             metrics.observe(namespace, name, job.get("status"), plan.status)

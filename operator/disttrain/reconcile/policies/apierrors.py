@@ -22,6 +22,7 @@ from typing import Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.step import ApiFailure, Step
 
 SHOW_AFTER = 3
@@ -76,7 +77,7 @@ def apply(s: Step) -> Optional[str]:
         return None
     for f in s.api_failures:
         if is_terminal(f):
-            reason = constants.REASON_INVALID_POD_TEMPLATE if f.kind == "Pod" else constants.REASON_INVALID_SPEC
+            reason = vocabulary.INVALID_POD_TEMPLATE if f.kind == "Pod" else vocabulary.INVALID_SPEC
             if s.is_true(constants.VALIDATED):  # a training pod was refused
                 s.finish(False, reason, terminal_message(f), "invalid spec")
             else:
@@ -89,5 +90,5 @@ def apply(s: Step) -> Optional[str]:
                         f"({code}): {worst.message}; retrying every "
                         f"{backoff_seconds(worst.attempts):g}s")
         for ctype in waiting_condition(s):
-            s.set(ctype, cond.UNKNOWN, constants.REASON_API_ERROR, msg)
+            s.set(ctype, cond.UNKNOWN, vocabulary.API_ERROR, msg)
     return None

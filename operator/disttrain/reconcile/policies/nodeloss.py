@@ -43,6 +43,7 @@ from typing import Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome, Verdict
 
@@ -114,7 +115,7 @@ def _saw(out: ProbeOutcome) -> str:
     failure = out.report.get("failure") if isinstance(out.report.get("failure"), dict) else None
     if out.report.get("ok") and not failure:
         return f"{where} passed"
-    reason = (failure or {}).get("reason") or constants.REASON_PROBE_FAILED
+    reason = (failure or {}).get("reason") or vocabulary.PROBE_FAILED
     return f"{where}: {reason}: {(failure or {}).get('message') or 'probe reported not ok'}"
 
 
@@ -129,7 +130,7 @@ def mark(outcomes: list[ProbeOutcome], lost: dict[int, str]) -> None:
             continue
         node = out.node or "its node"
         out.running = False
-        out.error_reason = constants.REASON_PROBE_POD_LOST
+        out.error_reason = vocabulary.PROBE_POD_LOST
         out.error = (f"{node} was lost during the probe: {out.pod} (rank {out.rank}) still shows "
                      f"Running there {lost[out.rank]}, with no word from {node}'s kubelet; check the "
                      f"node (kubectl describe node {node}), cordon or repair it, then apply the job "
@@ -142,15 +143,15 @@ def override(diag: Diagnosis, outcomes: list[ProbeOutcome]) -> bool:
     the lost rank(s)' messages; the checks the diagnosis failed from the other ranks' reports
     become Unknown (they follow from the loss). Returns True when it changed ``diag``."""
     lost = [x for x in outcomes if x.report is None and not x.running
-            and x.error_reason == constants.REASON_PROBE_POD_LOST]
+            and x.error_reason == vocabulary.PROBE_POD_LOST]
     if not lost:
         return False
     nodes = ", ".join(sorted({x.node or x.pod for x in lost}))
     for ctype in constants.CHECK_CONDITIONS[1:]:
         v = diag.conditions.get(ctype)
         if v is None or v.status != cond.TRUE:
-            diag.conditions[ctype] = Verdict(cond.UNKNOWN, constants.REASON_NOT_REACHED,
+            diag.conditions[ctype] = Verdict(cond.UNKNOWN, vocabulary.NOT_REACHED,
                                              f"not decided: {nodes} lost during the probe")
-    diag.conditions[constants.VALIDATED] = Verdict(cond.FALSE, constants.REASON_PROBE_POD_LOST,
+    diag.conditions[constants.VALIDATED] = Verdict(cond.FALSE, vocabulary.PROBE_POD_LOST,
                                            cond.clip(" | ".join(x.error or "" for x in lost)))
     return True

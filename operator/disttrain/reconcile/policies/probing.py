@@ -21,6 +21,7 @@ from typing import Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis import trust
 from disttrain.api.types import DistTrainingJobSpec, nproc_for
@@ -28,8 +29,7 @@ from disttrain.children.names import JobRef, master_dns_name, probe_pod_name, us
 from disttrain.children.pods import build_probe_pod
 from disttrain.diagnosis.diagnose import ProbeOutcome
 from disttrain.reconcile.step import ReportParser, Step
-from disttrain_probe.config import default_resolve_seconds
-from disttrain_probe.rendezvous import SIBLING_SECONDS
+from disttrain_probe.contract.timing import SIBLING_SECONDS, default_resolve_seconds
 
 from disttrain.reconcile.policies import conflicts, nodeloss, scheduling
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
@@ -43,8 +43,8 @@ PEER_START_WAIT_SECONDS = 5.0
 # A rank >= 1 that failed for one of these (or before the rendezvous) never joined rank 0's
 # store, so no peer learns of it: they would wait for it until their own deadline.
 STRANDING_REASONS = frozenset({
-    constants.REASON_MASTER_ADDR_LOOPBACK, constants.REASON_MASTER_ADDR_UNRESOLVABLE,
-    constants.REASON_MASTER_PORT_REFUSED, constants.REASON_MASTER_PORT_TIMEOUT,
+    vocabulary.MASTER_ADDR_LOOPBACK, vocabulary.MASTER_ADDR_UNRESOLVABLE,
+    vocabulary.MASTER_PORT_REFUSED, vocabulary.MASTER_PORT_TIMEOUT,
 })
 # After the first such rank ended, how long the other dialling ranks get to end on their
 # own (they run the same checks at about the same time) before the verdict goes without them.
@@ -105,7 +105,7 @@ def master_silent(report: dict) -> bool:
     f = report.get("failure") if isinstance(report.get("failure"), dict) else {}
     m = report.get("master") if isinstance(report.get("master"), dict) else {}
     h = m.get("hostCheck") if isinstance(m.get("hostCheck"), dict) else {}
-    return f.get("reason") == constants.REASON_MASTER_PORT_TIMEOUT and h.get("r") not in ("refused", "ok")
+    return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and h.get("r") not in ("refused", "ok")
 
 
 def store_silent(report: dict) -> bool:
@@ -115,7 +115,7 @@ def store_silent(report: dict) -> bool:
     only rank 0's report, or its pod's silence, can say which. Pure; never raises."""
     f = report.get("failure") if isinstance(report.get("failure"), dict) else {}
     m = report.get("master") if isinstance(report.get("master"), dict) else {}
-    return f.get("reason") == constants.REASON_MASTER_PORT_TIMEOUT and bool(m.get("connected"))
+    return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and bool(m.get("connected"))
 
 
 # How long after a rank found rank 0's store silent (store_silent) the verdict waits for
@@ -176,7 +176,7 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
 def rank0_wait(spec: DistTrainingJobSpec) -> float:
     """Seconds after rank 0's probe started by which its own report has said whatever its
     node's fault is: its MASTER_ADDR resolve window (the probe's default for this budget),
-    the one lookup of another name of the job (rendezvous.SIBLING_SECONDS), plus
+    the one lookup of another name of the job (contract.timing.SIBLING_SECONDS), plus
     STRANDED_SETTLE_SECONDS."""
     return (default_resolve_seconds(float(spec.probe.timeout_seconds)) + SIBLING_SECONDS
             + STRANDED_SETTLE_SECONDS)
@@ -266,27 +266,27 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     if pull:
         msg = _pull_summary(pull)
         msg += "; fix the image name or pull secret (spec.probe.image / the training image)"
-        s.set(constants.PROBES_SCHEDULED, "False", constants.REASON_PROBE_IMAGE_PULL_FAILED, msg)
-        s.fail_preflight(constants.REASON_PROBE_IMAGE_PULL_FAILED, msg)
+        s.set(constants.PROBES_SCHEDULED, "False", vocabulary.PROBE_IMAGE_PULL_FAILED, msg)
+        s.fail_preflight(vocabulary.PROBE_IMAGE_PULL_FAILED, msg)
         return True
     if unsched:
         kinds = {scheduling.classify(m, n) for _, _, m in unsched} - {"gang"}
         words = [(r, m) for r, _, m in unsched]
         msg = scheduling.summarize(words, n)
         if kinds <= {"wait"}:  # only busy nodes (or a gang waiting for them): it schedules later
-            s.set(constants.PROBES_SCHEDULED, "Unknown", constants.REASON_WAITING_FOR_RESOURCES, cond.clip(
+            s.set(constants.PROBES_SCHEDULED, "Unknown", vocabulary.WAITING_FOR_RESOURCES, cond.clip(
                 f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
                 "(without gang scheduling, pods already placed keep their nodes meanwhile)"))
             return False
         scheduled = sorted({observe.node(p) for p in by_rank.values() if observe.node(p)})
         if "not-enough-nodes" in kinds:
-            reason = constants.REASON_NOT_ENOUGH_NODES
+            reason = vocabulary.NOT_ENOUGH_NODES
             fit = max(len(scheduled), scheduling.gang_held(words, n))
             where = f" ({', '.join(scheduled)})" if scheduled else ""
             msg = (f"numNodes={n} needs {n} nodes, one probe per node, but only {fit} could "
                    f"take one{where}; scheduler: {msg}; add nodes or lower spec.numNodes")
         else:
-            reason = constants.REASON_PROBE_UNSCHEDULABLE
+            reason = vocabulary.PROBE_UNSCHEDULABLE
             msg += "; relax the template's nodeSelector/tolerations/resources or add capacity"
         s.set(constants.PROBES_SCHEDULED, "False", reason, msg)
         s.fail_preflight(reason, msg)
@@ -298,15 +298,15 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         msg = (f"probe pods of several ranks were placed on one node (rank:node {ranks}) although "
                "they require one per node: is spec.template.spec.schedulerName a scheduler that "
                "ignores pod anti-affinity? Use one that honours it")
-        s.set(constants.PROBES_SCHEDULED, "False", constants.REASON_PROBE_UNSCHEDULABLE, msg)
-        s.fail_preflight(constants.REASON_PROBE_UNSCHEDULABLE, msg)
+        s.set(constants.PROBES_SCHEDULED, "False", vocabulary.PROBE_UNSCHEDULABLE, msg)
+        s.fail_preflight(vocabulary.PROBE_UNSCHEDULABLE, msg)
         return True
     if len(placed) == n:
         nodes = ", ".join(f"{r}:{placed[r]}" for r in sorted(placed))
-        s.set(constants.PROBES_SCHEDULED, "True", constants.REASON_PROBES_SCHEDULED,
+        s.set(constants.PROBES_SCHEDULED, "True", vocabulary.PROBES_SCHEDULED_OK,
               f"{n} probe pods scheduled, one per node (rank:node {nodes})")
     else:
-        s.set(constants.PROBES_SCHEDULED, "Unknown", constants.REASON_PROBES_PENDING,
+        s.set(constants.PROBES_SCHEDULED, "Unknown", vocabulary.PROBES_PENDING,
               f"{len(placed)}/{n} probe pods scheduled")
     return False
 
@@ -322,10 +322,10 @@ def _name_conflicts(s: Step) -> bool:
         return False
     msg, expired = found
     if not expired:
-        s.set(constants.PROBES_SCHEDULED, "Unknown", constants.REASON_NAME_CONFLICT, msg)
+        s.set(constants.PROBES_SCHEDULED, "Unknown", vocabulary.NAME_CONFLICT, msg)
         return False
-    s.set(constants.PROBES_SCHEDULED, "False", constants.REASON_NAME_CONFLICT, msg)
-    s.fail_preflight(constants.REASON_NAME_CONFLICT, msg)
+    s.set(constants.PROBES_SCHEDULED, "False", vocabulary.NAME_CONFLICT, msg)
+    s.fail_preflight(vocabulary.NAME_CONFLICT, msg)
     return True
 
 
@@ -334,7 +334,7 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
     can be reached, else None (still running, or the preflight already failed here)."""
     attempt = attempt_of(s)
     by_rank = current_probes(s, attempt)
-    s.set(constants.VALIDATED, "Unknown", constants.REASON_PROBING, "preflight probe running")
+    s.set(constants.VALIDATED, "Unknown", vocabulary.PROBING, "preflight probe running")
     _record_start(s, by_rank)
     master = launch(s, attempt, by_rank)
     if scheduling_verdict(s, by_rank) or _name_conflicts(s):
@@ -359,7 +359,7 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
         rank0 = by_rank.get(0)
         what = (f"rank 0's probe pod {observe.name(rank0)} shows no "
                 f"{'status.hostIP' if s.spec.network.host_network else 'status.podIP'}")
-        s.set(constants.VALIDATED, "Unknown", constants.REASON_MASTER_ADDR_UNKNOWN, (
+        s.set(constants.VALIDATED, "Unknown", vocabulary.MASTER_ADDR_UNKNOWN, (
             f"the probes ended, but {what}: the verdict waits for it (it becomes the training "
             "pods' MASTER_ADDR) until the probe budget ends"))
         s.plan.requeue(2.0)
@@ -388,7 +388,7 @@ def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
     capacity (WaitingForResources says so instead) or for a name another pod holds
     (:func:`_name_conflicts`)."""
     sched = cond.get(s.conds, constants.PROBES_SCHEDULED) or {}
-    if sched.get("reason") in (constants.REASON_WAITING_FOR_RESOURCES, constants.REASON_NAME_CONFLICT):
+    if sched.get("reason") in (vocabulary.WAITING_FOR_RESOURCES, vocabulary.NAME_CONFLICT):
         return
     budget = probe_budget_seconds(s.spec)
     start = observe.parse_time(s.status["probe"].get("startTime"))
@@ -402,14 +402,14 @@ def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
         s.plan.requeue(left)
         return
     if waiting:
-        s.fail_preflight(constants.REASON_MASTER_ADDR_UNKNOWN, (
+        s.fail_preflight(vocabulary.MASTER_ADDR_UNKNOWN, (
             f"{waiting} {budget:g}s after the probes started, so training would have no "
             "MASTER_ADDR: check that pod's node (kubectl describe pod, the kubelet's log) and "
             "run the job again"))
         return
     waiting = ", ".join(f"{observe.name(p)} ({observe.phase(p)} on {observe.node(p) or 'no node'})"
                         for p in by_rank.values() if not observe.finished(p)) or "no probe pods"
-    s.fail_preflight(constants.REASON_PROBE_TIMEOUT, (
+    s.fail_preflight(vocabulary.PROBE_TIMEOUT, (
         f"probe did not finish within {budget:g}s: {waiting}; check the pods' events "
         "(kubectl describe pod) or raise spec.probe.timeoutSeconds"))
 
@@ -447,14 +447,14 @@ def collect(s: Step, by_rank: dict[int, dict]) -> list[ProbeOutcome]:
             if lost and not raw:
                 out.error = (f"{name} on {node} ended before it reported ({lost}); run the job "
                              "again once the node is healthy")
-                out.error_reason = constants.REASON_PROBE_POD_LOST
+                out.error_reason = vocabulary.PROBE_POD_LOST
             elif raw.lstrip().startswith("{") or code == 0 or not raw:
                 out.error = f"{name} on {node}: report invalid: {exc}"
-                out.error_reason = constants.REASON_PROBE_REPORT_INVALID
+                out.error_reason = vocabulary.PROBE_REPORT_INVALID
             else:
                 tail = raw.strip().splitlines()[-3:]
                 out.error = f"{name} on {node}: probe exited {code} without a report: " + " | ".join(tail)
-                out.error_reason = constants.REASON_PROBE_FAILED
+                out.error_reason = vocabulary.PROBE_FAILED
             continue
         expected = trust.Expected(
             rank=r, world_size=s.spec.num_nodes, job_uid=s.job.uid, attempt=attempt, pod=name,
@@ -463,7 +463,7 @@ def collect(s: Step, by_rank: dict[int, dict]) -> list[ProbeOutcome]:
         checked = trust.check(report, expected)
         if checked.error:
             out.error = checked.error
-            out.error_reason = constants.REASON_PROBE_REPORT_INVALID
+            out.error_reason = vocabulary.PROBE_REPORT_INVALID
         else:
             out.report = checked.report
     return outcomes

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,6 @@ def on_rank_failure(restarts: int, backoff_limit: int, reprobe_on_failure: bool,
                     probe_enabled: bool) -> Decision:
     """What to do when a rank of attempt ``restarts`` (0-based) failed."""
     if restarts < backoff_limit:
-        return Decision(True, reprobe_on_failure and probe_enabled, constants.REASON_RESTARTING)
-    reason = constants.REASON_BACKOFF_LIMIT_EXCEEDED if backoff_limit else constants.REASON_RANK_FAILED
+        return Decision(True, reprobe_on_failure and probe_enabled, vocabulary.RESTARTING)
+    reason = vocabulary.BACKOFF_LIMIT_EXCEEDED if backoff_limit else vocabulary.RANK_FAILED
     return Decision(False, False, reason)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.step import Step
 
 _STAGE = (constants.VALIDATED, constants.TRAINING_STARTED, constants.SUCCEEDED, constants.FAILED) + constants.CHECK_CONDITIONS
@@ -26,14 +27,14 @@ def apply(s: Step) -> bool:
     suspended = s.is_true(constants.SUSPENDED)
     if not s.spec.suspend:
         if suspended:
-            s.set(constants.SUSPENDED, cond.FALSE, constants.REASON_JOB_RESUMED, "resumed: the probes run again, then training")
+            s.set(constants.SUSPENDED, cond.FALSE, vocabulary.JOB_RESUMED, "resumed: the probes run again, then training")
         return False
     if not suspended:
         was_running = s.is_true(constants.TRAINING_STARTED)
-        s.set(constants.SUSPENDED, cond.TRUE, constants.REASON_JOB_SUSPENDED,
+        s.set(constants.SUSPENDED, cond.TRUE, vocabulary.JOB_SUSPENDED,
               "spec.suspend is true: the job's pods are deleted and nothing runs until it is false"
               + ("; training was stopped" if was_running else ""))
-    stop_run(s, constants.REASON_JOB_SUSPENDED, "suspended", first=not suspended)
+    stop_run(s, vocabulary.JOB_SUSPENDED, "suspended", first=not suspended)
     return True
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose, summarize_ifnames
@@ -59,7 +60,7 @@ def apply(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     # Event (kubectl describe dtj, kubectl get events), a Warning for a failure.
     for kind, lines in (("Warning", diag.failures), ("Normal", diag.warnings)):
         for line in lines[:MAX_DETAIL_EVENTS]:
-            s.plan.events.append((kind, constants.REASON_PROBE_DETAIL, line))
+            s.plan.events.append((kind, vocabulary.PROBE_DETAIL, line))
     s.status["probe"] = {k: v for k, v in probe.items() if v is not None}
     if not diag.validated:
         v = diag.conditions[constants.VALIDATED]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional
 
-from . import reasons as R
+from . import vocabulary
 from .versions import odd_nodes
 
 MUST_AGREE = (
@@ -53,7 +53,7 @@ def mismatch(peers: Dict[int, Dict[str, Any]]) -> Optional[Dict[str, str]]:
             groups.setdefault(values[n], []).append(n)
         table = "; ".join(f"{_nodes(ns)}: {key}={v}" if v != UNSET else f"{_nodes(ns)}: {key} unset"
                           for v, ns in sorted(groups.items(), key=lambda kv: kv[1][0]))
-        return {"reason": R.SETTINGS_MISMATCH, "message": (
+        return {"reason": vocabulary.SETTINGS_MISMATCH, "message": (
             f"{key} differs between nodes ({table}): ranks that disagree on it hang or fail at "
             f"the first collective; set it the same on every node (check the env of "
             f"{', '.join(odd)}: the template, the image, the node)")}
@@ -69,14 +69,14 @@ def risky(node: str, env: Mapping[str, str], rdma: List[str],
     """Warnings (RiskySetting) for settings known to break or slow training on this node."""
     out = []
     if str(env.get("NCCL_IB_DISABLE", "")).strip() == "1" and rdma:
-        out.append({"reason": R.RISKY_SETTING, "message": (
+        out.append({"reason": vocabulary.RISKY_SETTING, "message": (
             f"{node}: NCCL_IB_DISABLE=1 while it has RDMA devices ({', '.join(rdma[:3])}): NCCL "
             f"will use TCP sockets instead of InfiniBand/RoCE, far slower; unset it unless that "
             f"is intended")})
     for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
         v = env.get(var)
         if v and chosen_ifname and v.lstrip("=") != chosen_ifname:
-            out.append({"reason": R.RISKY_SETTING, "message": (
+            out.append({"reason": vocabulary.RISKY_SETTING, "message": (
                 f"{node}: the image or template sets {var}={v}, not the validated "
                 f"{chosen_ifname}; the operator replaces it in the training pod's env, but a "
                 f"launcher script that sets it again overrides the validated choice; remove it")})

@@ -264,3 +264,10 @@ PASS_REASON: Dict[str, str] = {
 # Phases of the probe, in order.
 PHASES = ("config", "inventory", "rendezvous", "connectivity", "choice", "versions",
           "collective", "report")
+
+# The probe's part of the table: the reasons a probe report can carry, by kind.
+PROBE_FAILURES = named(FAILURE, PROBE)  # end the probe: ``ok`` false, exit code 1
+PROBE_WARNINGS = named(WARNING, PROBE)  # a latent fault; the probe still passes
+PROBE_REJECTIONS = named(REJECTION, PROBE)  # why an interface was not chosen
+# The condition type each probe failure reason falsifies.
+PROBE_CONDITION_OF: Dict[str, str] = {n: REASONS[n].condition for n in PROBE_FAILURES}

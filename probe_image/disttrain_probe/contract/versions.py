@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from . import reasons as R
+from . import vocabulary
 
-ORDER = (("nccl", R.NCCL_VERSION_MISMATCH, "NCCL"),
-         ("torch", R.TORCH_VERSION_MISMATCH, "torch"),
-         ("cuda", R.CUDA_VERSION_MISMATCH, "CUDA (torch build)"),
-         ("driver", R.DRIVER_VERSION_MISMATCH, "NVIDIA driver"))
+ORDER = (("nccl", vocabulary.NCCL_VERSION_MISMATCH, "NCCL"),
+         ("torch", vocabulary.TORCH_VERSION_MISMATCH, "torch"),
+         ("cuda", vocabulary.CUDA_VERSION_MISMATCH, "CUDA (torch build)"),
+         ("driver", vocabulary.DRIVER_VERSION_MISMATCH, "NVIDIA driver"))
 
 
 def odd_nodes(values: Dict[str, str], expected: Optional[Dict[str, str]] = None) -> List[str]:
