@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 
 from . import config as C
 from . import localranks as LR
-from .contract import vocabulary
+from .contract import probe_env, vocabulary
 from . import report as REP
 from .deadline import Deadline, ProbeFailure, Tracker
 from . import torchload
@@ -222,7 +222,7 @@ class Probe:
         self.phase = phase
         d = self.tracker.begin(phase, reason, message)
         self.prewrite(phase, reason)
-        if os.environ.get("DISTTRAIN_PROBE_TEST_STALL_PHASE") == phase:  # fault injection (tests)
+        if os.environ.get(probe_env.TEST_STALL_PHASE) == phase:  # fault injection (tests)
             while True:
                 time.sleep(1)
         return d
@@ -560,9 +560,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0  # --help
         msg = str(e) if isinstance(e, C.ConfigError) else "invalid command line (see --help)"
         rank = os.environ.get("RANK")
-        attempt = os.environ.get("DISTTRAIN_PROBE_ATTEMPT")
+        attempt = os.environ.get(probe_env.ATTEMPT)
         r = {"v": REP.REPORT_VERSION, "rank": int(rank) if (rank or "").isdigit() else None,
-             "jobUid": os.environ.get("DISTTRAIN_PROBE_JOB_UID") or None,
+             "jobUid": os.environ.get(probe_env.JOB_UID) or None,
              "attempt": int(attempt) if (attempt or "").isdigit() else None,
              "pod": os.environ.get("POD_NAME") or None,
              "worldSize": None, "node": os.environ.get("NODE_NAME") or None, "ok": False,

@@ -10,6 +10,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from .localranks import MAX_NPROC
 from .contract.timing import default_resolve_seconds
+from .contract import probe_env
 
 DEFAULT_MESSAGE_SIZE = 4 * 1024 * 1024
 DEFAULT_ITERATIONS = 10
@@ -107,9 +108,9 @@ def _beacon_port(raw: Optional[str], master_port: int) -> Optional[int]:
     empty; ConfigError otherwise."""
     if raw is None or not str(raw).strip():
         return None
-    v = _int("DISTTRAIN_PROBE_BEACON_PORT", raw, 1)
+    v = _int(probe_env.BEACON_PORT, raw, 1)
     if v > 65535 or v == master_port:
-        raise ConfigError(f"DISTTRAIN_PROBE_BEACON_PORT={v} must be a TCP port other than "
+        raise ConfigError(f"{probe_env.BEACON_PORT}={v} must be a TCP port other than "
                           f"MASTER_PORT={master_port}")
     return v
 
@@ -136,7 +137,7 @@ def parse_started_at(raw: Optional[str]) -> Optional[datetime]:
     except ValueError:
         t = None
     if t is None or t.tzinfo is None:
-        raise ConfigError(f"DISTTRAIN_PROBE_MASTER_STARTED_AT={raw!r} is not an RFC 3339 time "
+        raise ConfigError(f"{probe_env.MASTER_STARTED_AT}={raw!r} is not an RFC 3339 time "
                           f"with a zone (e.g. 2026-11-30T12:00:00Z)")
     return t.astimezone(timezone.utc)
 
@@ -147,11 +148,11 @@ def parse_port_range(raw: Optional[str]) -> Optional[Tuple[int, int]]:
         return None
     parts = str(raw).replace(" ", "").split("-")
     if len(parts) != 2:
-        raise ConfigError(f"DISTTRAIN_PROBE_PORT_RANGE={raw!r} is not 'lo-hi'")
-    lo = _int("DISTTRAIN_PROBE_PORT_RANGE", parts[0], 1)
-    hi = _int("DISTTRAIN_PROBE_PORT_RANGE", parts[1], 1)
+        raise ConfigError(f"{probe_env.PORT_RANGE}={raw!r} is not 'lo-hi'")
+    lo = _int(probe_env.PORT_RANGE, parts[0], 1)
+    hi = _int(probe_env.PORT_RANGE, parts[1], 1)
     if lo > hi or hi > 65535:
-        raise ConfigError(f"DISTTRAIN_PROBE_PORT_RANGE={raw!r}: need 1 <= lo <= hi <= 65535")
+        raise ConfigError(f"{probe_env.PORT_RANGE}={raw!r}: need 1 <= lo <= hi <= 65535")
     return (lo, hi)
 
 
@@ -168,21 +169,21 @@ def _parser() -> argparse.ArgumentParser:
     a("--node-name", help="NODE_NAME (default: hostname)")
     a("--pod-name", help="POD_NAME")
     a("--host-ip", help="HOST_IP")
-    a("--backend", help="DISTTRAIN_PROBE_BACKEND: auto|nccl|gloo")
-    a("--socket-ifname", help="DISTTRAIN_PROBE_SOCKET_IFNAME: auto or an NCCL_SOCKET_IFNAME value")
-    a("--message-size-bytes", help="DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES (default 4194304)")
-    a("--iterations", help="DISTTRAIN_PROBE_ITERATIONS (default 10)")
-    a("--timeout-seconds", help="DISTTRAIN_PROBE_TIMEOUT_SECONDS: total budget (default 60)")
-    a("--min-busbw-gbps", help="DISTTRAIN_PROBE_MIN_BUSBW_GBPS (default 0: no threshold)")
-    a("--port-range", help="DISTTRAIN_PROBE_PORT_RANGE: 'lo-hi' the firewall admits")
-    a("--report-path", help="DISTTRAIN_PROBE_REPORT_PATH (default /dev/termination-log)")
-    a("--master-started-at", help="DISTTRAIN_PROBE_MASTER_STARTED_AT: when rank 0's probe started "
+    a("--backend", help=f"{probe_env.BACKEND}: auto|nccl|gloo")
+    a("--socket-ifname", help=f"{probe_env.SOCKET_IFNAME}: auto or an NCCL_SOCKET_IFNAME value")
+    a("--message-size-bytes", help=f"{probe_env.MESSAGE_SIZE_BYTES} (default 4194304)")
+    a("--iterations", help=f"{probe_env.ITERATIONS} (default 10)")
+    a("--timeout-seconds", help=f"{probe_env.TIMEOUT_SECONDS}: total budget (default 60)")
+    a("--min-busbw-gbps", help=f"{probe_env.MIN_BUSBW_GBPS} (default 0: no threshold)")
+    a("--port-range", help=f"{probe_env.PORT_RANGE}: 'lo-hi' the firewall admits")
+    a("--report-path", help=f"{probe_env.REPORT_PATH} (default /dev/termination-log)")
+    a("--master-started-at", help=f"{probe_env.MASTER_STARTED_AT}: when rank 0's probe started "
                                   "(RFC 3339); set it only if rank 0 ran before this rank started")
-    a("--job-uid", help="DISTTRAIN_PROBE_JOB_UID: echoed in the report (set by the operator)")
-    a("--attempt", help="DISTTRAIN_PROBE_ATTEMPT: probe attempt, echoed in the report")
-    a("--nproc-per-node", help="DISTTRAIN_PROBE_NPROC_PER_NODE: processes per node; local rank 0 "
+    a("--job-uid", help=f"{probe_env.JOB_UID}: echoed in the report (set by the operator)")
+    a("--attempt", help=f"{probe_env.ATTEMPT}: probe attempt, echoed in the report")
+    a("--nproc-per-node", help=f"{probe_env.NPROC_PER_NODE}: processes per node; local rank 0 "
                                "starts the others for the collective phase (default 1)")
-    a("--master-grace-seconds", help="DISTTRAIN_PROBE_MASTER_GRACE_SECONDS: with "
+    a("--master-grace-seconds", help=f"{probe_env.MASTER_GRACE_SECONDS}: with "
                                      "--master-started-at, stop dialling the master this many "
                                      "seconds after this probe started (default 5)")
     return p
@@ -197,7 +198,7 @@ def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[dict] =
             return argv[i + 1]
         if tok.startswith("--report-path="):
             return tok.split("=", 1)[1]
-    return env.get("DISTTRAIN_PROBE_REPORT_PATH") or DEFAULT_REPORT_PATH
+    return env.get(probe_env.REPORT_PATH) or DEFAULT_REPORT_PATH
 
 
 def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Config:
@@ -228,26 +229,26 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
     port = _int("MASTER_PORT", get(ns.master_port, "MASTER_PORT"), 1)
     if port > 65535:
         raise ConfigError(f"MASTER_PORT={port} is not a TCP port")
-    backend = (get(ns.backend, "DISTTRAIN_PROBE_BACKEND", "auto") or "auto").strip().lower()
+    backend = (get(ns.backend, probe_env.BACKEND, "auto") or "auto").strip().lower()
     if backend not in ("auto", "nccl", "gloo"):
-        raise ConfigError(f"DISTTRAIN_PROBE_BACKEND={backend!r}: expected auto, nccl or gloo")
-    ifname = (get(ns.socket_ifname, "DISTTRAIN_PROBE_SOCKET_IFNAME", "auto") or "auto").strip()
-    started = parse_started_at(get(ns.master_started_at, "DISTTRAIN_PROBE_MASTER_STARTED_AT"))
-    nproc = _int("DISTTRAIN_PROBE_NPROC_PER_NODE",
-                 get(ns.nproc_per_node, "DISTTRAIN_PROBE_NPROC_PER_NODE", "1"), 1)
+        raise ConfigError(f"{probe_env.BACKEND}={backend!r}: expected auto, nccl or gloo")
+    ifname = (get(ns.socket_ifname, probe_env.SOCKET_IFNAME, "auto") or "auto").strip()
+    started = parse_started_at(get(ns.master_started_at, probe_env.MASTER_STARTED_AT))
+    nproc = _int(probe_env.NPROC_PER_NODE,
+                 get(ns.nproc_per_node, probe_env.NPROC_PER_NODE, "1"), 1)
     if nproc > MAX_NPROC:
-        raise ConfigError(f"DISTTRAIN_PROBE_NPROC_PER_NODE={nproc}: at most {MAX_NPROC}")
+        raise ConfigError(f"{probe_env.NPROC_PER_NODE}={nproc}: at most {MAX_NPROC}")
     local_rank = _int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0)
     if nproc > 1 and launch.name != "env":
-        raise ConfigError(f"DISTTRAIN_PROBE_NPROC_PER_NODE={nproc} under {launch.name}: the "
+        raise ConfigError(f"{probe_env.NPROC_PER_NODE}={nproc} under {launch.name}: the "
                           f"launcher already starts one probe per process (torchrun "
                           f"--nproc-per-node, srun --ntasks-per-node); leave it unset")
     if nproc > 1 and local_rank >= nproc:
-        raise ConfigError(f"LOCAL_RANK={local_rank} must be < DISTTRAIN_PROBE_NPROC_PER_NODE={nproc}")
-    timeout = _float("DISTTRAIN_PROBE_TIMEOUT_SECONDS",
-                     get(ns.timeout_seconds, "DISTTRAIN_PROBE_TIMEOUT_SECONDS", str(DEFAULT_TIMEOUT)), 1.0)
-    size = _int("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
-                get(ns.message_size_bytes, "DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES",
+        raise ConfigError(f"LOCAL_RANK={local_rank} must be < {probe_env.NPROC_PER_NODE}={nproc}")
+    timeout = _float(probe_env.TIMEOUT_SECONDS,
+                     get(ns.timeout_seconds, probe_env.TIMEOUT_SECONDS, str(DEFAULT_TIMEOUT)), 1.0)
+    size = _int(probe_env.MESSAGE_SIZE_BYTES,
+                get(ns.message_size_bytes, probe_env.MESSAGE_SIZE_BYTES,
                     str(DEFAULT_MESSAGE_SIZE)), 4)
     return Config(
         rank=rank,
@@ -260,26 +261,26 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         backend=backend,
         socket_ifname=ifname or "auto",
         message_size_bytes=size - size % 4,
-        iterations=_int("DISTTRAIN_PROBE_ITERATIONS",
-                        get(ns.iterations, "DISTTRAIN_PROBE_ITERATIONS", str(DEFAULT_ITERATIONS)), 1),
+        iterations=_int(probe_env.ITERATIONS,
+                        get(ns.iterations, probe_env.ITERATIONS, str(DEFAULT_ITERATIONS)), 1),
         timeout_seconds=timeout,
-        min_busbw_gbps=_float("DISTTRAIN_PROBE_MIN_BUSBW_GBPS",
-                              get(ns.min_busbw_gbps, "DISTTRAIN_PROBE_MIN_BUSBW_GBPS", "0")),
-        port_range=parse_port_range(get(ns.port_range, "DISTTRAIN_PROBE_PORT_RANGE")),
-        report_path=get(ns.report_path, "DISTTRAIN_PROBE_REPORT_PATH", DEFAULT_REPORT_PATH)
+        min_busbw_gbps=_float(probe_env.MIN_BUSBW_GBPS,
+                              get(ns.min_busbw_gbps, probe_env.MIN_BUSBW_GBPS, "0")),
+        port_range=parse_port_range(get(ns.port_range, probe_env.PORT_RANGE)),
+        report_path=get(ns.report_path, probe_env.REPORT_PATH, DEFAULT_REPORT_PATH)
         or DEFAULT_REPORT_PATH,
         local_rank=local_rank,
-        resolve_seconds=_float("DISTTRAIN_PROBE_RESOLVE_SECONDS",
-                               env.get("DISTTRAIN_PROBE_RESOLVE_SECONDS")
+        resolve_seconds=_float(probe_env.RESOLVE_SECONDS,
+                               env.get(probe_env.RESOLVE_SECONDS)
                                or str(default_resolve_seconds(timeout)), 0.0),
         master_started_at=started.strftime("%Y-%m-%dT%H:%M:%SZ") if started else None,
-        master_grace_seconds=_float("DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
-                                    get(ns.master_grace_seconds, "DISTTRAIN_PROBE_MASTER_GRACE_SECONDS",
+        master_grace_seconds=_float(probe_env.MASTER_GRACE_SECONDS,
+                                    get(ns.master_grace_seconds, probe_env.MASTER_GRACE_SECONDS,
                                         str(DEFAULT_MASTER_GRACE)), 0.0),
-        beacon_port=_beacon_port(env.get("DISTTRAIN_PROBE_BEACON_PORT"), port),
-        peer_dns_name=(env.get("DISTTRAIN_PROBE_PEER_DNS_NAME") or "").strip() or None,
-        job_uid=get(ns.job_uid, "DISTTRAIN_PROBE_JOB_UID"),
-        attempt=_optional_int("DISTTRAIN_PROBE_ATTEMPT", get(ns.attempt, "DISTTRAIN_PROBE_ATTEMPT")),
+        beacon_port=_beacon_port(env.get(probe_env.BEACON_PORT), port),
+        peer_dns_name=(env.get(probe_env.PEER_DNS_NAME) or "").strip() or None,
+        job_uid=get(ns.job_uid, probe_env.JOB_UID),
+        attempt=_optional_int(probe_env.ATTEMPT, get(ns.attempt, probe_env.ATTEMPT)),
         launcher=launch.name, agent_store=launch.agent_store, store_prefix=launch.store_prefix,
         nproc_per_node=nproc,
     )

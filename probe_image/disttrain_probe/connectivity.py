@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
 from .contract import paths
-from .contract import vocabulary
+from .contract import probe_env, vocabulary
 from .config import ifname_matches, parse_ifname_spec
 from .deadline import Deadline
 from .inventory import ipv4_addrs, route_get
@@ -66,7 +66,7 @@ def bulk_bytes() -> int:
     """Bytes per timed transfer: $DISTTRAIN_PROBE_BULK_BYTES (0 = no measurement), else
     :data:`BULK_BYTES`; capped at :data:`BULK_MAX_BYTES`."""
     try:
-        v = int(os.environ.get("DISTTRAIN_PROBE_BULK_BYTES", BULK_BYTES))
+        v = int(os.environ.get(probe_env.BULK_BYTES, BULK_BYTES))
     except ValueError:
         return BULK_BYTES
     return max(0, min(v, BULK_MAX_BYTES))
@@ -74,7 +74,7 @@ def bulk_bytes() -> int:
 
 def full_mesh_max() -> int:
     try:
-        return max(2, int(os.environ.get("DISTTRAIN_PROBE_FULL_MESH_MAX", FULL_MESH_MAX)))
+        return max(2, int(os.environ.get(probe_env.FULL_MESH_MAX, FULL_MESH_MAX)))
     except ValueError:
         return FULL_MESH_MAX
 

@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
+from .contract import probe_env
+
 INVENTORY_SHARE = 0.15
 # Share of the total kept for the phases after the rendezvous (connectivity .. report),
 # however long the rendezvous waits for torch and for its peers.
@@ -184,7 +186,7 @@ class Tracker:
             self.phase_start = now
             phase, reason = self.phase, self.step_reason
             msg = (f"{phase} phase overran its deadline ({self.timings.get(phase, 0.0):.1f}s spent; "
-                   f"total budget DISTTRAIN_PROBE_TIMEOUT_SECONDS={self.total:g})")
+                   f"total budget {probe_env.TIMEOUT_SECONDS}={self.total:g})")
             if self.step_message:
                 msg = f"{self.step_message}; {msg}"
         if self.on_overrun is not None:

@@ -18,13 +18,14 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from . import nccllog, nvml, rdma
 from .contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
+from .contract import probe_env
 
 SHM_PATH = "/dev/shm"
 SHM_MIN_BYTES = 1 << 30  # below 1 GiB, NCCL on several local GPUs may run out (see module doc)
 STANDARD_LIB_DIRS = ("/usr/local/lib", "/usr/lib", "/usr/lib64", "/lib", "/lib64",
                      "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu")
 LD_SO_CONF_DIR = "/etc/ld.so.conf.d"
-GPUS_REQUESTED_VAR = "DISTTRAIN_PROBE_GPUS"  # nvidia.com/gpu the pod requested (the operator sets it)
+GPUS_REQUESTED_VAR = probe_env.GPUS  # nvidia.com/gpu the pod requested (the operator sets it)
 NCCL_SUBSYS = "INIT,BOOTSTRAP,ENV,NET"  # INIT: channels and Init COMPLETE; NET: GDR per HCA
 
 

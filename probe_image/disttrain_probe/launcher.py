@@ -29,6 +29,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
+from .contract import probe_env
+
 TORCHRUN = "torchrun"
 SLURM = "slurm"
 ENV = "env"
@@ -158,7 +160,7 @@ def resolve(env: Dict[str, str]) -> Tuple[Dict[str, str], Launch]:
         run_id = (env.get("TORCHELASTIC_RUN_ID") or "none").strip() or "none"
         restart = (env.get("TORCHELASTIC_RESTART_COUNT") or "0").strip() or "0"
         if single:
-            fill("DISTTRAIN_PROBE_SOCKET_IFNAME", "lo")
+            fill(probe_env.SOCKET_IFNAME, "lo")
         return out, Launch(TORCHRUN, agent, f"disttrain/{run_id}/{restart}/" if agent else "",
                            local, single)
     if kind == SLURM:

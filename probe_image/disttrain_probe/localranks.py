@@ -21,15 +21,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from .contract import vocabulary
+from .contract import probe_env, vocabulary
 
 MAX_NPROC = 256  # local ranks per node the probe will start (8 GPUs is the usual; 72 on NVL72 trays)
 # A local rank's outcome line on its stdout: this marker, then one JSON object (entry()).
 MARK = "@@disttrain-local "
 STOPPED = 3  # a local rank's exit code when local rank 0 told it to stop (not its failure)
 # Set by local rank 0 in the environment of the local ranks it starts.
-WORKER_VAR = "DISTTRAIN_PROBE_LOCAL_WORKER"
-PARENT_VAR = "DISTTRAIN_PROBE_PARENT_PID"
+WORKER_VAR = probe_env.LOCAL_WORKER
+PARENT_VAR = probe_env.PARENT_PID
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 from . import config as C
 from . import localranks as LR
-from .contract import vocabulary
+from .contract import probe_env, vocabulary
 from .deadline import Deadline, ProbeFailure, Tracker
 from .torchload import TorchLoader
 
@@ -103,7 +103,7 @@ class LocalWorker:
         self.phase = phase
         d = self.tracker.begin(phase, reason, message, budget)
         self.say()
-        stall = os.environ.get("DISTTRAIN_PROBE_TEST_STALL_LOCAL")  # fault injection (tests)
+        stall = os.environ.get(probe_env.TEST_STALL_LOCAL)  # fault injection (tests)
         if stall == f"{self.cfg.rank}:{self.cfg.local_rank}:{phase}":
             while True:
                 time.sleep(1)
@@ -143,7 +143,7 @@ class LocalWorker:
             d = self.begin("collective", vocabulary.PROCESS_GROUP_INIT_FAILED,
                            f"{who}: joining the collective hung",
                            float(seconds) if isinstance(seconds, (int, float)) else None)
-            crash = os.environ.get("DISTTRAIN_PROBE_TEST_CRASH_LOCAL")  # fault injection (tests)
+            crash = os.environ.get(probe_env.TEST_CRASH_LOCAL)  # fault injection (tests)
             if crash == f"{cfg.rank}:{cfg.local_rank}":
                 os._exit(9)  # as a crash in torch/NCCL would, without a last word
             store = self._join(msg, d)

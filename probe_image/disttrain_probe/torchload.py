@@ -19,6 +19,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
+from .contract import probe_env
+
 # An import that took longer than this many seconds is reported (SlowTorchImport): a third
 # of the default 60 s budget (warm nodes import torch in 2-5 s; $DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS).
 SLOW_IMPORT_SECONDS = 20.0
@@ -30,7 +32,7 @@ INVENTORY_HEAD_START = 0.5
 def slow_import_seconds() -> float:
     """$DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS, else :data:`SLOW_IMPORT_SECONDS`."""
     try:
-        return float(os.environ.get("DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS") or SLOW_IMPORT_SECONDS)
+        return float(os.environ.get(probe_env.SLOW_IMPORT_SECONDS) or SLOW_IMPORT_SECONDS)
     except ValueError:
         return SLOW_IMPORT_SECONDS
 
@@ -129,7 +131,7 @@ def default_load() -> Dict[str, Any]:
     the loaded libnccl which interface it would use alone (ncclcheck.py).
     ``DISTTRAIN_PROBE_TEST_TORCH_DELAY`` (seconds, tests only) makes the import that much
     slower, as a cold image would."""
-    delay = os.environ.get("DISTTRAIN_PROBE_TEST_TORCH_DELAY")
+    delay = os.environ.get(probe_env.TEST_TORCH_DELAY)
     if delay:
         time.sleep(float(delay))
     import torch  # noqa: F401  (the slow import)

@@ -40,3 +40,30 @@ def test_the_contract_is_standard_library_only_and_imports_no_other_probe_module
             elif isinstance(node, ast.Import):
                 for a in node.names:
                     assert a.name.split(".")[0] in sys.stdlib_module_names, f"{f.name}: {a.name}"
+
+
+def test_every_probe_variable_is_named_once_in_the_contract():
+    """Outside docstrings, no module of the operator or the probe spells a
+    ``DISTTRAIN_PROBE_*`` name: both sides use ``contract.probe_env``, so the operator
+    cannot set a variable the probe no longer reads."""
+    import ast
+    import io
+    import tokenize
+
+    from disttrain_probe.contract import probe_env
+
+    assert len(set(probe_env.NAMES)) == len(probe_env.NAMES)
+    assert all(n.startswith("DISTTRAIN_PROBE_") for n in probe_env.NAMES)
+    spelled = []
+    for root in (REPO / "operator" / "disttrain", REPO / "probe_image" / "disttrain_probe"):
+        for f in sorted(root.rglob("*.py")):
+            if f.name == "probe_env.py":
+                continue
+            src = f.read_text()
+            docs = {line for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Expr)
+                    and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+                    for line in range(n.lineno, n.end_lineno + 1)}
+            for t in tokenize.generate_tokens(io.StringIO(src).readline):
+                if t.type == tokenize.STRING and "DISTTRAIN_PROBE_" in t.string and t.start[0] not in docs:
+                    spelled.append(f"{f.relative_to(REPO)}:{t.start[0]}")
+    assert not spelled, spelled

@@ -32,6 +32,8 @@ from disttrain.children.names import (
     worker_pod_name,
 )
 
+from disttrain_probe.contract import probe_env
+
 
 def _dict(value: Any) -> dict:
     """``value`` if it is a dict, else a new empty one (null or a wrong shape is absent)."""
@@ -247,32 +249,32 @@ def build_probe_pod(
         _field_env("POD_NAME", "metadata.name"),
         # The address this rank is known by: the node's, or the pod's on the pod network.
         _field_env("HOST_IP", own_address_field(spec)),
-        _env_var("DISTTRAIN_PROBE_BACKEND", probe_backend(spec)),
+        _env_var(probe_env.BACKEND, probe_backend(spec)),
         # the GPUs the pod asked for: the probe checks that it sees as many (GPUCountMismatch)
-        _env_var("DISTTRAIN_PROBE_GPUS", gpus_requested(_trainer(spec))),
-        _env_var("DISTTRAIN_PROBE_SOCKET_IFNAME", spec.network.socket_ifname),
-        _env_var("DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES", spec.probe.message_size_bytes),
-        _env_var("DISTTRAIN_PROBE_ITERATIONS", spec.probe.iterations),
-        _env_var("DISTTRAIN_PROBE_TIMEOUT_SECONDS", spec.probe.timeout_seconds),
-        _env_var("DISTTRAIN_PROBE_MIN_BUSBW_GBPS", spec.probe.min_bus_bandwidth_gbps),
-        _env_var("DISTTRAIN_PROBE_REPORT_PATH", constants.TERMINATION_MESSAGE_PATH),
+        _env_var(probe_env.GPUS, gpus_requested(_trainer(spec))),
+        _env_var(probe_env.SOCKET_IFNAME, spec.network.socket_ifname),
+        _env_var(probe_env.MESSAGE_SIZE_BYTES, spec.probe.message_size_bytes),
+        _env_var(probe_env.ITERATIONS, spec.probe.iterations),
+        _env_var(probe_env.TIMEOUT_SECONDS, spec.probe.timeout_seconds),
+        _env_var(probe_env.MIN_BUSBW_GBPS, spec.probe.min_bus_bandwidth_gbps),
+        _env_var(probe_env.REPORT_PATH, constants.TERMINATION_MESSAGE_PATH),
         # Echoed in the report: the operator trusts a report only from this job's attempt.
-        _env_var("DISTTRAIN_PROBE_JOB_UID", job.uid),
-        _env_var("DISTTRAIN_PROBE_ATTEMPT", attempt),
+        _env_var(probe_env.JOB_UID, job.uid),
+        _env_var(probe_env.ATTEMPT, attempt),
         _env_var("PYTHONUNBUFFERED", "1"),
     ]
     if spec.network.port_range:
-        env.append(_env_var("DISTTRAIN_PROBE_PORT_RANGE", spec.network.port_range))
+        env.append(_env_var(probe_env.PORT_RANGE, spec.network.port_range))
     if master_started_at:
-        env.append(_env_var("DISTTRAIN_PROBE_MASTER_STARTED_AT", master_started_at))
-    env.append(_env_var("DISTTRAIN_PROBE_BEACON_PORT", beacon_port(spec)))
+        env.append(_env_var(probe_env.MASTER_STARTED_AT, master_started_at))
+    env.append(_env_var(probe_env.BEACON_PORT, beacon_port(spec)))
     if uses_dns_hostnames(spec) and spec.num_nodes > 1:
         # a name of this job that resolves tells "rank 0's record not there yet" from a
         # Service or DNS path that does not work: this rank's own, rank 1's for rank 0
-        env.append(_env_var("DISTTRAIN_PROBE_PEER_DNS_NAME",
+        env.append(_env_var(probe_env.PEER_DNS_NAME,
                             pod_dns_name(job, spec, rank if rank != 0 else 1)))
     if nproc_per_node(spec) > 1:  # one probe process per training process (localranks.py)
-        env.append(_env_var("DISTTRAIN_PROBE_NPROC_PER_NODE", nproc_per_node(spec)))
+        env.append(_env_var(probe_env.NPROC_PER_NODE, nproc_per_node(spec)))
     probe = {
         "name": "probe",
         "image": (trainer.get("image") or image) if spec.probe.use_training_image else image,

@@ -26,6 +26,7 @@ from disttrain.api import constants
 from disttrain.shell import metrics
 from disttrain.shell.kube import Kube
 from disttrain.shell.runner import Reconciler
+from disttrain_probe.contract import probe_env
 
 log = logging.getLogger("disttrain.handlers")
 
@@ -129,7 +130,7 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
         kube_config.load_incluster_config()
     except kube_config.ConfigException:
         kube_config.load_kube_config()
-    _reconciler = Reconciler(Kube(), os.environ.get("DISTTRAIN_PROBE_IMAGE", constants.DEFAULT_PROBE_IMAGE))
+    _reconciler = Reconciler(Kube(), os.environ.get(probe_env.IMAGE, constants.DEFAULT_PROBE_IMAGE))
     asyncio.create_task(_sweep())
 
 

@@ -15,6 +15,8 @@ import sys
 
 import kopf
 
+from disttrain_probe.contract import probe_env
+
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
@@ -26,7 +28,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="watch only this namespace (repeatable); default: all namespaces")
     parser.add_argument("--liveness", default=os.environ.get("DISTTRAIN_LIVENESS", "http://0.0.0.0:8080/healthz"),
                         help="kopf liveness endpoint URL ('' to disable)")
-    parser.add_argument("--probe-image", default=os.environ.get("DISTTRAIN_PROBE_IMAGE"),
+    parser.add_argument("--probe-image", default=os.environ.get(probe_env.IMAGE),
                         help="default probe image (spec.probe.image overrides it)")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve Prometheus /metrics on this port (0 disables; default "
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
                          "link? pass --metrics-port or set enableServiceLinks: false)")
         args.metrics_port = int(raw)
     if args.probe_image:
-        os.environ["DISTTRAIN_PROBE_IMAGE"] = args.probe_image
+        os.environ[probe_env.IMAGE] = args.probe_image
     from disttrain.shell import handlers  # noqa: F401  (registers the handlers)
     from disttrain.shell import metrics
 
