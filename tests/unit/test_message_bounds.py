@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
-from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
+from disttrain.diagnosis.diagnose import Policy, ProbeOutcome, diagnose
 from disttrain_probe.contract import vocabulary as V
 
 from .fixtures import job
@@ -28,6 +28,9 @@ def specs():
         body = job()
         body["spec"]["network"] = net
         out.append(DistTrainingJobSpec.model_validate(body["spec"]))
+    body = job()
+    body["spec"]["probe"] = {"maxLinkImbalance": 1.5}  # a policy that can fail a straggler
+    out.append(DistTrainingJobSpec.model_validate(body["spec"]))
     return out
 
 
@@ -46,7 +49,7 @@ def assert_bounded(d):
 def test_scenario_like_reports_give_bounded_messages(name):
     outs, master = SCENARIOS[name]
     for spec in SPECS:
-        d = diagnose(outs, master)
+        d = diagnose(outs, master, Policy.of(spec))
         apply_advice(d, REF, spec)
         assert_bounded(d)
 
@@ -114,6 +117,9 @@ def outcome_sets(draw):
 @given(outs=outcome_sets(), master=st.sampled_from(["10.0.0.1", "127.0.0.1", None]),
        spec=st.sampled_from(SPECS))
 def test_generated_reports_give_bounded_messages(outs, master, spec):
-    d = diagnose(outs, master)
+    d = diagnose(outs, master, Policy.of(spec))
+    decided = {t: (v.status, v.reason) for t, v in d.conditions.items()}
     apply_advice(d, REF, spec)
     assert_bounded(d)
+    # one verdict: the advice appends text, it never turns a condition or its reason
+    assert {t: (v.status, v.reason) for t, v in d.conditions.items()} == decided

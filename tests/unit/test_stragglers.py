@@ -7,10 +7,8 @@ import pytest
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import stragglers
-from disttrain.diagnosis.advice import apply_advice
 from disttrain.api.types import DistTrainingJobSpec
-from disttrain.children.names import JobRef
-from disttrain.diagnosis.diagnose import diagnose
+from disttrain.diagnosis.diagnose import Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome, typed
 
 from .fixtures import job, report
@@ -62,19 +60,16 @@ def spec(**probe):
 
 
 def test_max_link_imbalance_turns_the_straggler_into_a_failure():
-    d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
-    apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=10))
+    d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11", Policy.of(spec(maxLinkImbalance=10)))
     nv = d.conditions[constants.NETWORK_VALIDATED]
     assert (nv.status, nv.reason) == ("False", vocabulary.SLOW_LINK) and not d.validated
     assert "over probe.maxLinkImbalance 10" in nv.message
     assert d.conditions[constants.VALIDATED].message.startswith("NetworkValidated=False (SlowLink) on node-c")
     # a looser limit than the straggler's 45x: still a warning only
-    d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11")
-    apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=100))
+    d = diagnose(outcomes([9000, 9000, 200]), "10.100.0.11", Policy.of(spec(maxLinkImbalance=100)))
     assert d.validated and d.conditions[constants.NETWORK_VALIDATED].reason == vocabulary.SLOW_LINK
     # a tighter limit than 2x catches a 1.8x node (steady rounds), as a failure
-    d = diagnose(outcomes([9000, 9000, 5000]), "10.100.0.11")
-    apply_advice(d, JobRef("j", "ns", "u"), spec(maxLinkImbalance=1.2))
+    d = diagnose(outcomes([9000, 9000, 5000]), "10.100.0.11", Policy.of(spec(maxLinkImbalance=1.2)))
     assert d.conditions[constants.NETWORK_VALIDATED].reason == vocabulary.SLOW_LINK and not d.validated
 
 

@@ -15,7 +15,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import messages
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
-from disttrain.diagnosis.diagnose import Diagnosis, apply_policy
+from disttrain.diagnosis.diagnose import Diagnosis
 
 _PORT_REASONS = {vocabulary.EPHEMERAL_PORTS_BLOCKED, vocabulary.PORT_RANGE_OUTSIDE_ALLOWED}
 
@@ -50,9 +50,8 @@ def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> Non
     """Append :func:`advice` to every false check condition of ``diag`` it applies to (in
     place), shortening the probe's evidence so the message stays within
     :data:`messages.LIMIT`; ``Validated`` only points at the failing check, so it gets the
-    advice only when the cause belongs to no check. First the spec's policies decide
-    (``probe.maxLinkImbalance``: :func:`~disttrain.diagnosis.diagnose.apply_policy`)."""
-    apply_policy(diag, spec.probe.max_link_imbalance)
+    advice only when the cause belongs to no check. Text only: no status or reason changes
+    here (the spec's policies decided in :func:`~disttrain.diagnosis.diagnose.diagnose`)."""
     for ctype, v in diag.conditions.items():
         if v.status != "False":
             continue

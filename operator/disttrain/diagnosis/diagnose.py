@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 from disttrain_probe.contract import vocabulary
 
+from disttrain.api.types import DistTrainingJobSpec
 from disttrain.diagnosis import attribution
 from disttrain.diagnosis import findings
 from disttrain.diagnosis import messages
@@ -44,6 +45,21 @@ from disttrain.diagnosis.verdicts import Verdict  # noqa: F401  (re-exported)
 
 # Which check a probe warning reason belongs to (from the vocabulary).
 WARNING_CONDITION = {name: vocabulary.REASONS[name].condition for name in vocabulary.named(vocabulary.WARNING)}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the job's spec decides about a verdict, given to :func:`diagnose` once.
+
+    ``max_link_imbalance``: ``probe.maxLinkImbalance``, a straggler node that many times
+    below the median throughput fails the preflight (None: a warning only; see
+    :mod:`disttrain.diagnosis.stragglers`)."""
+
+    max_link_imbalance: Optional[float] = None
+
+    @classmethod
+    def of(cls, spec: DistTrainingJobSpec) -> "Policy":
+        return cls(max_link_imbalance=spec.probe.max_link_imbalance)
 
 
 @dataclass
@@ -65,8 +81,6 @@ class Diagnosis:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    # what diagnose() was given, so a spec policy can decide again (apply_policy)
-    inputs: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def validated(self) -> bool:
@@ -104,14 +118,14 @@ def _collective_passed(ranks: list[findings.RankInput], busbw, algbw, size, back
 
 
 def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
-             max_link_imbalance: Optional[float] = None) -> Diagnosis:
-    """Turn every rank's probe outcome into conditions (see the module docstring).
+             policy: Policy = Policy()) -> Diagnosis:
+    """Turn every rank's probe outcome into conditions (see the module docstring): the one
+    verdict (``disttrain.diagnosis.advice`` only appends the spec's fix to its messages).
 
     ``outcomes`` holds one entry per node rank (all ranks finished, or not waited for:
     ``running``). ``master_addr`` is the address the probes were given as MASTER_ADDR.
-    ``max_link_imbalance`` is ``probe.maxLinkImbalance`` (a straggler that many times below
-    the median fails; see :mod:`stragglers`). Never raises for bad input: a report that
-    does not match the schema is a ProbeReportInvalid failure.
+    ``policy`` is what the job's spec decides (:class:`Policy`). Never raises for bad input:
+    a report that does not match the schema is a ProbeReportInvalid failure.
     """
     ranks = [findings.typed(o) for o in sorted(outcomes, key=lambda o: o.rank)]
     busbw, algbw, size = netsummary.bandwidths(ranks)
@@ -120,13 +134,12 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
         conditions={vocabulary.PROBES_SCHEDULED: Verdict("True", vocabulary.PROBES_SCHEDULED_OK, "every probe pod ran")},
         nodes=netsummary.node_results(ranks), socket_ifnames=ifnames, master_addr=master_addr,
         backend=netsummary.backend(ranks), message_size_bytes=size, alg_bandwidth_gbps=algbw,
-        bus_bandwidth_gbps=busbw, phase_seconds=netsummary.phase_seconds(ranks),
-        inputs=(list(outcomes), master_addr))
+        bus_bandwidth_gbps=busbw, phase_seconds=netsummary.phase_seconds(ranks))
     for i, mbps in stragglers.node_throughput(ranks).items():  # noqa: B007
         diag.nodes[i]["throughputMbps"] = round(mbps, 1)
 
     found = findings.failures(ranks, master_addr)
-    slow_fail, slow_warn = stragglers.findings(ranks, max_link_imbalance) if not found else ([], [])
+    slow_fail, slow_warn = stragglers.findings(ranks, policy.max_link_imbalance) if not found else ([], [])
     found += slow_fail
     diag.failures = _failure_lines(found)
     warns = findings.warnings(ranks) + slow_warn
@@ -165,17 +178,5 @@ def _failure_lines(found: list[findings.Finding]) -> list[str]:
     return out
 
 
-def apply_policy(diag: Diagnosis, max_link_imbalance: Optional[float]) -> None:
-    """Decide again, in place, with the spec's policy (``probe.maxLinkImbalance``): the
-    operator's reconcile calls :func:`diagnose` without the spec, then the spec-aware step
-    (``advice.apply_advice``) calls this."""
-    if max_link_imbalance is None or not diag.inputs:
-        return
-    outcomes, master_addr = diag.inputs
-    new = diagnose(outcomes, master_addr, max_link_imbalance)
-    for name in ("conditions", "nodes", "failures", "warnings", "explained"):
-        setattr(diag, name, getattr(new, name))
-
-
-__all__ = ["Diagnosis", "ProbeOutcome", "Verdict", "WARNING_CONDITION", "apply_policy", "diagnose",
+__all__ = ["Diagnosis", "ProbeOutcome", "Verdict", "Policy", "WARNING_CONDITION", "diagnose",
            "measured_by_ifname", "summarize_ifnames"]

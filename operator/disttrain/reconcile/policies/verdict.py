@@ -1,7 +1,8 @@
 """The probe verdict (pure): every rank's checked outcome -> conditions and status.
 
-:func:`disttrain.diagnosis.diagnose.diagnose` turns the outcomes into the check conditions;
-:func:`disttrain.diagnosis.advice.apply_advice` adds the fix that depends on the job's spec. The
+:func:`disttrain.diagnosis.diagnose.diagnose` turns the outcomes into the check conditions,
+with the spec's policy; :func:`disttrain.diagnosis.advice.apply_advice` appends the fix that
+depends on the job's spec. The
 verdict then writes ``status.nodes`` (what each rank validated), ``status.rendezvous``
 (what training will use) and a new ``status.probe`` (replaced whole, so nothing of an
 earlier attempt is left behind), and fails the preflight when a check is False. A probe pod
@@ -16,7 +17,7 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis.advice import apply_advice
-from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose, summarize_ifnames
+from disttrain.diagnosis.diagnose import Policy, ProbeOutcome, diagnose, summarize_ifnames
 from disttrain.reconcile.step import Step
 from disttrain.reconcile.policies import nodeloss
 
@@ -26,7 +27,7 @@ MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
 
 def apply(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     """Write the verdict; True when the job was validated."""
-    diag = diagnose(outcomes, master)
+    diag = diagnose(outcomes, master, Policy.of(s.spec))
     apply_advice(diag, s.job, s.spec)
     nodeloss.override(diag, outcomes)  # a lost probe pod is the cause, not what followed
     for ctype, v in diag.conditions.items():
