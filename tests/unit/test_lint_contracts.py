@@ -67,3 +67,36 @@ def test_every_probe_variable_is_named_once_in_the_contract():
                 if t.type == tokenize.STRING and "DISTTRAIN_PROBE_" in t.string and t.start[0] not in docs:
                     spelled.append(f"{f.relative_to(REPO)}:{t.start[0]}")
     assert not spelled, spelled
+
+
+def test_no_condition_status_is_a_bare_string_outside_the_constants():
+    """``constants.TRUE``/``FALSE``/``UNKNOWN`` everywhere in the operator; the one
+    exception is the CRD model's ``Literal[...]`` (a type needs the values themselves)."""
+    import ast
+
+    root = REPO / "operator" / "disttrain"
+    spelled = []
+    for f in sorted(root.rglob("*.py")):
+        if f.relative_to(root).as_posix() == "api/constants.py":
+            continue
+        tree = ast.parse(f.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        literal = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+                   and getattr(n.value, "id", "") == "Literal" for c in ast.walk(n.slice)}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and n.value in ("True", "False", "Unknown") \
+                    and id(n) not in docs | literal and not _is_reason_fallback(n, tree):
+                spelled.append(f"{f.relative_to(REPO)}:{n.lineno}")
+    assert not spelled, spelled
+
+
+def _is_reason_fallback(node, tree) -> bool:
+    """``"reason": ... or "Unknown"`` in status repair: a reason, not a status."""
+    import ast
+
+    for d in ast.walk(tree):
+        if isinstance(d, ast.Dict):
+            for k, v in zip(d.keys, d.values):
+                if isinstance(k, ast.Constant) and k.value == "reason" and any(x is node for x in ast.walk(v)):
+                    return True
+    return False

@@ -73,6 +73,9 @@ SUSPENDED = vocabulary.SUSPENDED  # written only once a job was suspended (True)
 ADMITTED = vocabulary.ADMITTED  # written only for jobs queued in Kueue (label kueue.x-k8s.io/queue-name)
 OPTIONAL_CONDITIONS = vocabulary.OPTIONAL_CONDITIONS
 
+# ---- condition statuses (metav1.ConditionStatus): no module spells them again ----------
+TRUE, FALSE, UNKNOWN = "True", "False", "Unknown"
+
 # ---- phases (a summary of the conditions, for the printer column) ----------------------
 PHASE_PENDING = "Pending"
 PHASE_PROBING = "Probing"

@@ -100,16 +100,16 @@ def read(wl: dict) -> Admission:
     conds = _conditions(wl)
     status = wl.get("status") or {}
     admission = status.get("admission") or {}
-    if conds.get("Finished", {}).get("status") == "True":
+    if conds.get("Finished", {}).get("status") == constants.TRUE:
         return Admission("finished", conds["Finished"].get("reason", ""), conds["Finished"].get("message", ""))
     evicted = conds.get("Evicted", {})
     if (wl.get("spec") or {}).get("active") is False:
         return Admission("inactive", evicted.get("reason") or "Deactivated",
                          evicted.get("message") or "the Workload was deactivated")
-    if evicted.get("status") == "True":
+    if evicted.get("status") == constants.TRUE:
         return Admission("evicted", evicted.get("reason", ""), evicted.get("message", ""),
                          admission.get("clusterQueue"))
-    if conds.get("Admitted", {}).get("status") == "True" and admission:
+    if conds.get("Admitted", {}).get("status") == constants.TRUE and admission:
         flavors: dict[str, str] = {}
         for psa in admission.get("podSetAssignments") or []:
             if isinstance(psa, dict) and psa.get("name") == POD_SET:
@@ -164,19 +164,19 @@ def finished_patch(wl: dict, succeeded: bool, message: str, now: str) -> dict[st
     """The status patch that marks the Workload Finished (Kueue then releases the quota)."""
     reason = "Succeeded" if succeeded else "Failed"
     return {"metadata": {"resourceVersion": (wl.get("metadata") or {}).get("resourceVersion")},
-            "status": {"conditions": _with_condition(wl, "Finished", "True", reason, message, now)}}
+            "status": {"conditions": _with_condition(wl, "Finished", constants.TRUE, reason, message, now)}}
 
 
 def release_patch(wl: dict, adm: Admission, now: str) -> dict[str, Any]:
     """After an eviction, once the job's pods are gone: clear the admission and say whether
     Kueue requeues it, as Kueue's job integrations do."""
     conds = {"status": {"conditions": (wl.get("status") or {}).get("conditions") or []}}
-    requeue = "True" if adm.reason in REQUEUE_REASONS else "False"
+    requeue = constants.TRUE if adm.reason in REQUEUE_REASONS else constants.FALSE
     conds["status"]["conditions"] = _with_condition(conds, "Requeued", requeue, adm.reason or "Evicted",
                                                     adm.message, now)
-    conds["status"]["conditions"] = _with_condition(conds, "QuotaReserved", "False", "Pending",
+    conds["status"]["conditions"] = _with_condition(conds, "QuotaReserved", constants.FALSE, "Pending",
                                                     adm.message, now)
-    conds["status"]["conditions"] = _with_condition(conds, "Admitted", "False", "NoReservation",
+    conds["status"]["conditions"] = _with_condition(conds, "Admitted", constants.FALSE, "NoReservation",
                                                     "the job's pods were stopped after the eviction", now)
     return {"metadata": {"resourceVersion": (wl.get("metadata") or {}).get("resourceVersion")},
             "status": {"admission": None, "conditions": conds["status"]["conditions"]}}

@@ -142,7 +142,7 @@ def unschedulable(pod: Any) -> Optional[str]:
     """The scheduler's message when PodScheduled is False for reason Unschedulable."""
     for pc in _list(status(pod).get("conditions")):
         pc = _dict(pc)
-        if pc.get("type") == "PodScheduled" and pc.get("status") == "False"\
+        if pc.get("type") == "PodScheduled" and pc.get("status") == constants.FALSE\
                 and pc.get("reason") == "Unschedulable":
             msg = pc.get("message")
             return msg if isinstance(msg, str) and msg else "unschedulable"
@@ -220,7 +220,7 @@ def scheduled_at(pod: Any) -> Optional[datetime]:
         return None
     for pc in _list(status(pod).get("conditions")):
         pc = _dict(pc)
-        if pc.get("type") == "PodScheduled" and pc.get("status") == "True":
+        if pc.get("type") == "PodScheduled" and pc.get("status") == constants.TRUE:
             when = parse_time(pc.get("lastTransitionTime"))
             if when is not None:
                 return when
@@ -235,7 +235,7 @@ def evicted(pod: Any) -> Optional[str]:
         return f"{st.get('reason')}: {msg}" if isinstance(msg, str) and msg else str(st.get("reason"))
     for pc in _list(st.get("conditions")):
         pc = _dict(pc)
-        if pc.get("type") == "DisruptionTarget" and pc.get("status") == "True":
+        if pc.get("type") == "DisruptionTarget" and pc.get("status") == constants.TRUE:
             return f"{pc.get('reason') or 'DisruptionTarget'}: {pc.get('message') or ''}".rstrip(": ")
     return None
 

@@ -53,7 +53,7 @@ def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> Non
     advice only when the cause belongs to no check. Text only: no status or reason changes
     here (the spec's policies decided in :func:`~disttrain.diagnosis.diagnose.diagnose`)."""
     for ctype, v in diag.conditions.items():
-        if v.status != "False":
+        if v.status != constants.FALSE:
             continue
         if ctype == constants.VALIDATED and constants.REASON_CONDITION.get(v.reason):
             continue

@@ -42,6 +42,7 @@ from disttrain.diagnosis import verdicts
 from disttrain.diagnosis.findings import ProbeOutcome  # noqa: F401  (re-exported: reconcile builds these)
 from disttrain.diagnosis.netsummary import measured_by_ifname, summarize_ifnames  # noqa: F401  (re-exported)
 from disttrain.diagnosis.verdicts import Verdict  # noqa: F401  (re-exported)
+from disttrain.api import constants
 
 # Which check a probe warning reason belongs to (from the vocabulary).
 WARNING_CONDITION = {name: vocabulary.REASONS[name].condition for name in vocabulary.named(vocabulary.WARNING)}
@@ -84,7 +85,7 @@ class Diagnosis:
 
     @property
     def validated(self) -> bool:
-        return self.conditions[vocabulary.VALIDATED].status == "True"
+        return self.conditions[vocabulary.VALIDATED].status == constants.TRUE
 
 
 def _passed(ranks: list[findings.RankInput], master_addr: Optional[str], busbw, algbw, size,
@@ -95,11 +96,11 @@ def _passed(ranks: list[findings.RankInput], master_addr: Optional[str], busbw, 
                      (("torch", "torch"), ("cuda", "CUDA"), ("nccl", "NCCL"))
                      if v0 is not None and getattr(v0, key)) or "versions unknown"
     return {
-        vocabulary.MASTER_REACHABLE: Verdict("True", vocabulary.MASTER_PORT_OPEN,
+        vocabulary.MASTER_REACHABLE: Verdict(constants.TRUE, vocabulary.MASTER_PORT_OPEN,
                                     f"every rank reached {master_addr}:{port if port else ''}"),
-        vocabulary.NETWORK_VALIDATED: Verdict("True", vocabulary.INTERFACE_SELECTED, netsummary.network_message(ranks)),
-        vocabulary.VERSIONS_CONSISTENT: Verdict("True", vocabulary.VERSIONS_MATCH, f"same on every node: {vmsg}"),
-        vocabulary.COLLECTIVE_VALIDATED: Verdict("True", vocabulary.ALLREDUCE_PASSED, messages.bound(_collective_passed(
+        vocabulary.NETWORK_VALIDATED: Verdict(constants.TRUE, vocabulary.INTERFACE_SELECTED, netsummary.network_message(ranks)),
+        vocabulary.VERSIONS_CONSISTENT: Verdict(constants.TRUE, vocabulary.VERSIONS_MATCH, f"same on every node: {vmsg}"),
+        vocabulary.COLLECTIVE_VALIDATED: Verdict(constants.TRUE, vocabulary.ALLREDUCE_PASSED, messages.bound(_collective_passed(
             ranks, busbw, algbw, size, backend))),
     }
 
@@ -131,7 +132,7 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
     busbw, algbw, size = netsummary.bandwidths(ranks)
     ifnames = netsummary.socket_ifnames(ranks)
     diag = Diagnosis(
-        conditions={vocabulary.PROBES_SCHEDULED: Verdict("True", vocabulary.PROBES_SCHEDULED_OK, "every probe pod ran")},
+        conditions={vocabulary.PROBES_SCHEDULED: Verdict(constants.TRUE, vocabulary.PROBES_SCHEDULED_OK, "every probe pod ran")},
         nodes=netsummary.node_results(ranks), socket_ifnames=ifnames, master_addr=master_addr,
         backend=netsummary.backend(ranks), message_size_bytes=size, alg_bandwidth_gbps=algbw,
         bus_bandwidth_gbps=busbw, phase_seconds=netsummary.phase_seconds(ranks))

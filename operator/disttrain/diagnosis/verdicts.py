@@ -19,6 +19,7 @@ from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.findings import Finding, is_warning_reason, warning_check
+from disttrain.api import constants
 
 
 @dataclass
@@ -55,21 +56,21 @@ def failed(cause: Finding, message: str, nodes: Sequence[str]) -> dict[str, Verd
     out: dict[str, Verdict] = {}
     if check is None:
         for ctype in vocabulary.PROBE_CHECKS:
-            out[ctype] = Verdict("Unknown", vocabulary.NOT_REACHED,
+            out[ctype] = Verdict(constants.UNKNOWN, vocabulary.NOT_REACHED,
                                  f"not checked: the probe run failed ({cause.reason}), see Validated")
-        out[vocabulary.VALIDATED] = Verdict("False", cause.reason, messages.bound(message, messages.SUMMARY_LIMIT))
+        out[vocabulary.VALIDATED] = Verdict(constants.FALSE, cause.reason, messages.bound(message, messages.SUMMARY_LIMIT))
         return out
     idx = vocabulary.CHECK_CONDITIONS.index(check)
     for ctype in vocabulary.PROBE_CHECKS:
         i = vocabulary.CHECK_CONDITIONS.index(ctype)
         if i < idx:
-            out[ctype] = Verdict("True", vocabulary.PASS_REASON[ctype], "passed on every node")
+            out[ctype] = Verdict(constants.TRUE, vocabulary.PASS_REASON[ctype], "passed on every node")
         elif i == idx:
-            out[ctype] = Verdict("False", cause.reason, message)
+            out[ctype] = Verdict(constants.FALSE, cause.reason, message)
         else:
-            out[ctype] = Verdict("Unknown", vocabulary.NOT_REACHED, f"not checked: {check} is False")
+            out[ctype] = Verdict(constants.UNKNOWN, vocabulary.NOT_REACHED, f"not checked: {check} is False")
     where = f" on {messages.node_list(nodes)}" if nodes else ""
-    out[vocabulary.VALIDATED] = Verdict("False", cause.reason, messages.bound(
+    out[vocabulary.VALIDATED] = Verdict(constants.FALSE, cause.reason, messages.bound(
         f"{check}=False ({cause.reason}){where}: see the {check} condition for the cause "
         f"and the fix", messages.SUMMARY_LIMIT))
     return out
@@ -144,7 +145,7 @@ def warned(passed: dict[str, Verdict], found: Sequence[Finding]) -> dict[str, Ve
         # a reason the vocabulary does not know (a newer probe) is said, never set
         reason = next((g[0] for g in groups if is_warning_reason(g[0])), out[ctype].reason)
         passed_parts = messages.clauses(out[ctype].message)  # what passed first, then the warnings
-        out[ctype] = Verdict("True", reason, messages.join([passed_parts[0], first, *passed_parts[1:], more]))
+        out[ctype] = Verdict(constants.TRUE, reason, messages.join([passed_parts[0], first, *passed_parts[1:], more]))
     return out
 
 
@@ -154,7 +155,7 @@ def summary_passed(passed: dict[str, Verdict], found: Sequence[Finding], n: int,
     """Validated when every check passed: the rendezvous training gets, or which checks
     warned (pointing at them)."""
     if not found:
-        return Verdict("True", vocabulary.ALL_CHECKS_PASSED, messages.bound(
+        return Verdict(constants.TRUE, vocabulary.ALL_CHECKS_PASSED, messages.bound(
             f"{n} nodes validated; NCCL_SOCKET_IFNAME={ifnames}; MASTER_ADDR={master_addr}; "
             f"busbw {busbw} GB/s", messages.SUMMARY_LIMIT))
     parts = []
@@ -169,7 +170,7 @@ def summary_passed(passed: dict[str, Verdict], found: Sequence[Finding], n: int,
             what = ", ".join(f"{reason} on {messages.node_list(nodes) or 'all nodes'}"
                              for reason, nodes in by_reason.items())
             parts.append(f"{ctype}: {what}")
-    return Verdict("True", vocabulary.PASSED_WITH_WARNINGS, messages.bound(
+    return Verdict(constants.TRUE, vocabulary.PASSED_WITH_WARNINGS, messages.bound(
         f"passed with warnings: {'; '.join(parts)}; see those conditions", messages.SUMMARY_LIMIT))
 
 

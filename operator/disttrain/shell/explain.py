@@ -42,14 +42,14 @@ def _cell(ch: str) -> Text:
 
 
 def _status_style(cond: dict) -> str:
-    bad = (cond.get("status") == "False" and cond.get("type") not in (constants.SUCCEEDED, constants.FAILED)) or (
-        cond.get("type") == constants.FAILED and cond.get("status") == "True")
+    bad = (cond.get("status") == constants.FALSE and cond.get("type") not in (constants.SUCCEEDED, constants.FAILED)) or (
+        cond.get("type") == constants.FAILED and cond.get("status") == constants.TRUE)
     if bad:
         return "bold red"
-    if cond.get("status") == "True" and cond.get("reason") not in set(constants.PASS_REASON.values()) | {
+    if cond.get("status") == constants.TRUE and cond.get("reason") not in set(constants.PASS_REASON.values()) | {
             vocabulary.ALL_CHECKS_PASSED, vocabulary.ALL_RANKS_RUNNING, vocabulary.ALL_RANKS_SUCCEEDED}:
         return "yellow"  # a warning
-    return "green" if cond.get("status") == "True" else "dim"
+    return "green" if cond.get("status") == constants.TRUE else "dim"
 
 
 def conditions_table(conds: Sequence[dict]) -> Table:

@@ -53,7 +53,7 @@ def serve(port: int) -> None:
 
 def _verdict(status: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
     v = cond.get((status or {}).get("conditions") or [], constants.VALIDATED)
-    return v if v and v["status"] in ("True", "False") else None
+    return v if v and v["status"] in (constants.TRUE, constants.FALSE) else None
 
 
 def observe(namespace: str, name: str, old: Optional[dict], new: dict) -> None:

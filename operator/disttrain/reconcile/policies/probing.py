@@ -266,7 +266,7 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     if pull:
         msg = _pull_summary(pull)
         msg += "; fix the image name or pull secret (spec.probe.image / the training image)"
-        s.set(constants.PROBES_SCHEDULED, "False", vocabulary.PROBE_IMAGE_PULL_FAILED, msg)
+        s.set(constants.PROBES_SCHEDULED, constants.FALSE, vocabulary.PROBE_IMAGE_PULL_FAILED, msg)
         s.fail_preflight(vocabulary.PROBE_IMAGE_PULL_FAILED, msg)
         return True
     if unsched:
@@ -274,7 +274,7 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         words = [(r, m) for r, _, m in unsched]
         msg = scheduling.summarize(words, n)
         if kinds <= {"wait"}:  # only busy nodes (or a gang waiting for them): it schedules later
-            s.set(constants.PROBES_SCHEDULED, "Unknown", vocabulary.WAITING_FOR_RESOURCES, cond.clip(
+            s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, cond.clip(
                 f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
                 "(without gang scheduling, pods already placed keep their nodes meanwhile)"))
             return False
@@ -288,7 +288,7 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         else:
             reason = vocabulary.PROBE_UNSCHEDULABLE
             msg += "; relax the template's nodeSelector/tolerations/resources or add capacity"
-        s.set(constants.PROBES_SCHEDULED, "False", reason, msg)
+        s.set(constants.PROBES_SCHEDULED, constants.FALSE, reason, msg)
         s.fail_preflight(reason, msg)
         return True
     placed = {r: observe.node(p) for r, p in by_rank.items() if observe.node(p)}
@@ -298,15 +298,15 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         msg = (f"probe pods of several ranks were placed on one node (rank:node {ranks}) although "
                "they require one per node: is spec.template.spec.schedulerName a scheduler that "
                "ignores pod anti-affinity? Use one that honours it")
-        s.set(constants.PROBES_SCHEDULED, "False", vocabulary.PROBE_UNSCHEDULABLE, msg)
+        s.set(constants.PROBES_SCHEDULED, constants.FALSE, vocabulary.PROBE_UNSCHEDULABLE, msg)
         s.fail_preflight(vocabulary.PROBE_UNSCHEDULABLE, msg)
         return True
     if len(placed) == n:
         nodes = ", ".join(f"{r}:{placed[r]}" for r in sorted(placed))
-        s.set(constants.PROBES_SCHEDULED, "True", vocabulary.PROBES_SCHEDULED_OK,
+        s.set(constants.PROBES_SCHEDULED, constants.TRUE, vocabulary.PROBES_SCHEDULED_OK,
               f"{n} probe pods scheduled, one per node (rank:node {nodes})")
     else:
-        s.set(constants.PROBES_SCHEDULED, "Unknown", vocabulary.PROBES_PENDING,
+        s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.PROBES_PENDING,
               f"{len(placed)}/{n} probe pods scheduled")
     return False
 
@@ -322,9 +322,9 @@ def _name_conflicts(s: Step) -> bool:
         return False
     msg, expired = found
     if not expired:
-        s.set(constants.PROBES_SCHEDULED, "Unknown", vocabulary.NAME_CONFLICT, msg)
+        s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.NAME_CONFLICT, msg)
         return False
-    s.set(constants.PROBES_SCHEDULED, "False", vocabulary.NAME_CONFLICT, msg)
+    s.set(constants.PROBES_SCHEDULED, constants.FALSE, vocabulary.NAME_CONFLICT, msg)
     s.fail_preflight(vocabulary.NAME_CONFLICT, msg)
     return True
 
@@ -334,7 +334,7 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
     can be reached, else None (still running, or the preflight already failed here)."""
     attempt = attempt_of(s)
     by_rank = current_probes(s, attempt)
-    s.set(constants.VALIDATED, "Unknown", vocabulary.PROBING, "preflight probe running")
+    s.set(constants.VALIDATED, constants.UNKNOWN, vocabulary.PROBING, "preflight probe running")
     _record_start(s, by_rank)
     master = launch(s, attempt, by_rank)
     if scheduling_verdict(s, by_rank) or _name_conflicts(s):
@@ -359,7 +359,7 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
         rank0 = by_rank.get(0)
         what = (f"rank 0's probe pod {observe.name(rank0)} shows no "
                 f"{'status.hostIP' if s.spec.network.host_network else 'status.podIP'}")
-        s.set(constants.VALIDATED, "Unknown", vocabulary.MASTER_ADDR_UNKNOWN, (
+        s.set(constants.VALIDATED, constants.UNKNOWN, vocabulary.MASTER_ADDR_UNKNOWN, (
             f"the probes ended, but {what}: the verdict waits for it (it becomes the training "
             "pods' MASTER_ADDR) until the probe budget ends"))
         s.plan.requeue(2.0)

@@ -59,7 +59,7 @@ def _create_probed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
             nodes[x["rank"]] = x
     rdzv = s.status.get("rendezvous") or {}
     if not rdzv.get("masterAddr"):  # validated, but the status lost it (edited, restored)
-        s.set(constants.TRAINING_STARTED, "Unknown", vocabulary.TRAINING_PENDING,
+        s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.TRAINING_PENDING,
               "status.rendezvous.masterAddr is missing from the validated status: probing again "
               "to learn it")
         _reprobe(s, "the validated rendezvous is missing from the status")
@@ -141,10 +141,10 @@ def _name_conflicts(s: Step) -> bool:
         return False
     msg, expired = found
     if expired:
-        s.set(constants.TRAINING_STARTED, "False", vocabulary.NAME_CONFLICT, msg)
+        s.set(constants.TRAINING_STARTED, constants.FALSE, vocabulary.NAME_CONFLICT, msg)
         s.finish(False, vocabulary.NAME_CONFLICT, msg, "a training pod's name is held by another pod")
         return True
-    s.set(constants.TRAINING_STARTED, "Unknown", vocabulary.NAME_CONFLICT, msg)
+    s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.NAME_CONFLICT, msg)
     return False
 
 
@@ -153,7 +153,7 @@ def _unplaced(s: Step, by_rank: dict[int, dict]) -> None:
     stuck = [(r, p, observe.unschedulable(p)) for r, p in sorted(by_rank.items())]
     stuck = [(r, p, m) for r, p, m in stuck if m]
     if stuck and not s.is_true(constants.TRAINING_STARTED):
-        s.set(constants.TRAINING_STARTED, "Unknown", vocabulary.WAITING_FOR_RESOURCES, cond.clip(
+        s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, cond.clip(
             "; ".join(f"rank {r} ({observe.name(p)}) cannot be placed yet: {m}" for r, p, m in stuck)
             + "; it starts when its validated node has room"))
 
@@ -182,12 +182,12 @@ def run(s: Step) -> None:
     if len(by_rank) == n and all(observe.phase(p) in ("Running", "Succeeded", "Failed") for p in by_rank.values())\
             and not s.is_true(constants.TRAINING_STARTED):
         placement = ", ".join(f"{r}:{observe.node(p)}" for r, p in sorted(by_rank.items()))
-        s.set(constants.TRAINING_STARTED, "True", vocabulary.ALL_RANKS_RUNNING,
+        s.set(constants.TRAINING_STARTED, constants.TRUE, vocabulary.ALL_RANKS_RUNNING,
               f"{n} training pods started (rank:node {placement})"
               + (f" after {attempt} gang restart(s)" if attempt else ""))
     if s.is_true(constants.TRAINING_STARTED):
         for ctype in (constants.SUCCEEDED, constants.FAILED):
-            s.set(ctype, "Unknown", vocabulary.TRAINING_RUNNING, "training is running")
+            s.set(ctype, constants.UNKNOWN, vocabulary.TRAINING_RUNNING, "training is running")
     if len(by_rank) == n and all(observe.phase(p) == "Succeeded" for p in by_rank.values()):
         s.finish(True, vocabulary.ALL_RANKS_SUCCEEDED, f"all {n} ranks exited 0", "no rank failed")
         return
@@ -209,18 +209,18 @@ def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str) -> N
     s.status["restarts"] = attempt + 1
     for p in by_rank.values():
         s.delete(p)
-    s.set(constants.TRAINING_STARTED, "Unknown", vocabulary.RESTARTING,
+    s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.RESTARTING,
           f"gang restart {attempt + 1}/{spec.run_policy.backoff_limit} after: {text}")
     for ctype in (constants.SUCCEEDED, constants.FAILED):
-        s.set(ctype, "Unknown", vocabulary.RESTARTING, "restarting all ranks")
+        s.set(ctype, constants.UNKNOWN, vocabulary.RESTARTING, "restarting all ranks")
     if d.reprobe:
         _reprobe(s, "a rank failed")
 
 
 def _reprobe(s: Step, why: str) -> None:
     """Validate again before training: the next probe attempt, every check Unknown."""
-    s.set(constants.VALIDATED, "Unknown", vocabulary.PROBING, f"re-probing: {why}")
+    s.set(constants.VALIDATED, constants.UNKNOWN, vocabulary.PROBING, f"re-probing: {why}")
     for ctype in constants.CHECK_CONDITIONS:
-        s.set(ctype, "Unknown", vocabulary.NOT_CHECKED, f"re-probing: {why}")
+        s.set(ctype, constants.UNKNOWN, vocabulary.NOT_CHECKED, f"re-probing: {why}")
     old = s.status.get("probe") or {}
     s.status["probe"] = {"attempt": int(old.get("attempt") or 1) + 1}
