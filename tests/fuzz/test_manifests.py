@@ -36,7 +36,7 @@ from disttrain.children.names import JobRef, uses_dns_hostnames
 from disttrain.children.pods import Rendezvous, build_probe_pod, build_worker_pod
 from disttrain.children.service import build_headless_service
 
-from ..unit.fixtures import TEMPLATE, json_parser
+from ..support.fixtures import TEMPLATE, json_parser
 from .crd_admission import admit, crd_schema, stored_form
 from .manifests import (
     NETWORK_FIELDS,

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from disttrain.diagnosis.report import MAX_REPORT_BYTES, ProbeReport, ReportInvalid, parse_report
 from disttrain.diagnosis.trust import Expected, check
 
-from ..unit.fixtures import report
+from ..support.fixtures import report
 from .manifests import weighted
 
 pytestmark = pytest.mark.fuzz

@@ -7,8 +7,8 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue
 
-from .fixtures import job
-from .test_reconcile import advance, finished_probes, names, step, workers
+from ..support.fixtures import job
+from ..support.reconcile import advance, finished_probes, names, step, workers
 
 FLAVOR = {"apiVersion": kueue.KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "gpu-a"},
           "spec": {"nodeLabels": {"pool": "a100"},

@@ -6,7 +6,7 @@ from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import Diagnosis, Verdict
 
-from .fixtures import job
+from ..support.fixtures import job
 
 REF = JobRef("j", "ns", "uid-1")
 

@@ -10,7 +10,7 @@ from disttrain.api.types import (
     spec_error_message,
 )
 
-from .fixtures import TEMPLATE
+from ..support.fixtures import TEMPLATE
 
 
 def spec(**kw):

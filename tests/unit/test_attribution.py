@@ -9,7 +9,7 @@ from disttrain.diagnosis import evidence
 from disttrain.diagnosis.findings import ProbeOutcome, typed
 from disttrain_probe.contract import vocabulary as V
 
-from .fixtures import report
+from ..support.fixtures import report
 
 NODES = ("node-a", "node-b", "node-c", "node-d")
 

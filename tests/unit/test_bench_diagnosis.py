@@ -11,7 +11,7 @@ import pytest
 
 from localcluster import scenario as scn
 
-from .fixtures import load_benchmark
+from ..support.fixtures import load_benchmark
 
 
 bd = load_benchmark("bench_diagnosis")

@@ -10,7 +10,7 @@ import yaml
 
 from localcluster.config import REPO_ROOT
 
-from .fixtures import load_benchmark
+from ..support.fixtures import load_benchmark
 
 
 bs = load_benchmark("bench_scale")

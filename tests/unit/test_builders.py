@@ -13,7 +13,7 @@ from disttrain.children.pods import (
     torchrun_command,
 )
 
-from .fixtures import job
+from ..support.fixtures import job
 
 REF = JobRef("j", "ns", "uid-1")
 

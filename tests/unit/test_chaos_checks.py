@@ -10,7 +10,7 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from tests.e2e import chaos
 
-from .fixtures import JOB_UID, pod
+from ..support.fixtures import JOB_UID, pod
 
 UIDS = iter(range(1, 10**6))
 

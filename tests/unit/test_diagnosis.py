@@ -6,7 +6,7 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose, summarize_ifnames
 
-from .fixtures import report
+from ..support.fixtures import report
 
 
 def outcomes(*reports):

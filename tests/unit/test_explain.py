@@ -9,7 +9,7 @@ from rich.console import Console, Group
 from disttrain.shell import explain
 from disttrain.diagnosis.diagnose import diagnose
 
-from .scenario_reports import SCENARIOS
+from ..support.scenario_reports import SCENARIOS
 
 
 def job_from(name: str) -> dict:

@@ -5,7 +5,7 @@ from disttrain.diagnosis import findings
 from disttrain.diagnosis.report import ProbeReport
 from disttrain_probe.contract import vocabulary as V
 
-from .fixtures import report
+from ..support.fixtures import report
 
 
 def rank(r, node, rep=None, **kw):

@@ -9,8 +9,8 @@ from disttrain.api.types import DistTrainingJobSpec, job_name_problem
 from disttrain.children.names import JobRef
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API, effective_spec
 
-from .fixtures import TEMPLATE, job
-from .test_reconcile import advance, names, step
+from ..support.fixtures import TEMPLATE, job
+from ..support.reconcile import advance, names, step
 
 REF = JobRef("j", "ns", "uid-1")
 
@@ -87,7 +87,7 @@ def test_with_the_workload_api_all_probe_pods_are_created_together_in_one_gang()
 
 
 def test_a_resumed_training_gang_is_a_new_group():
-    from .test_reconcile import finished_probes, workers
+    from ..support.reconcile import finished_probes, workers
     body = job()
     caps = {CAP_WORKLOAD_API}
     body = advance(body, step(body, [], capabilities=caps))

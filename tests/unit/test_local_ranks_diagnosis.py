@@ -5,7 +5,7 @@ from disttrain.api import constants
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
 from disttrain.reconcile.status_repair import repair
 
-from .fixtures import report
+from ..support.fixtures import report
 
 
 def multi(rank, node, busbw=1.5, intra=4.0, **kw):

@@ -12,9 +12,9 @@ from disttrain.reconcile import conditions as cond
 from disttrain.children.pods import build_probe_pod
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
 
-from .fixtures import job, pod, report
+from ..support.fixtures import job, pod, report
 from .test_builders import REF, env, spec_of
-from .test_reconcile import NOW, advance, names, step
+from ..support.reconcile import NOW, advance, names, step
 
 STARTED = "2026-11-30T11:59:50Z"
 # one second before NOW, as the kubernetes Python client serializes times (kube.py)

@@ -15,8 +15,8 @@ from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import Policy, ProbeOutcome, diagnose
 from disttrain_probe.contract import vocabulary as V
 
-from .fixtures import job
-from .scenario_reports import SCENARIOS
+from ..support.fixtures import job
+from ..support.scenario_reports import SCENARIOS
 
 REF = JobRef("ddp-digits", "ns", "uid-1")
 

@@ -3,7 +3,7 @@ from disttrain.diagnosis import netsummary
 from disttrain.diagnosis.findings import ProbeOutcome, typed
 from disttrain_probe.contract import vocabulary as V
 
-from .fixtures import report
+from ..support.fixtures import report
 
 
 def ranks_with(rejected, ifname="eth1"):

@@ -18,8 +18,8 @@ from disttrain.reconcile.policies.nodeloss import (
     override,
 )
 
-from .fixtures import job, pod, report
-from .test_reconcile import NOW, advance, step
+from ..support.fixtures import job, pod, report
+from ..support.reconcile import NOW, advance, step
 
 STARTED = "2026-11-30T11:59:30Z"
 ENDED = "2026-11-30T11:59:59+00:00"  # one second before NOW

@@ -10,7 +10,7 @@ from disttrain.api.types import DistTrainingJobSpec
 from disttrain.reconcile.policies import apierrors, cleanup, deadline, restart
 from disttrain.reconcile.step import ApiFailure
 
-from .fixtures import TEMPLATE, pod
+from ..support.fixtures import TEMPLATE, pod
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
 

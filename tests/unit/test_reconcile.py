@@ -1,31 +1,13 @@
 """The reconcile step: idempotent, level-triggered, one stage at a time."""
 
-import json
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.reconcile.loop import reconcile
 
-from .fixtures import job, json_parser, pod, report
-
-NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
-
-
-def step(body, pods, now=NOW, **kw):
-    return reconcile(body, pods, now, json_parser, probe_image="probe:1", **kw)
-
-
-def advance(body, plan):
-    body = dict(body)
-    body["status"] = plan.status
-    return body
-
-
-def names(plan):
-    return [p["metadata"]["name"] for p in plan.creates]
-
+from ..support.fixtures import job, pod
+from ..support.reconcile import NOW, advance, finished_probes, names, step, validated_body, workers
 
 def test_first_visit_writes_unknown_conditions_and_rank0_probe_only():
     plan = step(job(), [])
@@ -61,15 +43,6 @@ def test_idempotent_same_input_same_plan_no_duplicates():
     a, b = step(body, pods), step(body, pods)
     assert a.creates == b.creates == [] and a.status == b.status
     assert cond.status_of(a.status["conditions"], constants.PROBES_SCHEDULED) == "True"
-
-
-def finished_probes(r0=None, r1=None):
-    r0 = r0 or report(0, "node-a")
-    r1 = r1 or report(1, "node-b")
-    return [pod("j-probe-0", "probe", 0, phase="Succeeded", node="node-a", host_ip="10.100.0.10",
-                message=json.dumps(r0), exit_code=0),
-            pod("j-probe-1", "probe", 1, phase="Succeeded", node="node-b", host_ip="10.100.0.11",
-                message=json.dumps(r1), exit_code=0)]
 
 
 def test_validated_then_workers_pinned_after_probes_deleted():
@@ -127,17 +100,6 @@ def test_probe_timeout():
     assert 0 < plan.requeue_after <= 1.0  # woken when the budget ends, not by a sweep
     plan = step(body, pods, now=NOW + timedelta(seconds=91))
     assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == vocabulary.PROBE_TIMEOUT
-
-
-def validated_body():
-    body = advance(job(), step(job(), []))
-    return advance(body, step(body, finished_probes()))
-
-
-def workers(*phases, attempt=0, exit_code=1):
-    return [pod(f"j-worker-{r}", "worker", r, attempt=attempt, phase=ph, node=f"node-{'ab'[r]}",
-                container="trainer", exit_code=exit_code if ph == "Failed" else None,
-                message="Traceback: boom" if ph == "Failed" else None) for r, ph in enumerate(phases)]
 
 
 def test_training_succeeds():

@@ -8,8 +8,8 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.step import ApiFailure
 
-from .fixtures import job, pod, report
-from .test_reconcile import NOW, advance, finished_probes, names, step, validated_body, workers
+from ..support.fixtures import job, pod, report
+from ..support.reconcile import NOW, advance, finished_probes, names, step, validated_body, workers
 
 
 def old_job_probes():

@@ -7,8 +7,8 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.policies.scheduling import classify, reasons, total_nodes
 
-from .fixtures import job, pod
-from .test_reconcile import advance, step
+from ..support.fixtures import job, pod
+from ..support.reconcile import advance, step
 
 ANTI = "didn't match pod anti-affinity rules"
 
@@ -51,7 +51,7 @@ def test_busy_nodes_make_the_job_wait_without_spending_its_budget():
 
 
 def test_a_training_pod_that_cannot_be_placed_says_so():
-    from .test_reconcile import validated_body, workers
+    from ..support.reconcile import validated_body, workers
 
     body = validated_body()
     ws = workers("Running", "Pending")

@@ -11,7 +11,7 @@ from disttrain.api.types import DistTrainingJobSpec
 from disttrain.diagnosis.diagnose import Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome, typed
 
-from .fixtures import job, report
+from ..support.fixtures import job, report
 
 NODES = [f"node-{x}" for x in "abcdefgh"]
 

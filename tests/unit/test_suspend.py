@@ -4,8 +4,8 @@ from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 
-from .fixtures import job, pod
-from .test_reconcile import advance, finished_probes, names, step, validated_body, workers
+from ..support.fixtures import job, pod
+from ..support.reconcile import advance, finished_probes, names, step, validated_body, workers
 
 
 def suspended(body, value=True):

@@ -10,8 +10,8 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.policies.conflicts import NAME_CONFLICT_SECONDS
 
-from .fixtures import job, pod
-from .test_reconcile import NOW, advance, finished_probes, names, step, workers
+from ..support.fixtures import job, pod
+from ..support.reconcile import NOW, advance, finished_probes, names, step, workers
 
 
 def _validated(body):

@@ -7,7 +7,7 @@ import pytest
 from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.trust import Expected, check, identity_problem
 
-from .fixtures import report
+from ..support.fixtures import report
 
 EXP = Expected(rank=1, world_size=2, job_uid="uid-1", attempt=1, pod="j-probe-1", node="node-b",
                master_addr="10.100.0.10", master_port=29500, min_busbw_gbps=0.5)

@@ -1,0 +1,1 @@
+"""What tests share: object builders (fixtures), reconcile steps, scenario-like reports."""
