@@ -31,7 +31,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.api import torchrun
 from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
-from disttrain.reconcile.loop import reconcile
+from disttrain.reconcile.loop import Observed, reconcile
 from disttrain.children.names import JobRef, uses_dns_hostnames
 from disttrain.children.pods import Rendezvous, build_probe_pod, build_worker_pod
 from disttrain.children.service import build_headless_service
@@ -74,8 +74,8 @@ def operator_verdict(obj: dict) -> tuple[bool, str]:
     a cluster that serves every gang API (what it serves is not known at admission)."""
     body = stored_form(obj)
     body["metadata"] = dict(body.get("metadata") or {}, uid="uid-1", generation=1)
-    plan = reconcile(body, [], NOW, json_parser, probe_image="probe:1",
-                     capabilities={CAP_WORKLOAD_API})
+    plan = reconcile(Observed.of(body, [], NOW, capabilities={CAP_WORKLOAD_API}), json_parser,
+                     probe_image="probe:1")
     conds = {x["type"]: x for x in plan.status.get("conditions") or []}
     for x in conds.values():
         assert x.get("reason") != vocabulary.OPERATOR_ERROR, x

@@ -364,10 +364,10 @@ class ReconcileMachine(RuleBasedStateMachine):
                 return
         pods = [(n, p["metadata"]["labels"], p["status"].get("phase"), p["spec"].get("nodeName"),
                  p["metadata"].get("deletionTimestamp")) for n, p in sorted(self.sim.pods.items())]
-        from disttrain.reconcile.loop import reconcile
+        from disttrain.reconcile.loop import Observed, reconcile
         from disttrain.shell.runner import parse_report
         job = self.sim.job()
-        plan = reconcile(job, list(self.sim.pods.values()), self.sim.now, parse_report) if job else None
+        plan = reconcile(Observed.of(job, self.sim.pods.values(), self.sim.now), parse_report) if job else None
         failures = kube_for(self.sim).apply(job, plan) if job else None
         raise AssertionError(f"no outcome after {DRAIN_STEPS} steps without faults: last plan "
                              f"{plan and (plan.creates, plan.deletes, plan.events, plan.status_changed)} "

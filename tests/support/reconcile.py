@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from disttrain.reconcile.loop import reconcile
+from disttrain.reconcile.loop import Observed, reconcile
 
 from .fixtures import job, json_parser, pod, report
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
 
 
-def step(body, pods, now=NOW, **kw):
-    return reconcile(body, pods, now, json_parser, probe_image="probe:1", **kw)
+def step(body, pods, now=NOW, **observed):
+    """One reconcile step of ``body`` with ``pods`` at ``now``; ``observed``: the rest of
+    :class:`~disttrain.reconcile.step.Observed` (services, api_failures, capabilities, kueue)."""
+    return reconcile(Observed.of(body, pods, now, **observed), json_parser, probe_image="probe:1")
 
 
 def advance(body, plan):

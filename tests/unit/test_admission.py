@@ -65,7 +65,7 @@ def test_a_queued_job_creates_its_workload_and_no_pod():
 
 def test_pending_says_kueues_words_and_runs_nothing():
     body = advance(queued(), step(queued(), []))
-    plan = step(body, [], kueue=kueue.Observed(wl_with(PENDING)))
+    plan = step(body, [], kueue=kueue.KueueRead(wl_with(PENDING)))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
     assert a["reason"] == vocabulary.WAITING_FOR_QUOTA and "insufficient unused quota for cpu" in a["message"]
     assert plan.creates == [] and plan.objects == []
@@ -73,7 +73,7 @@ def test_pending_says_kueues_words_and_runs_nothing():
 
 def test_admitted_jobs_probe_on_the_flavors_nodes():
     body = advance(queued(), step(queued(), []))
-    plan = step(body, [], kueue=kueue.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
+    plan = step(body, [], kueue=kueue.KueueRead(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
     assert (a["status"], a["reason"]) == ("True", vocabulary.WORKLOAD_ADMITTED) and "cluster-queue" in a["message"]
     [p0] = plan.creates
@@ -83,34 +83,34 @@ def test_admitted_jobs_probe_on_the_flavors_nodes():
 
 def test_eviction_stops_the_pods_then_hands_the_quota_back_and_probes_again_when_readmitted():
     body = advance(queued(), step(queued(), []))
-    obs = kueue.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,))
+    obs = kueue.KueueRead(wl_with(ADMITTED, ADMISSION), (FLAVOR,))
     body = advance(body, step(body, [], kueue=obs))
     body = advance(body, step(body, finished_probes(), kueue=obs))
     assert cond.is_true(body["status"]["conditions"], constants.VALIDATED)
     evicted = wl_with(ADMITTED + [{"type": "Evicted", "status": "True", "reason": "Preempted",
                                    "message": "Preempted to accommodate a workload in cluster-queue"}], ADMISSION)
-    plan = step(body, workers("Running", "Running"), kueue=kueue.Observed(evicted))
+    plan = step(body, workers("Running", "Running"), kueue=kueue.KueueRead(evicted))
     assert sorted(plan.deletes) == ["j-worker-0", "j-worker-1"] and plan.status_patches == []
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
     assert (a["status"], a["reason"]) == ("False", vocabulary.WORKLOAD_EVICTED) and "Preempted" in a["message"]
     assert cond.status_of(plan.status["conditions"], constants.VALIDATED) == "Unknown"
     assert not cond.is_true(plan.status["conditions"], constants.FAILED)
     body = advance(body, plan)
-    plan = step(body, [], kueue=kueue.Observed(evicted))  # the pods are gone: release
+    plan = step(body, [], kueue=kueue.KueueRead(evicted))  # the pods are gone: release
     [(api, kind, name, patch)] = plan.status_patches
     assert (api, kind, name) == (kueue.KUEUE_API, "Workload", "j-uid-1")
     assert patch["status"]["admission"] is None and patch["metadata"]["resourceVersion"] == "7"
     types = {x["type"]: (x["status"], x["reason"]) for x in patch["status"]["conditions"]}
     assert types["Requeued"] == ("True", "Preempted") and types["QuotaReserved"] == ("False", "Pending")
     body = advance(body, plan)
-    plan = step(body, [], kueue=kueue.Observed(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
+    plan = step(body, [], kueue=kueue.KueueRead(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
     assert names(plan) == ["j-probe-0"] and plan.creates[0]["metadata"]["labels"][constants.LABEL_ATTEMPT] == "2"
 
 
 def test_a_finished_job_marks_its_workload_finished_once():
     body = advance(queued(), step(queued(), []))
     wl = wl_with(ADMITTED, ADMISSION)
-    obs = kueue.Observed(wl, (FLAVOR,))
+    obs = kueue.KueueRead(wl, (FLAVOR,))
     body = advance(body, step(body, [], kueue=obs))
     body = advance(body, step(body, finished_probes(), kueue=obs))
     plan = step(body, workers("Succeeded", "Succeeded"), kueue=obs)
@@ -120,17 +120,17 @@ def test_a_finished_job_marks_its_workload_finished_once():
     assert fin and fin[0]["status"] == "True" and fin[0]["reason"] == "Succeeded"
     done = copy.deepcopy(wl)
     done["status"]["conditions"] = patch["status"]["conditions"]
-    assert step(advance(body, plan), [], kueue=kueue.Observed(done)).status_patches == []
+    assert step(advance(body, plan), [], kueue=kueue.KueueRead(done)).status_patches == []
 
 
 def test_deactivated_workload_fails_the_job_and_unreadable_kueue_is_said():
     body = advance(queued(), step(queued(), []))
     gone = wl_with([{"type": "Evicted", "status": "True", "reason": "InactiveWorkload",
                      "message": "The workload is deactivated"}], active=False)
-    plan = step(body, [], kueue=kueue.Observed(gone))
+    plan = step(body, [], kueue=kueue.KueueRead(gone))
     f = cond.get(plan.status["conditions"], constants.FAILED)
     assert (f["status"], f["reason"]) == ("True", vocabulary.WORKLOAD_DEACTIVATED)
-    plan = step(body, [], kueue=kueue.Observed(problem="the operator may not read Kueue's objects (HTTP 403)"))
+    plan = step(body, [], kueue=kueue.KueueRead(problem="the operator may not read Kueue's objects (HTTP 403)"))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
     assert a["reason"] == vocabulary.KUEUE_UNAVAILABLE and "kueue.enabled=true" in a["message"]
     assert plan.creates == [] and not cond.is_true(plan.status["conditions"], constants.FAILED)

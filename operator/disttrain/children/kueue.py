@@ -66,7 +66,7 @@ def workload(job: JobRef, spec: DistTrainingJobSpec, queue: str) -> dict[str, An
 
 
 @dataclass(frozen=True)
-class Observed:
+class KueueRead:
     """What the operator read of a queued job's Kueue objects: its ``workload`` (None: none
     yet), the ResourceFlavors it was admitted with, or why they could not be read
     (``problem``: e.g. the chart was installed without ``kueue.enabled``, or Kueue's API is

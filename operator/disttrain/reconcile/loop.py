@@ -31,14 +31,13 @@ from __future__ import annotations
 import copy
 import traceback
 from datetime import datetime
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from pydantic import ValidationError
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
@@ -54,40 +53,26 @@ from disttrain.reconcile.policies import (
 )
 from disttrain.reconcile.policies import gang as gangpolicy
 from disttrain.reconcile.status_repair import repair
-from disttrain.reconcile.step import ApiFailure, Plan, ReportParser, Step
+from disttrain.reconcile.step import ApiFailure, Observed, Plan, ReportParser, Step
 
-__all__ = ["Plan", "ApiFailure", "reconcile"]
+__all__ = ["Plan", "ApiFailure", "Observed", "reconcile"]
 
 
-def reconcile(
-    body: dict[str, Any],
-    pods: list[dict[str, Any]],
-    now: datetime,
-    parse_report: ReportParser,
-    probe_image: str = constants.DEFAULT_PROBE_IMAGE,
-    services: Iterable[dict[str, Any]] = (),
-    api_failures: Iterable[ApiFailure] = (),
-    capabilities: Iterable[str] = (),
-    kueue: Optional[kueue_objects.Observed] = None,
-) -> Plan:
-    """Compute one step.
+def reconcile(observed: Observed, parse_report: ReportParser,
+              probe_image: str = constants.DEFAULT_PROBE_IMAGE) -> Plan:
+    """Compute one step from what was ``observed`` (:class:`~disttrain.reconcile.step.Observed`).
 
-    ``body`` is the job as the API returns it (camelCase); ``pods`` every pod labelled with
-    the job's name (its own and others': ownership is decided here); ``services`` the
-    observed Service(s) named after the job; ``parse_report`` turns a termination message
-    into the report's camelCase dict or raises ValueError; ``api_failures`` are the calls of
-    the previous step that failed; ``capabilities`` what the cluster serves (e.g.
-    ``workload-api``: :mod:`.policies.gang`); ``kueue`` what was read of a queued job's Kueue
-    objects (:mod:`.policies.admission`). Never raises."""
+    ``parse_report`` turns a termination message into the report's camelCase dict or raises
+    ValueError; ``probe_image`` is the operator's default probe image. Never raises."""
     try:
-        return _reconcile(body, list(pods), now, parse_report, probe_image, list(services),
-                          tuple(api_failures), frozenset(capabilities), kueue or kueue_objects.Observed())
+        return _reconcile(observed, parse_report, probe_image)
     except Exception as exc:  # a bug: shown on the job, retried with backoff
-        return _operator_error(body, now, exc)
+        return _operator_error(observed.body, observed.now, exc)
 
 
-def _reconcile(body, pods, now, parse_report, probe_image, services, api_failures,
-               capabilities, kueue) -> Plan:
+def _reconcile(observed: Observed, parse_report: ReportParser, probe_image: str) -> Plan:
+    body, now = observed.body, observed.now
+    capabilities, kueue = observed.capabilities, observed.kueue
     meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     gen = meta.get("generation") if isinstance(meta.get("generation"), int) else None
     ts = cond.now_rfc3339(now)
@@ -110,9 +95,9 @@ def _reconcile(body, pods, now, parse_report, probe_image, services, api_failure
         return _invalid(plan, old, raw_status, gen, ts, problem or "invalid spec")
     if not conds:
         conds.extend(cond.initial(gen, ts, spec.probe.enabled))
-    s = Step(job=JobRef.from_body(body), spec=spec, generation=gen, now=now, plan=plan, pods=pods,
-             services=services, parse_report=parse_report, probe_image=probe_image,
-             api_failures=api_failures, capabilities=capabilities,
+    s = Step(job=JobRef.from_body(body), spec=spec, generation=gen, now=now, plan=plan,
+             pods=list(observed.pods), services=list(observed.services), parse_report=parse_report,
+             probe_image=probe_image, api_failures=observed.api_failures, capabilities=capabilities,
              labels=dict(meta.get("labels") or {}) if isinstance(meta.get("labels"), dict) else {},
              kueue=kueue)
     s.gangs = gangpolicy.gangs(s)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
@@ -45,6 +45,34 @@ class ApiFailure:
     code: int
     message: str
     attempts: int = 1
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one reconcile step sees of one job, as the shell read it at ``now`` (UTC).
+
+    ``body``: the job as the API returns it (camelCase); ``pods``: every pod labelled with
+    the job's name (its own and others': ownership is decided in the step); ``services``:
+    the Service(s) named after the job; ``api_failures``: the calls of the previous step
+    that failed; ``capabilities``: what the cluster serves (``workload-api``:
+    :mod:`.policies.gang`); ``kueue``: what was read of a queued job's Kueue objects
+    (:mod:`.policies.admission`)."""
+
+    body: dict[str, Any]
+    pods: tuple[dict[str, Any], ...]
+    now: datetime
+    services: tuple[dict[str, Any], ...] = ()
+    api_failures: tuple[ApiFailure, ...] = ()
+    capabilities: frozenset[str] = frozenset()
+    kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)
+
+    @classmethod
+    def of(cls, body: dict[str, Any], pods: Iterable[dict[str, Any]], now: datetime,
+           services: Iterable[dict[str, Any]] = (), api_failures: Iterable[ApiFailure] = (),
+           capabilities: Iterable[str] = (), kueue: Optional[kueue_objects.KueueRead] = None) -> "Observed":
+        """From any iterables (copied into tuples; ``kueue`` None: nothing read)."""
+        return cls(body, tuple(pods), now, tuple(services), tuple(api_failures),
+                   frozenset(capabilities), kueue or kueue_objects.KueueRead())
 
 
 @dataclass
@@ -92,7 +120,7 @@ class Step:
     capabilities: frozenset[str] = frozenset()  # what the cluster serves (policies.gang)
     gangs: dict[str, gang_objects.Gang] = field(default_factory=dict)  # role -> the gang its new pods join
     labels: dict[str, str] = field(default_factory=dict)  # the job's metadata.labels
-    kueue: kueue_objects.Observed = field(default_factory=kueue_objects.Observed)  # the queued job's Kueue objects
+    kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)  # the queued job's Kueue objects
     placement: Optional[tuple[dict[str, str], list[dict]]] = None  # flavors' nodeSelector, tolerations
 
     @property

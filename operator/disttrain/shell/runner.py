@@ -29,7 +29,7 @@ from disttrain.reconcile.policies.apierrors import SHOW_AFTER, backoff_seconds
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
 from disttrain.reconcile.loop import reconcile
 from disttrain.diagnosis.report import parse_report as _parse_report_model
-from disttrain.reconcile.step import ApiFailure
+from disttrain.reconcile.step import ApiFailure, Observed
 
 log = logging.getLogger("disttrain.runner")
 
@@ -112,7 +112,7 @@ class Reconciler:
             return []
         return self.kube.get_services(namespace, service_name(ref, spec))
 
-    def kueue(self, namespace: str, job: dict) -> Optional[kueue.Observed]:
+    def kueue(self, namespace: str, job: dict) -> Optional[kueue.KueueRead]:
         """For a job queued in Kueue: its Workload and the ResourceFlavors it was admitted
         with, or why they cannot be read (:mod:`disttrain.reconcile.policies.admission`); None when the
         job is not queued."""
@@ -123,7 +123,7 @@ class Reconciler:
         except Exception:  # noqa: BLE001 - a malformed object is reconcile's to report
             return None
         if "workloads" not in self.kube.served(kueue.KUEUE_API):  # asked each time: Kueue may come later
-            return kueue.Observed(problem=f"the apiserver does not serve Kueue's {kueue.KUEUE_API} Workloads "
+            return kueue.KueueRead(problem=f"the apiserver does not serve Kueue's {kueue.KUEUE_API} Workloads "
                                        "(is Kueue v0.15 or later installed?)")
         try:
             wl = self.kube.get_object(kueue.KUEUE_API, "Workload", namespace, kueue.workload_name(ref))
@@ -135,9 +135,9 @@ class Reconciler:
             if exc.status not in (401, 403):
                 raise
             f = failure_from(exc, "get", "Workload", kueue.workload_name(ref))
-            return kueue.Observed(problem=f"the operator may not read Kueue's objects (HTTP {f.code}: "
+            return kueue.KueueRead(problem=f"the operator may not read Kueue's objects (HTTP {f.code}: "
                                        f"{f.message[:200]})")
-        return kueue.Observed(wl, tuple(flavors))
+        return kueue.KueueRead(wl, tuple(flavors))
 
     def step(self, namespace: str, name: str, now: Optional[datetime] = None) -> StepResult:
         """One reconcile of one job: read fresh, compute the plan, apply it. Never raises
@@ -161,10 +161,10 @@ class Reconciler:
             return StepResult(delay=backoff_seconds(n))
         self.read_errors.pop(key, None)
         uid = job["metadata"].get("uid", "")
-        plan = reconcile(job, pods, now or datetime.now(timezone.utc), parse_report,
-                         probe_image=self.probe_image, services=services,
-                         api_failures=self.failures_for(key, uid), capabilities=capabilities,
-                         kueue=queued)
+        seen = Observed.of(job, pods, now or datetime.now(timezone.utc), services=services,
+                           api_failures=self.failures_for(key, uid), capabilities=capabilities,
+                           kueue=queued)
+        plan = reconcile(seen, parse_report, probe_image=self.probe_image)
         new_failures = self.kube.apply(job, plan)
         self.remember(key, uid, new_failures)
         for f in self.failures_for(key, uid):
