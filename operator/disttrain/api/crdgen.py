@@ -34,6 +34,8 @@ import copy
 import sys
 from typing import Any
 
+from pydantic import BaseModel
+
 import yaml
 
 from disttrain.api import constants
@@ -120,7 +122,7 @@ def _structural(node: dict[str, Any]) -> dict[str, Any]:
     return node
 
 
-def model_schema(model: type) -> dict[str, Any]:
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
     """Structural OpenAPI v3 schema of a pydantic model (see the module docstring)."""
     raw = model.model_json_schema(by_alias=True, mode="validation")
     defs = raw.get("$defs", {})
@@ -143,15 +145,22 @@ def _without(node: Any, keys: tuple[str, ...]) -> Any:
     return out
 
 
+def _description(model: type[BaseModel]) -> str:
+    """The model's docstring, stripped: the CRD's description of it."""
+    if model.__doc__ is None:  # python -OO drops docstrings; the CRD would lose its descriptions
+        raise RuntimeError(f"{model.__name__} has no docstring (python -OO?)")
+    return model.__doc__.strip()
+
+
 def build_crd() -> dict[str, Any]:
     """The CustomResourceDefinition as a dict (apiextensions.k8s.io/v1)."""
     # No null is kept in the spec (the apiserver drops it: unset), and Kubernetes' own shapes
     # in the pod template have no defaults.
     spec_schema = _without(model_schema(DistTrainingJobSpec), ("nullable",))
     spec_schema["properties"]["template"] = _without(spec_schema["properties"]["template"], ("default",))
-    spec_schema["description"] = DistTrainingJobSpec.__doc__.strip()
+    spec_schema["description"] = _description(DistTrainingJobSpec)
     status_schema = model_schema(DistTrainingJobStatus)
-    status_schema["description"] = DistTrainingJobStatus.__doc__.strip()
+    status_schema["description"] = _description(DistTrainingJobStatus)
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",

@@ -17,7 +17,7 @@ template is kept as the plain dict that was given: the builders copy it into pod
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, Union
 
 from pydantic import (
     BaseModel,
@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonDict
 
 from disttrain.api import constants
 
@@ -129,7 +130,7 @@ def _unique(items: Optional[list[Any]], key: str, what: str) -> None:
         seen.add(value)
 
 
-_LIST_MAP_BY_NAME = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+_LIST_MAP_BY_NAME: JsonDict = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
 
 
 class EnvVar(_K8s):
@@ -146,7 +147,7 @@ class EnvVar(_K8s):
         return self
 
 
-_ONE_SOURCE_RULE = {"rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''",
+_ONE_SOURCE_RULE: JsonDict = {"rule": "!has(self.valueFrom) || !has(self.value) || self.value == ''",
                     "messageExpression": "'env ' + self.name + ': set value or valueFrom, not both'"}
 EnvVar.model_config["json_schema_extra"] = {"x-kubernetes-validations": [_ONE_SOURCE_RULE]}
 EnvVar.model_rebuild(force=True)
@@ -261,7 +262,9 @@ class InitContainer(_K8s):
 class Container(InitContainer):
     """A container; the first one runs training and gets the rendezvous environment."""
 
-    env: Optional[list[TrainerEnvVar]] = Field(None, max_length=256)
+    # a narrower item type than InitContainer's (a list is invariant to mypy; pydantic
+    # validates this field on its own)
+    env: Optional[list[TrainerEnvVar]] = Field(None, max_length=256)  # type: ignore[assignment]
 
 
 class Volume(_K8s):
@@ -496,10 +499,14 @@ class PodTemplate(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    metadata: Annotated[TemplateMetadata, WrapValidator(_keep_input), _AS_GIVEN] = Field(
-        default_factory=dict, description="Labels and annotations copied to every pod.")
-    spec: Annotated[PodSpec, WrapValidator(_keep_input), _AS_GIVEN] = Field(
-        description="A core/v1 PodSpec. spec.containers[0] runs the training command.")
+    if TYPE_CHECKING:  # what the fields hold: the plain dicts given (see _keep_input)
+        metadata: dict[str, Any]
+        spec: dict[str, Any]
+    else:  # what pydantic validates them as (and the CRD's schema describes)
+        metadata: Annotated[TemplateMetadata, WrapValidator(_keep_input), _AS_GIVEN] = Field(
+            default_factory=dict, description="Labels and annotations copied to every pod.")
+        spec: Annotated[PodSpec, WrapValidator(_keep_input), _AS_GIVEN] = Field(
+            description="A core/v1 PodSpec. spec.containers[0] runs the training command.")
 
     @field_validator("metadata", mode="before")
     @classmethod

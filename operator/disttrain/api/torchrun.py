@@ -99,6 +99,7 @@ def parse_options(args: Sequence[str], index: Optional[Sequence[int]] = None) ->
         a = args[i]
         if a == "--" or not a.startswith("-") or a == "-":
             break  # the training script (argparse's first positional) and its arguments
+        value: Optional[str]
         if a.startswith("--"):
             name, eq, value = a.partition("=")
             dest, takes = _resolve_long(name)

@@ -411,6 +411,7 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
     if not problems:
         return None
     opt, why = problems[0]
+    assert opt.dest is not None  # conflicting_options returns only options torchrun knows
     field = "command" if opt.index < len(command) else "args"
     var = f"PET_{opt.dest.upper()}"
     fix = ("remove it" if opt.dest == "standalone"
@@ -661,9 +662,10 @@ def spec_error_message(exc: Exception) -> str:
     return "; ".join(dict.fromkeys(lines))
 
 
-_QUANTITY_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-                    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-                    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
+_QUANTITY_SUFFIX: dict[str, Union[int, Decimal]] = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 
 
 def parse_quantity(value: Any) -> Optional[Decimal]:

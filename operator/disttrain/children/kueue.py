@@ -90,7 +90,7 @@ class Admission:
     flavors: dict[str, str] = field(default_factory=dict)
 
 
-def _conditions(wl: dict) -> dict[str, dict]:
+def _conditions(wl: dict) -> dict[Any, dict]:  # keyed by each condition's "type", as given
     conds = (wl.get("status") or {}).get("conditions") or []
     return {x.get("type"): x for x in conds if isinstance(x, dict)}
 

@@ -275,7 +275,7 @@ def build_probe_pod(
                             pod_dns_name(job, spec, rank if rank != 0 else 1)))
     if nproc_per_node(spec) > 1:  # one probe process per training process (localranks.py)
         env.append(_env_var(probe_env.NPROC_PER_NODE, nproc_per_node(spec)))
-    probe = {
+    probe: dict[str, Any] = {
         "name": "probe",
         "image": (trainer.get("image") or image) if spec.probe.use_training_image else image,
         "command": ["python", "-m", "disttrain_probe"],
