@@ -158,6 +158,20 @@ def test_a_local_rank_outside_the_local_world_contradicts_the_report():
     assert out.report is None and "local rank 7, outside 0..1" in out.error and "rank 1" in out.error
 
 
+@pytest.mark.parametrize("ranks,shown", [
+    ([7, "x"], "local rank 7, outside"),
+    ([None, "x"], "local rank x, outside"),
+    ([None, 9, -1], "local rank -1, outside"),
+])
+def test_local_ranks_of_several_types_are_reported_not_raised(ranks, shown):
+    """check() takes any dict: local ranks that are not all ints (None, text) used to make
+    sorting them raise TypeError instead of naming the first one outside the local world."""
+    r = good2()
+    r["localRanks"] = [{"localRank": k, "ok": True} for k in ranks]
+    out = check(r, EXP2)
+    assert out.report is None and shown in out.error and "rank 1" in out.error
+
+
 @pytest.mark.parametrize("nproc", [10**6, 2**40])
 def test_the_local_rank_check_works_in_the_reports_size_not_the_number_of_local_ranks(nproc):
     """numProcPerNode ("auto": the GPUs requested) must not size the operator's work: a

@@ -36,6 +36,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.findings import Finding, RankInput, relayed
+from disttrain.diagnosis.report import Master
 from disttrain.diagnosis.verdicts import merged_message
 
 _MASTER_PORT = (vocabulary.MASTER_PORT_TIMEOUT, vocabulary.MASTER_PORT_REFUSED)
@@ -108,7 +109,7 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
     if isolated and len(isolated) < n and all(i in isolated or j in isolated for i, j in fails):
         names = tuple(m.nodes[x] for x in isolated)
         who = messages.node_list(names)
-        nic = "/".join(dict.fromkeys(m.ifnames[x] for x in isolated if m.ifnames[x])) or "NIC"
+        nic = "/".join(dict.fromkeys(filter(None, (m.ifnames[x] for x in isolated)))) or "NIC"
         return Explanation(
             "isolated", names,
             f"{who} reaches no peer on {where} and no peer reaches it, while the others reach "
@@ -217,6 +218,11 @@ def _two_nics(r: RankInput, dual: tuple[str, list[tuple[str, str]]], addr: Optio
         f"arping -I {used} from {r.node} to a peer: no answer means {used} reaches no one")
 
 
+def _master(r: RankInput) -> Optional[Master]:
+    """The master block of the rank's report (None without a report or the block)."""
+    return r.report.master if r.report else None
+
+
 def explain_unresolvable(ranks: Sequence[RankInput], master_addr: Optional[str]) -> Optional[Explanation]:
     """Who is to blame for a MASTER_ADDR name some rank could not resolve while others did
     (the record exists: that node's path to its DNS server), or that a node with two NICs
@@ -229,12 +235,14 @@ def explain_unresolvable(ranks: Sequence[RankInput], master_addr: Optional[str])
     failed = [r for r in ranks if failed_here(r)]
     if not failed:
         return None
-    got = [r for r in ranks if r.report and r.report.master and r.report.master.resolved]
+    got = [r for r in ranks if (m := _master(r)) and m.resolved]
+    first = _master(got[0]) if got else None  # with its resolved addresses when got
     name = f"MASTER_ADDR {master_addr}" if master_addr else "MASTER_ADDR"
     also = (f" while {messages.node_list([r.node for r in got])} resolved it to "
-            f"{got[0].report.master.resolved[0]}" if got else "")
+            f"{first.resolved[0]}" if first and first.resolved else "")
     for r in failed:
-        dns = r.report.master.dns if r.report.master else None
+        m = _master(r)
+        dns = m.dns if m else None
         dual = _two_nics_on(r, dns.src if dns else None)
         if dual is None and not got:
             continue
@@ -252,11 +260,11 @@ def explain_unresolvable(ranks: Sequence[RankInput], master_addr: Optional[str])
         return None
     # a rank that resolved another name of this job has a working DNS path: its own words
     # (rank 0's record was late) stand
-    failed = [r for r in failed if not (r.report.master and r.report.master.peer_name)]
+    failed = [r for r in failed if not ((m := _master(r)) and m.peer_name)]
     if not failed:
         return None
     who = messages.node_list([r.node for r in failed])
-    dns = next((r.report.master.dns for r in failed if r.report.master and r.report.master.dns), None)
+    dns = next((m.dns for r in failed if (m := _master(r)) and m.dns), None)
     server = dns.server if dns and dns.server else "its DNS server"
     by = f" (by {dns.iface})" if dns and dns.iface else ""
     return Explanation(
@@ -285,7 +293,8 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
     # two NICs on one subnet: on rank 0 (MASTER_ADDR's NIC), or on a failing dialler's route
     cands = [(ranks[0], master_addr, "MASTER_ADDR")]
     for i in failed:
-        route = ranks[i].report.master.route if ranks[i].report and ranks[i].report.master else None
+        m = _master(ranks[i])
+        route = m.route if m else None
         cands.append((ranks[i], route.src if route else None, "where it sends from"))
     for r, addr, what in cands:
         dual = _two_nics_on(r, addr)
@@ -303,8 +312,7 @@ def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
             f"blocked (a rule on either node, or {who}'s route), not {master}'s firewall for the port",
             "find the rule (a firewall matching the other's address, a security group)",
             _capture_test((ranks[failed[0]].node, master)), pairs)
-    checks = [ranks[i].report.master.host_check for i in failed
-              if ranks[i].report and ranks[i].report.master and ranks[i].report.master.host_check]
+    checks = [h for i in failed if (m := _master(ranks[i])) and (h := m.host_check)]
     # A refusal is an answer (a reset came back from the host or a rule on the way): the
     # replies are not lost, whatever a late host check saw.
     dropped = all(res[i] == "timeout" for i in failed)

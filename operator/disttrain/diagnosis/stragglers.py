@@ -63,11 +63,11 @@ def node_stats(ranks: Sequence[RankInput]) -> dict[int, tuple[float, float]]:
     best: dict[int, tuple[float, float]] = {}
     by_rank = {r.rank: i for i, r in enumerate(ranks)}
     for i, r in enumerate(ranks):
-        key = chosen_key(r)
-        if key is None:
+        key, rep = chosen_key(r), r.report
+        if key is None or rep is None:  # no key without a report
             continue
-        lows = r.report.path_mbps_low.get(key) or {}
-        for peer, v in (r.report.path_mbps.get(key) or {}).items():
+        lows = rep.path_mbps_low.get(key) or {}
+        for peer, v in (rep.path_mbps.get(key) or {}).items():
             try:
                 j = by_rank.get(int(peer))
             except ValueError:

@@ -92,7 +92,7 @@ def identity_problem(report: dict[str, Any], exp: Expected) -> Optional[str]:
             continue
         if got != want:
             return f"{field} is {got!r}, expected {want!r}"
-    master = report.get("master") if isinstance(report.get("master"), dict) else {}
+    master = v if isinstance(v := report.get("master"), dict) else {}
     port = master.get("port")
     if port is not None and port != exp.master_port:
         return f"master.port is {port!r}, expected {exp.master_port}"
@@ -129,7 +129,10 @@ def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Opti
                              "pass: it contradicts itself")
     n = exp.local_world_size
     listed = {e.get("localRank") for e in entries}
-    outside = sorted(k for k in listed if not (type(k) is int and 0 <= k < n))
+    # ints in order, then anything else by repr: values of several types (a dict that did not
+    # come through parse_report) do not compare with each other
+    outside = sorted((k for k in listed if not (type(k) is int and 0 <= k < n)),
+                     key=lambda k: (0, k, "") if type(k) is int else (1, 0, repr(k)))
     if outside:
         return Checked(None, f"{who}: the report lists local rank {str(outside[0])[:20]}, outside "
                              f"0..{n - 1} (localWorldSize {n}): it contradicts itself")

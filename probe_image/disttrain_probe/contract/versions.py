@@ -6,7 +6,7 @@ per-node table (node: torch, CUDA, NCCL) and names the node(s) that differ.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import vocabulary
 
@@ -38,7 +38,7 @@ def odd_nodes(values: Dict[str, str], expected: Optional[Dict[str, str]] = None)
     return sorted(values)
 
 
-def table(rows: Dict[str, Dict[str, Any]], lib_for: List[str] = ()) -> str:
+def table(rows: Dict[str, Dict[str, Any]], lib_for: Sequence[str] = ()) -> str:
     """``node: torch X, CUDA Y, NCCL Z`` per node, sorted by node, joined by "; ".
     Unknown values are left out; the driver is shown when known; nodes in ``lib_for``
     also show where their libnccl was loaded from."""
