@@ -11,6 +11,7 @@ from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
+from disttrain.diagnosis.report import ProbeReport
 from disttrain.reconcile.policies.nodeloss import (
     NODE_LOST_SETTLE_SECONDS,
     lost_ranks,
@@ -172,6 +173,19 @@ def test_a_probe_that_never_started_still_times_out_at_the_budget():
     assert cond.status_of(step(body, [p0, p1], now=LATER).status["conditions"], constants.VALIDATED) == "Unknown"
     plan = step(body, [p0, p1], now=NOW + timedelta(seconds=91))
     assert cond.get(plan.status["conditions"], constants.VALIDATED)["reason"] == vocabulary.PROBE_TIMEOUT
+
+
+def test_mark_quotes_the_other_ranks_typed_reports_too():
+    """ProbeOutcome.report may be the typed ProbeReport (as diagnose takes it): quoting what
+    the other ranks saw read it as a dict and raised AttributeError."""
+    failed = report(0, "node-a", ok=False, failure={"reason": "MasterPortTimeout", "message": "no answer"})
+    outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=ProbeReport.model_validate(failed)),
+            ProbeOutcome(rank=1, pod="j-probe-1", node="node-b",
+                         report=ProbeReport.model_validate(report(1, "node-b"))),
+            ProbeOutcome(rank=2, pod="j-probe-2", node="node-c", running=True)]
+    mark(outs, {2: "20s after every other rank ended"})
+    assert outs[2].error.endswith("The other ranks saw: rank 0 (node-a): MasterPortTimeout: no answer; "
+                                  "rank 1 (node-b) passed")
 
 
 def test_mark_and_override_leave_other_verdicts_alone():

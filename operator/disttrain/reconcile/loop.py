@@ -73,7 +73,7 @@ def reconcile(observed: Observed, parse_report: ReportParser,
 def _reconcile(observed: Observed, parse_report: ReportParser, probe_image: str) -> Plan:
     body, now = observed.body, observed.now
     capabilities, kueue = observed.capabilities, observed.kueue
-    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    meta = v if isinstance(v := body.get("metadata"), dict) else {}
     gen = meta.get("generation") if isinstance(meta.get("generation"), int) else None
     ts = cond.now_rfc3339(now)
     raw_status = body.get("status")

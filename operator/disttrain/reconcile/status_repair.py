@@ -169,9 +169,9 @@ def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:
         x = get(ctype)
         return x["status"] if x else None
 
-    if status(constants.SUCCEEDED) == cond.TRUE and status(constants.FAILED) == cond.TRUE:
-        x = get(constants.FAILED)
-        _put(conds, constants.SUCCEEDED, cond.FALSE, x["reason"], "the job failed", now)
+    failed = get(constants.FAILED)
+    if status(constants.SUCCEEDED) == cond.TRUE and failed and failed["status"] == cond.TRUE:
+        _put(conds, constants.SUCCEEDED, cond.FALSE, failed["reason"], "the job failed", now)
         return
     for win, lose in ((constants.SUCCEEDED, constants.FAILED), (constants.FAILED, constants.SUCCEEDED)):
         w, lo = get(win), get(lose)

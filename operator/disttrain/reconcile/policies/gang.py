@@ -61,7 +61,7 @@ def gangs(s: Step) -> dict[str, gang.Gang]:
     provider = gang.provider(s.spec, CAP_WORKLOAD_API in s.capabilities)
     if provider is None:
         return {}
-    probe = s.status.get("probe") if isinstance(s.status.get("probe"), dict) else {}
+    probe = v if isinstance(v := s.status.get("probe"), dict) else {}
     attempt = int(probe.get("attempt") or 1)
     restarts = int(s.status.get("restarts") or 0)
     suspensions = int(s.status.get("suspensions") or 0)

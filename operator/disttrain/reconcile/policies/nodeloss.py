@@ -46,6 +46,7 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome, Verdict
+from disttrain.diagnosis.report import ProbeReport
 
 # How long after the last other rank ended a probe that still runs is judged lost (s): a
 # live probe ends within its wind-down (about 5 s) of its peers; the rest is margin for a
@@ -112,8 +113,10 @@ def _saw(out: ProbeOutcome) -> str:
     where = f"rank {out.rank} ({out.node or out.pod})"
     if out.report is None:
         return f"{where}: {out.error or 'no report'}"
-    failure = out.report.get("failure") if isinstance(out.report.get("failure"), dict) else None
-    if out.report.get("ok") and not failure:
+    # the report's camelCase dict, or the typed model's (ProbeOutcome.report may be either)
+    report = out.report.model_dump(by_alias=True) if isinstance(out.report, ProbeReport) else out.report
+    failure = v if isinstance(v := report.get("failure"), dict) else None
+    if report.get("ok") and not failure:
         return f"{where} passed"
     reason = (failure or {}).get("reason") or vocabulary.PROBE_FAILED
     return f"{where}: {reason}: {(failure or {}).get('message') or 'probe reported not ok'}"

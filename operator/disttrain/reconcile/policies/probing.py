@@ -84,7 +84,7 @@ def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Option
         rep = parse_report(observe.termination_message(pod, "probe"))
     except ValueError:
         return None
-    failure = rep.get("failure") if isinstance(rep.get("failure"), dict) else {}
+    failure = v if isinstance(v := rep.get("failure"), dict) else {}
     if failure.get("reason") in STRANDING_REASONS or rep.get("phase") in ("config", "inventory"):
         return term, rep
     return None
@@ -102,9 +102,9 @@ def master_silent(report: dict) -> bool:
     with a host check that got no answer on another port either. Only rank 0's own report
     can then tell its node's fault (two NICs on one subnet, its own name not resolving)
     from a path or a rule. Pure; never raises."""
-    f = report.get("failure") if isinstance(report.get("failure"), dict) else {}
-    m = report.get("master") if isinstance(report.get("master"), dict) else {}
-    h = m.get("hostCheck") if isinstance(m.get("hostCheck"), dict) else {}
+    f = v if isinstance(v := report.get("failure"), dict) else {}
+    m = v if isinstance(v := report.get("master"), dict) else {}
+    h = v if isinstance(v := m.get("hostCheck"), dict) else {}
     return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and h.get("r") not in ("refused", "ok")
 
 
@@ -113,8 +113,8 @@ def store_silent(report: dict) -> bool:
     0's TCPStore never answered (MasterPortTimeout with ``master.connected``): the fault is
     on rank 0's side (its probe stopped, its node died, something else holds the port), so
     only rank 0's report, or its pod's silence, can say which. Pure; never raises."""
-    f = report.get("failure") if isinstance(report.get("failure"), dict) else {}
-    m = report.get("master") if isinstance(report.get("master"), dict) else {}
+    f = v if isinstance(v := report.get("failure"), dict) else {}
+    m = v if isinstance(v := report.get("master"), dict) else {}
     return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and bool(m.get("connected"))
 
 
@@ -259,10 +259,8 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     """ProbesScheduled from the pods' scheduling and image state; True when the preflight
     failed here (unschedulable, image pull)."""
     n = s.spec.num_nodes
-    unsched = [(r, p, observe.unschedulable(p)) for r, p in sorted(by_rank.items())]
-    unsched = [(r, p, m) for r, p, m in unsched if m]
-    pull = [(r, p, observe.image_pull_error(p)) for r, p in sorted(by_rank.items())]
-    pull = [(r, p, m) for r, p, m in pull if m]
+    unsched = [(r, p, m) for r, p in sorted(by_rank.items()) if (m := observe.unschedulable(p))]
+    pull = [(r, p, m) for r, p in sorted(by_rank.items()) if (m := observe.image_pull_error(p))]
     if pull:
         msg = _pull_summary(pull)
         msg += "; fix the image name or pull secret (spec.probe.image / the training image)"
@@ -278,7 +276,7 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
                 f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
                 "(without gang scheduling, pods already placed keep their nodes meanwhile)"))
             return False
-        scheduled = sorted({observe.node(p) for p in by_rank.values() if observe.node(p)})
+        scheduled = sorted({node for p in by_rank.values() if (node := observe.node(p))})
         if "not-enough-nodes" in kinds:
             reason = vocabulary.NOT_ENOUGH_NODES
             fit = max(len(scheduled), scheduling.gang_held(words, n))
@@ -291,7 +289,7 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         s.set(constants.PROBES_SCHEDULED, constants.FALSE, reason, msg)
         s.fail_preflight(reason, msg)
         return True
-    placed = {r: observe.node(p) for r, p in by_rank.items() if observe.node(p)}
+    placed = {r: node for r, p in by_rank.items() if (node := observe.node(p))}
     shared = sorted({x for x in placed.values() if list(placed.values()).count(x) > 1})
     if shared:  # the required one-per-node anti-affinity was not honoured
         ranks = ", ".join(f"{r}:{x}" for r, x in sorted(placed.items()) if x in shared)
@@ -393,8 +391,9 @@ def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
     budget = probe_budget_seconds(s.spec)
     start = observe.parse_time(s.status["probe"].get("startTime"))
     scheduled = [observe.scheduled_at(p) for p in by_rank.values()]
-    if start is not None and scheduled and all(scheduled):
-        start = max([start] + scheduled)
+    known = [t for t in scheduled if t is not None]
+    if start is not None and scheduled and len(known) == len(scheduled):  # every pod scheduled
+        start = max([start] + known)
     left = seconds_left(start, budget, s.now)
     if left is None:
         return

@@ -53,7 +53,7 @@ def stop_run(s: Step, reason: str, why: str, first: bool) -> None:
                 s.set(ctype, cond.UNKNOWN, reason, f"{why}: checked again when the job runs again")
         else:
             s.set(ctype, cond.UNKNOWN, reason, f"{why}: training has not started")
-    probe = s.status.get("probe") if isinstance(s.status.get("probe"), dict) else {}
+    probe = v if isinstance(v := s.status.get("probe"), dict) else {}
     if probe.get("startTime"):  # a probe run began: the next one is a new attempt
         s.status["probe"] = {"attempt": int(probe.get("attempt") or 1) + 1}
     s.status.pop("startTime", None)

@@ -15,7 +15,7 @@ job; :mod:`.deadline` bounds the run.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
@@ -78,6 +78,7 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
     spec = s.spec
     ifname = None if spec.network.socket_ifname == "auto" else spec.network.socket_ifname
     rank0 = by_rank.get(0)
+    master: Optional[str]
     if constants.ROLE_WORKER in s.gangs:  # all ranks together, MASTER_ADDR rank 0's DNS name
         master = master_dns_name(s.job, spec)
         s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port,
