@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
@@ -57,7 +57,7 @@ def conditions_table(conds: Sequence[dict]) -> Table:
     for col, kw in (("condition", {"no_wrap": True}), ("status", {"no_wrap": True}),
                     ("reason", {"no_wrap": True}), ("message", {"ratio": 1})):
         t.add_column(col, **kw)
-    order = {ctype: i for i, ctype in enumerate(constants.ALL_CONDITIONS)}
+    order: dict[Any, int] = {ctype: i for i, ctype in enumerate(constants.ALL_CONDITIONS)}
     for cond in sorted(conds, key=lambda x: order.get(x.get("type"), 99)):
         style = _status_style(cond)
         t.add_row(cond.get("type", "?"), Text(cond.get("status", "?"), style=style),
@@ -121,7 +121,7 @@ def render(job: dict[str, Any]) -> list[RenderableType]:
     meta = job.get("metadata") or {}
     st = job.get("status") or {}
     conds = st.get("conditions") or []
-    validated = next((x for x in conds if x.get("type") == constants.VALIDATED), {})
+    validated: dict[str, Any] = next((x for x in conds if x.get("type") == constants.VALIDATED), {})
     head = Text()
     head.append(f"{meta.get('namespace', '?')}/{meta.get('name', '?')}", style="bold")
     head.append(f"  phase {st.get('phase') or '?'}  ")
@@ -168,8 +168,8 @@ def load_job(name: str, namespace: str) -> Optional[dict]:
             raise ExplainError("no kubeconfig found (set KUBECONFIG or ~/.kube/config, as for "
                                "kubectl) and not running in a pod") from None
     try:
-        return client.CustomObjectsApi().get_namespaced_custom_object(
-            constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name)
+        return cast(dict, client.CustomObjectsApi().get_namespaced_custom_object(  # the JSON object
+            constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name))
     except ApiException as e:
         if e.status == 404:
             return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime, timezone
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -77,9 +77,9 @@ class Kube:
     def get_job(self, namespace: str, name: str) -> Optional[dict[str, Any]]:
         """The job as a camelCase dict, or None when it is gone."""
         try:
-            return self.custom.get_namespaced_custom_object(
+            return cast(dict[str, Any], self.custom.get_namespaced_custom_object(  # the JSON object
                 constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name
-            )
+            ))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -97,9 +97,10 @@ class Kube:
         group, _, version = api_version.rpartition("/")
         plural = kind.lower() + "s"
         try:
-            if namespace is None:
-                return self.custom.get_cluster_custom_object(group, version, plural, name)
-            return self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+            if namespace is None:  # both return the object's JSON as a dict
+                return cast(dict[str, Any], self.custom.get_cluster_custom_object(group, version, plural, name))
+            return cast(dict[str, Any],
+                        self.custom.get_namespaced_custom_object(group, version, namespace, plural, name))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -133,13 +134,13 @@ class Kube:
                 log.warning("status of %s/%s not written (%s): %s", ns, name, f.code, f.message)
                 return [f]
         failures: list[ApiFailure] = []
-        for pod in plan.deletes:
+        for pod_name in plan.deletes:
             try:
-                self.core.delete_namespaced_pod(pod, ns, propagation_policy="Background")
-                log.info("deleted pod %s/%s", ns, pod)
+                self.core.delete_namespaced_pod(pod_name, ns, propagation_policy="Background")
+                log.info("deleted pod %s/%s", ns, pod_name)
             except Exception as exc:  # noqa: BLE001
                 if not (isinstance(exc, ApiException) and exc.status == 404):
-                    failures.append(failure_from(exc, "delete", "Pod", pod))
+                    failures.append(failure_from(exc, "delete", "Pod", pod_name))
         for svc in plan.services:
             failures += self._create(ns, "Service", svc, self.core.create_namespaced_service)
         for obj in plan.objects:  # PodGroups, Workloads: before the pods that point at them
@@ -185,8 +186,8 @@ class Kube:
             if exc.status == 404:
                 return set()
             raise
-        found = self._plain(found) or {}
-        return {r.get("name") for r in found.get("resources") or [] if isinstance(r, dict)}
+        plain = self._plain(found) or {}
+        return {n for r in plain.get("resources") or [] if isinstance(r, dict) and isinstance(n := r.get("name"), str)}
 
     def _create(self, ns: str, kind: str, obj: dict[str, Any], call) -> list[ApiFailure]:
         name = obj["metadata"]["name"]
