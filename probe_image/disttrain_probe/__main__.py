@@ -561,9 +561,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         msg = str(e) if isinstance(e, C.ConfigError) else "invalid command line (see --help)"
         rank = os.environ.get("RANK")
         attempt = os.environ.get(probe_env.ATTEMPT)
-        r = {"v": REP.REPORT_VERSION, "rank": int(rank) if (rank or "").isdigit() else None,
+        r: Dict[str, Any]
+        r = {"v": REP.REPORT_VERSION, "rank": int(rank) if rank and rank.isdigit() else None,
              "jobUid": os.environ.get(probe_env.JOB_UID) or None,
-             "attempt": int(attempt) if (attempt or "").isdigit() else None,
+             "attempt": int(attempt) if attempt and attempt.isdigit() else None,
              "pod": os.environ.get("POD_NAME") or None,
              "worldSize": None, "node": os.environ.get("NODE_NAME") or None, "ok": False,
              "phase": "config", "failure": {"reason": vocabulary.PROBE_INTERNAL_ERROR, "phase": "config",

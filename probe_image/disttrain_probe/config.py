@@ -6,7 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 from .localranks import MAX_NPROC
 from .contract.timing import default_resolve_seconds
@@ -189,7 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> str:
+def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[Mapping[str, str]] = None) -> str:
     """Best-effort report path, usable even when the rest of the config is invalid."""
     env = os.environ if env is None else env
     argv = list(argv or [])

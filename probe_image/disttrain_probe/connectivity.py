@@ -237,7 +237,7 @@ def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
     return res
 
 
-def measure(addr: str, port: int, want_rank: int, want_nonce: str, nbytes: int,
+def measure(addr: str, port: int, want_rank: int, want_nonce: Optional[str], nbytes: int,
             limit: float) -> Optional[float]:
     """Download ``nbytes`` bytes from a peer's listener and return the throughput in Mb/s
     (1e6 bit/s), timed from the request to the last byte; after ``limit`` seconds, what
@@ -287,7 +287,7 @@ def measure(addr: str, port: int, want_rank: int, want_nonce: str, nbytes: int,
 
 def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
                  results: Dict[str, Dict[str, Dict[str, Any]]], interfaces: List[Dict[str, Any]],
-                 spec: str = "auto") -> List[Tuple[int, str, int, str]]:
+                 spec: str = "auto") -> List[Tuple[int, str, int, Optional[str]]]:
     """(peer, addr, port, nonce) to time on every network this rank reached a peer on
     (``ok`` results): the nearest peer next in ring order and the nearest before it (one
     when they are the same), so every node is measured from both sides and a slow node
@@ -300,7 +300,7 @@ def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
         for a, pl in ipv4_addrs(i):
             local.append((ipaddress.IPv4Network(f"{a}/{pl}", strict=False), i.get("name") or ""))
     keys = paths.network_keys(listeners)
-    by_net: Dict[str, Dict[int, Tuple[int, str, int, str]]] = {}
+    by_net: Dict[str, Dict[int, Tuple[int, str, int, Optional[str]]]] = {}
     for peer, info in listeners.items():
         if peer == rank:
             continue
@@ -316,7 +316,7 @@ def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
                 continue
             by_net.setdefault(keys.get((peer, addr), str(net)), {}).setdefault(
                 order, (peer, addr, port, info.get("nonce")))
-    out = []
+    out: List[Tuple[int, str, int, Optional[str]]] = []
     for _key, by_order in sorted(by_net.items()):
         picks = [by_order[min(by_order)], by_order[max(by_order)]]
         out.extend(dict.fromkeys(picks))  # next, then previous (once when the same)
@@ -400,8 +400,8 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
                         deadline.remaining() / 3.0 / (BULK_ROUNDS * len(targets)))
             rounds: Dict[Tuple[int, str], List[float]] = {}
             for _round in range(BULK_ROUNDS):
-                for peer, addr, port, nonce in targets:
-                    mbps = measure(addr, port, peer, nonce, nbytes, limit)
+                for peer, addr, port, peer_nonce in targets:
+                    mbps = measure(addr, port, peer, peer_nonce, nbytes, limit)
                     if mbps is not None:
                         rounds.setdefault((peer, addr), []).append(mbps)
             for (peer, addr), got in rounds.items():

@@ -14,7 +14,7 @@ import glob
 import os
 import sys
 import tempfile
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from . import nccllog, nvml, rdma
 from .contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
@@ -40,7 +40,7 @@ def shm(path: str = SHM_PATH) -> Dict[str, Any]:
             "freeBytes": st.f_frsize * st.f_bavail}
 
 
-def library_dirs(env: Optional[Dict[str, str]] = None, conf_dir: str = LD_SO_CONF_DIR,
+def library_dirs(env: Optional[Mapping[str, str]] = None, conf_dir: str = LD_SO_CONF_DIR,
                  extra: Iterable[str] = ()) -> List[str]:
     """Where the dynamic loader looks, in order: ``extra``, LD_LIBRARY_PATH, the
     directories listed in ``conf_dir``/*.conf, then :data:`STANDARD_LIB_DIRS`; each once.
@@ -74,7 +74,7 @@ def find_libraries(pattern: str, dirs: Iterable[str]) -> List[str]:
     return out
 
 
-def net_plugin(env: Optional[Dict[str, str]] = None, dirs: Optional[List[str]] = None
+def net_plugin(env: Optional[Mapping[str, str]] = None, dirs: Optional[List[str]] = None
                ) -> Dict[str, Any]:
     """The NCCL network plugins this process could load: ``{"requested": NCCL_NET_PLUGIN
     or None, "found": [paths of libnccl-net*.so*]}``; NCCL loads ``libnccl-net.so`` (or

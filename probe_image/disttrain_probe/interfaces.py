@@ -312,24 +312,26 @@ def _rank_usable(usable: List[Network], mesh: Dict[int, Dict[int, Any]],
     them was measured, in tiers (:func:`measured_tiers`)."""
     for n in usable:
         speeds = [e.get("speed") for e in n.pick.values()]
-        n.kspeed = min(speeds) if speeds and all(isinstance(x, int) and x > 0 for x in speeds) else None
+        known_speeds = [x for x in speeds if isinstance(x, int) and x > 0]
+        n.kspeed = min(known_speeds) if speeds and len(known_speeds) == len(speeds) else None
         n.measured, n.low = measured_stats(n, mesh, dial_plan)
     known = all(n.kspeed is not None for n in usable)
     groups: Dict[int, List[Network]] = {}
     for n in usable:
-        n.rank_speed = n.kspeed if known else 0
+        n.rank_speed = n.kspeed if known and n.kspeed is not None else 0  # known: none is None
         groups.setdefault(n.rank_speed, []).append(n)
     for g in groups.values():
         # cap at the line rate only when every compared network's is known: capping some
         # and not others would let a device of unknown speed win on CPU speed alone
         cap = all(n.kspeed for n in g)
         for n in g:
-            if cap:
-                n.measured, n.low = measured_stats(n, mesh, dial_plan, float(n.kspeed))
+            line_rate = float(n.kspeed) if cap and n.kspeed else None  # cap: every kspeed is set
+            if line_rate is not None:
+                n.measured, n.low = measured_stats(n, mesh, dial_plan, line_rate)
             n.effective = None if n.measured is None else (
-                min(n.measured, float(n.kspeed)) if cap else n.measured)
+                min(n.measured, line_rate) if line_rate is not None else n.measured)
         if len(g) > 1 and all(n.effective is not None for n in g):
-            tiers = measured_tiers({n.key: n.effective for n in g},
+            tiers = measured_tiers({n.key: n.effective for n in g if n.effective is not None},
                                    lows={n.key: n.low for n in g if n.low is not None})
             for n in g:
                 n.tier = tiers[n.key]
@@ -384,8 +386,8 @@ def _why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]])
                 f"measured; {kernel})")
     same = ""
     if best.measured is not None and other.measured is not None:
-        capped = [n.kspeed for n in (best, other) if n.kspeed and n.measured >= n.kspeed
-                  and n.effective is not None and n.effective < n.measured]
+        capped = [n.kspeed for n in (best, other) if n.kspeed and n.measured is not None
+                  and n.measured >= n.kspeed and n.effective is not None and n.effective < n.measured]
         kspeeds = "/".join(str(x) for x in sorted(set(capped)))
         why = (f"at or above the {kspeeds} Mb/s the kernel reports" if len(capped) == 2 else
                (f"less than {MEASURED_MARGIN:g}x apart" if max(_eff(best), _eff(other))
@@ -491,10 +493,11 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     _rank_usable(usable, mesh, dial_plan)
     usable.sort(key=lambda n: _score(n, peers))
     best = usable[0] if usable else None
-    for n in usable[1:]:
-        # the deciding criterion first: a report cut to fit 4 KiB keeps the start
-        n.reject(vocabulary.REJ_NOT_PREFERRED, f"{_why_better(best, n, peers)}; ranked below "
-                                      f"{best.where()}, though {n.where()} is usable")
+    if best is not None:
+        for n in usable[1:]:
+            # the deciding criterion first: a report cut to fit 4 KiB keeps the start
+            n.reject(vocabulary.REJ_NOT_PREFERRED, f"{_why_better(best, n, peers)}; ranked below "
+                                          f"{best.where()}, though {n.where()} is usable")
 
     failure: Optional[Dict[str, str]] = None
     if mode == "include":

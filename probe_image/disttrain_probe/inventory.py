@@ -209,8 +209,9 @@ def resolve(name: str) -> List[str]:
     """All addresses ``name`` resolves to (both families), in resolver order, deduplicated."""
     seen: List[str] = []
     for fam, _, _, _, sa in socket.getaddrinfo(name, None, 0, socket.SOCK_STREAM):
-        if sa[0] not in seen:
-            seen.append(sa[0])
+        addr = str(sa[0])  # an IPv4 or IPv6 address (text) for these families
+        if addr not in seen:
+            seen.append(addr)
     return seen
 
 

@@ -187,9 +187,9 @@ class LocalWorker:
         addr = str(msg.get("addr") or cfg.master_addr)
         self.tracker.step(vocabulary.MASTER_PORT_TIMEOUT, f"{who}: joining the store at {addr}:{cfg.master_port}")
         try:
-            store = dist.TCPStore(host_name=addr, port=cfg.master_port, is_master=False,
-                                  timeout=timedelta(seconds=max(1.0, d.remaining())),
-                                  wait_for_workers=False)
+            store: dist.Store = dist.TCPStore(host_name=addr, port=cfg.master_port, is_master=False,
+                                              timeout=timedelta(seconds=max(1.0, d.remaining())),
+                                              wait_for_workers=False)
         except Exception as e:
             raise ProbeFailure(vocabulary.MASTER_PORT_TIMEOUT, (
                 f"{who}: local rank 0 reached {addr}:{cfg.master_port} but this process could not "

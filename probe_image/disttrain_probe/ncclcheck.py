@@ -64,7 +64,8 @@ def bootstrap_interface(lib: str, socket_ifname: Optional[str] = None, timeout: 
     except (OSError, subprocess.SubprocessError) as e:
         return {"ifname": None, "addr": None, "error": f"NCCL check did not run: {e}"[:160]}
     out = parse((p.stdout or "") + "\n" + (p.stderr or ""))
-    if out["ifname"] is None and p.returncode not in (0, None) and out["error"].startswith("no Bootstrap"):
+    # without an interface, parse() always gives the error text
+    if out["ifname"] is None and p.returncode not in (0, None) and (out["error"] or "").startswith("no Bootstrap"):
         tail = (p.stderr or p.stdout or "").strip().splitlines()[-1:] or [""]
         out["error"] = f"ncclGetUniqueId exited {p.returncode}: {tail[0][:120]}"
     return out

@@ -534,7 +534,7 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
                                                         min(HOST_CHECK_SECONDS, deadline.remaining()))
             seen = _host_words(master["hostCheck"], node)
             seen = f"; {seen}" if seen else ""
-            if (decided or {}).get("listening") and last == "refused":
+            if decided and decided.get("listening") and last == "refused":
                 raise ProbeFailure(vocabulary.MASTER_PORT_REFUSED, (
                     f"{where}: connection to MASTER_ADDR {shown} refused for {took:.1f}s although "
                     f"rank 0's probe listens there: it answers on TCP {decided['port']}, bound "
@@ -587,6 +587,7 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                 f"{str(e).splitlines()[0][:160]}; another process holds the port (hostNetwork?); "
                 f"set rendezvous.port to a free port"))
     else:
+        assert addr is not None  # reach_master returns the address it reached for every rank but 0
         tracker.step(vocabulary.MASTER_PORT_TIMEOUT,
                      f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore did not answer")
         try:
@@ -632,8 +633,8 @@ def side_store(cfg: Any, addr: str, timeout: float) -> Any:
     so another thread may use it while the main thread is blocked in a store call), with
     the launcher's prefix. Raises what TCPStore raises."""
     import torch.distributed as dist
-    store = dist.TCPStore(host_name=addr, port=cfg.master_port, is_master=False,
-                          timeout=timedelta(seconds=max(0.5, timeout)), wait_for_workers=False)
+    store: dist.Store = dist.TCPStore(host_name=addr, port=cfg.master_port, is_master=False,
+                                      timeout=timedelta(seconds=max(0.5, timeout)), wait_for_workers=False)
     if getattr(cfg, "store_prefix", ""):
         store = dist.PrefixStore(cfg.store_prefix, store)
     return store

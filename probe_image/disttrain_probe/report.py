@@ -187,8 +187,8 @@ def cap(report: Dict[str, Any], limit: int = MAX_REPORT_BYTES) -> Tuple[str, boo
             return text, True
     # What the operator cannot do without: the verdict, and for a pass the interface the
     # training pod must use and the master it reached.
-    chosen = r.get("chosen") if isinstance(r.get("chosen"), dict) else {}
-    master = r.get("master") if isinstance(r.get("master"), dict) else {}
+    chosen = v if isinstance(v := r.get("chosen"), dict) else {}
+    master = v if isinstance(v := r.get("master"), dict) else {}
     keep = {"v": r.get("v", REPORT_VERSION), "rank": r.get("rank"), "worldSize": r.get("worldSize"),
             "jobUid": _cut(r.get("jobUid"), 63), "attempt": r.get("attempt"),
             "pod": _cut(r.get("pod"), 253), "node": _cut(r.get("node"), 63), "ok": r.get("ok"), "phase": r.get("phase"),

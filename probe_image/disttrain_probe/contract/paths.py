@@ -74,7 +74,8 @@ def rows(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
         res = (results.get(str(peer)) or {}).get(addr)
         if not isinstance(res, dict):
             continue
-        c = CODE.get(res.get("r"), "e")
+        outcome = res.get("r")
+        c = CODE.get(outcome, "e") if isinstance(outcome, str) else "e"
         src = res.get("src")
         if src and mine.get(k) and not k.startswith("ifname:") and src not in mine[k]:
             c = c.upper()
