@@ -204,37 +204,10 @@ def _declare_beacon_port(ctr: dict[str, Any], spec: DistTrainingJobSpec, rank: i
     _declare_host_port(ctr, "probe-beacon", beacon_port(spec))
 
 
-def build_probe_pod(
-    job: JobRef,
-    spec: DistTrainingJobSpec,
-    rank: int,
-    master_addr: Optional[str],
-    attempt: int,
-    probe_image: str = constants.DEFAULT_PROBE_IMAGE,
-    master_started_at: Optional[str] = None,
-) -> dict[str, Any]:
-    """The probe pod for node rank ``rank``.
-
-    Same scheduling constraints and resources as training (the template's pod spec, its
-    first container's image, resources and mounts), one probe pod per node (required pod
-    anti-affinity on kubernetes.io/hostname), ``restartPolicy: Never``. With
-    ``probe.useTrainingImage`` an init container copies the probe program from the probe
-    image into an emptyDir and the probe runs inside the training image; otherwise it runs
-    in the probe image. ``master_addr`` is rank 0's address (its pod's hostIP); for rank 0
-    itself (None) it is its own status.hostIP, as it hosts the TCPStore on
-    ``rendezvous.port``. RANK and WORLD_SIZE are the node rank and numNodes (one probe pod,
-    one report per node); DISTTRAIN_PROBE_NPROC_PER_NODE is numProcPerNode (``auto``: the
-    GPUs requested): the probe runs that many processes, world size numNodes x it, as
-    training will. ``master_started_at`` (RFC 3339) is when rank 0's probe container
-    started, passed as DISTTRAIN_PROBE_MASTER_STARTED_AT: the evidence that lets a dialling
-    rank call the master port blocked after a short grace instead of its whole rendezvous
-    deadline (rank 0 listens within moments of starting, see docs/probe-report.md).
-    """
-    labels = _labels(job, constants.ROLE_PROBE, rank, attempt, _template_labels(spec))
-    pod = _base_pod(job, spec, probe_pod_name(job.name, rank), labels, rank)
-    pod_spec = pod["spec"]
-    trainer = _trainer(spec)
-    image = spec.probe.image or probe_image
+def _probe_env(job: JobRef, spec: DistTrainingJobSpec, rank: int, master_addr: Optional[str],
+               attempt: int, master_started_at: Optional[str]) -> list[dict[str, Any]]:
+    """The probe container's own environment (the trainer's is merged under it): the
+    rendezvous variables and every ``DISTTRAIN_PROBE_*`` setting (see :func:`build_probe_pod`)."""
     env = [
         _env_var("RANK", rank),
         _env_var("WORLD_SIZE", spec.num_nodes),
@@ -275,23 +248,14 @@ def build_probe_pod(
                             pod_dns_name(job, spec, rank if rank != 0 else 1)))
     if nproc_per_node(spec) > 1:  # one probe process per training process (localranks.py)
         env.append(_env_var(probe_env.NPROC_PER_NODE, nproc_per_node(spec)))
-    probe: dict[str, Any] = {
-        "name": "probe",
-        "image": (trainer.get("image") or image) if spec.probe.use_training_image else image,
-        "command": ["python", "-m", "disttrain_probe"],
-        "args": [],
-        "env": _merge_env(trainer.get("env"), env),
-        "resources": _dict(trainer.get("resources")),
-        # The probe program's own mount wins over one of the trainer's at the same path.
-        "volumeMounts": [m for m in _list(trainer.get("volumeMounts")) if isinstance(m, dict)
-                         and m.get("mountPath") != constants.PROBE_INSTALL_DIR
-                         and m.get("name") != constants.PROBE_VOLUME],
-        "terminationMessagePath": constants.TERMINATION_MESSAGE_PATH,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    for key in ("securityContext", "imagePullPolicy", "envFrom"):
-        if trainer.get(key) is not None:
-            probe[key] = trainer[key]
+    return env
+
+
+def _install_probe(pod_spec: dict[str, Any], probe: dict[str, Any], spec: DistTrainingJobSpec,
+                   image: str) -> None:
+    """With ``probe.useTrainingImage``: an init container copies the probe from ``image``
+    into an emptyDir, and the probe container (in the training image) runs it from there.
+    Changes ``pod_spec`` and ``probe`` in place."""
     pod_spec["initContainers"] = []
     if spec.probe.use_training_image:
         volumes = [v for v in _list(pod_spec.get("volumes"))
@@ -311,6 +275,58 @@ def build_probe_pod(
         # The launcher the init container wrote: no PYTHONPATH of the probe's own, so the
         # trainer's (from its image's ENV, the pod spec or the node) stays as it is.
         probe["command"] = ["python", constants.PROBE_LAUNCHER]
+
+
+def build_probe_pod(
+    job: JobRef,
+    spec: DistTrainingJobSpec,
+    rank: int,
+    master_addr: Optional[str],
+    attempt: int,
+    probe_image: str = constants.DEFAULT_PROBE_IMAGE,
+    master_started_at: Optional[str] = None,
+) -> dict[str, Any]:
+    """The probe pod for node rank ``rank``.
+
+    Same scheduling constraints and resources as training (the template's pod spec, its
+    first container's image, resources and mounts), one probe pod per node (required pod
+    anti-affinity on kubernetes.io/hostname), ``restartPolicy: Never``. With
+    ``probe.useTrainingImage`` an init container copies the probe program from the probe
+    image into an emptyDir and the probe runs inside the training image; otherwise it runs
+    in the probe image. ``master_addr`` is rank 0's address (its pod's hostIP); for rank 0
+    itself (None) it is its own status.hostIP, as it hosts the TCPStore on
+    ``rendezvous.port``. RANK and WORLD_SIZE are the node rank and numNodes (one probe pod,
+    one report per node); DISTTRAIN_PROBE_NPROC_PER_NODE is numProcPerNode (``auto``: the
+    GPUs requested): the probe runs that many processes, world size numNodes x it, as
+    training will. ``master_started_at`` (RFC 3339) is when rank 0's probe container
+    started, passed as DISTTRAIN_PROBE_MASTER_STARTED_AT: the evidence that lets a dialling
+    rank call the master port blocked after a short grace instead of its whole rendezvous
+    deadline (rank 0 listens within moments of starting, see docs/probe-report.md).
+    """
+    labels = _labels(job, constants.ROLE_PROBE, rank, attempt, _template_labels(spec))
+    pod = _base_pod(job, spec, probe_pod_name(job.name, rank), labels, rank)
+    pod_spec = pod["spec"]
+    trainer = _trainer(spec)
+    image = spec.probe.image or probe_image
+    env = _probe_env(job, spec, rank, master_addr, attempt, master_started_at)
+    probe: dict[str, Any] = {
+        "name": "probe",
+        "image": (trainer.get("image") or image) if spec.probe.use_training_image else image,
+        "command": ["python", "-m", "disttrain_probe"],
+        "args": [],
+        "env": _merge_env(trainer.get("env"), env),
+        "resources": _dict(trainer.get("resources")),
+        # The probe program's own mount wins over one of the trainer's at the same path.
+        "volumeMounts": [m for m in _list(trainer.get("volumeMounts")) if isinstance(m, dict)
+                         and m.get("mountPath") != constants.PROBE_INSTALL_DIR
+                         and m.get("name") != constants.PROBE_VOLUME],
+        "terminationMessagePath": constants.TERMINATION_MESSAGE_PATH,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    for key in ("securityContext", "imagePullPolicy", "envFrom"):
+        if trainer.get(key) is not None:
+            probe[key] = trainer[key]
+    _install_probe(pod_spec, probe, spec, image)
     _declare_rendezvous_port(probe, spec, rank)
     _declare_beacon_port(probe, spec, rank)
     pod_spec["containers"] = [probe]
