@@ -141,7 +141,7 @@ bench-scale: system-deps venv build-cluster
 # all-reduce correctness, algbw/busbw for a few sizes, versions, the transports NCCL used;
 # one JSON summary on stdout (< 5 min). Without a GPU it says so and exits 0.
 gpu-check: venv
-	$(VPY) -m disttrain_probe.gpucheck $(GPU_CHECK_ARGS)
+	$(VPY) -m disttrain_probe.gpu.check $(GPU_CHECK_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

@@ -16,7 +16,7 @@ Three measurements, each a section of the report (``benchmarks/results/scale.jso
    ended, as a watch sees them) that section 4 of the issue reads. After each size the
    operator's peak RSS (VmHWM; the operator is restarted per size).
 2. **Planner** (``--planner-ranks 64,256,1024,4096``): the probe's connectivity plan
-   (``disttrain_probe.connectivity.plan``, pure) beyond what the machine hosts: dials per
+   (``disttrain_probe.phases.connectivity.plan``, pure) beyond what the machine hosts: dials per
    rank (min/mean/max) and in total, against a full mesh.
 3. **Many jobs** (``--jobs 100``): that many DistTrainingJobs applied at once on a 2-node
    cluster (probes off by default, ``--jobs-probe`` to turn them on; each job its own
@@ -78,8 +78,8 @@ DEFAULT_RANKS = (32, 64, 256, 1024, 4096)  # 32: the full-mesh limit, for contra
 def planner_rows(ranks: list[int]) -> list[dict]:
     """The probe's connectivity plan at each world size in ``ranks``: dials per rank
     (min, mean, max), total dials, distinct pairs, the full mesh's pairs and the seconds
-    the plan took to compute. Uses ``disttrain_probe.connectivity.plan`` (not changed here)."""
-    from disttrain_probe import connectivity as C
+    the plan took to compute. Uses ``disttrain_probe.phases.connectivity.plan`` (not changed here)."""
+    from disttrain_probe.phases import connectivity as C
 
     out = []
     for world in ranks:
@@ -312,7 +312,7 @@ def markdown(data: dict) -> str:
     planner = data.get("planner") or []
     if planner:
         out += ["", "## Probe plan beyond this machine", "",
-                "`disttrain_probe.connectivity.plan` (pure): which peers each rank dials, per "
+                "`disttrain_probe.phases.connectivity.plan` (pure): which peers each rank dials, per "
                 "network probed. Up to its full-mesh limit every rank dials every peer; beyond, "
                 "ring neighbours (+-1, +-2) and two rounds of random disjoint pairs.", "",
                 "| ranks | dials per rank (min / mean / max) | total dials | pairs | full mesh pairs "

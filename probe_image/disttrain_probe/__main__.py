@@ -8,13 +8,13 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional
 
-from . import config as C
-from . import localranks as LR
-from .contract import probe_env, vocabulary
-from . import report as REP
-from .deadline import Deadline, ProbeFailure, Tracker
-from . import torchload
-from .torchload import TorchLoader
+from disttrain_probe.runtime import config as C
+from disttrain_probe.localranks import roles as LR
+from disttrain_probe.contract import probe_env, vocabulary
+from disttrain_probe.runtime import report as REP
+from disttrain_probe.runtime.deadline import Deadline, ProbeFailure, Tracker
+from disttrain_probe.runtime import torchload
+from disttrain_probe.runtime.torchload import TorchLoader
 
 
 def _first_line(e: BaseException) -> str:
@@ -151,7 +151,7 @@ class Probe:
     def _nccl_bootstrap(self) -> Optional[Dict[str, Any]]:
         """NCCL's own interface choice alone and with the validated interface, and the rule's
         prediction (None before torch was imported)."""
-        from . import interfaces, ncclcheck
+        from disttrain_probe.phases import interfaces, ncclcheck
         if not self.torch.done:
             return None
         return ncclcheck.summary(self.torch.nccl_default, self.nccl_chosen,
@@ -229,8 +229,9 @@ class Probe:
 
     # -- phases ---------------------------------------------------------------------
     def run(self) -> int:
-        from . import collective, connectivity, hardware, interfaces, inventory, rendezvous
-        from .contract import settings, versions
+        from disttrain_probe.phases import collective, connectivity, interfaces, inventory, rendezvous
+        from disttrain_probe.gpu import hardware
+        from disttrain_probe.contract import settings, versions
         cfg = self.cfg
         node = cfg.node_name
         if cfg.rank == 0 and not cfg.agent_store:  # listen on the master port now, not after the slow torch import
@@ -361,13 +362,13 @@ class Probe:
         cannot be started."""
         if not self.cfg.spawns_local_ranks:
             return None
-        from . import spawn
+        from disttrain_probe.localranks import spawn
         try:
             self.local = spawn.LocalRanks.start(self.argv, self.cfg.node_name,
                                                 self.cfg.nproc_per_node)
         except OSError as e:
             return (f"{self.cfg.node_name}: could not start local ranks 1..{self.cfg.nproc_per_node - 1} "
-                    f"(python -m disttrain_probe.localworker): {e}")
+                    f"(python -m disttrain_probe.localranks.worker): {e}")
         self.local.watch(self._local_failed)
         return None
 
@@ -384,7 +385,7 @@ class Probe:
         if self._bus() is None:
             return
         try:
-            from . import rendezvous
+            from disttrain_probe.phases import rendezvous
             side = rendezvous.side_store(self.cfg, rendezvous.local_store_addr(
                 self.cfg, self.inv, self.state), 2.0)
             if side.check([rendezvous.PREFIX + "abort"]):
@@ -411,7 +412,7 @@ class Probe:
             return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"), relayed=f.relayed)
         if (self.local is not None and self.phase == "collective" and not f.relayed
                 and self._bus() is not None):
-            from . import rendezvous
+            from disttrain_probe.phases import rendezvous
             try:
                 side = rendezvous.side_store(self.cfg, rendezvous.local_store_addr(
                     self.cfg, self.inv, self.state), 1.5)
@@ -467,7 +468,7 @@ class Probe:
         """In the background (while versions and the collective run): ask NCCL itself, with
         NCCL_SOCKET_IFNAME set as the operator will set it, which interface its bootstrap
         uses. Skipped without a loaded libnccl."""
-        from . import ncclcheck
+        from disttrain_probe.phases import ncclcheck
         ifname = (self.chosen or {}).get("ifname")
         lib = ncclcheck.loaded_library() if self.torch.nccl_default is not None else None
         if not ifname or not lib:

@@ -6,7 +6,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.interfaces import choose, nccl_default
+from disttrain_probe.phases.interfaces import choose, nccl_default
 
 
 def iface(name: str, *addrs: str, up: bool = True, speed: Optional[int] = None) -> dict:
@@ -222,7 +222,7 @@ def test_nccl_default(ifaces, expected):
 
 
 def test_scale_plan_is_symmetric_and_bounded():
-    from disttrain_probe.connectivity import plan
+    from disttrain_probe.phases.connectivity import plan
     assert plan(3, 1) == {0: [1, 2], 1: [0, 2], 2: [0, 1]}
     for world in (33, 64, 257):
         p = plan(world, 12345)
@@ -235,7 +235,7 @@ def test_scale_plan_is_symmetric_and_bounded():
 
 
 def test_choice_with_partial_plan_checks_only_planned_pairs():
-    from disttrain_probe.connectivity import plan
+    from disttrain_probe.phases.connectivity import plan
     world = 40
     peers = {r: peer(r, LO, iface("eth0", f"10.0.{r // 200}.{r % 200 + 1}/16"), DOCKER)
              for r in range(world)}
@@ -371,7 +371,7 @@ def test_measurements_above_the_kernel_speed_tie():
 def test_noise_cannot_chain_past_a_network_in_between():
     """A routed pod network (speed unknown) measured between two veths: one tier, no winner
     by measurement, although the outer two are 1.5x apart."""
-    from disttrain_probe.interfaces import measured_tiers
+    from disttrain_probe.phases.interfaces import measured_tiers
     assert measured_tiers({"a": 13709.0, "b": 15915.0, "c": 20790.0}) == {"a": 0, "b": 0, "c": 0}
     assert measured_tiers({"eth0": 1004.0, "cni0": 762.0, "eth1": 13436.0}) == {
         "eth1": 0, "eth0": 1, "cni0": 1}
@@ -472,7 +472,7 @@ def test_unknown_link_speed_means_no_capping_for_anyone():
 def test_measurements_decide_only_beyond_their_own_noise():
     """The faster network must be 2x faster at its best and its typical round (the middle of
     three) must still beat the slower one's best by 1.5x; otherwise routing decides."""
-    from disttrain_probe.interfaces import measured_tiers
+    from disttrain_probe.phases.interfaces import measured_tiers
     assert measured_tiers({"a": 2500.0, "b": 1000.0}) == {"a": 0, "b": 1}
     assert measured_tiers({"a": 2500.0, "b": 1000.0}, lows={"a": 1600.0}) == {"a": 0, "b": 1}
     assert measured_tiers({"a": 2500.0, "b": 1000.0}, lows={"a": 1400.0}) == {"a": 0, "b": 0}
@@ -503,7 +503,7 @@ def test_the_healthy_case_under_load_still_decides():
 
 
 def test_typical_round_is_the_middle_one():
-    from disttrain_probe.connectivity import typical
+    from disttrain_probe.phases.connectivity import typical
     assert typical([500.0, 9000.0, 8000.0]) == 8000.0  # one starved round does not count
     assert typical([9000.0, 500.0]) == 500.0
     assert typical([700.0]) == 700.0
@@ -520,7 +520,7 @@ def test_typical_round_is_the_middle_one():
     ("eth9", [], True),
 ])
 def test_a_named_interface_this_node_lacks_is_decided_at_the_inventory(spec, names, missing):
-    from disttrain_probe.interfaces import missing_here
+    from disttrain_probe.phases.interfaces import missing_here
     msg = missing_here("node-b", spec, [{"name": n} for n in names])
     assert (msg is not None) == missing
     if missing:

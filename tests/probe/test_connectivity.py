@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from disttrain_probe import connectivity as C
+from disttrain_probe.phases import connectivity as C
 
 LO = {"name": "lo", "addrs": ["127.0.0.1/8"], "up": True}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from disttrain_probe import hardware, nccllog, nvml, rdma
+from disttrain_probe.gpu import hardware, nccllog, nvml, rdma
 
 
 # -- RDMA (a fake /sys/class/infiniband) ---------------------------------------------------

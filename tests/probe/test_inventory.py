@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from disttrain_probe import inventory as inv
+from disttrain_probe.phases import inventory as inv
 
 
 def test_ioctl_fallback_matches_ip_json():
@@ -59,11 +59,11 @@ def test_loaded_nccl_reads_the_library_in_the_process_not_torchs_build(tmp_path)
     lib = tmp_path / "libnccl.so.2"
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
     code = ("import ctypes, os, sys; ctypes.CDLL(sys.argv[1], mode=os.RTLD_GLOBAL); "
-            "from disttrain_probe import inventory as inv; print(inv.loaded_nccl())")
+            "from disttrain_probe.phases import inventory as inv; print(inv.loaded_nccl())")
     out = subprocess.run([sys.executable, "-c", code, str(lib)], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == repr(("2.28.9", str(lib)))
-    none = subprocess.run([sys.executable, "-c", "from disttrain_probe import inventory as inv; "
+    none = subprocess.run([sys.executable, "-c", "from disttrain_probe.phases import inventory as inv; "
                            "print(inv.loaded_nccl())"], capture_output=True, text=True, check=True)
     assert none.stdout.strip() == "(None, None)"  # nothing loaded (torch not imported)
 

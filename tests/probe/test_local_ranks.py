@@ -8,10 +8,10 @@ import pytest
 
 from disttrain.diagnosis.report import parse_report
 from disttrain.diagnosis.trust import Expected, check
-from disttrain_probe import config as C
-from disttrain_probe import localranks as LR
+from disttrain_probe.runtime import config as C
+from disttrain_probe.localranks import roles as LR
 from disttrain_probe.contract import vocabulary
-from disttrain_probe import report as REP
+from disttrain_probe.runtime import report as REP
 
 from probe_helpers import free_port, probe_env, run_ranks
 

@@ -14,9 +14,9 @@ from datetime import timedelta
 import pytest
 
 from disttrain.diagnosis.report import parse_report
-from disttrain_probe import config as C
+from disttrain_probe.runtime import config as C
 from disttrain_probe.contract import vocabulary
-from disttrain_probe import rendezvous as RV
+from disttrain_probe.phases import rendezvous as RV
 
 from probe_helpers import PY, ROOT, free_port, probe_env, run_ranks
 
@@ -151,7 +151,7 @@ def test_slow_rank0_is_no_false_alarm_even_with_zero_grace(tmp_path):
 def test_host_check_tells_a_host_that_answers_elsewhere(tmp_path):
     """Port 1 of 127.0.0.1 is closed: a live host resets it (refused); the ARP table of
     a loopback address has no entry."""
-    from disttrain_probe import rendezvous as RV
+    from disttrain_probe.phases import rendezvous as RV
     h = RV.host_check("127.0.0.1", 29500, 1.0)
     assert h == {"port": 1, "r": "refused", "arp": None}
     assert "the master port alone is filtered" in RV._host_words(h, "node-b")
@@ -172,8 +172,8 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     import socket
     import time
 
-    from disttrain_probe import rendezvous as rv
-    from disttrain_probe.deadline import Deadline
+    from disttrain_probe.phases import rendezvous as rv
+    from disttrain_probe.runtime.deadline import Deadline
 
     # both the dial (a SYN with no answer) and the host check are stubbed: no packet is sent
     calls = []
@@ -207,8 +207,8 @@ def test_silence_on_the_master_port_and_on_another_port_decides_after_the_window
     """A host that is up resets a closed port whether or not rank 0 listens yet, so silence
     on both ports for the window is decided without evidence of rank 0's start (the
     partition-one-pair scenario waited for the rendezvous deadline before)."""
-    from disttrain_probe import rendezvous as rv
-    from disttrain_probe.deadline import Deadline
+    from disttrain_probe.phases import rendezvous as rv
+    from disttrain_probe.runtime.deadline import Deadline
 
     def silent_dial(addrs, port, deadline):
         time.sleep(min(0.2, max(0.0, deadline.remaining())))
@@ -246,8 +246,8 @@ def test_a_refused_master_port_with_rank_0s_beacon_answering_is_decided_at_once(
     import time
     from types import SimpleNamespace
 
-    from disttrain_probe import rendezvous as rv
-    from disttrain_probe.deadline import Deadline
+    from disttrain_probe.phases import rendezvous as rv
+    from disttrain_probe.runtime.deadline import Deadline
 
     master, bport = free_port(), free_port()
     while bport == master:
@@ -280,7 +280,7 @@ def _late_record_case(monkeypatch, master_after: float, sibling_ok: bool, resolv
     ``master_after`` seconds in, with rank 1's name resolving or not; no packet is sent."""
     from types import SimpleNamespace
 
-    from disttrain_probe.deadline import Deadline
+    from disttrain_probe.runtime.deadline import Deadline
 
     t0 = time.monotonic()
 
@@ -338,7 +338,7 @@ def test_a_lookup_the_resolver_never_answers_is_abandoned_at_the_window(monkeypa
     """getaddrinfo has no timeout: with a DNS server that never answers (two NICs on one
     subnet, queries leaving by the wrong one) each lookup cost the resolver's timeouts for
     every search domain, and rank 0 reported long after its 10 s window."""
-    from disttrain_probe.deadline import Deadline
+    from disttrain_probe.runtime.deadline import Deadline
 
     monkeypatch.setattr(RV, "resolve", lambda name: (time.sleep(5), ["10.0.0.1"])[1])
     t0 = time.monotonic()

@@ -21,7 +21,7 @@ from localcluster import scenario as scn
 pytestmark = pytest.mark.netns
 
 ROOT = Path(__file__).resolve().parents[2]
-ASK = ("import json, sys; from disttrain_probe import inventory, interfaces, ncclcheck; "
+ASK = ("import json, sys; from disttrain_probe.phases import inventory, interfaces, ncclcheck; "
        "ifs = inventory.list_interfaces(); lib = sys.argv[1]; "
        "rule = interfaces.nccl_default(ifs); "
        "print(json.dumps({'rule': rule, 'nccl': ncclcheck.bootstrap_interface(lib), "
@@ -34,7 +34,7 @@ def sh(*args: str) -> None:
 
 
 def libnccl() -> str:
-    out = subprocess.run([sys.executable, "-c", "import torch; from disttrain_probe import ncclcheck; "
+    out = subprocess.run([sys.executable, "-c", "import torch; from disttrain_probe.phases import ncclcheck; "
                           "print(ncclcheck.loaded_library() or '')"], capture_output=True, text=True)
     return out.stdout.strip()
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from disttrain_probe import nccllog
+from disttrain_probe.gpu import nccllog
 
 # src/debug.cc:352 (host:pid:tid) and :366 (INFO) / :363 (WARN): the line prefix.
 PREFIX_FMT = "%s:%d:%d "

@@ -9,7 +9,7 @@ import string
 from typing import Callable, Optional
 
 from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain_probe import interfaces
+from disttrain_probe.phases import interfaces
 from disttrain_probe.contract import paths, versions
 from disttrain_probe.contract import vocabulary as V
 

@@ -279,7 +279,7 @@ def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
     inbound TCP is blocked is named alone (inbound); a pair blocked both ways while each
     reaches its other peers is named as that pair. With both at once each is singled out by
     its own evidence, and both are named (inbound+pairs)."""
-    from disttrain_probe.connectivity import plan
+    from disttrain_probe.phases.connectivity import plan
 
     n = 1024
     nodes = tuple(f"n{r:04d}" for r in range(n))

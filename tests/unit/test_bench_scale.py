@@ -17,7 +17,7 @@ bs = load_benchmark("bench_scale")
 
 
 def test_planner_rows_stay_constant_per_rank_beyond_the_full_mesh():
-    from disttrain_probe import connectivity as C
+    from disttrain_probe.phases import connectivity as C
 
     rows = {r["ranks"]: r for r in bs.planner_rows([8, C.FULL_MESH_MAX, 64, 1024])}
     assert rows[8]["per_rank_max"] == 7 and rows[8]["full_mesh"] is True

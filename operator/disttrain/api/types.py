@@ -33,7 +33,7 @@ from disttrain.api.podtemplate import HOST_NETWORK_IN_TEMPLATE, QUANTITY_PATTERN
 
 PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
 # The most processes one node runs (numProcPerNode): the most local ranks the probe starts
-# (disttrain_probe.localranks.MAX_NPROC, a unit test keeps them equal), so a job the probe
+# (disttrain_probe.localranks.roles.MAX_NPROC, a unit test keeps them equal), so a job the probe
 # would refuse is refused at apply. Far above any node's GPUs (8, 16 on the largest), and
 # bounding what the probe and the operator do per local rank.
 MAX_PROC_PER_NODE = 256

@@ -29,8 +29,8 @@ import ipaddress
 from fnmatch import fnmatchcase
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .contract import vocabulary
-from .config import ifname_matches, parse_ifname_spec
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
 MEASURED_MARGIN = 2.0  # measured throughput decides only at this ratio or more

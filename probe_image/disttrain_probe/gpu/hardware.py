@@ -16,9 +16,9 @@ import sys
 import tempfile
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from . import nccllog, nvml, rdma
-from .contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
-from .contract import probe_env
+from disttrain_probe.gpu import nccllog, nvml, rdma
+from disttrain_probe.contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
+from disttrain_probe.contract import probe_env
 
 SHM_PATH = "/dev/shm"
 SHM_MIN_BYTES = 1 << 30  # below 1 GiB, NCCL on several local GPUs may run out (see module doc)

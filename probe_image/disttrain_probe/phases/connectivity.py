@@ -39,11 +39,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
 
-from .contract import paths
-from .contract import probe_env, vocabulary
-from .config import ifname_matches, parse_ifname_spec
-from .deadline import Deadline
-from .inventory import ipv4_addrs, route_get
+from disttrain_probe.contract import paths
+from disttrain_probe.contract import probe_env, vocabulary
+from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
+from disttrain_probe.runtime.deadline import Deadline
+from disttrain_probe.phases.inventory import ipv4_addrs, route_get
 
 MAX_ADDRS_PER_IFACE = 4
 SKIP_IFACES = ("kube-ipvs0",)

@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Callable, Dict, Optional
 
-from .contract import probe_env
+from disttrain_probe.contract import probe_env
 
 INVENTORY_SHARE = 0.15
 # Share of the total kept for the phases after the rendezvous (connectivity .. report),

@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from typing import Any, Dict, Iterable, List, Optional
 
-from .contract.vocabulary import (  # reasons this module reports
+from disttrain_probe.contract.vocabulary import (  # reasons this module reports
     GPUDIRECT_RDMA_OFF, NCCL_SHM_INSTEAD_OF_P2P, NCCL_SOCKETS_DESPITE_RDMA,
 )
 

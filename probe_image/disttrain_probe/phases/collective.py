@@ -11,9 +11,9 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, Optional
 
-from .contract import vocabulary
-from .deadline import Deadline, ProbeFailure
-from .localranks import Layout
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
+from disttrain_probe.localranks.roles import Layout
 
 
 def busbw_factor(n: int) -> float:

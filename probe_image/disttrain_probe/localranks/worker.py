@@ -1,14 +1,14 @@
-"""``python -m disttrain_probe.localworker``: local rank k > 0 of a probe pod (localranks.py).
+"""``python -m disttrain_probe.localranks.worker``: local rank k > 0 of a probe pod (localranks.py).
 
-Started by local rank 0 (:mod:`disttrain_probe.spawn`) with its arguments and environment
+Started by local rank 0 (:mod:`disttrain_probe.localranks.spawn`) with its arguments and environment
 plus LOCAL_RANK. It imports torch in the background, waits for local rank 0's go (one
 JSON line on stdin: ``{"go": true, "addr", "ifname", "backend"}``, or ``{"stop": why}``),
 joins the store at ``addr``:MASTER_PORT, then runs the collective phase as global rank
 node rank x P + k: the all-reduce among the node's local ranks, then the one over every
-rank (:func:`disttrain_probe.collective.run`). It reports on stdout in
-:data:`~disttrain_probe.localranks.MARK` lines (:func:`~disttrain_probe.localranks.entry`),
+rank (:func:`disttrain_probe.phases.collective.run`). It reports on stdout in
+:data:`~disttrain_probe.localranks.roles.MARK` lines (:func:`~disttrain_probe.localranks.roles.entry`),
 one before each phase (so a killed process still names its phase) and a final one; exit
-0 on a pass, :data:`~disttrain_probe.localranks.STOPPED` when told to stop, 1 otherwise.
+0 on a pass, :data:`~disttrain_probe.localranks.roles.STOPPED` when told to stop, 1 otherwise.
 The same deadlines and watchdog as local rank 0 (deadline.py) bound every phase.
 """
 from __future__ import annotations
@@ -22,11 +22,11 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
-from . import config as C
-from . import localranks as LR
-from .contract import probe_env, vocabulary
-from .deadline import Deadline, ProbeFailure, Tracker
-from .torchload import TorchLoader
+from disttrain_probe.runtime import config as C
+from disttrain_probe.localranks import roles as LR
+from disttrain_probe.contract import probe_env, vocabulary
+from disttrain_probe.runtime.deadline import Deadline, ProbeFailure, Tracker
+from disttrain_probe.runtime.torchload import TorchLoader
 
 
 def _first_line(e: BaseException) -> str:
@@ -150,7 +150,7 @@ class LocalWorker:
             backend = str(msg.get("backend") or "gloo")
             if backend == "nccl":
                 self.device = f"cuda:{cfg.local_rank}"
-            from . import collective
+            from disttrain_probe.phases import collective
             collective.run(cfg, store, msg.get("ifname"), backend, d, self.tracker, self.world,
                            self.layout, self.intra)
             with self.lock:

@@ -17,7 +17,7 @@ import struct
 import subprocess
 from typing import Any, Dict, List, Optional, Tuple
 
-from .deadline import Deadline
+from disttrain_probe.runtime.deadline import Deadline
 
 Iface = Dict[str, Any]
 
@@ -358,7 +358,7 @@ def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]
         host_resolves = []
     interfaces = list_interfaces(min(5.0, deadline.remaining()))
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}
-    from .contract import settings
+    from disttrain_probe.contract import settings
     return {
         "settings": settings.of(os.environ),
         "rdma": settings.rdma_devices(),

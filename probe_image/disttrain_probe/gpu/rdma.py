@@ -20,7 +20,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
-from .contract.vocabulary import RDMA_PORT_DOWN  # reasons this module reports
+from disttrain_probe.contract.vocabulary import RDMA_PORT_DOWN  # reasons this module reports
 
 SYS_IB = "/sys/class/infiniband"
 SYS_MODULE = "/sys/module"

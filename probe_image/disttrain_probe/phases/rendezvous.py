@@ -24,10 +24,10 @@ import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional, Tuple
 
-from .contract import vocabulary
-from .contract.timing import SIBLING_SECONDS
-from .deadline import Deadline, ProbeFailure
-from .inventory import is_loopback, nameserver, resolve, route_get
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract.timing import SIBLING_SECONDS
+from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
+from disttrain_probe.phases.inventory import is_loopback, nameserver, resolve, route_get
 
 POLL = 0.02
 PREFIX = "dtp/"

@@ -13,8 +13,8 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .contract import vocabulary
-from .contract.report_format import MAX_REPORT_BYTES, REPORT_VERSION
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract.report_format import MAX_REPORT_BYTES, REPORT_VERSION
 
 
 

@@ -1,4 +1,4 @@
-"""``make gpu-check`` / ``python -m disttrain_probe.gpucheck``: the probe's NCCL path on every local GPU.
+"""``make gpu-check`` / ``python -m disttrain_probe.gpu.check``: the probe's NCCL path on every local GPU.
 
 One worker process per visible GPU (rank = local rank = GPU index, MASTER_ADDR
 127.0.0.1, a free port; rank 0 hosts the TCPStore as the probe's rank 0 does), each with
@@ -28,8 +28,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import hardware, nccllog
-from .contract import vocabulary
+from disttrain_probe.gpu import hardware, nccllog
+from disttrain_probe.contract import vocabulary
 
 DEFAULT_SIZES = (1 << 20, 16 << 20, 256 << 20)  # bytes
 DEFAULT_ITERATIONS = 20
@@ -61,9 +61,9 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
 
     import torch.distributed as dist
 
-    from . import collective, inventory
-    from .config import Config
-    from .deadline import ProbeFailure, Tracker
+    from disttrain_probe.phases import collective, inventory
+    from disttrain_probe.runtime.config import Config
+    from disttrain_probe.runtime.deadline import ProbeFailure, Tracker
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     out: Dict[str, Any] = {"rank": rank, "results": [], "versions": None, "error": None}
@@ -210,7 +210,7 @@ def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "n
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_DEBUG="INFO",
                        NCCL_DEBUG_SUBSYS=NCCL_SUBSYS,
                        NCCL_DEBUG_FILE=os.path.join(tmp, "nccl.%h.%p.log"))
-            cmd = [sys.executable, "-m", "disttrain_probe.gpucheck", "--worker", "--backend", backend,
+            cmd = [sys.executable, "-m", "disttrain_probe.gpu.check", "--worker", "--backend", backend,
                    "--sizes", ",".join(str(s) for s in sizes), "--iterations", str(iterations),
                    "--timeout", str(max(10.0, timeout - 10))]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
@@ -238,7 +238,7 @@ def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "n
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI: prints the summary JSON; exit 0 when ok (or skipped without GPUs), else 1."""
-    ap = argparse.ArgumentParser(prog="python -m disttrain_probe.gpucheck", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m disttrain_probe.gpu.check", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
                     help="all-reduce sizes, e.g. 1M,16M,256M (default %(default)s bytes)")

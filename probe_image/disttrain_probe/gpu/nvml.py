@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Dict, List, Optional
 
-from .contract.vocabulary import GPU_COUNT_MISMATCH, GPU_ECC_ERRORS  # reasons this module reports
+from disttrain_probe.contract.vocabulary import GPU_COUNT_MISMATCH, GPU_ECC_ERRORS  # reasons this module reports
 
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_SUPPORTED = 3

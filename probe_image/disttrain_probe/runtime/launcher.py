@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
-from .contract import probe_env
+from disttrain_probe.contract import probe_env
 
 TORCHRUN = "torchrun"
 SLURM = "slurm"

@@ -73,7 +73,7 @@ def bootstrap_interface(lib: str, socket_ifname: Optional[str] = None, timeout: 
 
 def loaded_library() -> Optional[str]:
     """Path of the libnccl mapped into this process (after ``import torch``), or None."""
-    from .inventory import _mapped_library
+    from disttrain_probe.phases.inventory import _mapped_library
     return _mapped_library("libnccl.so")
 
 

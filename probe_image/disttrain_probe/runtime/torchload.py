@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Optional
 
-from .contract import probe_env
+from disttrain_probe.contract import probe_env
 
 # An import that took longer than this many seconds is reported (SlowTorchImport): a third
 # of the default 60 s budget (warm nodes import torch in 2-5 s; $DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS).
@@ -115,7 +115,7 @@ class TorchLoader:
     def slow_warning(self, node: str) -> Optional[Dict[str, str]]:
         """The SlowTorchImport warning when the import took more than
         :func:`slow_import_seconds`, else None."""
-        from .contract import vocabulary
+        from disttrain_probe.contract import vocabulary
 
         limit = slow_import_seconds()
         if self.seconds is None or self.seconds <= limit:
@@ -137,8 +137,8 @@ def default_load() -> Dict[str, Any]:
     import torch  # noqa: F401  (the slow import)
     import torch.distributed  # noqa: F401
 
-    from . import ncclcheck
-    from .inventory import versions
+    from disttrain_probe.phases import ncclcheck
+    from disttrain_probe.phases.inventory import versions
     out: Dict[str, Any] = {"versions": versions(5.0), "ncclDefault": None}
     lib = ncclcheck.loaded_library()
     if lib:
