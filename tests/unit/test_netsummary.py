@@ -64,3 +64,14 @@ def test_a_nic_broken_on_one_node_is_named_in_the_passing_summary():
     m = netsummary.network_message(outs)
     assert "eth1 unreachable: node-c reaches no peer on eth1 on 10.101.0.0/24" in m
     assert netsummary.node_results(outs)[2]["paths"] == {"10.100.0.0/24": "oo.", "10.101.0.0/24": "tt."}
+
+
+def test_not_on_every_node_names_the_nodes_that_lack_the_interface():
+    """The probe says which nodes lack the network ("... is missing on node-c"); the
+    summary carries those names instead of 'not on every node'."""
+    rej = [{"ifname": "eth2", "reason": V.REJ_NOT_ON_ALL_NODES,
+            "message": "eth2 on 10.102.0.0/24 is missing on node-c, node-d and 3 more"},
+           {"ifname": "ib0", "reason": V.REJ_NOT_ON_ALL_NODES, "message": "ib0 absent"}]
+    m = netsummary.network_message(ranks_with(rej))
+    assert ("not chosen: eth2 missing on node-c, node-d and 3 more, ib0 not on every node "
+            "(NotOnAllNodes)") in m

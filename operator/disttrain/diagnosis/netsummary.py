@@ -126,7 +126,6 @@ _REJECTION_ORDER_TELLING = (vocabulary.REJ_NOT_PREFERRED, vocabulary.REJ_POD_NET
                             vocabulary.REJ_NO_IPV4)
 _REJECTION_WORDS = {
     vocabulary.REJ_DUPLICATE_ADDRESS: "the same address on every node",
-    vocabulary.REJ_NOT_ON_ALL_NODES: "not on every node",
     vocabulary.REJ_MULTIPLE_ON_NODE: "two NICs on one subnet",
     vocabulary.REJ_POD_NETWORK_DEVICE: "pod network, rides on the NICs",
     vocabulary.REJ_DOWN: "link down",
@@ -164,6 +163,14 @@ def _duplicate_addr(message: str) -> str:
     return f" {m.group(1)}" if m else ""
 
 
+def _missing_on(message: str) -> str:
+    """`` missing on node-c`` from the probe's NotOnAllNodes message ("eth1 on 10.101.0.0/24
+    is missing on node-c"; the probe names at most a few nodes, then "and N more"), else
+    `` not on every node`` (an older probe's message)."""
+    m = re.search(r"is missing on (.+?)\s*$", message)
+    return f" missing on {messages.cut(m.group(1), 80)}" if m else " not on every node"
+
+
 def rejected_clauses(rej: dict[str, tuple[str, str]],
                      culprits: Optional[dict[str, str]] = None) -> list[str]:
     """One clause per runner-up (NotPreferred: the criterion that decided) and per
@@ -177,7 +184,8 @@ def rejected_clauses(rej: dict[str, tuple[str, str]],
                 if reason == vocabulary.REJ_UNREACHABLE and ifn in culprits]
     groups: dict[str, list[str]] = {}
     for ifn, (reason, msg) in rej.items():
-        label = ifn + (_duplicate_addr(msg) if reason == vocabulary.REJ_DUPLICATE_ADDRESS else "")
+        label = ifn + (_duplicate_addr(msg) if reason == vocabulary.REJ_DUPLICATE_ADDRESS
+                       else _missing_on(msg) if reason == vocabulary.REJ_NOT_ON_ALL_NODES else "")
         groups.setdefault(reason, []).append(label)
     order = {r: i for i, r in enumerate(_REJECTION_ORDER)}
     parts = []
