@@ -311,3 +311,48 @@ def test_at_1024_ranks_the_planned_dials_name_one_bad_node_and_one_bad_pair():
     worse = attribution.explain_matrix(matrix(lambda i, j: "timeout" if j == bad or {i, j} == {a, b}
                                     or 5 in (i, j) else "ok"))
     assert worse.kind != "inbound+pairs"
+
+
+# -- islands: groups that reach only each other (issue 19) ---------------------------------
+
+def test_two_islands_are_a_partition_not_a_firewall():
+    m = matrix(4, lambda i, j: (i < 2) != (j < 2))
+    e = attribution.explain_matrix(m)
+    assert e.kind == "islands" and e.groups == (("node-a", "node-b"), ("node-c", "node-d"))
+    assert "eth1 forms two networks: {node-a, node-b} and {node-c, node-d}" in e.cause
+    assert "firewall" not in e.message("x" * 1000)
+    assert "network.socketIfname" in e.fix
+
+
+def test_islands_from_reports_name_each_group_s_subnet():
+    """Four nodes whose eth1 sits on two subnets (the probe groups eth1 by name: a routed
+    network): each pair reaches only its own subnet. The verdict names both groups with
+    their subnets and no firewall."""
+    outs = []
+    for r, node in enumerate(NODES):
+        net = 101 if r < 2 else 102
+        rep = report(r, node, ifname="eth0")
+        rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.{net}.0.{11 + r}/24"], "up": True}]
+        rep["paths"] = {"ifname:eth1": "".join("." if p == r else ("o" if (p < 2) == (r < 2) else "t")
+                                               for p in range(4))}
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+    e = attribution.explain_networks(evidence.matrices(outs))
+    assert e.kind == "islands"
+    assert ("eth1 forms two networks: {node-a, node-b} on 10.101.0.0/24 and {node-c, node-d} on "
+            "10.102.0.0/24") in e.cause
+    assert "firewall" not in e.message()
+
+
+def test_two_nodes_on_their_own_subnets_are_islands_but_on_one_subnet_stay_candidates():
+    both_fail = matrix(2, lambda i, j: True, key="ifname:eth1")
+    apart = evidence.Matrix(both_fail.key, both_fail.nodes, both_fail.ifnames, both_fail.cells,
+                            ("10.101.0.0/24", "10.102.0.0/24"))
+    assert attribution.explain_matrix(apart).kind == "islands"
+    same = evidence.Matrix(both_fail.key, both_fail.nodes, both_fail.ifnames, both_fail.cells,
+                           ("10.101.0.0/24", "10.101.0.0/24"))
+    assert attribution.explain_matrix(same).kind == "candidates"
+
+
+def test_components_of_a_graph():
+    edges = {(0, 1), (2, 3), (3, 4)}
+    assert attribution.components(6, lambda i, j: (i, j) in edges) == [[0, 1], [2, 3, 4], [5]]

@@ -87,3 +87,52 @@ def test_a_gap_within_the_measurements_own_noise_is_no_straggler():
         o.report["pathMbpsLow"] = {k: {p: (v * 0.98 if v == 200 else v * 0.5) for p, v in row.items()}
                                    for k, row in o.report["pathMbps"].items()}
     assert [s.node for s in stragglers.slow_links([typed(o) for o in outs])] == ["node-d"]
+
+
+# -- references other than the median (issue 19: a slow link every node shares) -----------
+
+def two_nodes(a_from_b: float, b_from_a: float, speed=10000, eth0=None):
+    """node-a and node-b on eth1 (10.101.0.0/24): a downloads from b at ``a_from_b``, b
+    from a at ``b_from_a``; ``speed``: eth1's link speed on both; ``eth0``: the same pair's
+    rate on 10.100.0.0/24, both ways, when measured."""
+    outs = []
+    for r, node in enumerate(("node-a", "node-b")):
+        rep = report(r, node)
+        rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.101.0.{10 + r}/24"], "up": True, "speedMbps": speed},
+                             {"name": "eth0", "addrs": [f"10.100.0.{10 + r}/24"], "up": True, "speedMbps": speed}]
+        rep["pathMbps"] = {"10.101.0.0/24": {str(1 - r): a_from_b if r == 0 else b_from_a}}
+        if eth0:
+            rep["pathMbps"]["10.100.0.0/24"] = {str(1 - r): eth0}
+        outs.append(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=node, report=rep))
+    return outs
+
+
+@pytest.mark.parametrize("a_from_b,b_from_a,speed,eth0,words", [
+    (11, 9400, 10000, None, ["node-b: its eth1 sends slowly", "node-a timed 11 Mb/s from node-b",
+                             "against 10000 Mb/s (eth1's link speed), 9400 Mb/s (the other direction)"]),
+    (9400, 11, 10000, None, ["node-a: its eth1 sends slowly"]),
+    (11, 11, 10000, None, ["slow paths on eth1: node-a<->node-b", "10000 Mb/s (eth1's link speed)"]),
+    (11, 11, None, 9400, ["slow paths on eth1: node-a<->node-b", "9400 Mb/s (10.100.0.0/24)"]),
+    (3000, 2500, 10000, None, []),     # veth on a busy host: far from the speed, not 50x below
+    (11, 11, None, None, []),          # no reference at all: nothing to judge against
+    (5000, 9000, 10000, None, []),     # 1.8x between directions: within the noise
+])
+def test_slow_sides_table(a_from_b, b_from_a, speed, eth0, words):
+    got = stragglers.slow_sides([typed(o) for o in two_nodes(a_from_b, b_from_a, speed, eth0)])
+    if not words:
+        assert got == []
+        return
+    [f] = got
+    assert f.reason == vocabulary.SLOW_LINK and len(f.message) <= 400
+    for w in words:
+        assert w in f.message, f.message
+
+
+def test_a_slow_shared_link_with_two_nodes_is_a_warning_naming_the_sending_side():
+    """Two nodes, eth1 rate-limited on node-b's egress: the median cannot single anyone
+    out, the other direction and the link speed do."""
+    d = diagnose(two_nodes(11, 9400), "10.100.0.11")
+    nv = d.conditions[constants.NETWORK_VALIDATED]
+    assert (nv.status, nv.reason) == ("True", vocabulary.SLOW_LINK)
+    assert "node-b: its eth1 sends slowly" in nv.message and len(nv.message) <= 400
+    assert d.validated

@@ -6,6 +6,9 @@ when the evidence cannot decide, the candidates that remain and the test that wo
 decide. Classes, each with its table test (``tests/unit/test_attribution.py``):
 
 - ``inbound``: a node no peer can reach while its own dials out work: its firewall;
+- ``islands``: the nodes fall into groups that reach each other and no one outside their
+  group (two subnets behind one interface name, no route between them): a partition of
+  the network, not a firewall;
 - ``isolated``: a node that reaches no one and no one reaches (on a network): its NIC,
   route or firewall; when its other NICs work, that one NIC;
 - ``pairs``: one pair or a set of pairs broken while both nodes work with others: a path
@@ -28,7 +31,7 @@ decide. Classes, each with its table test (``tests/unit/test_attribution.py``):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
 from disttrain_probe.contract import vocabulary
@@ -55,6 +58,7 @@ class Explanation:
     fix: str
     decide: str = ""
     pairs: tuple[tuple[str, str], ...] = field(default=())
+    groups: tuple[tuple[str, ...], ...] = field(default=())  # islands: the nodes of each group
 
     def message(self, evidence: str = "", limit: int = messages.LIMIT) -> str:
         """``cause; fix; decide: ...; seen: <evidence>`` within ``limit`` (the probe's own
@@ -103,6 +107,9 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
                 f"out worked: {who} filters inbound TCP",
                 f"open the ephemeral range (net.ipv4.ip_local_port_range) on {who}'s firewall "
                 f"to the other nodes, or set network.portRange to the range it admits")
+    islands = _islands(m, fails, pair_ok)
+    if islands is not None:
+        return islands
     # isolated: nodes whose every known pair failed, explaining every failure
     isolated = [x for x in idx if any(pair_failed(x, j) for j in idx if j != x)
                 and not any(pair_ok(x, j) for j in idx if j != x)]
@@ -139,6 +146,70 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
         "check those nodes' firewalls and routes",
         _capture_test((m.nodes[broken[0][0]], m.nodes[broken[0][1]]), m),
         tuple((m.nodes[a], m.nodes[b]) for a, b in broken))
+
+
+def components(n: int, linked) -> list[list[int]]:
+    """The connected components of the graph on ``range(n)`` whose edges are the pairs
+    ``(i, j)``, i < j, for which ``linked(i, j)`` holds; each component sorted, components
+    ordered by their first member. O(n^2) calls of ``linked``."""
+    parent = list(range(n))
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i in range(n):
+        for j in range(i + 1, n):
+            if linked(i, j):
+                parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for x in range(n):
+        groups.setdefault(root(x), []).append(x)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
+def _islands(m: evidence_matrix.Matrix, fails: list[tuple[int, int]], pair_ok) -> Optional[Explanation]:
+    """A partition: the nodes with evidence fall into two or more groups (connected
+    components of the pairs that worked) such that every failed dial crosses groups and
+    none inside a group failed, and the groups are told apart by more than one lone node
+    (at least two groups of two or more nodes, or every group on its own subnet). None
+    otherwise (one node alone is ``isolated``)."""
+    n = len(m.nodes)
+    seen = {x for i, j in fails for x in (i, j)} | {x for x in range(n) for j in range(n)
+                                                     if x != j and m.cells[x][j] is not None}
+    groups = [g for g in components(n, pair_ok) if g[0] in seen or len(g) > 1]
+    groups = [[x for x in g if x in seen] for g in groups]
+    groups = [g for g in groups if g]
+    if len(groups) < 2:
+        return None
+    group_of = {x: k for k, g in enumerate(groups) for x in g}
+    if any(group_of.get(i) == group_of.get(j) for i, j in fails):
+        return None
+    subnets = [sorted({s for x in g if x < len(m.subnets) and (s := m.subnets[x])}) for g in groups]
+    own_subnets = all(len(s) == 1 for s in subnets) and len({s[0] for s in subnets}) == len(groups)
+    if sum(len(g) > 1 for g in groups) < 2 and not own_subnets:
+        return None
+    ifn = "/".join(dict.fromkeys(n for n in m.ifnames if n)) or m.label
+
+    def group_text(k: int) -> str:
+        where = f" on {', '.join(subnets[k])}" if subnets[k] else ""
+        return "{" + messages.node_list([m.nodes[x] for x in groups[k]], 3) + "}" + where
+
+    shown = [group_text(k) for k in range(min(len(groups), 3))]
+    more = f" and {len(groups) - 3} more" if len(groups) > 3 else ""
+    count = {2: "two", 3: "three"}.get(len(groups), str(len(groups)))
+    listed = (" and ".join(shown) if len(shown) == 2 and not more else ", ".join(shown) + more)
+    culprits = tuple(m.nodes[x] for g in groups for x in g)
+    broken = sorted({(min(i, j), max(i, j)) for i, j in fails})
+    return Explanation(
+        "islands", culprits,
+        f"{ifn} forms {count} networks: {listed}, each reaching only its own, with no route "
+        f"between them",
+        "choose a network every node shares (network.socketIfname), or route between them",
+        pairs=tuple((m.nodes[a], m.nodes[b]) for a, b in broken),
+        groups=tuple(tuple(m.nodes[x] for x in g) for g in groups))
 
 
 def _inbound_and_pairs(m: evidence_matrix.Matrix, fails: list[tuple[int, int]], pair_ok) -> Optional[Explanation]:
@@ -189,8 +260,7 @@ def explain_networks(ms: Sequence[evidence_matrix.Matrix]) -> Optional[Explanati
         labels = ", ".join("/".join(dict.fromkeys(n for n in m.ifnames if n)) or m.key
                            for m, _ in found)
         lone = found[0][0].label
-        return Explanation(first.kind, first.culprits, first.cause.replace(
-            f"on {lone}", f"on every network ({labels})"), first.fix, first.decide, first.pairs)
+        return replace(first, cause=first.cause.replace(f"on {lone}", f"on every network ({labels})"))
     return first
 
 
@@ -394,5 +464,5 @@ def culprits(message: str, nodes: Sequence[str]) -> list[str]:
     return (messages.named_nodes(parts[-1], nodes) if parts else []) or messages.named_nodes(message, nodes)
 
 
-__all__ = ["Explanation", "culprits", "explain", "explain_master", "explain_unresolvable", "explain_matrix",
+__all__ = ["Explanation", "components", "culprits", "explain", "explain_master", "explain_unresolvable", "explain_matrix",
            "explain_networks"]

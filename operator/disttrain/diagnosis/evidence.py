@@ -24,12 +24,15 @@ MASTER_FAILURES = (vocabulary.MASTER_PORT_TIMEOUT, vocabulary.MASTER_PORT_REFUSE
 class Matrix:
     """One network's dial outcomes: ``cells[i][j]`` for rank i dialling rank j, one of
     ok, wrong, refused, timeout, unreachable, error, mixed, or None (self, not dialled, or
-    no report from rank i). ``ifnames[i]``: rank i's interface on it (None: none)."""
+    no report from rank i). ``ifnames[i]``: rank i's interface on it (None: none);
+    ``subnets[i]``: the IPv4 subnet of rank i's address on that interface (``10.101.0.0/24``;
+    empty when unknown), which tells apart networks that share an interface name."""
 
     key: str
     nodes: tuple[str, ...]
     ifnames: tuple[Optional[str], ...]
     cells: tuple[tuple[Optional[str], ...], ...]
+    subnets: tuple[Optional[str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -64,6 +67,28 @@ def _ifname_on(r: RankInput, key: str) -> Optional[str]:
                     return i.name
             except ValueError:
                 continue
+    return None
+
+
+def _subnet_on(r: RankInput, ifname: Optional[str], key: str) -> Optional[str]:
+    """The IPv4 subnet of rank ``r``'s first address on ``ifname`` that lies in ``key``
+    (any of its addresses for an ``ifname:`` key), None when it has none."""
+    if r.report is None or ifname is None:
+        return None
+    try:
+        net = None if key.startswith("ifname:") else ipaddress.ip_network(key, strict=False)
+    except ValueError:
+        net = None
+    for i in r.report.interfaces:
+        if i.name != ifname:
+            continue
+        for a in i.addrs:
+            try:
+                itf = ipaddress.ip_interface(a)
+            except ValueError:
+                continue
+            if itf.version == 4 and (net is None or itf.ip in net):
+                return str(itf.network)
     return None
 
 
@@ -102,8 +127,9 @@ def matrices(ranks: Sequence[RankInput]) -> list[Matrix]:
         for r in ranks:
             row = (r.report.paths.get(key) if r.report else None) or ""
             rows.append(tuple(paths.outcome(row[j]) if j < len(row) else None for j in range(n)))
-        out.append(Matrix(key, tuple(r.node for r in ranks), tuple(_ifname_on(r, key) for r in ranks),
-                          tuple(rows)))
+        ifnames = tuple(_ifname_on(r, key) for r in ranks)
+        out.append(Matrix(key, tuple(r.node for r in ranks), ifnames, tuple(rows),
+                          tuple(_subnet_on(r, ifn, key) for r, ifn in zip(ranks, ifnames))))
     return out
 
 

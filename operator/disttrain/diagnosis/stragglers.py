@@ -10,7 +10,14 @@ slower than that many times the median into a failure. Neither is said when the 
 within the measurements' own noise: the median node's typical round (the middle of three)
 must still beat the node's best by 1.5x (the interface choice's rule), so 16 probes on 2
 cores starving each other make no straggler. With two nodes
-there is one pair: nothing singles a node out, so nothing is said.
+there is one pair: nothing singles a node out against the median.
+
+The median is one reference; the nodes give others (:func:`slow_sides`): the link speed the
+kernel reports for the interface on both ends, the same pair's rate on another network,
+and the other direction of the same pair. A directed path (a sender's upload, as its
+receiver timed it) far below those is a ``SlowLink`` warning even with two nodes, and when
+every slow path shares its sender (or its receiver) while that node's other direction is
+fast, that node's side is named.
 """
 from __future__ import annotations
 
@@ -108,6 +115,112 @@ def slow_links(ranks: Sequence[RankInput], ratio: float = WARN_RATIO) -> list[Sl
     return out
 
 
+SPEED_RATIO = 50.0  # a path below the link speed / SPEED_RATIO is slow (veth and busy hosts
+                    # move a few Gb/s on a 10 Gb/s "speed": only a far lower rate is a fault)
+
+
+@dataclass(frozen=True)
+class SlowPath:
+    """Rank ``receiver`` timed ``mbps`` Mb/s downloading from rank ``sender`` on the chosen
+    network (``ifname``), against each of ``references``: (Mb/s, where it comes from: the
+    link speed, the other direction, another network), highest first."""
+
+    sender: int
+    receiver: int
+    ifname: str
+    mbps: float
+    references: tuple[tuple[float, str], ...]
+
+    def against(self) -> str:
+        """``10000 Mb/s (eth1's link speed), 9400 Mb/s (the other direction)``."""
+        return ", ".join(f"{v:.0f} Mb/s ({what})" for v, what in self.references[:3])
+
+
+def _speed(r: RankInput, ifname: Optional[str]) -> Optional[int]:
+    rep = r.report
+    if rep is None or not ifname:
+        return None
+    return next((i.speed_mbps for i in rep.interfaces if i.name == ifname and i.speed_mbps), None)
+
+
+def _rates(ranks: Sequence[RankInput]) -> dict[str, dict[tuple[int, int], tuple[float, float]]]:
+    """Network key -> (sender index, receiver index) -> (best, typical) Mb/s."""
+    by_rank = {r.rank: i for i, r in enumerate(ranks)}
+    out: dict[str, dict[tuple[int, int], tuple[float, float]]] = {}
+    for i, r in enumerate(ranks):
+        rep = r.report
+        if rep is None:
+            continue
+        for key, peers in rep.path_mbps.items():
+            lows = rep.path_mbps_low.get(key) or {}
+            for peer, v in peers.items():
+                try:
+                    j = by_rank.get(int(peer))
+                except ValueError:
+                    continue
+                if j is None or j == i or not isinstance(v, (int, float)) or v <= 0:
+                    continue
+                low = lows.get(peer)
+                low = float(low) if isinstance(low, (int, float)) and 0 <= low <= v else float(v)
+                out.setdefault(key, {})[(j, i)] = (float(v), low)
+    return out
+
+
+def slow_paths(ranks: Sequence[RankInput]) -> list[SlowPath]:
+    """The directed paths on each rank's chosen network far below a reference the nodes
+    give: the link speed of the chosen interface on both ends (/ :data:`SPEED_RATIO`), or,
+    beyond the measurements' noise (:data:`NOISE_MARGIN`, and :data:`WARN_RATIO` apart),
+    the other direction of the pair or the same pair on another network. Pure."""
+    rates = _rates(ranks)
+    out = []
+    for i, r in enumerate(ranks):
+        key = chosen_key(r)
+        rep = r.report
+        if key is None or rep is None or rep.chosen is None:
+            continue
+        ifname = rep.chosen.ifname
+        for (j, rcv), (v, _) in sorted(rates.get(key, {}).items()):
+            if rcv != i:
+                continue
+            refs: list[tuple[float, str]] = []
+            speeds = [s for s in (_speed(ranks[j], ifname), _speed(r, ifname)) if s]
+            if speeds and v * SPEED_RATIO < min(speeds):
+                refs.append((float(min(speeds)), f"{ifname}'s link speed"))
+            back = rates[key].get((i, j))
+            if back and back[1] >= NOISE_MARGIN * v and back[0] > WARN_RATIO * v:
+                refs.append((back[1], "the other direction"))
+            for other, paths in sorted(rates.items()):
+                o = paths.get((j, i)) if other != key else None
+                if o and o[1] >= NOISE_MARGIN * v and o[0] > WARN_RATIO * v:
+                    refs.append((o[1], f"{other}"))
+            if refs:
+                out.append(SlowPath(j, i, ifname, v, tuple(sorted(refs, reverse=True))))
+    return out
+
+
+def slow_sides(ranks: Sequence[RankInput]) -> list[Finding]:
+    """One ``SlowLink`` warning per node whose side the slow paths single out (every slow
+    path has it as sender, or every one as receiver), else one naming the slow pairs."""
+    paths = slow_paths(ranks)
+    if not paths:
+        return []
+    senders = {p.sender for p in paths}
+    receivers = {p.receiver for p in paths}
+    p = min(paths, key=lambda x: x.mbps)
+    seen = (f"{ranks[p.receiver].node} timed {p.mbps:.0f} Mb/s from {ranks[p.sender].node} on "
+            f"{p.ifname}, against {p.against()}")
+    fix = "; collectives run at its pace; check the link (a rate limit: tc qdisc show, errors, speed)"
+    if len(senders) == 1 and not any(q.receiver in senders for q in paths):
+        node = ranks[p.sender].node
+        return [Finding(vocabulary.SLOW_LINK, node, f"{node}: its {p.ifname} sends slowly ({seen})" + fix)]
+    if len(receivers) == 1 and not any(q.sender in receivers for q in paths):
+        node = ranks[p.receiver].node
+        return [Finding(vocabulary.SLOW_LINK, node, f"{node}: its {p.ifname} receives slowly ({seen})" + fix)]
+    pairs = sorted({tuple(sorted((ranks[q.sender].node, ranks[q.receiver].node))) for q in paths})
+    shown = ", ".join(f"{a}<->{b}" for a, b in pairs[:3]) + (f" and {len(pairs) - 3} more" if len(pairs) > 3 else "")
+    return [Finding(vocabulary.SLOW_LINK, "", f"slow paths on {p.ifname}: {shown} ({seen})" + fix)]
+
+
 def findings(ranks: Sequence[RankInput], max_imbalance: Optional[float]) -> tuple[list[Finding], list[Finding]]:
     """(failures, warnings): with ``max_imbalance`` (probe.maxLinkImbalance) the nodes
     slower than that many times the median fail, and the others below half the median
@@ -118,7 +231,9 @@ def findings(ranks: Sequence[RankInput], max_imbalance: Optional[float]) -> tupl
             fails.append(s.finding(max_imbalance))
         elif s.ratio > WARN_RATIO:
             warns.append(s.finding())
+    if not fails and not warns:  # the median singled out no one: the other references
+        warns.extend(slow_sides(ranks))
     return fails, warns
 
 
-__all__ = ["SlowLink", "WARN_RATIO", "chosen_key", "findings", "node_throughput", "slow_links"]
+__all__ = ["SlowLink", "SlowPath", "WARN_RATIO", "slow_paths", "slow_sides", "chosen_key", "findings", "node_throughput", "slow_links"]
