@@ -76,3 +76,15 @@ def test_versions_report_nccl_without_a_gpu():
     # this venv's torch loads the libnccl of its nvidia-nccl wheel: the version it was built with
     assert v["nccl"] == v["ncclBuild"] and v["nccl"].count(".") == 2
     assert v["ncclLib"].endswith("libnccl.so.2")
+
+
+def test_hosts_entry_reads_the_hosts_file_as_glibc_does(tmp_path):
+    from disttrain_probe.phases.inventory import hosts_entry
+
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 localhost\n# 10.0.0.1 master.train (commented)\n"
+                     "10.100.0.99\tother  Master.Train.  # stale\n10.100.0.11 master.train\n")
+    assert hosts_entry("master.train", str(hosts)) == "10.100.0.99"  # the first line naming it
+    assert hosts_entry("MASTER.TRAIN", str(hosts)) == "10.100.0.99"
+    assert hosts_entry("nobody", str(hosts)) is None
+    assert hosts_entry("master.train", str(tmp_path / "missing")) is None

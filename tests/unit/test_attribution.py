@@ -356,3 +356,57 @@ def test_two_nodes_on_their_own_subnets_are_islands_but_on_one_subnet_stay_candi
 def test_components_of_a_graph():
     edges = {(0, 1), (2, 3), (3, 4)}
     assert attribution.components(6, lambda i, j: (i, j) in edges) == [[0, 1], [2, 3, 4], [5]]
+
+
+# -- nodes that disagree about a name (issue 19) --------------------------------------------
+
+def resolution_case(answers: dict, source=None, server=None, failed=(2,)):
+    """MASTER_ADDR master.train; rank 0 (node-a) holds 10.100.0.11; ``answers``: rank ->
+    the address it resolved; ranks in ``failed`` timed out at the master port."""
+    outs = master_case({r: ("timeout" if r in failed else "ok") for r in answers if r})
+    for o in outs:
+        m = o.report.master if o.report else None
+        if m is None:
+            continue
+        object.__setattr__(m, "addr", "master.train")
+        object.__setattr__(m, "resolved", [answers[o.rank]])
+        if o.rank in failed:
+            object.__setattr__(m, "source", source)
+            object.__setattr__(m, "server", server)
+    return outs
+
+
+@pytest.mark.parametrize("source,server,where,fix", [
+    ("hosts", None, "from its /etc/hosts", "remove or correct the master.train entry in node-c's /etc/hosts"),
+    ("dns", "10.96.0.10", "from its DNS server 10.96.0.10", "correct the master.train record node-c's DNS server 10.96.0.10"),
+    (None, None, "", "correct master.train in node-c's /etc/hosts or DNS"),
+])
+def test_a_node_that_resolves_the_master_elsewhere_is_named_and_rank_0_left_alone(source, server, where, fix):
+    outs = resolution_case({0: "10.100.0.11", 1: "10.100.0.11", 2: "10.100.0.99"}, source, server)
+    e = attribution.explain_resolution(outs, "master.train")
+    assert e.kind == "resolution" and e.culprits == ("node-c",)
+    assert (f"node-c resolved MASTER_ADDR master.train to 10.100.0.99{' ' + where if where else ''}, "
+            f"an address node-a (rank 0) does not hold; node-a holds 10.100.0.11, which node-b resolved") in e.cause
+    assert "not node-a" in e.cause and "InternalIP" not in e.message()
+    assert e.fix.startswith(fix)
+    # through explain(): the master-port failure gets this verdict, not rank 0's firewall
+    from disttrain.diagnosis.findings import Finding
+    cause = Finding(V.MASTER_PORT_TIMEOUT, "node-c", "node-c (rank 2): dial timeout")
+    msg, named, kind = attribution.explain(cause, [cause], outs, "master.train")
+    assert (kind, named) == ("resolution", ["node-c"]) and len(msg) <= 400
+
+
+@pytest.mark.parametrize("answers,failed,master", [
+    ({0: "10.100.0.11", 1: "10.100.0.99", 2: "10.100.0.99"}, (1, 2), "master.train"),  # only rank 0 vouches
+    ({0: "10.100.0.99", 1: "10.100.0.99", 2: "10.100.0.99"}, (1, 2), "master.train"),  # everyone agrees
+    ({0: "10.100.0.11", 1: "10.100.0.11", 2: "10.100.0.99"}, (1,), "master.train"),    # a failure it cannot explain
+    ({0: "10.100.0.11", 1: "10.100.0.11", 2: "10.100.0.99"}, (2,), "10.100.0.11"),     # an address, no name
+])
+def test_resolution_is_not_blamed_without_the_evidence(answers, failed, master):
+    assert attribution.explain_resolution(resolution_case(answers, failed=failed), master) is None
+
+
+def test_two_nodes_the_dialler_that_resolved_elsewhere_is_named():
+    outs = resolution_case({0: "10.100.0.11", 1: "10.100.0.99"}, "hosts", failed=(1,))
+    e = attribution.explain_resolution(outs, "master.train")
+    assert e.culprits == ("node-b",) and "node-a holds 10.100.0.11:" in e.cause

@@ -25,12 +25,16 @@ decide. Classes, each with its table test (``tests/unit/test_attribution.py``):
 - ``two-nics``: a node with two NICs on one subnet, its traffic leaving by the one that
   failed (to the master, or to its DNS server when MASTER_ADDR did not resolve there):
   which NIC, and which address to advertise instead;
+- ``resolution``: nodes disagree about MASTER_ADDR: some resolved it to an address rank 0
+  does not hold while rank 0 holds the one the others got: those nodes' hosts entry or
+  DNS answer, not rank 0;
 - ``dns-path``: MASTER_ADDR resolved on some nodes but not on others: the record exists,
   the failing nodes' path to their DNS server (or their resolver configuration) is at fault;
 - ``candidates``: anything else: the nodes ranked by failed paths, and the test.
 """
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field, replace
 from typing import Optional, Sequence
 
@@ -345,6 +349,74 @@ def explain_unresolvable(ranks: Sequence[RankInput], master_addr: Optional[str])
         f"nslookup {master_addr or '<MASTER_ADDR>'} {server} on {failed[0].node}")
 
 
+def _held(r: RankInput) -> set[str]:
+    """The addresses on ``r``'s interfaces (no prefix)."""
+    return {a.partition("/")[0] for i in (r.report.interfaces if r.report else []) for a in i.addrs}
+
+
+def _is_ip(text: Optional[str]) -> bool:
+    try:
+        ipaddress.ip_address(text or "")
+        return True
+    except ValueError:
+        return False
+
+
+def _is_loopback(text: str) -> bool:
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> Optional[Explanation]:
+    """Nodes that resolved the MASTER_ADDR name to an address rank 0 does not hold, while
+    rank 0 holds what the other nodes got (or is the only other node): a stale /etc/hosts
+    entry or a DNS answer that differs on those nodes; rank 0 is fine. Every rank that
+    failed at the master port must be among them (the smallest explanation of all the
+    failures). None otherwise, or when MASTER_ADDR is an address."""
+    if not ranks or ranks[0].rank != 0 or not master_addr or _is_ip(master_addr):
+        return None
+    held = _held(ranks[0])
+    if not held:
+        return None
+    first = {i: m.resolved[0] for i, r in enumerate(ranks) if (m := _master(r)) and m.resolved}
+    wrong = [i for i, a in first.items() if a not in held]
+    right = [i for i, a in first.items() if a in held]
+    failed = [i for i, s in evidence_matrix.master_results(ranks).items() if s in ("timeout", "refused")]
+    if not wrong or 0 in wrong or not failed or not set(failed) <= set(wrong):
+        return None
+    if not (set(right) - {0}) and len(ranks) > 2:
+        return None  # only rank 0 itself vouches for its address: the record may be what's wrong
+    master = ranks[0].node
+    rep0 = ranks[0].report
+    if right:
+        good = first[0] if 0 in right else first[right[0]]
+    elif rep0 and rep0.host_ip in held:
+        good = rep0.host_ip
+    else:
+        good = next((a for a in sorted(held) if not _is_loopback(a)), sorted(held)[0])
+    names = tuple(ranks[i].node for i in wrong)
+    who = messages.node_list(names)
+    got = ", ".join(dict.fromkeys(first[i] for i in wrong))
+    m = _master(ranks[wrong[0]])
+    source = m.source if m else None
+    server = m.server if m else None
+    where = {"hosts": " from its /etc/hosts",
+             "dns": f" from its DNS server {server}" if server else " from DNS"}.get(source or "", "")
+    others = [ranks[i].node for i in right if i != 0]
+    agree = f", which {messages.node_list(others)} resolved" if others else ""
+    fix = {"hosts": f"remove or correct the {master_addr} entry in {who}'s /etc/hosts",
+           "dns": f"correct the {master_addr} record {who}'s DNS server {server or ''} answers "
+                  f"(or {who}'s resolv.conf search and nameserver)"}.get(
+        source or "", f"correct {master_addr} in {who}'s /etc/hosts or DNS (getent hosts {master_addr})")
+    return Explanation(
+        "resolution", names,
+        f"{who} resolved MASTER_ADDR {master_addr} to {got}{where}, an address {master} (rank 0) "
+        f"does not hold; {master} holds {good}{agree}: {who}'s name resolution, not {master}",
+        fix.replace("  ", " "))
+
+
 def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
                    port: Optional[int]) -> Optional[Explanation]:
     """Who is to blame for a MASTER_ADDR port that some rank could not reach (None when no
@@ -437,7 +509,7 @@ def explain(cause: Finding, found: Sequence[Finding], ranks: Sequence[RankInput]
     if cause.reason in _MASTER_PORT:
         port = next((r.report.master.port for r in ranks if r.report and r.report.master
                      and r.report.master.port), None)
-        expl = explain_master(ranks, master_addr, port)
+        expl = explain_resolution(ranks, master_addr) or explain_master(ranks, master_addr, port)
     elif cause.reason == vocabulary.MASTER_ADDR_UNRESOLVABLE:
         expl = explain_unresolvable(ranks, master_addr)
     elif cause.reason in _NETWORK:
@@ -464,5 +536,5 @@ def culprits(message: str, nodes: Sequence[str]) -> list[str]:
     return (messages.named_nodes(parts[-1], nodes) if parts else []) or messages.named_nodes(message, nodes)
 
 
-__all__ = ["Explanation", "components", "culprits", "explain", "explain_master", "explain_unresolvable", "explain_matrix",
+__all__ = ["Explanation", "components", "culprits", "explain", "explain_master", "explain_resolution", "explain_unresolvable", "explain_matrix",
            "explain_networks"]

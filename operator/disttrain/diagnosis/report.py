@@ -117,6 +117,10 @@ class Master(_Model):
     peer_name: Optional[str] = Field(
         default=None, description="another name of this job that resolved while MASTER_ADDR "
         "did not (the Service and this node's DNS path work: rank 0's record was late)")
+    source: Optional[str] = Field(
+        default=None, description="where the answer came from: hosts (this node's /etc/hosts) "
+        "or dns (its first DNS server, ``server``)")
+    server: Optional[str] = Field(default=None, description="the DNS server asked (source dns)")
 
 
 class Interface(_Model):

@@ -205,6 +205,23 @@ def nameserver(path: str = "/etc/resolv.conf") -> Optional[str]:
     return None
 
 
+def hosts_entry(name: str, path: str = "/etc/hosts") -> Optional[str]:
+    """The address ``path`` maps ``name`` to (its first line naming it, case-insensitive,
+    comments ignored), or None when no line names it or the file cannot be read: whether
+    getaddrinfo's answer came from the hosts file (glibc reads it before DNS with the usual
+    ``hosts: files dns``). Never raises."""
+    want = name.lower().rstrip(".")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                parts = line.split("#", 1)[0].split()
+                if len(parts) >= 2 and want in (p.lower().rstrip(".") for p in parts[1:]):
+                    return parts[0]
+    except OSError:
+        pass
+    return None
+
+
 def resolve(name: str) -> List[str]:
     """All addresses ``name`` resolves to (both families), in resolver order, deduplicated."""
     seen: List[str] = []
