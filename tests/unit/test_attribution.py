@@ -410,3 +410,27 @@ def test_two_nodes_the_dialler_that_resolved_elsewhere_is_named():
     outs = resolution_case({0: "10.100.0.11", 1: "10.100.0.99"}, "hosts", failed=(1,))
     e = attribution.explain_resolution(outs, "master.train")
     assert e.culprits == ("node-b",) and "node-a holds 10.100.0.11:" in e.cause
+
+
+def test_islands_on_two_subnets_keyed_apart_are_seen_together():
+    """As the probe keys them on a real cluster: eth1 on 10.101.0.0/24 (node-a, node-b) and
+    on 10.102.0.0/24 (node-c, node-d) are two networks; on each, the two nodes without an
+    address there fail to reach the two that have one. Taken one at a time that reads
+    'node-c, node-d reach no peer'; together it is two islands."""
+    outs = []
+    for r, node in enumerate(NODES):
+        net = 101 if r < 2 else 102
+        rep = report(r, node, ifname="eth1")
+        rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.{net}.0.{11 + r}/24"], "up": True}]
+        rep["paths"] = {
+            "10.101.0.0/24": "".join("." if p == r else ("o" if r < 2 else "u") if p < 2 else "-"
+                                     for p in range(4)),
+            "10.102.0.0/24": "".join("." if p == r else ("o" if r >= 2 else "u") if p >= 2 else "-"
+                                     for p in range(4))}
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+    ms = evidence.matrices(outs)
+    assert attribution.explain_matrix(ms[0]).kind == "isolated"  # one network alone misleads
+    e = attribution.explain_networks(ms)
+    assert e.kind == "islands", e
+    assert ("eth1 forms two networks: {node-a, node-b} on 10.101.0.0/24 and {node-c, node-d} on "
+            "10.102.0.0/24") in e.cause and "firewall" not in e.message()

@@ -251,6 +251,40 @@ def _capture_test(pair: tuple[str, str], m: Optional[evidence_matrix.Matrix] = N
     return f"tcpdump on {b}: SYNs from {a} arriving unanswered: {b}'s rule; none: {a}'s or the path"
 
 
+def _by_interface_name(ms: Sequence[evidence_matrix.Matrix]) -> list[evidence_matrix.Matrix]:
+    """One merged matrix per interface name that spans several subnets, each node on one
+    of them (eth1 on 10.101.0.0/24 on some nodes, on 10.102.0.0/24 on others): a cell is
+    ok when any of the networks' dials between the pair worked, else failed when one
+    failed; each node's subnet is the one it has that interface on. The probe keys each
+    subnet apart, and a node without an address on a subnet only fails to reach it: the
+    groups show when the subnets are taken together."""
+    by_name: dict[str, list[evidence_matrix.Matrix]] = {}
+    for m in ms:
+        names = set(n for n in m.ifnames if n)
+        if len(names) == 1 and not m.key.startswith("ifname:"):
+            by_name.setdefault(names.pop(), []).append(m)
+    out = []
+    for name, group in sorted(by_name.items()):
+        if len(group) < 2 or len({m.nodes for m in group}) != 1:
+            continue
+        nodes = group[0].nodes
+        n = len(nodes)
+        homes = [[m for m in group if m.ifnames[x]] for x in range(n)]
+        if any(len(h) > 1 for h in homes):
+            continue
+
+        def cell(i: int, j: int) -> Optional[str]:
+            seen = [m.cells[i][j] for m in group if m.cells[i][j] is not None]
+            return "ok" if "ok" in seen else (seen[0] if seen else None)
+
+        cells = tuple(tuple(None if i == j else cell(i, j) for j in range(n)) for i in range(n))
+        subnets = tuple((h[0].subnets[x] if x < len(h[0].subnets) and h[0].subnets[x] else h[0].key)
+                        if h else None for x, h in enumerate(homes))
+        out.append(evidence_matrix.Matrix(f"ifname:{name}", nodes, tuple(name if h else None for h in homes),
+                                          cells, subnets))
+    return out
+
+
 def explain_networks(ms: Sequence[evidence_matrix.Matrix]) -> Optional[Explanation]:
     """One explanation for the failed dials of every network: when they agree on the
     culprits (a pair blocked on every network), said once for all; else the first
@@ -258,6 +292,13 @@ def explain_networks(ms: Sequence[evidence_matrix.Matrix]) -> Optional[Explanati
     found = [(m, e) for m in ms for e in [explain_matrix(m)] if e is not None]
     if not found:
         return None
+    for merged in _by_interface_name(ms):
+        fails = [(i, j) for i in range(len(merged.nodes)) for j in range(len(merged.nodes))
+                 if i != j and merged.failed(i, j)]
+        islands = _islands(merged, fails, lambda i, j: (merged.ok(i, j) or merged.ok(j, i))
+                           and not (merged.failed(i, j) or merged.failed(j, i)))
+        if islands is not None:
+            return islands
     first = found[0][1]
     if len(found) > 1 and all((e.kind, e.culprits, e.pairs) == (first.kind, first.culprits, first.pairs)
                               for _, e in found):
