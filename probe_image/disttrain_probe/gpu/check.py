@@ -87,8 +87,9 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
                          iterations=iterations, local_rank=int(os.environ.get("LOCAL_RANK", rank)))
             res: Dict[str, Any] = {}
             # A fresh key space per size: each run makes (and destroys) its own process group.
-            collective.run(cfg, dist.PrefixStore(f"gpucheck/{i}", store), None, backend, d,
-                           tracker, res)
+            collective.run(cfg, dist.PrefixStore(f"gpucheck/{i}", store),
+                           collective.CollectivePath(None, backend), d, tracker,
+                           collective.CollectiveResults(res))
             out["results"].append(res)
         store.add("gpucheck/done", 1)
         if rank == 0:  # rank 0 hosts the store: keep it until every rank is done with it
