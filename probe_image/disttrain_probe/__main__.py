@@ -313,8 +313,9 @@ class Probe:
                 self.intra = {}
                 self.local.go(rendezvous.local_store_addr(cfg, self.inv, self.state),
                               (self.chosen or {}).get("ifname"), self.backend, d.remaining())
-            collective.run(cfg, self.store, (self.chosen or {}).get("ifname"), self.backend, d,
-                           self.tracker, self.allreduce, self.layout, self.intra)
+            collective.run(cfg, self.store,
+                           collective.CollectivePath((self.chosen or {}).get("ifname"), self.backend, self.layout),
+                           d, self.tracker, collective.CollectiveResults(self.allreduce, self.intra))
             seen = {w.get("reason") for w in self.state["warnings"]}
             self.state["warnings"].extend(w for w in hardware.finish_nccl_capture(nccl_log, hw, node)
                                           if w["reason"] not in seen)

@@ -45,8 +45,8 @@ HW = {"gpus": {"present": True, "count": 2, "driver": "550.54.15", "cudaDriverVe
 
 
 def test_summary_of_a_healthy_two_gpu_run():
-    s = gpucheck.summarize([worker(0), worker(1, busbw=(1.4, 19.0))], nccl_lines(), HW, "gpu-1",
-                           2, 12.34)
+    s = gpucheck.summarize([worker(0), worker(1, busbw=(1.4, 19.0))], nccl_lines(), HW,
+                           gpucheck.CheckRun("gpu-1", 2, 12.34))
     assert s["ok"] is True and s["failures"] == [] and s["warnings"] == []
     assert s["gpus"] == 2 and s["seconds"] == 12.3 and s["backend"] == "nccl"
     assert s["versions"] == {"torch": "2.8.0+cu128", "cuda": "12.8", "nccl": "2.27.3",
@@ -63,20 +63,20 @@ def test_summary_of_a_healthy_two_gpu_run():
 
 
 def test_summary_names_wrong_results_missing_ranks_and_fallbacks():
-    s = gpucheck.summarize([worker(0), worker(1, correct=False)], nccl_lines(), HW, "gpu-1", 2, 1)
+    s = gpucheck.summarize([worker(0), worker(1, correct=False)], nccl_lines(), HW, gpucheck.CheckRun("gpu-1", 2, 1))
     assert s["ok"] is False and [a["correct"] for a in s["allreduce"]] == [False, False]
     err = {"reason": "ProbeInternalError", "message": "rank 1 exited -9 without a result: killed"}
     s = gpucheck.summarize([worker(0), {"rank": 1, "results": [], "error": err}],
-                           nccl_lines()[:-1], HW, "gpu-1", 2, 1)
+                           nccl_lines()[:-1], HW, gpucheck.CheckRun("gpu-1", 2, 1))
     assert s["ok"] is False and s["failures"] == [dict({"rank": 1}, **err)]
     assert s["allreduce"][0]["ranks"] == 1 and s["allreduce"][0]["correct"] is False
     # NCCL went through SHM although NVML says the two GPUs can do P2P
-    s = gpucheck.summarize([worker(0), worker(1)], nccl_lines(via_shm=True), HW, "gpu-1", 2, 1)
+    s = gpucheck.summarize([worker(0), worker(1)], nccl_lines(via_shm=True), HW, gpucheck.CheckRun("gpu-1", 2, 1))
     assert s["ok"] is True
     assert [w["reason"] for w in s["warnings"]] == [nccllog.NCCL_SHM_INSTEAD_OF_P2P]
     # init never completed on rank 1: not ok, and said so
     lines = [ln for ln in nccl_lines() if "rank 1 nranks" not in ln]
-    s = gpucheck.summarize([worker(0), worker(1)], lines, HW, "gpu-1", 2, 1)
+    s = gpucheck.summarize([worker(0), worker(1)], lines, HW, gpucheck.CheckRun("gpu-1", 2, 1))
     assert s["ok"] is False and s["failures"][0]["reason"] == "ProcessGroupInitFailed"
 
 

@@ -226,8 +226,9 @@ def test_collect_and_findings_on_fixtures(tmp_path):
     ib = tmp_path / "ib"
     make_ib(ib, "mlx5_0", {1: ("4: ACTIVE", "5: LinkUp", "200 Gb/sec (4X HDR)", "InfiniBand")})
     hw = hardware.collect(requested_gpus=2, env={"CUDA_VISIBLE_DEVICES": "0,1"},
-                          nvml_api=FakeNvml(), ib_root=str(ib), module_root=str(tmp_path / "mod"),
-                          shm_path=str(tmp_path), lib_dirs=[str(tmp_path / "nolibs")])
+                          sources=hardware.Sources(
+                              nvml_api=FakeNvml(), ib_root=str(ib), module_root=str(tmp_path / "mod"),
+                              shm_path=str(tmp_path), lib_dirs=[str(tmp_path / "nolibs")]))
     assert hw["gpus"]["countMatches"] is True and hw["rdma"][0]["name"] == "mlx5_0"
     assert hw["peermem"] is None and hw["ibverbs"] == [] and hw["netPlugin"]["found"] == []
     assert hw["shm"]["totalBytes"] > 0

@@ -26,25 +26,25 @@ def test_layout_numbers_ranks_as_torchrun_does():
 
 def test_a_local_rank_that_died_without_a_word_is_named_with_its_phase():
     last = LR.entry(1, False, "collective")
-    out = LR.exited(1, -9, last, "node-b", 2, ["Segmentation fault"])
+    out = LR.exited(1, LR.Ending(-9, ["Segmentation fault"]), last, "node-b", 2)
     assert out["ok"] is False and out["failure"]["reason"] == vocabulary.PROCESS_GROUP_INIT_FAILED
     assert out["failure"]["message"].startswith(
         "node-b local rank 1: the probe process ended (signal 9) during collective")
     assert "Segmentation fault" in out["failure"]["message"]
     # killed before the collective: not a collective failure
-    assert LR.exited(1, 1, LR.entry(1, False, "waiting"), "node-b", 2)["failure"]["reason"] == \
+    assert LR.exited(1, LR.Ending(1), LR.entry(1, False, "waiting"), "node-b", 2)["failure"]["reason"] == \
         vocabulary.PROBE_INTERNAL_ERROR
 
 
 def test_its_own_word_wins_and_a_running_one_hung_only_when_final():
     own = LR.entry(1, False, "collective", {"reason": vocabulary.ALL_REDUCE_WRONG_RESULT, "phase": "collective",
                                             "message": "node-b local rank 1: wrong"})
-    assert LR.exited(1, 1, own, "node-b", 2)["failure"]["message"] == "node-b local rank 1: wrong"
+    assert LR.exited(1, LR.Ending(1), own, "node-b", 2)["failure"]["message"] == "node-b local rank 1: wrong"
     running = LR.entry(1, False, "collective")
-    assert "failure" not in LR.exited(1, None, running, "node-b", 2, final=False)
-    assert "hung" in LR.exited(1, None, running, "node-b", 2, final=True)["failure"]["message"]
+    assert "failure" not in LR.exited(1, LR.Ending(None, final=False), running, "node-b", 2)
+    assert "hung" in LR.exited(1, LR.Ending(None, final=True), running, "node-b", 2)["failure"]["message"]
     passed = LR.entry(1, True, "report", intra={"busbwGBps": 2.0}, world={"busbwGBps": 1.0})
-    assert LR.exited(1, 0, passed, "node-b", 2) == {"localRank": 1, "ok": True, "phase": "report",
+    assert LR.exited(1, LR.Ending(0), passed, "node-b", 2) == {"localRank": 1, "ok": True, "phase": "report",
                                                     "intraBusbwGBps": 2.0, "busbwGBps": 1.0}
 
 

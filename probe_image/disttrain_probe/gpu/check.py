@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
 from disttrain_probe.gpu import hardware, nccllog
@@ -87,8 +88,9 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
                          iterations=iterations, local_rank=int(os.environ.get("LOCAL_RANK", rank)))
             res: Dict[str, Any] = {}
             # A fresh key space per size: each run makes (and destroys) its own process group.
-            collective.run(cfg, dist.PrefixStore(f"gpucheck/{i}", store), None, backend, d,
-                           tracker, res)
+            collective.run(cfg, dist.PrefixStore(f"gpucheck/{i}", store),
+                           collective.CollectivePath(None, backend), d, tracker,
+                           collective.CollectiveResults(res))
             out["results"].append(res)
         store.add("gpucheck/done", 1)
         if rank == 0:  # rank 0 hosts the store: keep it until every rank is done with it
@@ -122,12 +124,21 @@ def _last_json(text: str) -> Optional[Dict[str, Any]]:
     return None
 
 
+@dataclass(frozen=True)
+class CheckRun:
+    """What one check run was: this node's name, the number of GPUs (ranks) used, its wall
+    time in seconds and the backend."""
+    node: str
+    gpus: int
+    seconds: float
+    backend: str = "nccl"
+
+
 def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict[str, Any],
-              node: str, gpus: int, seconds: float, backend: str = "nccl") -> Dict[str, Any]:
+              run: CheckRun) -> Dict[str, Any]:
     """The check's one JSON summary from each worker's output (``{"rank", "results",
     "versions", "error"}``; a rank that printed nothing is ``{"rank": r, "error": ...}``),
-    NCCL's lines, the inventory ``hw`` (``hardware.collect``), this node's name, the
-    number of GPUs (ranks) used, the wall time in seconds and the backend::
+    NCCL's lines, the inventory ``hw`` (``hardware.collect``) and the ``run``::
 
         {"ok", "node", "gpus", "backend", "seconds",
          "versions": {"torch", "cuda", "nccl" (loaded), "ncclLog" (NCCL's own line),
@@ -141,6 +152,7 @@ def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict
 
     ``ok`` means every rank reported, every size was correct on every rank and (nccl)
     NCCL completed init on every rank. Pure."""
+    node, gpus, seconds, backend = run.node, run.gpus, run.seconds, run.backend
     parsed = nccllog.parse(nccl_lines)
     failures = [dict({"rank": w.get("rank")}, **w["error"]) for w in workers if w.get("error")]
     by_size: Dict[int, List[Dict[str, Any]]] = {}
@@ -233,7 +245,7 @@ def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "n
         for f in sorted(glob.glob(os.path.join(tmp, "nccl.*.log"))):
             with open(f, errors="replace") as fh:
                 lines += fh.read().splitlines()
-    return summarize(workers, lines, hw, node, gpus, time.monotonic() - t0, backend)
+    return summarize(workers, lines, hw, CheckRun(node, gpus, time.monotonic() - t0, backend))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -14,6 +14,7 @@ import glob
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from disttrain_probe.gpu import nccllog, nvml, rdma
@@ -86,9 +87,20 @@ def net_plugin(env: Optional[Mapping[str, str]] = None, dirs: Optional[List[str]
             "found": find_libraries("libnccl-net*.so*", dirs)[:8]}
 
 
+@dataclass(frozen=True)
+class Sources:
+    """Where :func:`collect` looks (tests point these at fakes): ``nvml_api`` (None: the
+    real NVML), the sysfs InfiniBand and module roots, the shared-memory mount and the
+    library directories (None: from LD_LIBRARY_PATH and the usual places)."""
+    nvml_api: Any = None
+    ib_root: str = rdma.SYS_IB
+    module_root: str = rdma.SYS_MODULE
+    shm_path: str = SHM_PATH
+    lib_dirs: Optional[List[str]] = None
+
+
 def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] = None,
-            nvml_api: Any = None, ib_root: str = rdma.SYS_IB, module_root: str = rdma.SYS_MODULE,
-            shm_path: str = SHM_PATH, lib_dirs: Optional[List[str]] = None) -> Dict[str, Any]:
+            sources: Optional[Sources] = None) -> Dict[str, Any]:
     """The node's accelerator inventory (JSON-able, camelCase)::
 
         {"gpus": nvml.inventory(...), "rdma": [rdma.devices()...],
@@ -97,16 +109,17 @@ def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] 
 
     ``requested_gpus``: what the pod asked for (``nvidia.com/gpu``), compared with what it
     sees; ``env`` (default os.environ) gives CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES,
-    LD_LIBRARY_PATH and NCCL_NET_PLUGIN. The other arguments point at fakes in tests.
+    LD_LIBRARY_PATH and NCCL_NET_PLUGIN; ``sources``: where to look (default: this node).
     Never raises."""
+    src = sources or Sources()
     env = dict(os.environ if env is None else env)
     visible = env.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         visible = env.get("NVIDIA_VISIBLE_DEVICES")
-    dirs = library_dirs(env) if lib_dirs is None else lib_dirs
-    return {"gpus": nvml.inventory(nvml_api, requested_gpus, visible),
-            "rdma": rdma.devices(ib_root), "peermem": rdma.peermem_module(module_root),
-            "shm": shm(shm_path), "ibverbs": find_libraries("libibverbs.so*", dirs)[:4],
+    dirs = library_dirs(env) if src.lib_dirs is None else src.lib_dirs
+    return {"gpus": nvml.inventory(src.nvml_api, requested_gpus, visible),
+            "rdma": rdma.devices(src.ib_root), "peermem": rdma.peermem_module(src.module_root),
+            "shm": shm(src.shm_path), "ibverbs": find_libraries("libibverbs.so*", dirs)[:4],
             "netPlugin": net_plugin(env, dirs)}
 
 

@@ -131,61 +131,74 @@ def parse(lines: Iterable[str]) -> Dict[str, Any]:
             if len(out["warnLines"]) < MAX_WARN_LINES:
                 out["warnLines"].append(f"{d['host']}: {msg}"[:300])
             continue
-        m = VERSION.match(msg)
-        if m:
-            out["version"] = m.group("version") + (m.group("suffix") or "")
-            out["cuda"] = m.group("cuda")
-            continue
-        m = CUDA_DRIVER.match(msg)
-        if m:
-            out["cudaDriverVersion"] = int(m.group("v"))
-            continue
-        m = BOOTSTRAP.match(msg)
-        if m:
-            out["bootstrap"] = {"ifname": m.group("ifname"), "addr": m.group("addr")}
-            continue
-        m = NET_IB.match(msg)
-        if m:
-            out["ib"] = {"devices": [{"index": int(x.group("i")), "name": x.group("name"),
-                                      "port": int(x.group("port")), "link": x.group("link")}
-                                     for x in IB_DEV.finditer(m.group("devs"))],
-                         "oob": {"ifname": m.group("ifname"), "addr": m.group("addr")},
-                         "relaxedOrdering": bool(m.group("ro"))}
-            continue
-        if NET_IB_NONE.match(msg):
-            out["ibNoDevice"] = True
-            continue
-        m = NET_SOCKET.match(msg)
-        if m:
-            out["socket"] = {"devices": [{"index": int(x.group("i")), "ifname": x.group("ifname"),
-                                          "addr": x.group("addr")}
-                                         for x in SOCKET_DEV.finditer(m.group("devs"))]}
-            continue
-        m = PLUGIN.match(msg)
-        if m:
-            if m.group("kind") == "net":
-                out["netPlugin"] = m.group("name")
-            continue
-        m = USING_NETWORK.match(msg)
-        if m:
-            out["network"] = m.group("name").strip()
-            continue
-        m = GDR.match(msg)
-        if m:
-            out["gdr"][m.group("hca")] = m.group("state") == "Enabled"
-            continue
-        m = CHANNEL.match(msg)
-        if m:
-            _add_channel(out["peers"], m.groupdict())
-            continue
-        m = INIT_COMPLETE.match(msg)
-        if m:
-            out["initComplete"] += 1
-            out["ranks"][m.group("rank")] = {
-                "host": d["host"], "nranks": int(m.group("nranks")),
-                "cudaDev": int(m.group("cudaDev")), "nvmlDev": int(m.group("nvmlDev")),
-                "busId": m.group("busId").lower()}
+        if not _setup_line(out, msg):
+            _transport_line(out, msg, d["host"])
     return out
+
+
+def _setup_line(out: Dict[str, Any], msg: str) -> bool:
+    """Record a version, bootstrap or network-device line into ``out``; True when ``msg``
+    was one."""
+    m = VERSION.match(msg)
+    if m:
+        out["version"] = m.group("version") + (m.group("suffix") or "")
+        out["cuda"] = m.group("cuda")
+        return True
+    m = CUDA_DRIVER.match(msg)
+    if m:
+        out["cudaDriverVersion"] = int(m.group("v"))
+        return True
+    m = BOOTSTRAP.match(msg)
+    if m:
+        out["bootstrap"] = {"ifname": m.group("ifname"), "addr": m.group("addr")}
+        return True
+    m = NET_IB.match(msg)
+    if m:
+        out["ib"] = {"devices": [{"index": int(x.group("i")), "name": x.group("name"),
+                                  "port": int(x.group("port")), "link": x.group("link")}
+                                 for x in IB_DEV.finditer(m.group("devs"))],
+                     "oob": {"ifname": m.group("ifname"), "addr": m.group("addr")},
+                     "relaxedOrdering": bool(m.group("ro"))}
+        return True
+    if NET_IB_NONE.match(msg):
+        out["ibNoDevice"] = True
+        return True
+    m = NET_SOCKET.match(msg)
+    if m:
+        out["socket"] = {"devices": [{"index": int(x.group("i")), "ifname": x.group("ifname"),
+                                      "addr": x.group("addr")}
+                                     for x in SOCKET_DEV.finditer(m.group("devs"))]}
+        return True
+    return False
+
+
+def _transport_line(out: Dict[str, Any], msg: str, host: str) -> None:
+    """Record a plugin, network, GDR, channel or Init COMPLETE line into ``out`` (others
+    are ignored)."""
+    m = PLUGIN.match(msg)
+    if m:
+        if m.group("kind") == "net":
+            out["netPlugin"] = m.group("name")
+        return
+    m = USING_NETWORK.match(msg)
+    if m:
+        out["network"] = m.group("name").strip()
+        return
+    m = GDR.match(msg)
+    if m:
+        out["gdr"][m.group("hca")] = m.group("state") == "Enabled"
+        return
+    m = CHANNEL.match(msg)
+    if m:
+        _add_channel(out["peers"], m.groupdict())
+        return
+    m = INIT_COMPLETE.match(msg)
+    if m:
+        out["initComplete"] += 1
+        out["ranks"][m.group("rank")] = {
+            "host": host, "nranks": int(m.group("nranks")),
+            "cudaDev": int(m.group("cudaDev")), "nvmlDev": int(m.group("nvmlDev")),
+            "busId": m.group("busId").lower()}
 
 
 def _add_channel(peers: Dict[str, Any], g: Dict[str, Optional[str]]) -> None:

@@ -94,14 +94,25 @@ def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Dict[str, Any
     return out
 
 
-def exited(local_rank: int, code: Optional[int], last: Optional[Dict[str, Any]], node: str,
-           nproc: int, tail: Sequence[str] = (), final: bool = True) -> Dict[str, Any]:
+@dataclass(frozen=True)
+class Ending:
+    """How a local rank's process ended as local rank 0 saw it: ``code`` (its exit code;
+    negative: the signal; None: still running), ``tail`` (its last output lines) and
+    ``final`` (local rank 0 is reporting: one still running hung)."""
+    code: Optional[int]
+    tail: Sequence[str] = ()
+    final: bool = True
+
+
+def exited(local_rank: int, ending: Ending, last: Optional[Dict[str, Any]], node: str,
+           nproc: int) -> Dict[str, Any]:
     """The outcome of a local rank from what local rank 0 saw: its last outcome line
-    (``last``, :func:`entry`'s shape, or None) and its exit code (None: still running).
+    (``last``, :func:`entry`'s shape, or None) and its ``ending`` (:class:`Ending`).
     A process that ended without a final outcome (killed, out of memory, a crash in C++)
     gets a failure naming the node, the local rank, the phase it was in and the exit
     code; so does one still running when ``final`` (local rank 0 waited for it in vain).
     Returns an :func:`entry`-shaped dict."""
+    code, tail, final = ending.code, ending.tail, ending.final
     base = dict(last) if isinstance(last, dict) else entry(local_rank, False, "start")
     base["localRank"] = local_rank
     if (base.get("ok") is True or base.get("failure") or base.get("stopped")

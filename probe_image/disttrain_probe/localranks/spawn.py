@@ -82,7 +82,8 @@ class Child:
         seconds."""
         if self.code is not None and wait > 0:
             self.eof.wait(wait)  # the last line may still be in the pipe
-        out = LR.exited(self.local_rank, self.code, self.last, node, nproc, list(self.tail), final)
+        out = LR.exited(self.local_rank, LR.Ending(self.code, list(self.tail), final), self.last,
+                        node, nproc)
         if self.told_stop and not out.get("ok"):
             out["stopped"] = True
         return out

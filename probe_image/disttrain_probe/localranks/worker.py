@@ -151,8 +151,8 @@ class LocalWorker:
             if backend == "nccl":
                 self.device = f"cuda:{cfg.local_rank}"
             from disttrain_probe.phases import collective
-            collective.run(cfg, store, msg.get("ifname"), backend, d, self.tracker, self.world,
-                           self.layout, self.intra)
+            collective.run(cfg, store, collective.CollectivePath(msg.get("ifname"), backend, self.layout),
+                           d, self.tracker, collective.CollectiveResults(self.world, self.intra))
             with self.lock:
                 self.phase = "report"
                 self.done = True

@@ -201,6 +201,21 @@ def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[Mapping
     return env.get(probe_env.REPORT_PATH) or DEFAULT_REPORT_PATH
 
 
+class _Inputs:
+    """The parsed --flags over the (launcher-resolved) environment: a flag wins, then a
+    non-empty variable, then the default."""
+
+    def __init__(self, ns: argparse.Namespace, env: Mapping[str, str]):
+        self.ns = ns
+        self.env = env
+
+    def get(self, flag: Optional[str], var: str, default: Optional[str] = None) -> Optional[str]:
+        if flag is not None:
+            return flag
+        v = self.env.get(var)
+        return v if v not in (None, "") else default
+
+
 def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Config:
     """Build the config; raises :class:`ConfigError` naming the bad input."""
     from disttrain_probe.runtime.launcher import LauncherError, resolve
@@ -209,42 +224,15 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
     except LauncherError as e:
         raise ConfigError(str(e))
     ns = _parser().parse_args(list(argv or []))
-
-    def get(flag: Optional[str], var: str, default: Optional[str] = None) -> Optional[str]:
-        if flag is not None:
-            return flag
-        v = env.get(var)
-        return v if v not in (None, "") else default
-
-    missing = [v for f, v in ((ns.rank, "RANK"), (ns.world_size, "WORLD_SIZE"),
-                              (ns.master_addr, "MASTER_ADDR"), (ns.master_port, "MASTER_PORT"))
-               if get(f, v) is None]
-    if missing:
-        raise ConfigError("missing required input: " + ", ".join(missing)
-                          + " (set the environment variables or --flags)")
-    world = _int("WORLD_SIZE", get(ns.world_size, "WORLD_SIZE"), 1)
-    rank = _int("RANK", get(ns.rank, "RANK"), 0)
-    if rank >= world:
-        raise ConfigError(f"RANK={rank} must be < WORLD_SIZE={world}")
-    port = _int("MASTER_PORT", get(ns.master_port, "MASTER_PORT"), 1)
-    if port > 65535:
-        raise ConfigError(f"MASTER_PORT={port} is not a TCP port")
+    inputs = _Inputs(ns, env)
+    get = inputs.get
+    rank, world, port = _identity(inputs)
     backend = (get(ns.backend, probe_env.BACKEND, "auto") or "auto").strip().lower()
     if backend not in ("auto", "nccl", "gloo"):
         raise ConfigError(f"{probe_env.BACKEND}={backend!r}: expected auto, nccl or gloo")
     ifname = (get(ns.socket_ifname, probe_env.SOCKET_IFNAME, "auto") or "auto").strip()
     started = parse_started_at(get(ns.master_started_at, probe_env.MASTER_STARTED_AT))
-    nproc = _int(probe_env.NPROC_PER_NODE,
-                 get(ns.nproc_per_node, probe_env.NPROC_PER_NODE, "1"), 1)
-    if nproc > MAX_NPROC:
-        raise ConfigError(f"{probe_env.NPROC_PER_NODE}={nproc}: at most {MAX_NPROC}")
-    local_rank = _int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0)
-    if nproc > 1 and launch.name != "env":
-        raise ConfigError(f"{probe_env.NPROC_PER_NODE}={nproc} under {launch.name}: the "
-                          f"launcher already starts one probe per process (torchrun "
-                          f"--nproc-per-node, srun --ntasks-per-node); leave it unset")
-    if nproc > 1 and local_rank >= nproc:
-        raise ConfigError(f"LOCAL_RANK={local_rank} must be < {probe_env.NPROC_PER_NODE}={nproc}")
+    nproc, local_rank = _local_ranks(inputs, launch.name)
     timeout = _float(probe_env.TIMEOUT_SECONDS,
                      get(ns.timeout_seconds, probe_env.TIMEOUT_SECONDS, str(DEFAULT_TIMEOUT)), 1.0)
     size = _int(probe_env.MESSAGE_SIZE_BYTES,
@@ -284,6 +272,45 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         launcher=launch.name, agent_store=launch.agent_store, store_prefix=launch.store_prefix,
         nproc_per_node=nproc,
     )
+
+
+def _identity(inputs: _Inputs) -> Tuple[int, int, int]:
+    """(RANK, WORLD_SIZE, MASTER_PORT), each present and in range (MASTER_ADDR present
+    too). Raises :class:`ConfigError`."""
+    ns, get = inputs.ns, inputs.get
+    missing = [v for f, v in ((ns.rank, "RANK"), (ns.world_size, "WORLD_SIZE"),
+                              (ns.master_addr, "MASTER_ADDR"), (ns.master_port, "MASTER_PORT"))
+               if get(f, v) is None]
+    if missing:
+        raise ConfigError("missing required input: " + ", ".join(missing)
+                          + " (set the environment variables or --flags)")
+    world = _int("WORLD_SIZE", get(ns.world_size, "WORLD_SIZE"), 1)
+    rank = _int("RANK", get(ns.rank, "RANK"), 0)
+    if rank >= world:
+        raise ConfigError(f"RANK={rank} must be < WORLD_SIZE={world}")
+    port = _int("MASTER_PORT", get(ns.master_port, "MASTER_PORT"), 1)
+    if port > 65535:
+        raise ConfigError(f"MASTER_PORT={port} is not a TCP port")
+    return rank, world, port
+
+
+def _local_ranks(inputs: _Inputs, launcher: str) -> Tuple[int, int]:
+    """(processes per node, LOCAL_RANK). Raises :class:`ConfigError` above
+    :data:`MAX_NPROC`, for several under a launcher that starts one probe per process, or
+    for a LOCAL_RANK out of range."""
+    env = inputs.env
+    nproc = _int(probe_env.NPROC_PER_NODE,
+                 inputs.get(inputs.ns.nproc_per_node, probe_env.NPROC_PER_NODE, "1"), 1)
+    if nproc > MAX_NPROC:
+        raise ConfigError(f"{probe_env.NPROC_PER_NODE}={nproc}: at most {MAX_NPROC}")
+    local_rank = _int("LOCAL_RANK", env.get("LOCAL_RANK") or "0", 0)
+    if nproc > 1 and launcher != "env":
+        raise ConfigError(f"{probe_env.NPROC_PER_NODE}={nproc} under {launcher}: the "
+                          f"launcher already starts one probe per process (torchrun "
+                          f"--nproc-per-node, srun --ntasks-per-node); leave it unset")
+    if nproc > 1 and local_rank >= nproc:
+        raise ConfigError(f"LOCAL_RANK={local_rank} must be < {probe_env.NPROC_PER_NODE}={nproc}")
+    return nproc, local_rank
 
 
 def parse_ifname_spec(spec: str) -> Tuple[str, List[Tuple[str, bool]]]:
