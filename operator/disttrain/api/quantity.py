@@ -7,7 +7,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, Optional, Union
 
-from disttrain.api.podtemplate import QUANTITY_PATTERN
+from disttrain.api.k8sbase import QUANTITY_PATTERN
 
 
 _QUANTITY_SUFFIX: dict[str, Union[int, Decimal]] = {
