@@ -33,7 +33,8 @@ from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_erro
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
 from disttrain.reconcile.loop import Observed, reconcile
 from disttrain.children.names import JobRef, uses_dns_hostnames
-from disttrain.children.pods import Rendezvous, build_probe_pod, build_worker_pod
+from disttrain.children.pods import Rendezvous, build_worker_pod
+from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.children.service import build_headless_service
 
 from ..support.fixtures import TEMPLATE, json_parser
@@ -208,7 +209,7 @@ def _build_all(name: str, spec: DistTrainingJobSpec) -> None:
     n = spec.num_nodes
     for rank in sorted({0, min(1, n - 1), n - 1}):
         master = None if rank == 0 else "10.0.0.1"
-        probe = build_probe_pod(job, spec, rank, master, 1, master_started_at="2026-01-01T00:00:00Z")
+        probe = build_probe_pod(job, spec, rank, ProbeMaster(master, "2026-01-01T00:00:00Z"), 1)
         _check_pod(probe, spec, raw_trainer, constants.ROLE_PROBE)
         for rdzv in (Rendezvous("10.0.0.1", spec.rendezvous.port, "eth1", exact=True),
                      Rendezvous("ddp-0.ddp", spec.rendezvous.port)):

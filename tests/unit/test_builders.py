@@ -5,13 +5,9 @@ import pytest
 from disttrain.api import constants
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
-from disttrain.children.pods import (
-    Rendezvous,
-    build_probe_pod,
-    build_worker_pod,
-    nproc_per_node,
-    torchrun_command,
-)
+from disttrain.children.podbase import nproc_per_node
+from disttrain.children.pods import Rendezvous, TorchrunOptions, build_worker_pod, torchrun_command
+from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
 from ..support.fixtures import job
 
@@ -35,14 +31,14 @@ def test_probe_leaves_the_trainers_pythonpath_as_it_is():
         s = spec_of()
         if entry:
             s.template.spec["containers"][0].setdefault("env", []).append(entry)
-        probe = build_probe_pod(REF, s, 1, "10.100.0.10", attempt=0, probe_image="probe:1")["spec"]["containers"][0]
+        probe = build_probe_pod(REF, s, 1, ProbeMaster("10.100.0.10"), attempt=0, probe_image="probe:1")["spec"]["containers"][0]
         assert probe["command"] == ["python", constants.PROBE_LAUNCHER]
         assert [x for x in probe["env"] if x["name"] == "PYTHONPATH"] == ([entry] if entry else [])
 
 
 def test_probe_pod_runs_in_training_image_with_same_constraints():
     s = spec_of()
-    pod = build_probe_pod(REF, s, 1, "10.100.0.10", attempt=3, probe_image="probe:1")
+    pod = build_probe_pod(REF, s, 1, ProbeMaster("10.100.0.10"), attempt=3, probe_image="probe:1")
     ps = pod["spec"]
     assert pod["metadata"]["name"] == "j-probe-1"
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
@@ -62,13 +58,13 @@ def test_probe_pod_runs_in_training_image_with_same_constraints():
 
 
 def test_rank0_probe_uses_its_own_host_ip_as_master():
-    pod = build_probe_pod(REF, spec_of(), 0, None, attempt=1)
+    pod = build_probe_pod(REF, spec_of(), 0, ProbeMaster(), attempt=1)
     assert env(pod["spec"]["containers"][0])["MASTER_ADDR"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
 
 
 def test_probe_in_probe_image_has_no_init_container():
     s = spec_of(probe={"useTrainingImage": False, "image": "probe:2"})
-    pod = build_probe_pod(REF, s, 0, None, attempt=1)
+    pod = build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1)
     assert pod["spec"]["initContainers"] == [] and pod["spec"]["containers"][0]["image"] == "probe:2"
 
 
@@ -120,12 +116,12 @@ def test_node_pin_is_added_to_every_existing_term():
     (["/bin/sh", "-c", "echo hi"], ["--no-python", "/bin/sh", "-c", "echo hi"]),
 ])
 def test_torchrun_wrapping(cmd, tail):
-    out = torchrun_command(cmd, [], 2, 4, 0, Rendezvous("m", 1), "static", "id")
+    out = torchrun_command(cmd, [], TorchrunOptions(2, 4, 0, "static", "id"), Rendezvous("m", 1))
     assert out[-len(tail):] == tail and "--nproc-per-node=4" in out
 
 
 def test_torchrun_c10d_uses_endpoint():
-    out = torchrun_command(["python", "t.py"], [], 2, 1, 0, Rendezvous("m", 7), "c10d", "id")
+    out = torchrun_command(["python", "t.py"], [], TorchrunOptions(2, 1, 0, "c10d", "id"), Rendezvous("m", 7))
     assert "--rdzv-endpoint=m:7" in out and not any(a.startswith("--node-rank") for a in out)
 
 
@@ -142,7 +138,7 @@ def test_pod_network_gives_dns_hostnames_and_a_headless_service():
     from disttrain.children.names import master_dns_name
 
     s = spec_of(network={"hostNetwork": False})
-    p0 = build_probe_pod(REF, s, 0, None, attempt=1)
+    p0 = build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1)
     assert p0["spec"]["hostname"] == "j-0" and p0["spec"]["subdomain"] == "j"
     assert "hostNetwork" not in p0["spec"]
     e = env(p0["spec"]["containers"][0])
@@ -158,11 +154,11 @@ def test_pod_network_gives_dns_hostnames_and_a_headless_service():
 
 def test_dns_hostnames_off_uses_pod_ip_and_user_subdomain_names_the_service():
     s = spec_of(network={"hostNetwork": False, "enableDNSHostnames": False})
-    p0 = build_probe_pod(REF, s, 0, None, attempt=1)
+    p0 = build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1)
     assert env(p0["spec"]["containers"][0])["MASTER_ADDR"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert "subdomain" not in p0["spec"]
     s = spec_of(network={"hostNetwork": True, "enableDNSHostnames": True, "subdomain": "workers"})
-    p0 = build_probe_pod(REF, s, 0, None, attempt=1)
+    p0 = build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1)
     assert env(p0["spec"]["containers"][0])["MASTER_ADDR"] == "j-0.workers"
     assert p0["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
 
@@ -176,12 +172,12 @@ def test_long_job_name_hostname_is_a_dns_label():
 
 def test_port_range_becomes_the_pods_sysctl_only_without_host_network():
     s = spec_of(network={"hostNetwork": False, "portRange": "60000-61000"})
-    for pod in (build_probe_pod(REF, s, 0, None, attempt=1),
+    for pod in (build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1),
                 build_worker_pod(REF, s, 0, "node-a", Rendezvous("j-0.j", 29500, None), attempt=0)):
         assert pod["spec"]["securityContext"]["sysctls"] == [
             {"name": "net.ipv4.ip_local_port_range", "value": "60000 61000"}]
     s = spec_of(network={"hostNetwork": True, "portRange": "60000-61000"})
-    assert "sysctls" not in (build_probe_pod(REF, s, 0, None, attempt=1)["spec"].get("securityContext") or {})
+    assert "sysctls" not in (build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1)["spec"].get("securityContext") or {})
 
 
 @pytest.mark.parametrize("command,args", [
@@ -211,7 +207,7 @@ def test_c10d_hands_the_endpoint_to_torchrun_in_pet_env():
 
 def test_torchrun_command_returns_a_torchrun_command_unchanged():
     cmd = ["torchrun", "--nproc-per-node=2", "t.py"]
-    assert torchrun_command(cmd, ["--x"], 2, 2, 0, Rendezvous("m", 1), "static", "id") == cmd + ["--x"]
+    assert torchrun_command(cmd, ["--x"], TorchrunOptions(2, 2, 0, "static", "id"), Rendezvous("m", 1)) == cmd + ["--x"]
 
 
 def test_builders_take_nulls_in_the_template_as_absent():
@@ -225,7 +221,7 @@ def test_builders_take_nulls_in_the_template_as_absent():
                                          volumeMounts=[{"name": "x", "mountPath": constants.PROBE_INSTALL_DIR}])
     s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl,
                                             "network": {"portRange": "60000-61000"}})
-    probe = build_probe_pod(REF, s, 1, "10.0.0.1", attempt=1)
+    probe = build_probe_pod(REF, s, 1, ProbeMaster("10.0.0.1"), attempt=1)
     mounts = [m["mountPath"] for m in probe["spec"]["containers"][0]["volumeMounts"]]
     assert mounts == [constants.PROBE_INSTALL_DIR]  # the probe program's, once
     assert probe["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
@@ -236,27 +232,28 @@ def test_builders_take_nulls_in_the_template_as_absent():
 
 
 def test_host_network_rank0_declares_the_rendezvous_port_as_host_port():
-    from disttrain.children.pods import build_probe_pod, build_worker_pod, Rendezvous
+    from disttrain.children.pods import build_worker_pod, Rendezvous
+    from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
     s = spec_of()
     s.network.host_network = True
     rv = Rendezvous("10.0.0.1", 29500, "eth1", exact=True)
-    for pod in (build_probe_pod(REF, s, 0, None, 1), build_worker_pod(REF, s, 0, "node-a", rv, 0)):
+    for pod in (build_probe_pod(REF, s, 0, ProbeMaster(), 1), build_worker_pod(REF, s, 0, "node-a", rv, 0)):
         ports = pod["spec"]["containers"][0]["ports"]
         assert {"name": "rendezvous", "containerPort": 29500, "hostPort": 29500, "protocol": "TCP"} in ports
-    for pod in (build_probe_pod(REF, s, 1, "10.0.0.1", 1), build_worker_pod(REF, s, 1, "node-b", rv, 0)):
+    for pod in (build_probe_pod(REF, s, 1, ProbeMaster("10.0.0.1"), 1), build_worker_pod(REF, s, 1, "node-b", rv, 0)):
         assert not any(p.get("hostPort") for p in pod["spec"]["containers"][0].get("ports") or [])
     s.network.host_network = False
-    assert not build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0].get("ports")
+    assert not build_probe_pod(REF, s, 0, ProbeMaster(), 1)["spec"]["containers"][0].get("ports")
 
 
 def test_probe_pod_says_how_many_gpus_the_pod_requested():
-    from disttrain.children.pods import build_probe_pod
+    from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
     s = spec_of()
-    assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "0"
+    assert env(build_probe_pod(REF, s, 0, ProbeMaster(), 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "0"
     s.template.spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
-    assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "8"
+    assert env(build_probe_pod(REF, s, 0, ProbeMaster(), 1)["spec"]["containers"][0])["DISTTRAIN_PROBE_GPUS"] == "8"
 
 
 def test_probe_pod_runs_one_process_per_training_process():
@@ -264,14 +261,14 @@ def test_probe_pod_runs_one_process_per_training_process():
     node rank and numNodes (one pod, one report per node). auto with 8 GPUs: 8. With one
     process per node nothing is added (the pod is as before)."""
     s = spec_of(numProcPerNode=2)
-    e = env(build_probe_pod(REF, s, 1, "10.0.0.1", 1)["spec"]["containers"][0])
+    e = env(build_probe_pod(REF, s, 1, ProbeMaster("10.0.0.1"), 1)["spec"]["containers"][0])
     assert (e["RANK"], e["WORLD_SIZE"], e["DISTTRAIN_PROBE_NPROC_PER_NODE"]) == ("1", "2", "2")
     s = spec_of(numProcPerNode="auto")
     s.template.spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 8}}
-    assert env(build_probe_pod(REF, s, 0, None, 1)["spec"]["containers"][0])[
+    assert env(build_probe_pod(REF, s, 0, ProbeMaster(), 1)["spec"]["containers"][0])[
         "DISTTRAIN_PROBE_NPROC_PER_NODE"] == "8"
     for one in (spec_of(numProcPerNode=1), spec_of(numProcPerNode="auto")):
-        assert "DISTTRAIN_PROBE_NPROC_PER_NODE" not in env(build_probe_pod(REF, one, 0, None, 1)
+        assert "DISTTRAIN_PROBE_NPROC_PER_NODE" not in env(build_probe_pod(REF, one, 0, ProbeMaster(), 1)
                                                            ["spec"]["containers"][0])
 
 
@@ -295,7 +292,7 @@ def test_rank_0_beacon_port_and_its_host_port_with_host_network():
     port on the node: the scheduler keeps them apart), on the pod network no port is
     declared (each pod has its own ports)."""
     def pod_of(s, rank):
-        return build_probe_pod(REF, s, rank, None if rank == 0 else "10.100.0.10", attempt=1)
+        return build_probe_pod(REF, s, rank, ProbeMaster(None if rank == 0 else "10.100.0.10"), attempt=1)
 
     def env(s, rank=1):
         return {e["name"]: e.get("value") for e in pod_of(s, rank)["spec"]["containers"][0]["env"]}
@@ -320,7 +317,7 @@ def test_probe_pods_carry_another_dns_name_of_the_job_with_dns_hostnames():
     """Rank r > 0 gets its own name, rank 0 rank 1's: a name that resolves tells a late
     record of rank 0 from a Service or DNS path that does not work."""
     def env(s, rank):
-        pod = build_probe_pod(REF, s, rank, None, attempt=1)
+        pod = build_probe_pod(REF, s, rank, ProbeMaster(), attempt=1)
         return {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     s = spec_of(network={"hostNetwork": False, "subdomain": "workers"})
     assert env(s, 0)["DISTTRAIN_PROBE_PEER_DNS_NAME"] == "j-1.workers"

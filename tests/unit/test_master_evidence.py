@@ -9,7 +9,7 @@ from datetime import timedelta
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.reconcile import conditions as cond
-from disttrain.children.pods import build_probe_pod
+from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
 
 from ..support.fixtures import job, pod, report
@@ -41,9 +41,9 @@ def failed(rank, node, rep, finished_at=ENDED):
 
 def test_probe_pod_carries_rank0_start_only_when_given():
     s = spec_of()
-    with_ev = env(build_probe_pod(REF, s, 1, "10.100.0.10", 1, "probe:1", STARTED)["spec"]["containers"][0])
+    with_ev = env(build_probe_pod(REF, s, 1, ProbeMaster("10.100.0.10", STARTED), 1, "probe:1")["spec"]["containers"][0])
     assert with_ev["DISTTRAIN_PROBE_MASTER_STARTED_AT"] == STARTED
-    without = env(build_probe_pod(REF, s, 0, None, 1, "probe:1")["spec"]["containers"][0])
+    without = env(build_probe_pod(REF, s, 0, ProbeMaster(), 1, "probe:1")["spec"]["containers"][0])
     assert "DISTTRAIN_PROBE_MASTER_STARTED_AT" not in without
 
 

@@ -9,8 +9,9 @@ Validation happens at the earliest point: the CRD schema and its CEL rules
 (``x-kubernetes-validations``, written here in ``json_schema_extra``) reject bad manifests at
 ``kubectl apply``; the pydantic validators below repeat the same rules so the operator
 never acts on an object that slipped past an older CRD. The pod template's typed fields are
-in :mod:`disttrain.api.podtemplate`; the job-name rules (:data:`NAME_RULES`, CEL at the CRD's
-root) are :func:`job_name_problem` in Python. One rule is the operator's only: torchrun
+in :mod:`disttrain.api.podtemplate`, the status in :mod:`disttrain.api.status`; the job-name
+rules (:data:`NAME_RULES`, CEL at the CRD's root) are :func:`job_name_problem` in
+:mod:`disttrain.api.jobname`. One rule is the operator's only: torchrun
 options in the user's command that contradict the spec (:func:`torchrun_option_problem`),
 since telling them from the script's own options needs torchrun's parser. See
 docs/admission.md.
@@ -18,18 +19,32 @@ docs/admission.md.
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
-from enum import Enum
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, StrictInt, field_validator, model_validator
 
 from disttrain.api import constants
 from disttrain.api import torchrun
-# PodTemplate and its message are part of this API (crdgen and tests import them from here).
-from disttrain.api.podtemplate import HOST_NETWORK_IN_TEMPLATE, QUANTITY_PATTERN, PodTemplate  # noqa: F401
+from disttrain.api.common import (
+    CamelModel,
+    CleanPodPolicy,
+    GangScheduler,
+    KeepPods,
+    Launcher,
+    ProbeBackend,
+    RendezvousBackend,
+)
+from disttrain.api.jobname import CEL_EXPLICIT_GANG, explicit_gang
+from disttrain.api.quantity import gpus_requested
+from disttrain.api.status import DistTrainingJobStatus
+
+# Re-exported: callers import the API's names from this module (crdgen, the reconcile loop,
+# tests); their homes are k8sbase, podtemplate, jobname, fieldpath, quantity and status.
+from disttrain.api.fieldpath import field_path, spec_error_message  # noqa: F401
+from disttrain.api.jobname import NAME_RULES, job_name_problem, name_rules_cel  # noqa: F401
+from disttrain.api.k8sbase import QUANTITY_PATTERN  # noqa: F401
+from disttrain.api.podtemplate import HOST_NETWORK_IN_TEMPLATE, PodTemplate  # noqa: F401
+from disttrain.api.quantity import parse_quantity  # noqa: F401
 
 PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
 # The most processes one node runs (numProcPerNode): the most local ranks the probe starts
@@ -45,46 +60,7 @@ MAX_INT32 = 2**31 - 1
 IFNAME_PATTERN = r"^(auto|\^?[A-Za-z0-9_.:=-]+(,\^?[A-Za-z0-9_.:=-]+)*)$"
 
 
-class _Model(BaseModel):
-    """Base: camelCase on the wire, snake_case in Python, unknown fields ignored."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
-    )
-
-
-class Launcher(str, Enum):
-    """How the training command is started in each node's pod."""
-
-    torchrun = "torchrun"
-    env = "env"
-
-
-class RendezvousBackend(str, Enum):
-    static = "static"
-    c10d = "c10d"
-
-
-class ProbeBackend(str, Enum):
-    auto = "auto"
-    nccl = "nccl"
-    gloo = "gloo"
-
-
-class KeepPods(str, Enum):
-    Never = "Never"
-    OnFailure = "OnFailure"
-    Always = "Always"
-
-
-class CleanPodPolicy(str, Enum):
-    # Kubeflow's values; "None" is a string here, never Python's None.
-    All = "All"
-    Running = "Running"
-    None_ = "None"
-
-
-class RendezvousSpec(_Model):
+class RendezvousSpec(CamelModel):
     """Where ranks meet before training (torch.distributed's TCPStore)."""
 
     backend: RendezvousBackend = Field(
@@ -97,7 +73,7 @@ class RendezvousSpec(_Model):
     )
 
 
-class NetworkSpec(_Model):
+class NetworkSpec(CamelModel):
     """How pods reach each other."""
 
     host_network: bool = Field(
@@ -163,7 +139,7 @@ class NetworkSpec(_Model):
         return v
 
 
-class ProbeSpec(_Model):
+class ProbeSpec(CamelModel):
     """The preflight probe run on every node before training."""
 
     enabled: bool = Field(True, strict=True, description="Run the probe before creating training pods.")
@@ -208,18 +184,7 @@ class ProbeSpec(_Model):
         KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe."
     )
 
-
-class GangScheduler(str, Enum):
-    """Who schedules the job's pods all or nothing (see docs/scheduling.md)."""
-
-    auto = "auto"
-    workload = "workload"
-    coscheduling = "coscheduling"
-    volcano = "volcano"
-    none = "none"
-
-
-class SchedulingPolicy(_Model):
+class SchedulingPolicy(CamelModel):
     """All-or-nothing scheduling of the probe pods and of the training pods (each a gang of
     numNodes pods), so a job never holds some nodes while it waits for the rest."""
 
@@ -245,7 +210,7 @@ class SchedulingPolicy(_Model):
     )
 
 
-class RunPolicy(_Model):
+class RunPolicy(CamelModel):
     """What happens when training fails or ends (Kubeflow's RunPolicy)."""
 
     scheduling_policy: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
@@ -275,7 +240,7 @@ class RunPolicy(_Model):
     )
 
 
-class DistTrainingJobSpec(_Model):
+class DistTrainingJobSpec(CamelModel):
     """Desired state of a multi-node PyTorch training job."""
 
     num_nodes: int = Field(strict=True, ge=1, le=4096, description="Number of nodes (one pod per node).")
@@ -333,21 +298,6 @@ class DistTrainingJobSpec(_Model):
             raise ValueError(problem)
         return self
 
-
-# An explicit gang provider (workload, coscheduling, volcano; not auto or none) creates a
-# gang's pods together, so it gives them DNS names (policies/gang.py effective_spec): CEL on
-# the spec (self) and the same in Python.
-_CEL_EXPLICIT_GANG = ("(has(self.runPolicy) && has(self.runPolicy.schedulingPolicy) && "
-                      "has(self.runPolicy.schedulingPolicy.gang) && "
-                      "!(self.runPolicy.schedulingPolicy.gang in ['auto', 'none']))")
-
-
-def _explicit_gang(spec: "DistTrainingJobSpec") -> bool:
-    v = spec.run_policy.scheduling_policy.gang
-    return str(getattr(v, "value", v)) not in ("auto", "none")
-
-
-# Cross-field rules: CEL for the apiserver (admission) and the same check in Python.
 SPEC_RULES: list[dict[str, Any]] = [
     {
         "rule": "!has(self.launcher) || self.launcher == 'torchrun' || "
@@ -358,12 +308,12 @@ SPEC_RULES: list[dict[str, Any]] = [
         or s.num_proc_per_node in ("auto", 1),
     },
     {
-        "rule": f"!{_CEL_EXPLICIT_GANG} || !has(self.network) || "
+        "rule": f"!{CEL_EXPLICIT_GANG} || !has(self.network) || "
         "!has(self.network.enableDNSHostnames) || self.network.enableDNSHostnames",
         "message": "runPolicy.schedulingPolicy.gang creates a gang's pods together, before rank 0 "
         "has an address: it needs DNS hostnames; unset network.enableDNSHostnames (or set it "
         "true), or set gang to auto or none",
-        "check": lambda s: not _explicit_gang(s) or s.network.enable_dns_hostnames is not False,
+        "check": lambda s: not explicit_gang(s) or s.network.enable_dns_hostnames is not False,
     },
     {
         "rule": "!has(self.rendezvous) || !has(self.rendezvous.backend) || "
@@ -421,208 +371,7 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
             f"contradicts the validated rendezvous ({why}){more}; {fix}")
 
 
-# ---- the job's name -----------------------------------------------------------------------
-# Children: pods <job>-probe-<rank> and <job>-worker-<rank> (DNS subdomains, always short
-# enough when the name is a label), pod hostnames <job>-<rank> (DNS labels, with DNS
-# hostnames), the headless Service <job> (a DNS-1035 label, when the operator creates it)
-# and the label disttrain.dev/job-name=<job> (a label value, at most 63 characters).
-# CEL at the CRD's root (where self.metadata.name is visible) and the same checks in Python.
-# DNS hostnames: enableDNSHostnames when set, else on with an explicit gang or without
-# hostNetwork (_dns below). A null is never seen here: the spec's schema has no nullable
-# field, so the apiserver drops a null (unset) before the rules run, as the models read it.
-_CEL_DNS = ("(has(self.spec.network) && has(self.spec.network.enableDNSHostnames) ? "
-            "self.spec.network.enableDNSHostnames : ("
-            + _CEL_EXPLICIT_GANG.replace("self.", "self.spec.") + " || !(has(self.spec.network) && "
-            "has(self.spec.network.hostNetwork) && self.spec.network.hostNetwork)))")
-_CEL_OWN_SERVICE = (f"({_CEL_DNS} && !(has(self.spec.network) && "
-                    "has(self.spec.network.subdomain)))")
-NAME_RULES: list[dict[str, Any]] = [
-    {
-        "rule": "self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",
-        "message": "must be a DNS label (lowercase letters, digits and '-', no "
-        "dots): it names the job's pods' hostnames <name>-<rank>, its headless Service and "
-        "the disttrain.dev/job-name label",
-        "check": lambda name, spec: bool(re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name)),
-    },
-    {
-        "rule": "size(self.metadata.name) <= 63",
-        "message": "is longer than 63 characters, the limit of a label value "
-        "(every pod carries disttrain.dev/job-name=<name>); shorten it",
-        "check": lambda name, spec: len(name) <= 63,
-    },
-    {
-        "needs_spec": True,
-        "rule": f"!{_CEL_DNS} || size(self.metadata.name) + "
-        "size(string(self.spec.numNodes - 1)) <= 62",
-        # A static message at admission: the apiserver refuses string concatenation here (its
-        # cost estimate); the operator's message (message_of) gives the numbers.
-        "message": "is too long: the pod hostname <name>-<last rank> would exceed 63 "
-        "characters; shorten the name (at most 62 minus the digits of numNodes - 1) or set "
-        "spec.network.enableDNSHostnames: false",
-        "check": lambda name, spec: not _dns(spec) or len(name) + len(str(spec.num_nodes - 1)) <= 62,
-        "message_of": lambda name, spec: (
-            f"is too long: the pod hostname <name>-{spec.num_nodes - 1} would exceed 63 characters; "
-            f"shorten the name to at most {62 - len(str(spec.num_nodes - 1))} characters or set "
-            "spec.network.enableDNSHostnames: false"),
-    },
-    {
-        "needs_spec": True,
-        "rule": f"!{_CEL_OWN_SERVICE} || self.metadata.name.matches('^[a-z]')",
-        "message": "must start with a letter: it names the job's headless "
-        "Service (a DNS-1035 label); rename the job, or set spec.network.subdomain to a "
-        "Service you manage",
-        "check": lambda name, spec: not (_dns(spec) and not spec.network.subdomain)
-        or bool(re.match(r"[a-z]", name)),
-    },
-]
-
-
-def _dns(spec: DistTrainingJobSpec) -> bool:
-    """Whether the job's pods get DNS hostnames: network.enableDNSHostnames when set, else
-    with an explicit gang (it turns them on) or without hostNetwork. As _CEL_DNS."""
-    v = spec.network.enable_dns_hostnames
-    if v is not None:
-        return bool(v)
-    return _explicit_gang(spec) or not spec.network.host_network
-
-
-def job_name_problem(name: Any, spec: Optional[DistTrainingJobSpec] = None) -> Optional[str]:
-    """Why a job named ``name`` cannot name its children, or None when it can.
-
-    The same rules as the CRD's CEL rules on ``metadata.name`` (NAME_RULES): a DNS label
-    (no dots) of at most 63 characters; with DNS hostnames, ``<name>-<rank>`` within 63
-    characters for the last rank; with an operator-created headless Service, a leading
-    letter. ``spec`` is the validated spec (its numNodes and network decide the last two);
-    without it only the first two are checked, so pass it once the spec is valid.
-    Pure; never raises. The message names metadata.name, why and the fix."""
-    if not isinstance(name, str) or not name:
-        return "metadata.name is missing"
-    for rule in NAME_RULES:
-        if spec is None and rule.get("needs_spec"):
-            continue
-        if not rule["check"](name, spec):
-            why = rule["message_of"](name, spec) if "message_of" in rule else rule["message"]
-            return f"metadata.name {name[:80]!r} {why}"
-    return None
-
-
-def name_rules_cel() -> list[dict[str, str]]:
-    """NAME_RULES as the CRD writes them (x-kubernetes-validations at the root)."""
-    keep = ("rule", "message", "messageExpression")
-    return [{k: r[k] for k in keep if k in r} | {"fieldPath": ".metadata.name"} for r in NAME_RULES]
-
-
-# ---- status ----------------------------------------------------------------------------
-
-
-class Condition(_Model):
-    """metav1.Condition."""
-
-    type: str = Field(description="Condition type, e.g. Validated (docs/conditions.md).")
-    status: Literal["True", "False", "Unknown"] = Field(
-        description="True is good (positive polarity); Unknown: not decided yet.")
-    reason: str = Field(description="CamelCase reason constant (docs/conditions.md).")
-    message: str = Field("", description="At most 400 characters: cause, node(s), fix.")
-    last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
-    observed_generation: Optional[int] = Field(
-        None, description="metadata.generation of the spec this condition was computed from.")
-
-
-class NodeResult(_Model):
-    """What the probe found on one node."""
-
-    rank: int = Field(description="Node rank (the probe's rank on this node).")
-    name: str = Field(description="Kubernetes node name.")
-    address: Optional[str] = Field(None, description="Address on the chosen interface.")
-    interface: Optional[str] = Field(None, description="Chosen NCCL_SOCKET_IFNAME on this node.")
-    torch: Optional[str] = Field(None, description="torch version the probe ran with.")
-    cuda: Optional[str] = Field(None, description="CUDA version torch was built with.")
-    nccl: Optional[str] = Field(
-        None, description="Version of the libnccl loaded in the probe's process.")
-    paths: dict[str, str] = Field(
-        default_factory=dict,
-        description="Per network (subnet, or ifname:<name> for a routed pod network), what "
-        "this node's dial to each peer rank did, one character per rank: o connected, t timed "
-        "out, r refused, u unreachable, w wrong host answered, e error, m mixed, - not "
-        "dialled, . itself; upper case: sent from another NIC's address.")
-    throughput_mbps: Optional[float] = Field(
-        None, alias="throughputMbps",
-        description="Mb/s this node moved on the chosen network (its best measured pair).")
-    local_ranks: Optional[int] = Field(
-        None, description="Processes the probe ran on this node, one per training process "
-        "(numProcPerNode; set only when more than one), each checked in the all-reduce among "
-        "the node's local ranks and in the one over every rank.")
-    intra_node_bus_bandwidth_gbps: Optional[float] = Field(
-        None, alias="intraNodeBusBandwidthGBps",
-        description="busbw of the all-reduce among this node's local ranks (the intra-node "
-        "path), GB/s (1e9 B/s); set only with more than one process per node.")
-
-
-class RendezvousStatus(_Model):
-    """The rendezvous settings the probes validated and training uses."""
-
-    master_addr: Optional[str] = Field(
-        None, description="MASTER_ADDR: rank 0's DNS name (<job>-0.<subdomain>) with DNS "
-        "hostnames, else rank 0's pod address (its node's with hostNetwork).")
-    master_port: Optional[int] = Field(None, description="MASTER_PORT (spec.rendezvous.port).")
-    socket_ifname: Optional[str] = Field(
-        None, description="NCCL_SOCKET_IFNAME: one name, or a comma list when names differ."
-    )
-
-
-class ProbeStatus(_Model):
-    """Summary of the last probe run."""
-
-    attempt: int = Field(0, description="Probe runs started for this job.")
-    start_time: Optional[str] = Field(
-        None, description="RFC 3339: the attempt's first probe pod was created.")
-    completion_time: Optional[str] = Field(None, description="RFC 3339: the verdict was written.")
-    duration_seconds: Optional[float] = Field(
-        None, description="Seconds from startTime to the verdict.")
-    backend: Optional[str] = Field(None, description="Backend of the all-reduce: nccl or gloo.")
-    message_size_bytes: Optional[int] = Field(
-        None, description="All-reduce message size in bytes.")
-    alg_bandwidth_gbps: Optional[float] = Field(
-        None, alias="algBandwidthGBps", description="algbw in GB/s (1e9 B/s)."
-    )
-    bus_bandwidth_gbps: Optional[float] = Field(
-        None, alias="busBandwidthGBps", description="busbw = algbw * 2(n-1)/n in GB/s (nccl-tests definition)."
-    )
-    phase_seconds: dict[str, float] = Field(
-        default_factory=dict, description="Slowest rank's seconds per probe phase."
-    )
-    failures: list[str] = Field(default_factory=list, description="One line per failing rank.")
-    warnings: list[str] = Field(default_factory=list, description="Latent faults seen.")
-
-
-class DistTrainingJobStatus(_Model):
-    """Observed state; written by the operator only."""
-
-    phase: Optional[str] = Field(
-        None, description="Summary of the conditions: Pending, Probing, Validated, Running, "
-        "Succeeded, Failed."
-    )
-    observed_generation: Optional[int] = Field(
-        None, description="metadata.generation of the spec last acted on.")
-    conditions: list[Condition] = Field(
-        default_factory=list, description="metav1.Conditions, one per type (docs/conditions.md).")
-    nodes: list[NodeResult] = Field(
-        default_factory=list, description="Per node rank: what its probe validated.")
-    rendezvous: RendezvousStatus = Field(default_factory=RendezvousStatus)
-    probe: ProbeStatus = Field(default_factory=ProbeStatus)
-    restarts: int = Field(0, description="Gang restarts so far.")
-    suspensions: int = Field(0, description="Times the job was stopped without failing: "
-                             "suspended (spec.suspend) or evicted by Kueue.")
-    start_time: Optional[str] = Field(
-        None, description="RFC 3339: the first training pod was created.")
-    completion_time: Optional[str] = Field(
-        None, description="RFC 3339: the job finished (Succeeded or Failed).")
-    name_conflict_since: Optional[str] = Field(
-        None, description="RFC 3339: since when a pod name the job must create is held by a "
-        "pod that is not the job's (NameConflict); cleared once the name is free.")
-
-
-class DistTrainingJob(_Model):
+class DistTrainingJob(CamelModel):
     """The whole object."""
 
     api_version: str = constants.API_VERSION
@@ -630,78 +379,3 @@ class DistTrainingJob(_Model):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: DistTrainingJobSpec
     status: DistTrainingJobStatus = Field(default_factory=DistTrainingJobStatus)
-
-
-def field_path(loc: tuple[Any, ...], root: str = "spec") -> str:
-    """A pydantic error location as Kubernetes writes field paths:
-    ``("template", "spec", "containers", 0, "command")`` ->
-    ``spec.template.spec.containers[0].command``; a map key that is not a plain name is
-    bracketed (``labels[example.com/tier]``)."""
-    out = root
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(part)):
-            out += f".{part}" if out else str(part)
-        else:
-            out += f"[{part}]"
-    return out
-
-
-def spec_error_message(exc: Exception) -> str:
-    """One line per pydantic error, each naming the field path under ``spec``
-    (``spec.template.spec.containers[0].command: Input should be a valid list``)."""
-    errors = getattr(exc, "errors", None)
-    if not callable(errors):
-        return str(exc)
-    lines = []
-    for err in errors():
-        msg = str(err.get("msg", "")).removeprefix("Value error, ")
-        loc = tuple(err.get("loc", ()))
-        lines.append(f"{field_path(loc)}: {msg}" if loc and not msg.startswith("spec.") else msg)
-    return "; ".join(dict.fromkeys(lines))
-
-
-_QUANTITY_SUFFIX: dict[str, Union[int, Decimal]] = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-
-
-def parse_quantity(value: Any) -> Optional[Decimal]:
-    """A Kubernetes quantity (``2``, ``"500m"``, ``"4Gi"``, ``"1e3"``) as a Decimal; None
-    when ``value`` is not one (wrong type, bad text, exponent beyond 1e±30). Never raises."""
-    if type(value) is int:
-        return Decimal(value)
-    if not isinstance(value, str) or not re.fullmatch(QUANTITY_PATTERN, value):
-        return None
-    m = re.fullmatch(r"\+?([0-9.]+)(?:([KMGTPE]i|[numkMGTPE])|[eE]([-+]?[0-9.]+))?", value)
-    if not m:
-        return None
-    try:
-        number = Decimal(m.group(1))
-        if m.group(3) is not None:
-            exponent = Decimal(m.group(3))
-            if abs(exponent) > 30 or exponent != exponent.to_integral_value():
-                return None
-            return number.scaleb(int(exponent))
-        return number * _QUANTITY_SUFFIX[m.group(2) or ""]
-    except (InvalidOperation, ValueError):
-        return None
-
-
-def gpus_requested(container: Any) -> int:
-    """GPUs (``nvidia.com/gpu``) a container asks for: limits, else requests; 0 if none, or
-    if the value is not a whole number below 2**31 (Kubernetes refuses fractional GPUs).
-    Takes any value (a container dict as written); never raises."""
-    res = container.get("resources") if isinstance(container, dict) else None
-    if not isinstance(res, dict):
-        return 0
-    for key in ("limits", "requests"):
-        section = res.get(key)
-        if not isinstance(section, dict) or section.get("nvidia.com/gpu") is None:
-            continue
-        q = parse_quantity(section["nvidia.com/gpu"])
-        if q is not None and q == q.to_integral_value() and 0 <= q < 2**31:
-            return int(q)
-    return 0

@@ -26,7 +26,7 @@ from disttrain.children import observe
 from disttrain.diagnosis import trust
 from disttrain.api.types import DistTrainingJobSpec, nproc_for
 from disttrain.children.names import JobRef, master_dns_name, probe_pod_name, uses_dns_hostnames
-from disttrain.children.pods import build_probe_pod
+from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.diagnosis.diagnose import ProbeOutcome
 from disttrain.reconcile.step import ReportParser, Step
 from disttrain_probe.contract.timing import SIBLING_SECONDS, default_resolve_seconds
@@ -226,10 +226,10 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
         s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
         for rank in range(spec.num_nodes):
             if rank not in by_rank:
-                s.create(build_probe_pod(job, spec, rank, master if rank else None, attempt, s.probe_image))
+                s.create(build_probe_pod(job, spec, rank, ProbeMaster(master if rank else None), attempt, s.probe_image))
         return master
     if rank0 is None:
-        s.create(build_probe_pod(job, spec, 0, None, attempt, s.probe_image))
+        s.create(build_probe_pod(job, spec, 0, ProbeMaster(), attempt, s.probe_image))
         return master
     if not master:
         return None
@@ -242,7 +242,7 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
     started = observe.started_at(rank0, "probe")
     for rank in range(1, spec.num_nodes):
         if rank not in by_rank:
-            s.create(build_probe_pod(job, spec, rank, master, attempt, s.probe_image, started))
+            s.create(build_probe_pod(job, spec, rank, ProbeMaster(master, started), attempt, s.probe_image))
     return master
 
 

@@ -1,0 +1,117 @@
+"""The job's status (``DistTrainingJobStatus``) and its parts: conditions, per-node probe
+results, the validated rendezvous and the last probe run. Written by the operator only."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from disttrain.api.common import CamelModel
+
+
+class Condition(CamelModel):
+    """metav1.Condition."""
+
+    type: str = Field(description="Condition type, e.g. Validated (docs/conditions.md).")
+    status: Literal["True", "False", "Unknown"] = Field(
+        description="True is good (positive polarity); Unknown: not decided yet.")
+    reason: str = Field(description="CamelCase reason constant (docs/conditions.md).")
+    message: str = Field("", description="At most 400 characters: cause, node(s), fix.")
+    last_transition_time: str = Field(description="RFC 3339 time the status last changed.")
+    observed_generation: Optional[int] = Field(
+        None, description="metadata.generation of the spec this condition was computed from.")
+
+
+class NodeResult(CamelModel):
+    """What the probe found on one node."""
+
+    rank: int = Field(description="Node rank (the probe's rank on this node).")
+    name: str = Field(description="Kubernetes node name.")
+    address: Optional[str] = Field(None, description="Address on the chosen interface.")
+    interface: Optional[str] = Field(None, description="Chosen NCCL_SOCKET_IFNAME on this node.")
+    torch: Optional[str] = Field(None, description="torch version the probe ran with.")
+    cuda: Optional[str] = Field(None, description="CUDA version torch was built with.")
+    nccl: Optional[str] = Field(
+        None, description="Version of the libnccl loaded in the probe's process.")
+    paths: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per network (subnet, or ifname:<name> for a routed pod network), what "
+        "this node's dial to each peer rank did, one character per rank: o connected, t timed "
+        "out, r refused, u unreachable, w wrong host answered, e error, m mixed, - not "
+        "dialled, . itself; upper case: sent from another NIC's address.")
+    throughput_mbps: Optional[float] = Field(
+        None, alias="throughputMbps",
+        description="Mb/s this node moved on the chosen network (its best measured pair).")
+    local_ranks: Optional[int] = Field(
+        None, description="Processes the probe ran on this node, one per training process "
+        "(numProcPerNode; set only when more than one), each checked in the all-reduce among "
+        "the node's local ranks and in the one over every rank.")
+    intra_node_bus_bandwidth_gbps: Optional[float] = Field(
+        None, alias="intraNodeBusBandwidthGBps",
+        description="busbw of the all-reduce among this node's local ranks (the intra-node "
+        "path), GB/s (1e9 B/s); set only with more than one process per node.")
+
+
+class RendezvousStatus(CamelModel):
+    """The rendezvous settings the probes validated and training uses."""
+
+    master_addr: Optional[str] = Field(
+        None, description="MASTER_ADDR: rank 0's DNS name (<job>-0.<subdomain>) with DNS "
+        "hostnames, else rank 0's pod address (its node's with hostNetwork).")
+    master_port: Optional[int] = Field(None, description="MASTER_PORT (spec.rendezvous.port).")
+    socket_ifname: Optional[str] = Field(
+        None, description="NCCL_SOCKET_IFNAME: one name, or a comma list when names differ."
+    )
+
+
+class ProbeStatus(CamelModel):
+    """Summary of the last probe run."""
+
+    attempt: int = Field(0, description="Probe runs started for this job.")
+    start_time: Optional[str] = Field(
+        None, description="RFC 3339: the attempt's first probe pod was created.")
+    completion_time: Optional[str] = Field(None, description="RFC 3339: the verdict was written.")
+    duration_seconds: Optional[float] = Field(
+        None, description="Seconds from startTime to the verdict.")
+    backend: Optional[str] = Field(None, description="Backend of the all-reduce: nccl or gloo.")
+    message_size_bytes: Optional[int] = Field(
+        None, description="All-reduce message size in bytes.")
+    alg_bandwidth_gbps: Optional[float] = Field(
+        None, alias="algBandwidthGBps", description="algbw in GB/s (1e9 B/s)."
+    )
+    bus_bandwidth_gbps: Optional[float] = Field(
+        None, alias="busBandwidthGBps", description="busbw = algbw * 2(n-1)/n in GB/s (nccl-tests definition)."
+    )
+    phase_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Slowest rank's seconds per probe phase."
+    )
+    failures: list[str] = Field(default_factory=list, description="One line per failing rank.")
+    warnings: list[str] = Field(default_factory=list, description="Latent faults seen.")
+
+
+class DistTrainingJobStatus(CamelModel):
+    """Observed state; written by the operator only."""
+
+    phase: Optional[str] = Field(
+        None, description="Summary of the conditions: Pending, Probing, Validated, Running, "
+        "Succeeded, Failed."
+    )
+    observed_generation: Optional[int] = Field(
+        None, description="metadata.generation of the spec last acted on.")
+    conditions: list[Condition] = Field(
+        default_factory=list, description="metav1.Conditions, one per type (docs/conditions.md).")
+    nodes: list[NodeResult] = Field(
+        default_factory=list, description="Per node rank: what its probe validated.")
+    rendezvous: RendezvousStatus = Field(default_factory=RendezvousStatus)
+    probe: ProbeStatus = Field(default_factory=ProbeStatus)
+    restarts: int = Field(0, description="Gang restarts so far.")
+    suspensions: int = Field(0, description="Times the job was stopped without failing: "
+                             "suspended (spec.suspend) or evicted by Kueue.")
+    start_time: Optional[str] = Field(
+        None, description="RFC 3339: the first training pod was created.")
+    completion_time: Optional[str] = Field(
+        None, description="RFC 3339: the job finished (Succeeded or Failed).")
+    name_conflict_since: Optional[str] = Field(
+        None, description="RFC 3339: since when a pod name the job must create is held by a "
+        "pod that is not the job's (NameConflict); cleared once the name is free.")
