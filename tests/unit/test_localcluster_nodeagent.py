@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import types
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,34 @@ def test_python_dash_m_entry_point_answers_help():
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: localcluster.nodeagent")
     assert "--state" in out.stdout
+
+
+def test_pod_worker_parts_work_together_on_a_fake_agent(tmp_path):
+    """Volumes, mounts, sandbox files, events and status of one worker (no process runs)."""
+    from localcluster.nodeagent.lifecycle import PodWorker
+    (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
+    events: list[tuple] = []
+    agent = types.SimpleNamespace(
+        state=tmp_path, internal_ip="10.0.0.1", hosts_file=tmp_path / "hosts", allocatable={},
+        node=types.SimpleNamespace(name="node-a", netns="dtj-node-a"),
+        post_event=lambda *args: events.append(args))
+    spec = {"containers": [{"name": "main", "image": "x",
+                            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
+            "initContainers": [{"name": "setup", "image": "x"}], "hostNetwork": True,
+            "volumes": [{"name": "scratch", "emptyDir": {}}],
+            "dnsPolicy": "ClusterFirstWithHostNet"}
+    worker = PodWorker(agent, {"metadata": {"name": "p", "namespace": "ns", "uid": "u1"},
+                               "spec": spec})
+    worker.dir.mkdir(parents=True)
+    worker._prepare_volumes()
+    assert worker._mounts(spec["containers"][0]) == [
+        {"source": str(worker.dir / "volumes" / "scratch"), "target": "/scratch",
+         "read_only": False}]
+    assert worker._hostname() == "node-a"
+    assert Path(worker._hosts_file()).read_text() == "127.0.0.1 localhost\n"
+    assert "nameserver 10.96.0.10\n" in Path(worker._resolv_conf()).read_text()
+    worker.event("Started", "Started container setup", "setup")
+    assert events[0][1]["fieldPath"] == "spec.initContainers{setup}"
+    status = worker.compute_status()
+    assert status["phase"] == "Pending" and status["podIP"] == "10.0.0.1"
+    assert [c["name"] for c in status["initContainerStatuses"]] == ["setup"]
