@@ -28,7 +28,7 @@ TOOLS=(
   "ip|iproute2|network namespaces, veth links and addresses of the simulated nodes (localcluster/network.py)"
   "tc|iproute2|link rates of the simulated NICs (localcluster/network.py)"
   "nft|nftables|scenario firewalls (localcluster/firewall.py)"
-  "unshare|util-linux|private mount and UTS namespaces of real nodes and agent containers (localcluster/realnode.py, nodeagent.py)"
+  "unshare|util-linux|private mount and UTS namespaces of real nodes and agent containers (localcluster/realnode.py, nodeagent/)"
   "umount|mount|unmounting leftovers at localcluster down (localcluster/cli.py)"
   "sysctl|procps|pod-network sysctls inside node namespaces (localcluster/podnet.py)"
   "go|golang-go|compiling the control plane from its Go modules (localcluster/build/build-k8s.sh)"

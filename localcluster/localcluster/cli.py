@@ -20,10 +20,14 @@ from .kubeconfig import SERVER
 
 
 # Modules a running agent has loaded (containerinit runs fresh for every container).
-AGENT_SOURCES = ["nodeagent.py", "podspec.py", "kubeapi.py", "scenario.py"]
+AGENT_SOURCES = ["nodeagent/__init__.py", "nodeagent/__main__.py", "nodeagent/agent.py",
+                 "nodeagent/container.py", "nodeagent/lifecycle.py", "nodeagent/logs.py",
+                 "nodeagent/node.py", "nodeagent/podstate.py", "nodeagent/podstatus.py",
+                 "nodeagent/sandbox.py", "nodeagent/shared.py", "nodeagent/volumes.py",
+                 "nodeagent/watch.py", "podspec.py", "kubeapi.py", "scenario.py"]
 REALNODE_SOURCES = ["realnode.py", "serviceproxy.py", "podnet.py", "scenario.py"]
 # What runs a node's pods: "containerd" (a real kubelet and containerd, realnode.py) or
-# "agent" (the node agent, nodeagent.py: pods as processes). $DISTTRAIN_NODE_RUNTIME or
+# "agent" (the node agent, nodeagent/: pods as processes). $DISTTRAIN_NODE_RUNTIME or
 # `up --runtime` chooses; see localcluster/README.md.
 RUNTIMES = ("containerd", "agent")
 DEFAULT_RUNTIME = "containerd"

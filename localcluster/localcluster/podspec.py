@@ -202,7 +202,7 @@ def container_process_env(container_env: dict[str, str], image: dict, venv_bin: 
     """Final exec environment: image defaults (PATH with the image's ``path`` entries,
     then the venv, first; the image map's env), overridden by the container's env; the
     image's PYTHONPATH entries are appended to any PYTHONPATH the container sets;
-    HOSTNAME is ``hostname`` (the pod's, see nodeagent.PodWorker._hostname)."""
+    HOSTNAME is ``hostname`` (the pod's, see nodeagent.sandbox.PodSandbox._hostname)."""
     path = [*(image.get("path") or []), venv_bin, "/usr/local/bin", "/usr/bin", "/bin"]
     env = {"PATH": os.pathsep.join(path), "HOSTNAME": hostname}
     # As kubelet does for every container: where the `kubernetes` Service is.

@@ -7,6 +7,7 @@ import pytest
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases.interfaces import choose, nccl_default
+from tests.support import scenario_reports
 
 
 def iface(name: str, *addrs: str, up: bool = True, speed: Optional[int] = None) -> dict:
@@ -28,18 +29,7 @@ def peer(rank: int, *ifaces: dict, node: Optional[str] = None, host_ip: Optional
 def mesh_of(peers: Dict[int, dict], ok: Callable[[int, int, str], str] = lambda i, j, a: "ok"
             ) -> Dict[int, Dict[int, Dict[str, dict]]]:
     """Every rank dials every peer's every IPv4 address; ``ok`` decides the result code."""
-    out: Dict[int, Dict[int, Dict[str, dict]]] = {}
-    for i in peers:
-        for j in peers:
-            if i == j:
-                continue
-            for f in peers[j]["interfaces"]:
-                for a in f["addrs"]:
-                    ip = a.split("/")[0]
-                    if ":" in ip:
-                        continue
-                    out.setdefault(i, {}).setdefault(j, {})[ip] = {"r": ok(i, j, ip)}
-    return out
+    return scenario_reports.dial_mesh(peers, lambda i, j, ip: {"r": ok(i, j, ip)})
 
 
 def not_docker(i: int, j: int, addr: str) -> str:

@@ -41,8 +41,11 @@ def inventory(i: int, nics: list[dict], decoys=("docker0",)) -> dict:
                                                       "nccl/lib/libnccl.so.2", "driver": None, "gpus": 0}}
 
 
-def mesh(peers, result: Callable[[int, int, str], str], mbps: Optional[dict] = None):
-    out = {}
+def dial_mesh(peers: dict[int, dict], entry: Callable[[int, int, str], Optional[dict]]) -> dict:
+    """The mesh results {rank: {peer rank: {IPv4 address: result}}} when every rank dials
+    every other rank's every IPv4 address; ``entry(rank, peer rank, address)`` gives the
+    result (``{"r": <code>, ...}``), or None to leave the address out."""
+    out: dict = {}
     for i in peers:
         for j in peers:
             if i == j:
@@ -50,13 +53,25 @@ def mesh(peers, result: Callable[[int, int, str], str], mbps: Optional[dict] = N
             for f in peers[j]["interfaces"]:
                 for a in f["addrs"]:
                     ip = a.split("/")[0]
-                    if ":" in ip or ip.startswith("127."):
+                    if ":" in ip:
                         continue
-                    res = {"r": "refused" if ip.startswith("172.") else result(i, j, ip), "ms": 0.4}
-                    if mbps and ip.rsplit(".", 1)[0] in mbps and res["r"] == "ok":
-                        res["mbps"] = mbps[ip.rsplit(".", 1)[0]]
-                    out.setdefault(i, {}).setdefault(j, {})[ip] = res
+                    res = entry(i, j, ip)
+                    if res is not None:
+                        out.setdefault(i, {}).setdefault(j, {})[ip] = res
     return out
+
+
+def mesh(peers, result: Callable[[int, int, str], str], mbps: Optional[dict] = None):
+    """:func:`dial_mesh` as the scenarios see it: loopback left out, the 172.x decoys
+    refused, 0.4 ms each, ``mbps`` by /24 prefix ("10.0.0") on the ok entries."""
+    def entry(i: int, j: int, ip: str) -> Optional[dict]:
+        if ip.startswith("127."):
+            return None
+        res = {"r": "refused" if ip.startswith("172.") else result(i, j, ip), "ms": 0.4}
+        if mbps and ip.rsplit(".", 1)[0] in mbps and res["r"] == "ok":
+            res["mbps"] = mbps[ip.rsplit(".", 1)[0]]
+        return res
+    return dial_mesh(peers, entry)
 
 
 def reports_from(peers, m, spec="auto", failure=None, extra_warnings=None, world=None):
