@@ -143,7 +143,8 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
     slow_fail, slow_warn = stragglers.findings(ranks, policy.max_link_imbalance) if not found else ([], [])
     found += slow_fail
     diag.failures = _failure_lines(found)
-    warns = findings.warnings(ranks) + slow_warn
+    # a slow link costs every step of training: it leads the network check's warnings
+    warns = slow_warn + findings.warnings(ranks)
     diag.warnings = list(dict.fromkeys(w.text for w in warns))
 
     cause = findings.cause(found)

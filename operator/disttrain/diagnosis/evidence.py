@@ -70,6 +70,19 @@ def _ifname_on(r: RankInput, key: str) -> Optional[str]:
     return None
 
 
+def _ipv4(addrs: Sequence[str]) -> list[ipaddress.IPv4Interface]:
+    """The IPv4 entries of ``addrs`` (``addr/prefix``), unparsable ones skipped."""
+    out = []
+    for a in addrs:
+        try:
+            itf = ipaddress.ip_interface(a)
+        except ValueError:
+            continue
+        if isinstance(itf, ipaddress.IPv4Interface):
+            out.append(itf)
+    return out
+
+
 def _subnet_on(r: RankInput, ifname: Optional[str], key: str) -> Optional[str]:
     """The IPv4 subnet of rank ``r``'s first address on ``ifname`` that lies in ``key``
     (any of its addresses for an ``ifname:`` key), None when it has none."""
@@ -80,14 +93,8 @@ def _subnet_on(r: RankInput, ifname: Optional[str], key: str) -> Optional[str]:
     except ValueError:
         net = None
     for i in r.report.interfaces:
-        if i.name != ifname:
-            continue
-        for a in i.addrs:
-            try:
-                itf = ipaddress.ip_interface(a)
-            except ValueError:
-                continue
-            if itf.version == 4 and (net is None or itf.ip in net):
+        for itf in _ipv4(i.addrs) if i.name == ifname else []:
+            if net is None or itf.ip in net:
                 return str(itf.network)
     return None
 
@@ -161,12 +168,8 @@ def multi_nic(r: RankInput) -> dict[str, list[tuple[str, str]]]:
     for i in (r.report.interfaces if r.report else []):
         if i.up is False:
             continue
-        for a in i.addrs:
-            try:
-                itf = ipaddress.ip_interface(a)
-            except ValueError:
-                continue
-            if itf.version != 4 or itf.ip.is_loopback:
+        for itf in _ipv4(i.addrs):
+            if itf.ip.is_loopback:
                 continue
             by.setdefault(str(itf.network), []).append((i.name, str(itf.ip)))
     return {k: v for k, v in by.items() if len({n for n, _ in v}) >= 2}

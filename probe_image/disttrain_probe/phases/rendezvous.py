@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.contract.timing import SIBLING_SECONDS
 from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
-from disttrain_probe.phases.inventory import is_loopback, nameserver, resolve, route_get
+from disttrain_probe.phases.inventory import hosts_entry, is_loopback, nameserver, resolve, route_get
 
 POLL = 0.02
 PREFIX = "dtp/"
@@ -416,6 +416,16 @@ def _serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: ti
     return dist.TCPStore(**kw)
 
 
+def _answer_source(name: str) -> Dict[str, str]:
+    """``{"source": "hosts"}`` when /etc/hosts maps ``name`` (glibc reads it before DNS),
+    else ``{"source": "dns", "server": <the first nameserver>}`` (no server when
+    resolv.conf names none). Never raises."""
+    if hosts_entry(name) is not None:
+        return {"source": "hosts"}
+    server = nameserver()
+    return {"source": "dns", "server": server} if server else {"source": "dns"}
+
+
 def _is_ip(addr: str) -> bool:
     try:
         ipaddress.ip_address(addr)
@@ -457,6 +467,8 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
             late = (f" while {sibling} (this job's) resolves: the Service and DNS work, rank 0's "
                     f"pod has had no address all along (not started: see its pod's events)")
     master["resolved"] = resolved
+    if resolved and not _is_ip(cfg.master_addr):  # where the answer came from, for the operator
+        master.update(_answer_source(cfg.master_addr))
     if resolved:
         master["route"] = route_get(_order(resolved)[0], inv["interfaces"],
                                     timeout=min(2.0, deadline.remaining()))
