@@ -184,3 +184,27 @@ def test_local_ranks_stop_when_local_rank_0_fails_before_the_collective(tmp_path
     mine, other = rep.local_ranks
     assert (mine.local_rank, mine.ok, mine.failure.reason) == (0, False, vocabulary.MASTER_PORT_REFUSED)
     assert (other.local_rank, other.ok, other.stopped, other.failure) == (1, False, True, None)
+
+
+def test_local_ranks_of_an_installed_probe_import_that_copy(tmp_path):
+    """The init container installs the probe into an emptyDir; local rank 0 starts the
+    others with ``python -m disttrain_probe.localranks.worker`` and the install root on
+    PYTHONPATH. That root must be the directory holding the package (the e2e run on the
+    proving ground failed with 'Error while finding module specification' when it was the
+    package itself)."""
+    import os
+    import subprocess
+    import sys
+
+    dest = tmp_path / "opt"
+    subprocess.run([sys.executable, "-m", "disttrain_probe.install", str(dest)], check=True,
+                   capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    root = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(dest)!r}); "
+                           "from disttrain_probe.localranks import spawn; print(spawn.package_root())"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+    assert root == str(dest)
+    where = subprocess.run([sys.executable, "-c", "import disttrain_probe.localranks.worker as w; print(w.__file__)"],
+                           env=dict(env, PYTHONPATH=root), cwd=tmp_path, capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert where.startswith(str(dest / "disttrain_probe")), where

@@ -89,6 +89,13 @@ class Child:
         return out
 
 
+def package_root() -> Path:
+    """The directory that holds the ``disttrain_probe`` package (this file is
+    ``<root>/disttrain_probe/localranks/spawn.py``): what a local rank's PYTHONPATH must
+    start with to import the same copy of the probe (an installed one has no other)."""
+    return Path(__file__).resolve().parents[2]
+
+
 class LocalRanks:
     """Local ranks 1..P-1 of this node, started by :meth:`start`."""
 
@@ -106,7 +113,7 @@ class LocalRanks:
         with this environment plus LOCAL_RANK, and the probe package on PYTHONPATH. Raises
         OSError when a process cannot be started (the caller kills those that were)."""
         base = dict(os.environ if env is None else env)
-        pkg_root = str(Path(__file__).resolve().parent.parent)
+        pkg_root = str(package_root())
         base["PYTHONPATH"] = os.pathsep.join([pkg_root] + [p for p in (base.get("PYTHONPATH") or "")
                                                            .split(os.pathsep) if p])
         base["PYTHONUNBUFFERED"] = "1"
