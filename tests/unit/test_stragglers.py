@@ -112,7 +112,7 @@ def two_nodes(a_from_b: float, b_from_a: float, speed=10000, eth0=None):
                              "against 10000 Mb/s (eth1's link speed), 9400 Mb/s (the other direction)"]),
     (9400, 11, 10000, None, ["node-a: its eth1 sends slowly"]),
     (11, 11, 10000, None, ["slow paths on eth1: node-a<->node-b", "10000 Mb/s (eth1's link speed)"]),
-    (11, 11, None, 9400, ["slow paths on eth1: node-a<->node-b", "9400 Mb/s (10.100.0.0/24)"]),
+    (11, 11, None, 9400, []),          # another network is no reference (cni0 rides the NICs)
     (3000, 2500, 10000, None, []),     # veth on a busy host: far from the speed, not 50x below
     (11, 11, None, None, []),          # no reference at all: nothing to judge against
     (5000, 9000, 10000, None, []),     # 1.8x between directions: within the noise
