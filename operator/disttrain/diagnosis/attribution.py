@@ -42,7 +42,7 @@ from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages
-from disttrain.diagnosis.findings import Finding, RankInput, relayed
+from disttrain.diagnosis.findings import Finding, RankInput, is_loopback, relayed
 from disttrain.diagnosis.report import Master
 from disttrain.diagnosis.verdicts import merged_message
 
@@ -84,16 +84,11 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
     """The smallest explanation of one network's failed dials, None when none failed."""
     n = len(m.nodes)
     idx = range(n)
-    fails = [(i, j) for i in idx for j in idx if i != j and m.failed(i, j)]
+    fails = m.failures()
     if not fails:
         return None
     where = m.label
-
-    def pair_failed(i: int, j: int) -> bool:
-        return m.failed(i, j) or m.failed(j, i)
-
-    def pair_ok(i: int, j: int) -> bool:
-        return (m.ok(i, j) or m.ok(j, i)) and not pair_failed(i, j)
+    pair_failed, pair_ok = m.pair_failed, m.pair_ok
 
     # inbound: every failure is a dial *to* D, while D's own dials out to the others work
     targets = sorted({j for _, j in fails})
@@ -111,7 +106,7 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
                 f"out worked: {who} filters inbound TCP",
                 f"open the ephemeral range (net.ipv4.ip_local_port_range) on {who}'s firewall "
                 f"to the other nodes, or set network.portRange to the range it admits")
-    islands = _islands(m, fails, pair_ok)
+    islands = _islands(m, fails)
     if islands is not None:
         return islands
     # isolated: nodes whose every known pair failed, explaining every failure
@@ -139,7 +134,7 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
             f"a rule between them",
             "find the rule (a firewall matching the other's address, a security group)",
             _capture_test(pairs[0], m), pairs)
-    both_kinds = _inbound_and_pairs(m, fails, pair_ok)
+    both_kinds = _inbound_and_pairs(m, fails)
     if both_kinds is not None:
         return both_kinds
     names = tuple(m.nodes[x] for x in sorted(involved, key=lambda x: -sum(
@@ -174,7 +169,7 @@ def components(n: int, linked) -> list[list[int]]:
     return sorted(groups.values(), key=lambda g: g[0])
 
 
-def _islands(m: evidence_matrix.Matrix, fails: list[tuple[int, int]], pair_ok) -> Optional[Explanation]:
+def _islands(m: evidence_matrix.Matrix, fails: list[tuple[int, int]]) -> Optional[Explanation]:
     """A partition: the nodes with evidence fall into two or more groups (connected
     components of the pairs that worked) such that every failed dial crosses groups and
     none inside a group failed, and the groups are told apart by more than one lone node
@@ -183,9 +178,7 @@ def _islands(m: evidence_matrix.Matrix, fails: list[tuple[int, int]], pair_ok) -
     n = len(m.nodes)
     seen = {x for i, j in fails for x in (i, j)} | {x for x in range(n) for j in range(n)
                                                      if x != j and m.cells[x][j] is not None}
-    groups = [g for g in components(n, pair_ok) if g[0] in seen or len(g) > 1]
-    groups = [[x for x in g if x in seen] for g in groups]
-    groups = [g for g in groups if g]
+    groups = [kept for g in components(n, m.pair_ok) if (kept := [x for x in g if x in seen])]
     if len(groups) < 2:
         return None
     group_of = {x: k for k, g in enumerate(groups) for x in g}
@@ -216,7 +209,7 @@ def _islands(m: evidence_matrix.Matrix, fails: list[tuple[int, int]], pair_ok) -
         groups=tuple(tuple(m.nodes[x] for x in g) for g in groups))
 
 
-def _inbound_and_pairs(m: evidence_matrix.Matrix, fails: list[tuple[int, int]], pair_ok) -> Optional[Explanation]:
+def _inbound_and_pairs(m: evidence_matrix.Matrix, fails: list[tuple[int, int]]) -> Optional[Explanation]:
     """Two faults at once, each singled out by its own evidence: node(s) D that no peer
     reaches while their own dials out work (an inbound filter), and, among the other
     failures, pairs blocked both ways whose nodes each reach some other peer (a rule
@@ -232,7 +225,7 @@ def _inbound_and_pairs(m: evidence_matrix.Matrix, fails: list[tuple[int, int]], 
         return None
     broken = sorted({(min(i, j), max(i, j)) for i, j in rest})
     involved = sorted({x for p in broken for x in p})
-    if not all(any(pair_ok(x, j) for j in idx if j != x and j not in d_set) for x in involved):
+    if not all(any(m.pair_ok(x, j) for j in idx if j != x and j not in d_set) for x in involved):
         return None
     names = tuple(m.nodes[d] for d in sorted(d_set))
     who = messages.node_list(names)
@@ -293,10 +286,7 @@ def explain_networks(ms: Sequence[evidence_matrix.Matrix]) -> Optional[Explanati
     if not found:
         return None
     for merged in _by_interface_name(ms):
-        fails = [(i, j) for i in range(len(merged.nodes)) for j in range(len(merged.nodes))
-                 if i != j and merged.failed(i, j)]
-        islands = _islands(merged, fails, lambda i, j: (merged.ok(i, j) or merged.ok(j, i))
-                           and not (merged.failed(i, j) or merged.failed(j, i)))
+        islands = _islands(merged, merged.failures())
         if islands is not None:
             return islands
     first = found[0][1]
@@ -403,13 +393,6 @@ def _is_ip(text: Optional[str]) -> bool:
         return False
 
 
-def _is_loopback(text: str) -> bool:
-    try:
-        return ipaddress.ip_address(text).is_loopback
-    except ValueError:
-        return False
-
-
 def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> Optional[Explanation]:
     """Nodes that resolved the MASTER_ADDR name to an address rank 0 does not hold, while
     rank 0 holds what the other nodes got (or is the only other node): a stale /etc/hosts
@@ -436,7 +419,7 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     elif rep0 and rep0.host_ip in held:
         good = rep0.host_ip
     else:
-        good = next((a for a in sorted(held) if not _is_loopback(a)), sorted(held)[0])
+        good = next((a for a in sorted(held) if not is_loopback(a)), sorted(held)[0])
     names = tuple(ranks[i].node for i in wrong)
     who = messages.node_list(names)
     got = ", ".join(dict.fromkeys(first[i] for i in wrong))
@@ -448,14 +431,14 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     others = [ranks[i].node for i in right if i != 0]
     agree = f", which {messages.node_list(others)} resolved" if others else ""
     fix = {"hosts": f"remove or correct the {master_addr} entry in {who}'s /etc/hosts",
-           "dns": f"correct the {master_addr} record {who}'s DNS server {server or ''} answers "
-                  f"(or {who}'s resolv.conf search and nameserver)"}.get(
+           "dns": f"correct the {master_addr} record {who}'s DNS server{' ' + server if server else ''} "
+                  f"answers (or {who}'s resolv.conf search and nameserver)"}.get(
         source or "", f"correct {master_addr} in {who}'s /etc/hosts or DNS (getent hosts {master_addr})")
     return Explanation(
         "resolution", names,
         f"{who} resolved MASTER_ADDR {master_addr} to {got}{where}, an address {master} (rank 0) "
         f"does not hold; {master} holds {good}{agree}: {who}'s name resolution, not {master}",
-        fix.replace("  ", " "))
+        fix)
 
 
 def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],

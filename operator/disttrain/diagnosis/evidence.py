@@ -49,6 +49,19 @@ class Matrix:
     def ok(self, i: int, j: int) -> bool:
         return self.cells[i][j] == "ok"
 
+    def pair_failed(self, i: int, j: int) -> bool:
+        """A dial between i and j, either way, failed."""
+        return self.failed(i, j) or self.failed(j, i)
+
+    def pair_ok(self, i: int, j: int) -> bool:
+        """A dial between i and j worked and none failed."""
+        return (self.ok(i, j) or self.ok(j, i)) and not self.pair_failed(i, j)
+
+    def failures(self) -> list[tuple[int, int]]:
+        """Every failed dial (i dialled j), row by row."""
+        n = len(self.nodes)
+        return [(i, j) for i in range(n) for j in range(n) if i != j and self.failed(i, j)]
+
 
 def _ifname_on(r: RankInput, key: str) -> Optional[str]:
     if r.report is None:

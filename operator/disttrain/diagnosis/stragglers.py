@@ -13,8 +13,8 @@ cores starving each other make no straggler. With two nodes
 there is one pair: nothing singles a node out against the median.
 
 The median is one reference; the nodes give others (:func:`slow_sides`): the link speed the
-kernel reports for the interface on both ends and the other direction of the same pair. A directed path (a sender's upload, as its
-receiver timed it) far below those is a ``SlowLink`` warning even with two nodes, and when
+kernel reports for the interface on both ends and the other direction of the same pair. A
+directed path (a sender's upload, as its receiver timed it) far below those is a ``SlowLink`` warning even with two nodes, and when
 every slow path shares its sender (or its receiver) while that node's other direction is
 fast, that node's side is named.
 """
@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
 from disttrain_probe.contract import vocabulary
 
 from disttrain.diagnosis.findings import Finding, RankInput
+from disttrain.diagnosis.report import ProbeReport
 
 WARN_RATIO = 2.0  # a node below median / WARN_RATIO is a straggler
 
@@ -63,6 +64,23 @@ def chosen_key(r: RankInput) -> Optional[str]:
     return f"ifname:{rep.chosen.ifname}"
 
 
+def _measured(rep: ProbeReport, key: str, by_rank: dict[int, int]) -> Iterator[tuple[Optional[int], float, float]]:
+    """(peer index or None when the peer is no rank of the job, best Mb/s, typical Mb/s)
+    for every pair ``rep``'s rank timed on network ``key`` (``pathMbps``); the typical round
+    (``pathMbpsLow``) is the best again when missing or not between 0 and the best; pairs
+    with a peer that is no number or a rate <= 0 are skipped."""
+    lows = rep.path_mbps_low.get(key) or {}
+    for peer, v in (rep.path_mbps.get(key) or {}).items():
+        try:
+            j = by_rank.get(int(peer))
+        except ValueError:
+            continue
+        if v is None or v <= 0:
+            continue
+        low = lows.get(peer)
+        yield j, float(v), float(low) if isinstance(low, (int, float)) and 0 <= low <= v else float(v)
+
+
 def node_stats(ranks: Sequence[RankInput]) -> dict[int, tuple[float, float]]:
     """Rank index -> (the best Mb/s of a measured pair it was part of on its chosen network,
     that pair's typical round: ``pathMbpsLow``, the best again when not reported)."""
@@ -72,19 +90,10 @@ def node_stats(ranks: Sequence[RankInput]) -> dict[int, tuple[float, float]]:
         key, rep = chosen_key(r), r.report
         if key is None or rep is None:  # no key without a report
             continue
-        lows = rep.path_mbps_low.get(key) or {}
-        for peer, v in (rep.path_mbps.get(key) or {}).items():
-            try:
-                j = by_rank.get(int(peer))
-            except ValueError:
-                continue
-            if v is None or v <= 0:
-                continue
-            low = lows.get(peer)
-            low = float(low) if isinstance(low, (int, float)) and 0 <= low <= v else float(v)
+        for j, v, low in _measured(rep, key, by_rank):
             for x in (i, j):
-                if x is not None and float(v) > best.get(x, (0.0, 0.0))[0]:
-                    best[x] = (float(v), low)
+                if x is not None and v > best.get(x, (0.0, 0.0))[0]:
+                    best[x] = (v, low)
     return best
 
 
@@ -150,18 +159,10 @@ def _rates(ranks: Sequence[RankInput]) -> dict[str, dict[tuple[int, int], tuple[
         rep = r.report
         if rep is None:
             continue
-        for key, peers in rep.path_mbps.items():
-            lows = rep.path_mbps_low.get(key) or {}
-            for peer, v in peers.items():
-                try:
-                    j = by_rank.get(int(peer))
-                except ValueError:
-                    continue
-                if j is None or j == i or not isinstance(v, (int, float)) or v <= 0:
-                    continue
-                low = lows.get(peer)
-                low = float(low) if isinstance(low, (int, float)) and 0 <= low <= v else float(v)
-                out.setdefault(key, {})[(j, i)] = (float(v), low)
+        for key in rep.path_mbps:
+            for j, v, low in _measured(rep, key, by_rank):
+                if j is not None and j != i:
+                    out.setdefault(key, {})[(j, i)] = (v, low)
     return out
 
 
