@@ -74,3 +74,23 @@ def test_pet_variables_reach_torchrun(monkeypatch):
     assert (a.nnodes, a.node_rank, a.nproc_per_node, a.master_addr, a.master_port) == ("2", 1, "1", "10.0.0.1", 29511)
     assert (a.rdzv_backend, a.rdzv_endpoint, a.rdzv_id) == ("c10d", "h:29400", "uid-1")
     assert run.parse_args(["--nnodes=4", "t.py"]).nnodes == "4"  # an option beats its variable
+
+
+def test_a_kubeflow_style_torchrun_command_is_refused_naming_the_defaulted_field_by_value():
+    """A PyTorchJob user's container command, torchrun with c10d, in a job that leaves
+    spec.rendezvous at its default (static): refused naming the option and the field's
+    value as the user would write it ("static", not the Python enum's name)."""
+    from pydantic import ValidationError
+
+    from disttrain.api.types import DistTrainingJobSpec
+
+    spec = {"numNodes": 2, "numProcPerNode": "auto", "template": {"spec": {"containers": [{
+        "name": "pytorch", "image": "x",
+        "command": ["torchrun", "--nnodes=2", "--nproc_per_node=1", "--rdzv_backend=c10d",
+                    "--rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT)", "train.py"]}]}}}
+    with pytest.raises(ValidationError) as e:
+        DistTrainingJobSpec.model_validate(spec)
+    text = str(e.value)
+    assert ("spec.template.spec.containers[0].command: torchrun option --rdzv_backend=c10d contradicts "
+            "the validated rendezvous (spec.rendezvous.backend is static)") in text
+    assert "RendezvousBackend" not in text

@@ -13,7 +13,8 @@ class CamelModel(BaseModel):
     """Base: camelCase on the wire, snake_case in Python, unknown fields ignored."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", use_enum_values=True,
+        validate_default=True,  # a defaulted enum field holds its value too, as a given one does
     )
 
 class Launcher(str, Enum):
