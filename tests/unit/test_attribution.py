@@ -434,3 +434,15 @@ def test_islands_on_two_subnets_keyed_apart_are_seen_together():
     assert e.kind == "islands", e
     assert ("eth1 forms two networks: {node-a, node-b} on 10.101.0.0/24 and {node-c, node-d} on "
             "10.102.0.0/24") in e.cause and "firewall" not in e.message()
+
+
+def test_islands_are_named_by_node_whatever_the_ranks():
+    """On the proving ground node-d got rank 2 and the verdict read {node-d, node-c}: the
+    groups are listed by node name, so the message does not depend on the placement."""
+    nodes = ("node-a", "node-d", "node-c", "node-b")  # rank order
+    side = {"node-a": 0, "node-b": 0, "node-c": 1, "node-d": 1}
+    cells = tuple(tuple(None if i == j else ("ok" if side[nodes[i]] == side[nodes[j]] else "timeout")
+                        for j in range(4)) for i in range(4))
+    e = attribution.explain_matrix(evidence.Matrix("ifname:eth1", nodes, ("eth1",) * 4, cells))
+    assert e.groups == (("node-a", "node-b"), ("node-c", "node-d"))
+    assert "{node-a, node-b} and {node-c, node-d}" in e.cause

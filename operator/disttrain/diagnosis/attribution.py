@@ -179,6 +179,8 @@ def _islands(m: evidence_matrix.Matrix, fails: list[tuple[int, int]]) -> Optiona
     seen = {x for i, j in fails for x in (i, j)} | {x for x in range(n) for j in range(n)
                                                      if x != j and m.cells[x][j] is not None}
     groups = [kept for g in components(n, m.pair_ok) if (kept := [x for x in g if x in seen])]
+    # named by node, not by rank: the message must not depend on where rank 0 landed
+    groups = sorted((sorted(g, key=lambda x: m.nodes[x]) for g in groups), key=lambda g: m.nodes[g[0]])
     if len(groups) < 2:
         return None
     group_of = {x: k for k, g in enumerate(groups) for x in g}
