@@ -116,6 +116,9 @@ def two_nodes(a_from_b: float, b_from_a: float, speed=10000, eth0=None):
     (3000, 2500, 10000, None, []),     # veth on a busy host: far from the speed, not 50x below
     (11, 11, None, None, []),          # no reference at all: nothing to judge against
     (5000, 9000, 10000, None, []),     # 1.8x between directions: within the noise
+    (15125, 30090, 10000, None, []),   # 2x: measured on a healthy veth pair in CI
+    (4000, 30000, 100000, None, []),   # 7.5x: still under DIRECTION_RATIO
+    (1000, 9400, None, None, ["node-b: its eth1 sends slowly", "9400 Mb/s (the other direction)"]),
 ])
 def test_slow_sides_table(a_from_b, b_from_a, speed, eth0, words):
     got = stragglers.slow_sides([typed(o) for o in two_nodes(a_from_b, b_from_a, speed, eth0)])
