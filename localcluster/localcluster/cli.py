@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, dns, kubeflow, kueue, network, procs, realnode
+from . import controlplane, dns, kubeflow, kueue, network, nodedns, procs, realnode
 from .config import (FABRIC_NS, IMAGES_FILE, MAX_NODES, k8s_bin_dir, node_spec_by_name, node_specs,
                      state_dir, venv_python)
 from .kubeapi import ApiError, KubeClient
@@ -86,6 +86,7 @@ def _stop_node_processes(state: Path, name: str) -> None:
     """Stop whatever runs node ``name`` (agent or real node) and every process of it."""
     procs.stop_tracked(state, _agent_name(name))
     procs.stop_tracked(state, realnode.process_name(name), grace=20.0)
+    nodedns.stop(state, name)
     realnode.kill_node(node_spec_by_name(name).netns)
 
 
@@ -293,6 +294,10 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     p = dns.ensure_dns(state, desired, topos, client, timeout=timeout)
     _say(f"cluster DNS answers on {dns.DNS_SERVICE_IP} (in {dns.DNS_NS}, "
          f"{', '.join(sorted(set(p.gateways.values())))}) ({time.monotonic() - t0:.1f}s)")
+    for n, topo in zip(desired, topos):  # after cluster DNS: a node's own forwards to it
+        if nodedns.ensure(state, n, topo.dns_records, timeout=timeout):
+            _say(f"{n.name}: node-local DNS on {nodedns.NODE_LOCAL_DNS} answers "
+                 f"{', '.join(sorted(topo.dns_records))} itself")
     if with_kubeflow:
         pid = kubeflow.ensure(state, client, timeout=timeout)
         _say(f"Kubeflow training operator ready (pid {pid}, PyTorchJob; log "
@@ -383,6 +388,7 @@ def down() -> None:
     kf_stopped = [kubeflow.PROCESS] if kubeflow.stop(state) else []
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     agents += sorted((state / "run").glob("node-*.pid")) if (state / "run").exists() else []
+    agents += sorted((state / "run").glob("nodedns-*.pid")) if (state / "run").exists() else []
     procs.stop_many([p for p in (procs.tracked_pid(state, pf.stem) for pf in agents) if p], 3)
     for ns in network.our_netns():  # real nodes: kubelet, containerd, shims, containers
         realnode.kill_node(ns)

@@ -50,7 +50,7 @@ from typing import Optional
 
 import yaml
 
-from . import pki, podnet
+from . import nodedns, pki, podnet
 from .config import (APISERVER_PORT, CLUSTER_DOMAIN, DNS_SERVICE_IP, KUBERNETES_SERVICE_IP,
                      KUBERNETES_SERVICE_PORT, NodeSpec, cache_dir, k8s_bin_dir,
                      node_spec_by_name, pod_cidr, venv_python)
@@ -227,8 +227,10 @@ def cni_conflist(d: Path, index: int) -> dict:
     }
 
 
-def kubelet_config(d: Path, spec: NodeSpec, ca: Path, certs: dict) -> dict:
-    """The KubeletConfiguration (v1beta1) of one node."""
+def kubelet_config(d: Path, spec: NodeSpec, ca: Path, certs: dict,
+                   cluster_dns: str = DNS_SERVICE_IP) -> dict:
+    """The KubeletConfiguration (v1beta1) of one node; ``cluster_dns``: the nameserver of
+    its pods (a node-local DNS, ``nodedns.py``, or cluster DNS)."""
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "failCgroupV1": False,  # 1.37 refuses cgroup v1 by default; this machine has v1
@@ -242,7 +244,7 @@ def kubelet_config(d: Path, spec: NodeSpec, ca: Path, certs: dict) -> dict:
         "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": False},
                            "x509": {"clientCAFile": str(ca)}},
         "authorization": {"mode": "AlwaysAllow"},
-        "clusterDNS": [DNS_SERVICE_IP], "clusterDomain": CLUSTER_DOMAIN,
+        "clusterDNS": [cluster_dns], "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": str(d / "resolv.conf"),
         # images are imported, never pulled: never garbage-collect them
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
@@ -277,7 +279,8 @@ def write_files(state: Path, spec: NodeSpec, internal_ip: str, hosts_lines: list
     env, mounts = site_env_and_mounts(topo, torch_tree())
     (d / BASE_SPEC).write_text(json.dumps(site_spec(default_oci_spec(), env, mounts), indent=1))
     (d / "cni" / "10-disttrain.conflist").write_text(json.dumps(cni_conflist(d, spec.index), indent=1))
-    (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(d, spec, p / "ca.crt", certs)))
+    dns = nodedns.server_for(topo.dns_records if topo is not None else {})
+    (d / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(d, spec, p / "ca.crt", certs, dns)))
     (d / "hosts").write_text("".join(f"{ln}\n" for ln in hosts_lines))
     (d / "resolv.conf").write_text(f"nameserver {DNS_SERVICE_IP}\n")
     for rel, value in SYSCTL_FILES.items():

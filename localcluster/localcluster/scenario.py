@@ -2,7 +2,8 @@
 
 A scenario (``scenarios/<name>.yaml``) gives the number of nodes, each node's NICs
 (name, IPv4/IPv6 addresses, MTU, an optional rate limit, the fabric segment it is plugged
-into), node-local decoy bridges, extra hosts-file lines, an nftables input firewall, extra
+into), node-local decoy bridges, extra hosts-file lines, a node-local DNS answering some
+names itself (``dns``), an nftables input firewall, extra
 environment and library paths for every container, GPU capacity, overrides of the example
 job's spec (``examples/ddp-digits.yaml``), and the expected outcome. In env values,
 libraryPaths and pythonpath, ``{nccl:VERSION}`` stands for the directory holding
@@ -211,6 +212,27 @@ class Firewall(_Strict):
     input: list[FirewallRule] = Field(default_factory=list)
 
 
+class NodeDns(_Strict):
+    """A node-local DNS cache on the node (``nodedns.py``: CoreDNS on 169.254.20.10, as
+    NodeLocal DNSCache) that answers ``records`` itself and forwards the rest to cluster
+    DNS; the node's pods use it. One node then resolves a name differently."""
+
+    records: dict[str, str] = Field(..., min_length=1, max_length=64, description=(
+        "name (as queried, e.g. the FQDN with the search domain) -> the address it answers"))
+
+    @field_validator("records")
+    @classmethod
+    def _addresses(cls, v):
+        for name, addr in v.items():
+            try:
+                ipaddress.ip_address(addr)
+            except ValueError:
+                raise ValueError(f"records.{name}: {addr!r} is not an IP address") from None
+            if not name or len(name) > 253 or any(c.isspace() for c in name):
+                raise ValueError(f"records: {name!r} is not a DNS name")
+        return v
+
+
 class NodeConfig(_Strict):
     """What one node looks like; every field is optional (unset = the default's)."""
 
@@ -219,6 +241,7 @@ class NodeConfig(_Strict):
     hosts: Optional[list[str]] = Field(
         None, description="extra /etc/hosts lines, put first; {node} = the node's name")
     firewall: Optional[Firewall] = None
+    dns: Optional[NodeDns] = None
     env: Optional[dict[str, str]] = Field(None, description="extra env; {nccl:VERSION} is expanded")
     libraryPaths: Optional[list[str]] = Field(None, description="appended to LD_LIBRARY_PATH")
     pythonpath: Optional[list[str]] = Field(None, description="appended to PYTHONPATH")
@@ -387,6 +410,7 @@ class NodeTopology:
     internal_ip: str  # the Node's InternalIP: the first NIC's first IPv4 address
     hosts: list[str] = field(default_factory=list)  # extra hosts lines (first)
     firewall: Optional[dict] = None
+    dns_records: dict[str, str] = field(default_factory=dict)  # its node-local DNS answers these
     env: dict[str, str] = field(default_factory=dict)
     library_paths: list[str] = field(default_factory=list)
     pythonpath: list[str] = field(default_factory=list)
@@ -397,6 +421,8 @@ class NodeTopology:
         for ln in d["links"]:
             if ln.get("rate_mbit") is None:  # unset: the same document (and digest) as before
                 ln.pop("rate_mbit", None)
+        if not d["dns_records"]:
+            d.pop("dns_records")
         return d
 
     @classmethod
@@ -514,6 +540,7 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             name=name, index=i, links=links, internal_ip=internal,
             hosts=[h.replace("{node}", name) for h in cfg.hosts or []],
             firewall=cfg.firewall.model_dump() if cfg.firewall else None,
+            dns_records=dict(cfg.dns.records) if cfg.dns else {},
             env={k: expand(v) for k, v in (cfg.env or {}).items()},
             library_paths=[expand(p) for p in cfg.libraryPaths or []],
             pythonpath=[expand(p) for p in cfg.pythonpath or []], gpus=cfg.gpus))

@@ -86,6 +86,7 @@ def test_pod_worker_parts_work_together_on_a_fake_agent(tmp_path):
     events: list[tuple] = []
     agent = types.SimpleNamespace(
         state=tmp_path, internal_ip="10.0.0.1", hosts_file=tmp_path / "hosts", allocatable={},
+        topology=types.SimpleNamespace(dns_records={}),
         node=types.SimpleNamespace(name="node-a", netns="dtj-node-a"),
         post_event=lambda *args: events.append(args))
     spec = {"containers": [{"name": "main", "image": "x",
@@ -103,6 +104,8 @@ def test_pod_worker_parts_work_together_on_a_fake_agent(tmp_path):
     assert worker._hostname() == "node-a"
     assert Path(worker._hosts_file()).read_text() == "127.0.0.1 localhost\n"
     assert "nameserver 10.96.0.10\n" in Path(worker._resolv_conf()).read_text()
+    agent.topology.dns_records = {"x.default.svc.cluster.local": "10.100.0.99"}  # node-local DNS
+    assert Path(worker._resolv_conf()).read_text().startswith("nameserver 169.254.20.10\n")
     worker.event("Started", "Started container setup", "setup")
     assert events[0][1]["fieldPath"] == "spec.initContainers{setup}"
     status = worker.compute_status()

@@ -1,13 +1,14 @@
-"""Scenario NIC rate limits (rateMbit -> tbf), {nccl:VERSION} library tokens and their
-on-demand install (altlibs), and the socketIfname expectation."""
+"""Scenario NIC rate limits (rateMbit -> tbf), a node-local DNS's records, {nccl:VERSION}
+library tokens and their on-demand install (altlibs), and the socketIfname expectation."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 import textwrap
 
 import pytest
 
-from localcluster import altlibs, network, scenario as scn, scenariorun
+from localcluster import altlibs, network, nodedns, realnode, scenario as scn, scenariorun
 
 
 def parse(text: str) -> scn.Scenario:
@@ -40,6 +41,49 @@ def test_rate_limit_errors_name_the_line():
               nics:
                 - {name: eth0, segment: mgmt, rateMbit: 0}
             expect: {status: 'True'}
+            """)
+
+
+def test_node_dns_records_reach_one_node_and_its_kubelet():
+    sc = parse("""
+        nodes: 2
+        nodeOverrides:
+          node-b:
+            dns: {records: {master.default.svc.cluster.local: 10.100.0.99}}
+        expect: {status: 'True'}
+        """)
+    a, b = scn.topology(sc)
+    assert a.dns_records == {} and "dns_records" not in a.to_json()  # same digest as before
+    assert scn.NodeTopology.from_json(b.to_json()).dns_records == {
+        "master.default.svc.cluster.local": "10.100.0.99"}
+    assert nodedns.server_for(a.dns_records) == "10.96.0.10"
+    assert nodedns.server_for(b.dns_records) == nodedns.NODE_LOCAL_DNS == "169.254.20.10"
+    text = nodedns.render_corefile(b.dns_records)
+    assert "bind 169.254.20.10" in text and "10.100.0.99 master.default.svc.cluster.local\n" in text
+    assert "fallthrough" in text and "forward . 10.96.0.10" in text
+    cfg = realnode.kubelet_config(Path("/n"), scn_spec(), Path("/ca"), {"serving_crt": "c", "serving_key": "k"},
+                                  nodedns.server_for(b.dns_records))
+    assert cfg["clusterDNS"] == ["169.254.20.10"]
+
+
+def scn_spec():
+    from localcluster.config import node_spec_by_name
+    return node_spec_by_name("node-b")
+
+
+@pytest.mark.parametrize("records,field", [
+    ("{}", "nodeOverrides.node-b.dns.records"),
+    ("{master: not-an-ip}", "is not an IP address"),
+    ("{'a b': 10.0.0.1}", "is not a DNS name"),
+])
+def test_node_dns_records_are_checked(records, field):
+    with pytest.raises(scn.ScenarioError, match=field):
+        parse(f"""
+            nodes: 2
+            nodeOverrides:
+              node-b:
+                dns: {{records: {records}}}
+            expect: {{status: 'True'}}
             """)
 
 

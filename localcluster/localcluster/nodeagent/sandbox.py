@@ -2,8 +2,8 @@
 hostname, the managed /etc/hosts and /etc/resolv.conf."""
 from __future__ import annotations
 
-from .. import podnet
-from ..config import CLUSTER_DOMAIN, DNS_SERVICE_IP
+from .. import nodedns, podnet
+from ..config import CLUSTER_DOMAIN
 from .podstate import PodState
 from .shared import log
 
@@ -96,7 +96,7 @@ class PodSandbox(PodState):
             return None
         servers, search, options = [], [], ["ndots:5"] if cluster else []
         if cluster:
-            servers = [DNS_SERVICE_IP]
+            servers = [nodedns.server_for(self.agent.topology.dns_records)]
             search = [f"{self.ns}.svc.{CLUSTER_DOMAIN}", f"svc.{CLUSTER_DOMAIN}", CLUSTER_DOMAIN]
         servers += cfg.get("nameservers") or []
         search += cfg.get("searches") or []
