@@ -32,9 +32,7 @@ import os
 import random
 import zlib
 import secrets
-import selectors
 import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional, Tuple
@@ -44,15 +42,14 @@ from disttrain_probe.contract import probe_env, vocabulary
 from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
 from disttrain_probe.runtime.deadline import Deadline
 from disttrain_probe.phases.inventory import ipv4_addrs, route_get
+from disttrain_probe.phases.listeners import (  # noqa: F401  (re-exported: the phase's terms)
+    BULK_MAX_BYTES, MAX_ADDRS_PER_IFACE, SKIP_IFACES, Listeners)
 
-MAX_ADDRS_PER_IFACE = 4
-SKIP_IFACES = ("kube-ipvs0",)
 FULL_MESH_MAX = 32
 BULK_BYTES = 4 * 1024 * 1024     # bytes per timed transfer (DISTTRAIN_PROBE_BULK_BYTES)
-BULK_MAX_BYTES = 64 * 1024 * 1024  # the most a listener sends on request
 BULK_ROUNDS = 3                  # transfers per network: the fastest counts, the spread is kept
 BULK_MAX_SECONDS = 1.0           # per transfer; a slow link is measured on what arrived
-_ZEROS = bytes(256 * 1024)
+RANGE_SAMPLES = 6                # listeners per address spread over ip_local_port_range
 
 
 def typical(rounds: List[float]) -> float:
@@ -100,87 +97,20 @@ def plan(world: int, seed: int, full_max: int = FULL_MESH_MAX) -> Dict[int, List
     return {r: sorted(ps) for r, ps in peers.items()}
 
 
+def range_ports(kernel: Optional[List[int]], n: int = RANGE_SAMPLES) -> List[int]:
+    """``n`` ports spread evenly over the kernel's ephemeral range ``[lo, hi]``, both ends
+    included (every port when the range is smaller); [] without a valid range."""
+    if not kernel or len(kernel) != 2 or not 0 < kernel[0] <= kernel[1] <= 65535:
+        return []
+    lo, hi = int(kernel[0]), int(kernel[1])
+    if hi - lo + 1 <= n:
+        return list(range(lo, hi + 1))
+    return sorted({lo + round(k * (hi - lo) / (n - 1)) for k in range(n)})
+
+
 def plan_seed(master_addr: str, master_port: int, world: int) -> int:
     """The same seed on every rank, without another round trip."""
     return zlib.crc32(f"{master_addr}:{master_port}:{world}".encode())
-
-
-class Listeners:
-    """Listening sockets on each local IPv4 address; answer ``{"rank","nonce"}\\n``."""
-
-    def __init__(self, rank: int, nonce: str, interfaces: List[Dict[str, Any]]):
-        self.rank, self.nonce = rank, nonce
-        self.entries: List[List[Any]] = []   # [iface, addr, prefix, port]
-        self.errors: List[Dict[str, str]] = []
-        self._socks: List[socket.socket] = []
-        self._sel = selectors.DefaultSelector()
-        self._stop = threading.Event()
-        reply = (json.dumps({"rank": rank, "nonce": nonce}) + "\n").encode()
-        self._reply = reply
-        for iface in interfaces:
-            if iface.get("name") in SKIP_IFACES or not iface.get("up"):
-                continue
-            for addr, prefix in ipv4_addrs(iface)[:MAX_ADDRS_PER_IFACE]:
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                try:
-                    s.bind((addr, 0))
-                    s.listen(128)
-                    s.setblocking(False)
-                except OSError as e:
-                    s.close()
-                    self.errors.append({"iface": iface["name"], "addr": addr, "error": str(e)})
-                    continue
-                self._socks.append(s)
-                self._sel.register(s, selectors.EVENT_READ)
-                self.entries.append([iface["name"], addr, prefix, s.getsockname()[1]])
-        self._thread = threading.Thread(target=self._serve, name="probe-listeners", daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            for key, _ in self._sel.select(timeout=0.05):
-                try:
-                    c, _ = key.fileobj.accept()  # type: ignore[union-attr]
-                except OSError:
-                    continue
-                threading.Thread(target=self._answer, args=(c,), name="probe-answer",
-                                 daemon=True).start()
-
-    def _answer(self, c: socket.socket) -> None:
-        """Identity line; then, if the dialler asks ``BULK <n>``, n zero bytes (a timed
-        transfer); a plain dial just closes its end."""
-        try:
-            c.settimeout(1.0)
-            c.sendall(self._reply)
-            c.settimeout(2.0)
-            req = b""
-            while b"\n" not in req and len(req) < 64:
-                chunk = c.recv(64)
-                if not chunk:
-                    return
-                req += chunk
-            word, _, num = req.partition(b"\n")[0].partition(b" ")
-            if word != b"BULK":
-                return
-            left = max(0, min(int(num), BULK_MAX_BYTES))
-            c.settimeout(5.0)
-            view = memoryview(_ZEROS)
-            while left > 0:
-                left -= c.send(view[:min(len(view), left)])
-        except (OSError, ValueError):
-            pass
-        finally:
-            c.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1.0)
-        for s in self._socks:
-            try:
-                self._sel.unregister(s)
-            except Exception:
-                pass
-            s.close()
 
 
 # Seconds a connected dial waits for the peer's identity at most (the connect itself: 2 s).
@@ -345,15 +275,36 @@ def _dial_all(tasks: List[Tuple[int, str, int, str]], per: float, answer: float)
         return [f.result() for f in futs]
 
 
+def _sample_range(cfg: Any, allpeers: Dict[int, Dict[str, Any]], mine: Dict[str, Dict[str, Any]],
+                  per: float, answer: float) -> None:
+    """Dial the ring neighbours' (rank +-1) listeners spread over their ephemeral range
+    (``s`` in their listen message) on every address this rank reached or tried, and add
+    ``range: [[port, result], ...]`` to those mesh entries: a firewall that admits only
+    part of the range shows as some ports answering and others not
+    (:mod:`disttrain_probe.phases.portrange`). Each node is sampled by two peers."""
+    world = cfg.world_size
+    near = {(cfg.rank + 1) % world, (cfg.rank - 1) % world} - {cfg.rank}
+    tasks = [(peer, str(addr), int(port), str(allpeers[peer].get("nonce")))
+             for peer in sorted(near) if peer in allpeers
+             for addr, port in allpeers[peer].get("s") or []
+             if addr in (mine.get(str(peer)) or {})]
+    if not tasks:
+        return
+    for (peer, addr, port, _n), res in zip(tasks, _dial_all(tasks, per, answer)):
+        r = res.get("r")  # connected but unanswered: a starved peer, not a firewall
+        mine[str(peer)][addr].setdefault("range", []).append(
+            [port, "slow" if r == "timeout" and res.get("connected") else r])
+
+
 def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
                  tracker: Any) -> Dict[str, Any]:
     """Run the mesh. Returns {listeners, errors, mesh: {rank: {peer: {addr: result}}}, plan,
     paths (this rank's compact rows, paths.py), pathMbps}."""
     nonce = secrets.token_hex(8)
-    lst = Listeners(cfg.rank, nonce, inv["interfaces"])
+    lst = Listeners(cfg.rank, nonce, inv["interfaces"], range_ports(inv.get("portRange")))
     try:
         tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' listeners")
-        bus.publish("listen", {"nonce": nonce, "l": lst.entries})
+        bus.publish("listen", {"nonce": nonce, "l": lst.entries, "s": lst.samples})
         # Leave at least half the phase for the dialling itself.
         allpeers = bus.gather("listen", deadline.sub(max(1.0, deadline.remaining() / 2)),
                               vocabulary.RENDEZVOUS_TIMEOUT, "published their connectivity listeners")
@@ -390,6 +341,8 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
                     if rt:
                         res["src"] = rt.get("src")
                 mine.setdefault(str(peer), {})[addr] = res
+            if deadline.remaining() > per + 1.0:
+                _sample_range(cfg, allpeers, mine, per, answer)
         nbytes = bulk_bytes()
         targets = bulk_targets(cfg.rank, cfg.world_size, allpeers, mine, inv["interfaces"],
                                getattr(cfg, "socket_ifname", "auto")) if nbytes else []

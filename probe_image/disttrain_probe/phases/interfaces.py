@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases.choicefailure import interface_not_found, no_network_failure
 from disttrain_probe.phases.choicewarnings import warn
+from disttrain_probe.phases.portrange import partial_range_failure
 from disttrain_probe.phases.networks import (  # noqa: F401  (re-exported: the choice's terms)
     POD_NETWORK_DEVICES, ChoiceInputs, Network, build_networks, evaluate, is_pod_network_device,
 )
@@ -117,8 +118,10 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     nets, usable = _rank_networks(inputs)
     best = usable[0] if usable else None
     failure = interface_not_found(inputs)
+    if best is not None and failure is None:  # part of a node's range blocked on the best network
+        failure = partial_range_failure(peers, mesh, {r: e["addr"] for r, e in best.pick.items()})
     if best is None and failure is None:
-        failure = no_network_failure(
+        failure = partial_range_failure(peers, mesh) or no_network_failure(
             inputs, nets, lambda: choose(peers, mesh, "auto", master_port, inputs.dial_plan))
     chosen: Dict[int, Dict[str, Any]] = {}
     if best is not None and failure is None:
