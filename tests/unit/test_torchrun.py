@@ -94,3 +94,27 @@ def test_a_kubeflow_style_torchrun_command_is_refused_naming_the_defaulted_field
     assert ("spec.template.spec.containers[0].command: torchrun option --rdzv_backend=c10d contradicts "
             "the validated rendezvous (spec.rendezvous.backend is static)") in text
     assert "RendezvousBackend" not in text
+    # the other conflict is named, and the spec change the command meant is offered
+    assert "(also --rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT))" in text
+    assert "or set spec.rendezvous.backend: c10d" in text
+
+
+@pytest.mark.parametrize("argv,words,lacks", [
+    (["torchrun", "--master-port=1234", "t.py"], ["or set spec.rendezvous.port: 1234"], ["(also"]),
+    (["torchrun", "--rdzv-backend=etcd", "t.py"], ["remove it (torchrun reads PET_RDZV_BACKEND)"], ["or set"]),
+    (["torchrun", "--nnodes=3", "--master-port=1", "--node-rank=0", "--rdzv-id=x", "t.py"],
+     ["--nnodes=3", "or set spec.numNodes: 3", "(also --master-port=1, --node-rank=0 and 1 more)"], []),
+])
+def test_torchrun_problem_names_the_others_and_the_spec_fix(argv, words, lacks):
+    from disttrain.api.types import DistTrainingJobSpec, torchrun_option_problem
+
+    spec = DistTrainingJobSpec.model_construct(**DistTrainingJobSpec.model_validate(
+        {"numNodes": 2, "numProcPerNode": 1, "template": {"spec": {"containers": [
+            {"name": "t", "image": "x"}]}}}).__dict__)
+    spec.template.spec["containers"][0]["command"] = argv
+    msg = torchrun_option_problem(spec)
+    assert msg is not None and len(msg) <= 400
+    for w in words:
+        assert w in msg, msg
+    for w in lacks:
+        assert w not in msg, msg

@@ -366,9 +366,26 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
     var = f"PET_{opt.dest.upper()}"
     fix = ("remove it" if opt.dest == "standalone"
            else f"remove it (torchrun reads {var}) or write $({var})")
-    more = f" ({len(problems) - 1} more)" if len(problems) > 1 else ""
+    spec_field = _SPEC_FIELD_FOR.get(opt.dest or "")
+    if spec_field and opt.value and _valid_for(opt.dest or "", opt.value):
+        fix += f", or set {spec_field}: {opt.value}"  # what the command meant, said in the spec
+    others = [p.text[:60] for p, _ in problems[1:]]
+    more = (f" (also {', '.join(others[:2])}" + (f" and {len(others) - 2} more" if len(others) > 2 else "")
+            + ")") if others else ""
     return (f"spec.template.spec.containers[0].{field}: torchrun option {opt.text[:60]} "
             f"contradicts the validated rendezvous ({why}){more}; {fix}")
+
+
+# torchrun option -> the spec field that says the same (offered as the other fix)
+_SPEC_FIELD_FOR = {"rdzv_backend": "spec.rendezvous.backend", "master_port": "spec.rendezvous.port",
+                   "nnodes": "spec.numNodes", "nproc_per_node": "spec.numProcPerNode"}
+
+
+def _valid_for(dest: str, value: str) -> bool:
+    """Whether ``value`` (a torchrun option's) is one the spec field of ``dest`` accepts."""
+    if dest == "rdzv_backend":
+        return value in {b.value for b in RendezvousBackend}
+    return value.isdigit() and 0 < int(value) <= 65535
 
 
 class DistTrainingJob(CamelModel):
