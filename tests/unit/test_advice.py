@@ -30,6 +30,21 @@ def test_no_port_range_asks_for_one_and_pod_network_says_the_operator_sets_it():
     assert advice(vocabulary.EPHEMERAL_PORTS_BLOCKED, REF, spec(hostNetwork=False, portRange="1-2")) is None
 
 
+def test_a_probe_message_that_already_asks_for_network_port_range_is_kept_whole():
+    """The partial-range verdict names the ports and says to set network.portRange: the
+    generic advice would push the message over 400 characters and cut its evidence."""
+    msg = ("node-a: part of its ephemeral port range is blocked: node-b reached ports 32768 and "
+           "44060 but not ports 49707 and 60999 on 10.101.0.11; ... or set network.portRange to a "
+           "range it admits")
+    d = Diagnosis(conditions={constants.NETWORK_VALIDATED: Verdict(
+        constants.FALSE, vocabulary.EPHEMERAL_PORTS_BLOCKED, msg)})
+    apply_advice(d, REF, spec(hostNetwork=True))
+    assert d.conditions[constants.NETWORK_VALIDATED].message == msg
+    d.conditions[constants.NETWORK_VALIDATED].message = "node-a: inbound TCP blocked"  # no fix yet
+    apply_advice(d, REF, spec(hostNetwork=True))
+    assert "declare the ephemeral range" in d.conditions[constants.NETWORK_VALIDATED].message
+
+
 def test_unresolvable_names_the_service_only_with_dns_hostnames():
     a = advice(vocabulary.MASTER_ADDR_UNRESOLVABLE, REF, spec(hostNetwork=False, subdomain="workerz"))
     assert "Service workerz" in a and "namespace ns" in a and "you manage" in a

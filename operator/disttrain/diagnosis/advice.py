@@ -58,6 +58,8 @@ def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> Non
         if ctype == constants.VALIDATED and constants.REASON_CONDITION.get(v.reason):
             continue
         extra = advice(v.reason, job, spec, diag.explained)
+        if v.reason in _PORT_REASONS and not spec.network.port_range and "network.portRange" in v.message:
+            continue  # the probe already says to declare the range: its evidence stays whole
         if extra and extra not in v.message:
             limit = messages.SUMMARY_LIMIT if ctype == constants.VALIDATED else messages.LIMIT
             v.message = messages.join([messages.bound(v.message.rstrip(". "), limit - len(extra) - len(messages.SEP)), extra],
