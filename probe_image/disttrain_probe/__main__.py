@@ -229,17 +229,17 @@ class Probe:
 
     # -- phases ---------------------------------------------------------------------
     def run(self) -> int:
-        from disttrain_probe.phases import collective, connectivity, interfaces, inventory, rendezvous
+        from disttrain_probe.phases import collective, connectivity, interfaces, inventory, masterstore, rendezvous
         from disttrain_probe.gpu import hardware
         from disttrain_probe.contract import settings, versions
         cfg = self.cfg
         node = cfg.node_name
         if cfg.rank == 0 and not cfg.agent_store:  # listen on the master port now, not after the slow torch import
-            self.state["master_listener"] = rendezvous.listen_early(cfg.master_port)
+            self.state["master_listener"] = masterstore.listen_early(cfg.master_port)
             if cfg.beacon_port and self.state["master_listener"][0] is not None:
                 # after MASTER_PORT: a peer answered here knows rank 0 listens there too
-                self.state["beacon"] = rendezvous.start_beacon(cfg.beacon_port,
-                                                               rendezvous.beacon_token(cfg))
+                self.state["beacon"] = masterstore.start_beacon(cfg.beacon_port,
+                                                                masterstore.beacon_token(cfg))
         spawn_error = self._start_local_ranks()  # they import torch meanwhile too
         self.torch.start_after(torchload.INVENTORY_HEAD_START)  # unless the inventory is done first
         try:
