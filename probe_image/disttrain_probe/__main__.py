@@ -138,8 +138,8 @@ class Probe:
         mine = LR.entry(0, bool(self.ok and self.failure is None), self.phase,
                         # its message is the report's failure: not said twice
                         {"reason": own.get("reason"), "phase": own.get("phase")} if own else None,
-                        "cuda:0" if self.backend == "nccl" else None, self.intra,
-                        self.allreduce)
+                        "cuda:0" if self.backend == "nccl" else None,
+                        LR.AllReduces(self.intra, self.allreduce))
         if self.local_final is not None:
             rest = self.local_final
         elif self.local is not None:
