@@ -18,6 +18,7 @@ from disttrain_probe.phases.dialing import (HOST_CHECK_SECONDS, dial_give_up_at,
 from disttrain_probe.phases.inventory import hosts_entry, is_loopback, nameserver, resolve, route_get
 from disttrain_probe.phases.masterstore import beacon_token
 from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
+from disttrain_probe.runtime.results import SharedState
 
 def _resolve_within(addr: str, timeout: float) -> List[str]:
     """:func:`resolve` ``addr``, giving up after ``timeout`` seconds (getaddrinfo has no
@@ -88,7 +89,7 @@ class _Reach:
     inv: Dict[str, Any]
     deadline: Deadline
     tracker: Any
-    state: Dict[str, Any]
+    state: SharedState
     master: Dict[str, Any]
 
     @property
@@ -101,7 +102,7 @@ class _Reach:
 
 
 def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
-                 state: Dict[str, Any]) -> Optional[str]:
+                 state: SharedState) -> Optional[str]:
     """The standard-library half of the rendezvous (it runs while torch is still being
     imported): resolve MASTER_ADDR, refuse a loopback answer, and for ranks >= 1 dial the
     master port until it answers. Fills ``state['master']``; returns the address the dial

@@ -19,6 +19,7 @@ from disttrain_probe.phases.dialing import order
 from disttrain_probe.phases.masterstore import serve_store
 from disttrain_probe.phases.reachmaster import reach_master
 from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
+from disttrain_probe.runtime.results import SharedState
 
 POLL = 0.02
 PREFIX = "dtp/"
@@ -108,7 +109,7 @@ class Bus:
 
 
 def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
-               state: Dict[str, Any], addr: Optional[str]) -> Tuple[Any, Bus]:
+               state: SharedState, addr: Optional[str]) -> Tuple[Any, Bus]:
     """The torch half: rank 0 serves the TCPStore on the socket it listened on early, the
     others join it at ``addr`` (what :func:`reach_master` reached); every rank publishes its
     inventory and waits for all. Returns (store, bus) with ``bus.peers`` set. Raises
@@ -157,7 +158,7 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
     return store, bus
 
 
-def local_store_addr(cfg: Any, inv: Dict[str, Any], state: Dict[str, Any]) -> str:
+def local_store_addr(cfg: Any, inv: Dict[str, Any], state: SharedState) -> str:
     """Where this node's other processes (local ranks > 0) reach the store: the master
     address this rank's dial reached; on node rank 0, which serves it on every address, one
     of MASTER_ADDR's addresses that is this node's own, else 127.0.0.1."""
@@ -194,7 +195,7 @@ def peer_abort(store: Any, rank: int) -> Optional[Dict[str, Any]]:
 
 
 def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
-               state: Dict[str, Any]) -> Tuple[Any, Bus]:
+               state: SharedState) -> Tuple[Any, Bus]:
     """Both halves at once (:func:`reach_master`, then :func:`join_store`), for callers
     that have torch imported already."""
     addr = reach_master(cfg, inv, deadline, tracker, state)
