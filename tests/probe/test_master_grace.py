@@ -184,7 +184,7 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     try:
         dialing._dial = lambda addrs, port, deadline: (None, "timeout", 0.0)
         addr, last, took, h = dialing.dial_until_decided(["10.9.9.9"], 29500, Deadline(time.monotonic() + 30),
-                                                    check=answers_elsewhere)
+                                                         check=answers_elsewhere)
     finally:
         dialing._dial = real_dial
     assert addr is None and last == "timeout" and h["r"] == "refused" and calls == [("10.9.9.9", 29500)]
@@ -196,7 +196,7 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     port = srv.getsockname()[1]
     srv.close()  # the port is closed: refused
     addr, last, took, h = dialing.dial_until_decided(["127.0.0.1"], port, Deadline(time.monotonic() + 1.5),
-                                                check=answers_elsewhere)
+                                                     check=answers_elsewhere)
     assert addr is None and last == "refused" and h is None and took >= 1.0
 
 
@@ -257,12 +257,12 @@ def test_a_refused_master_port_with_rank_0s_beacon_answering_is_decided_at_once(
         assert not masterstore.beacon_answers("127.0.0.1", master, token)  # nothing there
         t0 = time.monotonic()
         addr, last, took, h = dialing.dial_until_decided(["127.0.0.1"], master, Deadline(t0 + 20),
-                                                    beacon=(bport, token))
+                                                         beacon=(bport, token))
         assert addr is None and last == "refused" and h["listening"] is True and h["port"] == bport
         assert time.monotonic() - t0 < 5
         addr, last, took, h = dialing.dial_until_decided(["127.0.0.1"], master,
-                                                    Deadline(time.monotonic() + 2.5),
-                                                    beacon=(bport, other))
+                                                         Deadline(time.monotonic() + 2.5),
+                                                         beacon=(bport, other))
         assert addr is None and last == "refused" and h is None and took >= 2.0
     finally:
         sock.close()

@@ -123,6 +123,7 @@ class Probe:
 
     # -- phases ---------------------------------------------------------------------
     def run(self) -> int:
+        """Every phase in order, then the report; the exit code (0 only on a pass)."""
         cfg = self.cfg
         self._listen_early()
         spawn_error = probelocal.start_local_ranks(self)  # they import torch meanwhile too

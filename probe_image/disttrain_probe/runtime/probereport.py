@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 
 def self_summary(p: Probe) -> Dict[str, Any]:
+    """This rank's inventory as it publishes it at the rendezvous (``state['self_summary']``)."""
     m = p.state.get("master") or {}
     return {
         "rank": p.cfg.rank, "node": p.cfg.node_name, "pod": p.cfg.pod_name,
@@ -28,6 +29,7 @@ def self_summary(p: Probe) -> Dict[str, Any]:
 
 
 def build(p: Probe) -> Dict[str, Any]:
+    """The report as it stands (runtime/report.py caps and writes it)."""
     cfg = p.cfg
     timings = dict(p.tracker.timings)
     if p.torch.started is not None:  # seconds importing torch, in the background
@@ -52,7 +54,7 @@ def build(p: Probe) -> Dict[str, Any]:
         "warnings": list(p.state["warnings"]),
         "versions": versions,
         "master": p.state.get("master") or {"addr": cfg.master_addr, "port": cfg.master_port,
-                                               "resolved": [], "route": None},
+                                            "resolved": [], "route": None},
         "portRange": p.inv.get("portRange"),
         "portRangeAllowed": list(cfg.port_range) if cfg.port_range else None,
         "interfaces": [dict({"name": i.get("name"), "addrs": i.get("addrs"), "up": i.get("up"),
