@@ -91,11 +91,11 @@ def test_hosts_entry_reads_the_hosts_file_as_glibc_does(tmp_path):
 
 
 def test_the_rendezvous_says_where_the_master_s_answer_came_from(monkeypatch):
-    from disttrain_probe.phases import rendezvous
+    from disttrain_probe.phases import reachmaster
 
-    monkeypatch.setattr(rendezvous, "hosts_entry", lambda name: "10.0.0.9" if name == "in-hosts" else None)
-    monkeypatch.setattr(rendezvous, "nameserver", lambda: "10.96.0.10")
-    assert rendezvous._answer_source("in-hosts") == {"source": "hosts"}
-    assert rendezvous._answer_source("master.train") == {"source": "dns", "server": "10.96.0.10"}
-    monkeypatch.setattr(rendezvous, "nameserver", lambda: None)
-    assert rendezvous._answer_source("master.train") == {"source": "dns"}
+    monkeypatch.setattr(reachmaster, "hosts_entry", lambda name: "10.0.0.9" if name == "in-hosts" else None)
+    monkeypatch.setattr(reachmaster, "nameserver", lambda: "10.96.0.10")
+    assert reachmaster._answer_source("in-hosts") == {"source": "hosts"}
+    assert reachmaster._answer_source("master.train") == {"source": "dns", "server": "10.96.0.10"}
+    monkeypatch.setattr(reachmaster, "nameserver", lambda: None)
+    assert reachmaster._answer_source("master.train") == {"source": "dns"}

@@ -43,7 +43,7 @@ def test_its_own_word_wins_and_a_running_one_hung_only_when_final():
     running = LR.entry(1, False, "collective")
     assert "failure" not in LR.exited(1, LR.Ending(None, final=False), running, "node-b", 2)
     assert "hung" in LR.exited(1, LR.Ending(None, final=True), running, "node-b", 2)["failure"]["message"]
-    passed = LR.entry(1, True, "report", intra={"busbwGBps": 2.0}, world={"busbwGBps": 1.0})
+    passed = LR.entry(1, True, "report", allreduces=LR.AllReduces({"busbwGBps": 2.0}, {"busbwGBps": 1.0}))
     assert LR.exited(1, LR.Ending(0), passed, "node-b", 2) == {"localRank": 1, "ok": True, "phase": "report",
                                                     "intraBusbwGBps": 2.0, "busbwGBps": 1.0}
 
@@ -81,7 +81,8 @@ def _multi_report(nproc: int, failing: int = 0, message: int = 300) -> dict:
     ranks = [LR.entry(k, k >= failing, "report" if k >= failing else "collective",
                       None if k >= failing else {"reason": vocabulary.ALL_REDUCE_TIMEOUT, "phase": "collective",
                                                  "message": f"node-b local rank {k}: " + "x" * message},
-                      f"cuda:{k}", {"busbwGBps": 120.5}, {"busbwGBps": 40.25}) for k in range(nproc)]
+                      f"cuda:{k}", LR.AllReduces({"busbwGBps": 120.5}, {"busbwGBps": 40.25}))
+             for k in range(nproc)]
     return {"v": 1, "rank": 1, "worldSize": 2, "jobUid": "u", "attempt": 1, "node": "node-b",
             "pod": "j-probe-1", "ok": failing == 0, "phase": "report",
             "failure": None if failing == 0 else ranks[0]["failure"], "warnings": [],

@@ -16,7 +16,7 @@ import pytest
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.runtime import config as C
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.phases import rendezvous as RV
+from disttrain_probe.phases import dialing, masterstore, reachmaster
 
 from probe_helpers import PY, ROOT, free_port, probe_env, run_ranks
 
@@ -49,22 +49,22 @@ def test_config_reads_the_beacon_port():
 
 def test_give_up_time():
     # no evidence: the phase deadline, whatever the grace
-    assert RV.dial_give_up_at(100.0, 0.0, 3.0, False, 5.0) == 100.0
+    assert dialing.dial_give_up_at(100.0, 0.0, 3.0, False, 5.0) == 100.0
     # evidence, dialling starts early: this probe's start + grace
-    assert RV.dial_give_up_at(100.0, 0.0, 1.0, True, 5.0) == 5.0
+    assert dialing.dial_give_up_at(100.0, 0.0, 1.0, True, 5.0) == 5.0
     # evidence, dialling starts late (slow torch import): still dial MIN_DIAL_SECONDS
-    assert RV.dial_give_up_at(100.0, 0.0, 9.0, True, 5.0) == 9.0 + RV.MIN_DIAL_SECONDS
+    assert dialing.dial_give_up_at(100.0, 0.0, 9.0, True, 5.0) == 9.0 + dialing.MIN_DIAL_SECONDS
     # never past the phase deadline
-    assert RV.dial_give_up_at(4.0, 0.0, 3.0, True, 5.0) == 4.0
+    assert dialing.dial_give_up_at(4.0, 0.0, 3.0, True, 5.0) == 4.0
 
 
 def test_listen_early_takes_the_port_and_a_second_one_is_told_why():
     port = free_port()
-    sock, err = RV.listen_early(port)
+    sock, err = masterstore.listen_early(port)
     try:
         assert err is None and sock is not None
         socket.create_connection(("127.0.0.1", port), timeout=2).close()  # queued, accepted later
-        again, err2 = RV.listen_early(port)
+        again, err2 = masterstore.listen_early(port)
         assert again is None and "in use" in err2.lower()
     finally:
         sock.close()
@@ -74,7 +74,7 @@ def test_store_serves_connections_queued_before_it_existed():
     import torch.distributed as dist
 
     port = free_port()
-    sock, err = RV.listen_early(port)
+    sock, err = masterstore.listen_early(port)
     assert err is None
     got = {}
 
@@ -89,7 +89,7 @@ def test_store_serves_connections_queued_before_it_existed():
     t.start()
     time.sleep(1.0)
     cfg = C.Config(rank=0, world_size=2, master_addr="127.0.0.1", master_port=port, node_name="n")
-    store = RV._serve_store(dist, cfg, sock, timedelta(seconds=20))
+    store = masterstore.serve_store(dist, cfg, sock, timedelta(seconds=20))
     store.set("k", "v")
     t.join(25)
     assert got == {"v": b"v"}
@@ -151,18 +151,17 @@ def test_slow_rank0_is_no_false_alarm_even_with_zero_grace(tmp_path):
 def test_host_check_tells_a_host_that_answers_elsewhere(tmp_path):
     """Port 1 of 127.0.0.1 is closed: a live host resets it (refused); the ARP table of
     a loopback address has no entry."""
-    from disttrain_probe.phases import rendezvous as RV
-    h = RV.host_check("127.0.0.1", 29500, 1.0)
+    h = dialing.host_check("127.0.0.1", 29500, 1.0)
     assert h == {"port": 1, "r": "refused", "arp": None}
-    assert "the master port alone is filtered" in RV._host_words(h, "node-b")
+    assert "the master port alone is filtered" in dialing.host_words(h, "node-b")
     table = tmp_path / "arp"
     table.write_text("IP address HW type Flags HW address Mask Device\n"
                      "10.100.0.11 0x1 0x2 02:00:00:00:00:01 * eth1\n"
                      "10.100.0.12 0x1 0x0 00:00:00:00:00:00 * eth0\n")
-    assert RV.arp_state("10.100.0.11", str(table)) == "complete"
-    assert RV.arp_state("10.100.0.12", str(table)) == "incomplete"
-    assert RV.arp_state("10.100.0.13", str(table)) is None
-    lost = RV._host_words({"port": 1, "r": "timeout", "arp": "complete"}, "node-b")
+    assert dialing.arp_state("10.100.0.11", str(table)) == "complete"
+    assert dialing.arp_state("10.100.0.12", str(table)) == "incomplete"
+    assert dialing.arp_state("10.100.0.13", str(table)) is None
+    lost = dialing.host_words({"port": 1, "r": "timeout", "arp": "complete"}, "node-b")
     assert "its replies to node-b are lost" in lost
 
 
@@ -171,8 +170,6 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     while the host resets another port is a filter on the master port, decided at once."""
     import socket
     import time
-
-    from disttrain_probe.phases import rendezvous as rv
     from disttrain_probe.runtime.deadline import Deadline
 
     # both the dial (a SYN with no answer) and the host check are stubbed: no packet is sent
@@ -183,13 +180,13 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
         return {"port": 1, "r": "refused", "arp": "complete"}
 
     t0 = time.monotonic()
-    real_dial = rv._dial
+    real_dial = dialing._dial
     try:
-        rv._dial = lambda addrs, port, deadline: (None, "timeout", 0.0)
-        addr, last, took, h = rv.dial_until_decided(["10.9.9.9"], 29500, Deadline(time.monotonic() + 30),
-                                                    check=answers_elsewhere)
+        dialing._dial = lambda addrs, port, deadline: (None, "timeout", 0.0)
+        addr, last, took, h = dialing.dial_until_decided(["10.9.9.9"], 29500, Deadline(time.monotonic() + 30),
+                                                         check=answers_elsewhere)
     finally:
-        rv._dial = real_dial
+        dialing._dial = real_dial
     assert addr is None and last == "timeout" and h["r"] == "refused" and calls == [("10.9.9.9", 29500)]
     assert time.monotonic() - t0 < 5
 
@@ -198,8 +195,8 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     srv.bind(("127.0.0.1", 0))
     port = srv.getsockname()[1]
     srv.close()  # the port is closed: refused
-    addr, last, took, h = rv.dial_until_decided(["127.0.0.1"], port, Deadline(time.monotonic() + 1.5),
-                                                check=answers_elsewhere)
+    addr, last, took, h = dialing.dial_until_decided(["127.0.0.1"], port, Deadline(time.monotonic() + 1.5),
+                                                     check=answers_elsewhere)
     assert addr is None and last == "refused" and h is None and took >= 1.0
 
 
@@ -207,7 +204,6 @@ def test_silence_on_the_master_port_and_on_another_port_decides_after_the_window
     """A host that is up resets a closed port whether or not rank 0 listens yet, so silence
     on both ports for the window is decided without evidence of rank 0's start (the
     partition-one-pair scenario waited for the rendezvous deadline before)."""
-    from disttrain_probe.phases import rendezvous as rv
     from disttrain_probe.runtime.deadline import Deadline
 
     def silent_dial(addrs, port, deadline):
@@ -217,22 +213,22 @@ def test_silence_on_the_master_port_and_on_another_port_decides_after_the_window
     def silent_host(addr, port, timeout):
         return {"port": 1, "r": "timeout", "arp": "complete"}
 
-    real_dial = rv._dial
+    real_dial = dialing._dial
     try:
-        rv._dial = silent_dial
+        dialing._dial = silent_dial
         t0 = time.monotonic()
-        addr, last, took, h = rv.dial_until_decided(["10.9.9.9"], 29500, Deadline(t0 + 30),
-                                                    probe_quiet=0.2, check=silent_host,
-                                                    silence_decides=1.0)
+        addr, last, took, h = dialing.dial_until_decided(["10.9.9.9"], 29500, Deadline(t0 + 30),
+                                                         check=silent_host,
+                                                         patience=dialing.Patience(0.2, 1.0))
         waited = time.monotonic() - t0
         # ... but a host that resets other ports while the master port is silent decides at once,
         # and one that is unreachable (no ARP answer) is not silence: dial to the deadline
-        addr2, last2, took2, h2 = rv.dial_until_decided(
-            ["10.9.9.9"], 29500, Deadline(time.monotonic() + 1.5), probe_quiet=0.2,
+        addr2, last2, took2, h2 = dialing.dial_until_decided(
+            ["10.9.9.9"], 29500, Deadline(time.monotonic() + 1.5),
             check=lambda a, p, t: {"port": 1, "r": "unreachable", "arp": "incomplete"},
-            silence_decides=0.5)
+            patience=dialing.Patience(0.2, 0.5))
     finally:
-        rv._dial = real_dial
+        dialing._dial = real_dial
     assert addr is None and last == "timeout" and h["r"] == "timeout" and h["silentSeconds"] >= 1.0
     assert 0.9 <= waited < 5
     assert addr2 is None and h2 is None and took2 >= 1.4
@@ -245,30 +241,28 @@ def test_a_refused_master_port_with_rank_0s_beacon_answering_is_decided_at_once(
     beacon, leaves the refusal undecided until the deadline."""
     import time
     from types import SimpleNamespace
-
-    from disttrain_probe.phases import rendezvous as rv
     from disttrain_probe.runtime.deadline import Deadline
 
     master, bport = free_port(), free_port()
     while bport == master:
         bport = free_port()
-    token = rv.beacon_token(SimpleNamespace(job_uid="uid-1", attempt=2))
+    token = masterstore.beacon_token(SimpleNamespace(job_uid="uid-1", attempt=2))
     assert token == b"disttrain-probe uid-1 2 rank0\n"
-    sock, err = rv.start_beacon(bport, token)
+    sock, err = masterstore.start_beacon(bport, token)
     assert sock is not None and err is None
     try:
-        assert rv.beacon_answers("127.0.0.1", bport, token)
-        other = rv.beacon_token(SimpleNamespace(job_uid="uid-2", attempt=2))
-        assert not rv.beacon_answers("127.0.0.1", bport, other)  # another job's rank 0
-        assert not rv.beacon_answers("127.0.0.1", master, token)  # nothing there
+        assert masterstore.beacon_answers("127.0.0.1", bport, token)
+        other = masterstore.beacon_token(SimpleNamespace(job_uid="uid-2", attempt=2))
+        assert not masterstore.beacon_answers("127.0.0.1", bport, other)  # another job's rank 0
+        assert not masterstore.beacon_answers("127.0.0.1", master, token)  # nothing there
         t0 = time.monotonic()
-        addr, last, took, h = rv.dial_until_decided(["127.0.0.1"], master, Deadline(t0 + 20),
-                                                    beacon=(bport, token))
+        addr, last, took, h = dialing.dial_until_decided(["127.0.0.1"], master, Deadline(t0 + 20),
+                                                         beacon=(bport, token))
         assert addr is None and last == "refused" and h["listening"] is True and h["port"] == bport
         assert time.monotonic() - t0 < 5
-        addr, last, took, h = rv.dial_until_decided(["127.0.0.1"], master,
-                                                    Deadline(time.monotonic() + 2.5),
-                                                    beacon=(bport, other))
+        addr, last, took, h = dialing.dial_until_decided(["127.0.0.1"], master,
+                                                         Deadline(time.monotonic() + 2.5),
+                                                         beacon=(bport, other))
         assert addr is None and last == "refused" and h is None and took >= 2.0
     finally:
         sock.close()
@@ -295,14 +289,14 @@ def _late_record_case(monkeypatch, master_after: float, sibling_ok: bool, resolv
         def step(self, *a):
             pass
 
-    monkeypatch.setattr(RV, "resolve", fake_resolve)
-    monkeypatch.setattr(RV, "route_get", lambda *a, **k: None)
+    monkeypatch.setattr(reachmaster, "resolve", fake_resolve)
+    monkeypatch.setattr(reachmaster, "route_get", lambda *a, **k: None)
     cfg = SimpleNamespace(node_name="node-a", rank=0, world_size=2, master_addr="j-0.j",
                           master_port=29500, resolve_seconds=resolve_seconds,
                           peer_dns_name="j-1.j", loopback_requested=False, agent_store=False)
     state = {"warnings": []}
     try:
-        out = RV.reach_master(cfg, {"interfaces": []}, Deadline(t0 + deadline_s), Tracker(), state)
+        out = reachmaster.reach_master(cfg, {"interfaces": []}, Deadline(t0 + deadline_s), Tracker(), state)
         return out, None, state, time.monotonic() - t0
     except Exception as e:  # ProbeFailure
         return None, e, state, time.monotonic() - t0
@@ -340,10 +334,10 @@ def test_a_lookup_the_resolver_never_answers_is_abandoned_at_the_window(monkeypa
     every search domain, and rank 0 reported long after its 10 s window."""
     from disttrain_probe.runtime.deadline import Deadline
 
-    monkeypatch.setattr(RV, "resolve", lambda name: (time.sleep(5), ["10.0.0.1"])[1])
+    monkeypatch.setattr(reachmaster, "resolve", lambda name: (time.sleep(5), ["10.0.0.1"])[1])
     t0 = time.monotonic()
     with pytest.raises(OSError, match="no answer from the resolver"):
-        RV._resolve_within("j-0.j", 0.3)
-    got, err = RV._resolve_retry("j-0.j", Deadline(time.monotonic() + 30), 1.0)
+        reachmaster._resolve_within("j-0.j", 0.3)
+    got, err = reachmaster._resolve_retry("j-0.j", Deadline(time.monotonic() + 30), 1.0)
     assert got == [] and "no answer from the resolver" in err
     assert time.monotonic() - t0 < 3

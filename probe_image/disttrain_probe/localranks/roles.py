@@ -73,17 +73,25 @@ def _bw(result: Optional[Dict[str, Any]], key: str) -> Optional[float]:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
+@dataclass(frozen=True)
+class AllReduces:
+    """A local rank's own results of the intra-node (``intra``) and the world (``world``)
+    all-reduce, as :mod:`disttrain_probe.phases.collective` returns them (None: not run)."""
+    intra: Optional[Dict[str, Any]] = None
+    world: Optional[Dict[str, Any]] = None
+
+
 def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Dict[str, Any]] = None,
-          device: Optional[str] = None, intra: Optional[Dict[str, Any]] = None,
-          world: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+          device: Optional[str] = None, allreduces: AllReduces = AllReduces()) -> Dict[str, Any]:
     """One local rank's compact outcome (an element of the report's ``localRanks``):
     ``{localRank, ok, phase, device?, intraBusbwGBps?, busbwGBps?, failure?}``, bandwidths
-    in GB/s (1e9 B/s) from its own timing of the intra-node and the world all-reduce.
-    Optional keys are left out when unknown (a 4 KiB report has to carry P of these)."""
+    in GB/s (1e9 B/s) from its own timing of the intra-node and the world all-reduce
+    (``allreduces``). Optional keys are left out when unknown (a 4 KiB report has to carry
+    P of these)."""
     out: Dict[str, Any] = {"localRank": local_rank, "ok": bool(ok), "phase": phase}
     if device:
         out["device"] = device
-    ib, wb = _bw(intra, "busbwGBps"), _bw(world, "busbwGBps")
+    ib, wb = _bw(allreduces.intra, "busbwGBps"), _bw(allreduces.world, "busbwGBps")
     if ib is not None:
         out["intraBusbwGBps"] = ib
     if wb is not None:

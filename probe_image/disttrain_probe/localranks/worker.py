@@ -89,7 +89,7 @@ class LocalWorker:
 
     def entry(self, ok: bool) -> Dict[str, Any]:
         return LR.entry(self.cfg.local_rank, ok, self.phase, self.failure, self.device,
-                        self.intra, self.world)
+                        LR.AllReduces(self.intra, self.world))
 
     def say(self, ok: bool = False) -> None:
         try:

@@ -1,0 +1,117 @@
+"""Rank 0's side of the rendezvous: the master port it listens on as it starts, the beacon
+that tells its peers it listens, and the TCPStore that adopts the early socket.
+
+Rank 0 binds and listens on MASTER_PORT as soon as it starts (:func:`listen_early`, before
+torch is imported) and hands the socket to the TCPStore later (:func:`serve_store`), so
+peers' connections queue until it is ready. Right after, it listens on the beacon port
+(:func:`start_beacon`), which answers each connection with this job's token: a peer refused
+on MASTER_PORT that the beacon answers knows the refusal is a rule (:func:`beacon_answers`).
+"""
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+from datetime import timedelta
+from typing import Any, Optional, Tuple
+
+LISTEN_BACKLOG = 4096  # connections queue here while rank 0 imports torch
+
+
+def listen_early(port: int) -> Tuple[Optional[socket.socket], Optional[str]]:
+    """Bind and listen on TCP ``port`` on every address (IPv6 dual-stack, else IPv4), as
+    the TCPStore would, so peers can connect before torch is even imported.
+
+    Returns (socket, None), or (None, the error) when the port cannot be bound (another
+    process holds it: the caller reports that). Never raises."""
+    err = None
+    for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+        s = None
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind((host, port))
+            s.listen(LISTEN_BACKLOG)
+            return s, None
+        except OSError as e:
+            if s is not None:
+                s.close()
+            # no IPv6 here: try IPv4; anything else (the port is taken) is the answer
+            if family == socket.AF_INET6 and e.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL,
+                                                         errno.EPROTONOSUPPORT, errno.EINVAL):
+                continue
+            err = str(e)
+            break
+    return None, err or "cannot bind"
+
+
+BEACON_SECONDS = 1.0  # a dial of rank 0's beacon port, connect and read
+
+
+def beacon_token(cfg: Any) -> bytes:
+    """What rank 0's beacon says, one line naming the job (UID) and the probe attempt, so
+    a peer never takes another service (or another job's probe) on that port for its rank 0."""
+    return f"disttrain-probe {getattr(cfg, 'job_uid', None) or '-'} " \
+           f"{getattr(cfg, 'attempt', None) or '-'} rank0\n".encode()
+
+
+def start_beacon(port: int, token: bytes) -> Tuple[Optional[socket.socket], Optional[str]]:
+    """Rank 0, right after :func:`listen_early` bound MASTER_PORT: listen on ``port`` on
+    every address and answer each connection with ``token`` (then close it), from a daemon
+    thread, for the life of the probe. Returns (socket, None) or (None, the error); never
+    raises (a port that cannot be bound only loses the evidence)."""
+    sock, err = listen_early(port)
+    if sock is None:
+        return None, err
+
+    def serve() -> None:
+        while True:
+            try:
+                c, _ = sock.accept()
+            except OSError:
+                return
+            try:
+                c.settimeout(1.0)
+                c.sendall(token)
+            except OSError:
+                pass
+            finally:
+                c.close()
+
+    threading.Thread(target=serve, name="probe-beacon", daemon=True).start()
+    return sock, None
+
+
+def beacon_answers(addr: str, port: int, token: bytes, timeout: float = BEACON_SECONDS) -> bool:
+    """True when ``addr``:``port`` answers with exactly ``token`` (this job's rank 0 probe,
+    which listened on MASTER_PORT before it listened here) within ``timeout`` seconds."""
+    try:
+        with socket.create_connection((addr, port), timeout=max(0.05, timeout)) as c:
+            c.settimeout(max(0.05, timeout))
+            got = b""
+            while len(got) < len(token):
+                more = c.recv(len(token) - len(got))
+                if not more:
+                    break
+                got += more
+            return got == token
+    except OSError:
+        return False
+
+
+def serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: timedelta) -> Any:
+    """Rank 0's TCPStore, adopting the early socket (torch >= 2.4: ``master_listen_fd``) so
+    connections queued on it are served; older torch binds the port itself after the early
+    socket is closed. Raises what TCPStore raises."""
+    kw = dict(host_name=cfg.master_addr, port=cfg.master_port, world_size=cfg.world_size,
+              is_master=True, timeout=timeout, wait_for_workers=False)
+    if sock is not None:
+        try:
+            store = dist.TCPStore(master_listen_fd=sock.fileno(), **kw)
+            sock.detach()  # the store owns the descriptor now
+            return store
+        except Exception:  # no master_listen_fd (older torch), or it was refused
+            sock.close()
+    return dist.TCPStore(**kw)
