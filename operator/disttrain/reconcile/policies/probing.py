@@ -28,7 +28,7 @@ from disttrain.api.types import DistTrainingJobSpec, nproc_for
 from disttrain.children.names import JobRef, master_dns_name, probe_pod_name, uses_dns_hostnames
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.diagnosis.diagnose import ProbeOutcome
-from disttrain.reconcile.step import ReportParser, Step
+from disttrain.reconcile.step import Outcome, ProbeRun, ReportParser, Step
 from disttrain_probe.contract.timing import SIBLING_SECONDS, default_resolve_seconds
 
 from disttrain.reconcile.policies import conflicts, nodeloss, scheduling
@@ -327,9 +327,18 @@ def _name_conflicts(s: Step) -> bool:
     return True
 
 
-def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, dict]]]:
-    """Advance the probe run. Returns (outcomes, MASTER_ADDR, pods by rank) once the verdict
-    can be reached, else None (still running, or the preflight already failed here)."""
+def apply(s: Step) -> Outcome:
+    """Advance the probe run while the preflight is undecided (``Validated`` Unknown);
+    ``s.probe_run`` holds what the verdict needs once it can be reached. FINISHED when the
+    preflight failed here."""
+    if s.spec.probe.enabled and s.status_of(constants.VALIDATED) == cond.UNKNOWN:
+        s.probe_run = run(s)
+    return Outcome.FINISHED if s.terminal else Outcome.CONTINUE
+
+
+def run(s: Step) -> Optional[ProbeRun]:
+    """Advance the probe run. Returns the outcomes, MASTER_ADDR and the pods by rank once the
+    verdict can be reached, else None (still running, or the preflight already failed here)."""
     attempt = attempt_of(s)
     by_rank = current_probes(s, attempt)
     s.set(constants.VALIDATED, constants.UNKNOWN, vocabulary.PROBING, "preflight probe running")
@@ -365,7 +374,7 @@ def run(s: Step) -> Optional[tuple[list[ProbeOutcome], Optional[str], dict[int, 
         return None
     outcomes = collect(s, by_rank)
     nodeloss.mark(outcomes, lost)
-    return outcomes, master, by_rank
+    return ProbeRun(outcomes, master, by_rank)
 
 
 def _master_given(s: Step, by_rank: dict[int, dict]) -> Optional[str]:
