@@ -26,7 +26,7 @@ from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker
 from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import conflicts, restart
 from disttrain.reconcile.policies.deadline import training_seconds_left
-from disttrain.reconcile.policies.probing import master_addr
+from disttrain.reconcile.policies.probelaunch import master_addr
 
 
 def current_workers(s: Step, attempt: int) -> dict[int, dict]:
