@@ -199,10 +199,11 @@ def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str
     if not conds:
         conds.extend(cond.initial(gen, ts, True))
     msg = cond.clip(msg)
-    cond.set_condition(conds, constants.VALIDATED, cond.FALSE, vocabulary.INVALID_SPEC, msg, gen, ts)
+    cond.set_condition(conds, constants.VALIDATED, cond.Verdict(cond.FALSE, vocabulary.INVALID_SPEC, msg), gen, ts)
     if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
-        cond.set_condition(conds, constants.FAILED, cond.TRUE, vocabulary.INVALID_SPEC, msg, gen, ts)
-        cond.set_condition(conds, constants.SUCCEEDED, cond.FALSE, vocabulary.INVALID_SPEC, "invalid spec", gen, ts)
+        cond.set_condition(conds, constants.FAILED, cond.Verdict(cond.TRUE, vocabulary.INVALID_SPEC, msg), gen, ts)
+        cond.set_condition(conds, constants.SUCCEEDED, cond.Verdict(cond.FALSE, vocabulary.INVALID_SPEC, "invalid spec"),
+                           gen, ts)
         plan.status.setdefault("completionTime", ts)
     return _events(plan, old, raw_status, probing=False)
 
@@ -218,9 +219,9 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
         where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
         at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
         ctype = constants.VALIDATED if not cond.is_true(conds, constants.VALIDATED) else constants.TRAINING_STARTED
-        cond.set_condition(conds, ctype, cond.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
+        cond.set_condition(conds, ctype, cond.Verdict(cond.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
             f"the operator failed on this job ({type(exc).__name__}{at}: {exc}); it retries with "
-            "backoff; please report this with the job's YAML"), None, ts)
+            "backoff; please report this with the job's YAML")), None, ts)
     plan.requeue(10.0)
     return _events(plan, old, raw_status, probing=False)
 

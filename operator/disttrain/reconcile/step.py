@@ -33,6 +33,7 @@ from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import ProbeOutcome
+from disttrain.diagnosis.verdicts import Verdict
 
 ReportParser = Callable[[str], dict]
 
@@ -221,8 +222,8 @@ class Step:
     # ---- conditions -------------------------------------------------------------------
     def set(self, ctype: str, status: str, reason: str, message: str) -> None:
         """Set one condition (see :func:`disttrain.reconcile.conditions.set_condition`)."""
-        cond.set_condition(self.conds, ctype, status, reason, cond.clip(message), self.generation,
-                           self.ts)
+        cond.set_condition(self.conds, ctype, Verdict(status, reason, cond.clip(message)),
+                           self.generation, self.ts)
 
     def status_of(self, ctype: str) -> str:
         return cond.status_of(self.conds, ctype)
