@@ -50,7 +50,7 @@ def test_probe_pod_carries_rank0_start_only_when_given():
 def test_a_slow_rank0_start_does_not_hold_the_others_back_for_long():
     """A cold image pull on rank 0's node: the others start without the evidence after
     PEER_START_WAIT_SECONDS (their own pulls must not wait for rank 0's)."""
-    from disttrain.reconcile.policies.probing import PEER_START_WAIT_SECONDS
+    from disttrain.reconcile.policies.probelaunch import PEER_START_WAIT_SECONDS
 
     body = advance(job(), step(job(), []))
     p0 = pod("j-probe-0", "probe", 0, phase="Pending", node="node-a", host_ip="10.100.0.10")
@@ -148,7 +148,7 @@ def test_a_silent_master_host_waits_for_rank0s_own_report_until_its_checks_end()
     (its name did not resolve: its queries leave by the wrong NIC) could name the NICs. When
     the host is silent, rank 0's report is awaited until its resolve window has passed since
     it started; a host that answers elsewhere (a port filter) is decided without it."""
-    from disttrain.reconcile.policies.probing import rank0_wait
+    from disttrain.reconcile.policies.stranded import rank0_wait
 
     def timeout_report(host_r):
         rep = report(1, "node-b", ok=False, failure={
@@ -177,7 +177,7 @@ def test_a_silent_store_waits_until_a_dead_rank0_node_is_named_not_the_dialler()
     ("TCP ... works but the TCPStore did not answer") and the verdict, taken at once, was
     MasterPortTimeout on node-a. Now rank 0's report is awaited long enough for its silence
     to count (nodeloss): the lost node is named."""
-    from disttrain.reconcile.policies.probing import STORE_SILENT_WAIT_SECONDS
+    from disttrain.reconcile.policies.stranded import STORE_SILENT_WAIT_SECONDS
 
     rep = report(1, "node-b", ok=False, failure={
         "reason": vocabulary.MASTER_PORT_TIMEOUT, "phase": "rendezvous",

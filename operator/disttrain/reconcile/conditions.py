@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional
 
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
+from disttrain.diagnosis.verdicts import Verdict
 
 TRUE, FALSE, UNKNOWN = constants.TRUE, constants.FALSE, constants.UNKNOWN
 
@@ -59,17 +60,17 @@ def is_true(conditions: Iterable[dict[str, Any]], ctype: str) -> bool:
 def set_condition(
     conditions: list[dict[str, Any]],
     ctype: str,
-    status: str,
-    reason: str,
-    message: str,
+    value: Verdict,
     generation: Optional[int],
     now: str,
 ) -> bool:
-    """Set one condition in place. Returns True when status, reason or message changed.
+    """Set condition ``ctype`` in place to ``value`` (its status, reason and message).
+    Returns True when status, reason or message changed.
 
     ``lastTransitionTime`` is set to ``now`` only when the status changes (or the condition
     is new). Raises ValueError for a status other than True/False/Unknown.
     """
+    status, reason, message = value.status, value.reason, value.message
     if status not in (TRUE, FALSE, UNKNOWN):
         raise ValueError(f"condition status must be True, False or Unknown, not {status!r}")
     message = message[:32768]
@@ -103,7 +104,7 @@ def initial(generation: Optional[int], now: str, probe_enabled: bool) -> list[di
             reason, msg = vocabulary.TRAINING_PENDING, "training has not started"
         else:
             reason, msg = vocabulary.NOT_CHECKED, "waiting for the preflight probe"
-        set_condition(conds, ctype, UNKNOWN, reason, msg, generation, now)
+        set_condition(conds, ctype, Verdict(UNKNOWN, reason, msg), generation, now)
     return conds
 
 

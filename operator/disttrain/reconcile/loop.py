@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import traceback
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from pydantic import ValidationError
 
@@ -53,7 +53,7 @@ from disttrain.reconcile.policies import (
 )
 from disttrain.reconcile.policies import gang as gangpolicy
 from disttrain.reconcile.status_repair import repair
-from disttrain.reconcile.step import ApiFailure, Observed, Plan, ReportParser, Step
+from disttrain.reconcile.step import ApiFailure, Observed, Outcome, Plan, ReportParser, Step
 
 __all__ = ["Plan", "ApiFailure", "Observed", "reconcile"]
 
@@ -120,31 +120,32 @@ def _recall_attempts(s: Step) -> None:
         s.status["probe"] = {"attempt": top(constants.ROLE_PROBE)}
 
 
+# The policies in the order they run, each ``apply(s: Step) -> Outcome`` (see step.Outcome).
+POLICIES: tuple[Callable[[Step], Outcome], ...] = (
+    apierrors.apply,   # the previous step's API failures: terminal ones end the job
+    suspend.apply,     # spec.suspend: STOP while suspended
+    admission.apply,   # Kueue: STOP until the Workload is admitted
+    probing.apply,     # the probe run, while Validated is Unknown -> s.probe_run
+    verdict.apply,     # s.probe_run -> the check conditions, Validated
+    training.apply,    # once validated (or without probes): training pods, their outcome
+)
+
+
 def _stages(s: Step) -> None:
     if s.terminal:
         _cleanup(s)
         return
-    if apierrors.apply(s):
-        _cleanup(s)
-        return
-    if suspend.apply(s):
-        return
-    if admission.apply(s):
-        return
-    if s.spec.probe.enabled and s.status_of(constants.VALIDATED) == cond.UNKNOWN:
-        result = probing.run(s)
-        if result is not None:
-            outcomes, master, _ = result
-            verdict.apply(s, outcomes, master)
-    if not s.terminal and (s.is_true(constants.VALIDATED) or not s.spec.probe.enabled):
-        if s.spec.probe.keep_pods != "Always":
-            for p in s.alive(constants.ROLE_PROBE):  # validated: the probe pods' job is done
-                s.delete(p)
-        training.run(s)
+    for policy in POLICIES:
+        outcome = policy(s)
+        if outcome is Outcome.FINISHED:
+            _cleanup(s)
+            return
+        if outcome is Outcome.STOP:
+            return
     if s.terminal:
         _cleanup(s)
     else:
-        apierrors.apply(s)  # a failure that persists is shown on the stage's condition
+        apierrors.show(s)  # a failure that persists is shown on the stage's condition
     _headless_service(s)
 
 
@@ -198,10 +199,11 @@ def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str
     if not conds:
         conds.extend(cond.initial(gen, ts, True))
     msg = cond.clip(msg)
-    cond.set_condition(conds, constants.VALIDATED, cond.FALSE, vocabulary.INVALID_SPEC, msg, gen, ts)
+    cond.set_condition(conds, constants.VALIDATED, cond.Verdict(cond.FALSE, vocabulary.INVALID_SPEC, msg), gen, ts)
     if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
-        cond.set_condition(conds, constants.FAILED, cond.TRUE, vocabulary.INVALID_SPEC, msg, gen, ts)
-        cond.set_condition(conds, constants.SUCCEEDED, cond.FALSE, vocabulary.INVALID_SPEC, "invalid spec", gen, ts)
+        cond.set_condition(conds, constants.FAILED, cond.Verdict(cond.TRUE, vocabulary.INVALID_SPEC, msg), gen, ts)
+        cond.set_condition(conds, constants.SUCCEEDED, cond.Verdict(cond.FALSE, vocabulary.INVALID_SPEC, "invalid spec"),
+                           gen, ts)
         plan.status.setdefault("completionTime", ts)
     return _events(plan, old, raw_status, probing=False)
 
@@ -217,9 +219,9 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
         where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
         at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
         ctype = constants.VALIDATED if not cond.is_true(conds, constants.VALIDATED) else constants.TRAINING_STARTED
-        cond.set_condition(conds, ctype, cond.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
+        cond.set_condition(conds, ctype, cond.Verdict(cond.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
             f"the operator failed on this job ({type(exc).__name__}{at}: {exc}); it retries with "
-            "backoff; please report this with the job's YAML"), None, ts)
+            "backoff; please report this with the job's YAML")), None, ts)
     plan.requeue(10.0)
     return _events(plan, old, raw_status, probing=False)
 

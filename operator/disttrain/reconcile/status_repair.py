@@ -147,7 +147,7 @@ def _rendezvous(raw: Any) -> dict[str, Any]:
 
 def _put(conds: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
          now: str) -> None:
-    cond.set_condition(conds, ctype, status, reason, cond.clip(message), None, now)
+    cond.set_condition(conds, ctype, cond.Verdict(status, reason, cond.clip(message)), None, now)
 
 
 def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:

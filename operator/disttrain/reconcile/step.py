@@ -11,10 +11,15 @@ set one and forget the other. Children are only created through :meth:`Step.crea
 which refuses a name that any observed pod still holds (an older attempt's pod that is
 terminating, or a pod that is not the job's): this is what guarantees that there are
 never two pods for one rank and that no pod of an old attempt is created again.
+
+Every policy that :func:`disttrain.reconcile.loop._stages` runs has one entry shape,
+``apply(s: Step) -> Outcome`` (:class:`Outcome`); what a policy works out for a later one
+is left on the Step (:attr:`Step.gangs`, :attr:`Step.placement`, :attr:`Step.probe_run`).
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional
@@ -27,8 +32,34 @@ from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
+from disttrain.diagnosis.diagnose import ProbeOutcome
+from disttrain.diagnosis.verdicts import Verdict
 
 ReportParser = Callable[[str], dict]
+
+
+class Outcome(enum.Enum):
+    """What a policy's ``apply(s: Step)`` tells the loop.
+
+    - ``CONTINUE``: go on with the next policy;
+    - ``STOP``: nothing after this policy runs in this step (suspended, waiting for Kueue);
+    - ``FINISHED``: this policy ended the job (it is terminal now): clean up
+      (:mod:`.policies.cleanup`), and nothing after it runs.
+    """
+
+    CONTINUE = "continue"
+    STOP = "stop"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """What :mod:`.policies.probing` hands the verdict once it can be reached: one outcome
+    per rank, MASTER_ADDR, and the attempt's probe pods by rank."""
+
+    outcomes: list[ProbeOutcome]
+    master: Optional[str]
+    by_rank: dict[int, dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -122,6 +153,7 @@ class Step:
     labels: dict[str, str] = field(default_factory=dict)  # the job's metadata.labels
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)  # the queued job's Kueue objects
     placement: Optional[tuple[dict[str, str], list[dict]]] = None  # flavors' nodeSelector, tolerations
+    probe_run: Optional[ProbeRun] = None  # set by policies.probing once the verdict can be reached
 
     @property
     def ts(self) -> str:
@@ -190,8 +222,8 @@ class Step:
     # ---- conditions -------------------------------------------------------------------
     def set(self, ctype: str, status: str, reason: str, message: str) -> None:
         """Set one condition (see :func:`disttrain.reconcile.conditions.set_condition`)."""
-        cond.set_condition(self.conds, ctype, status, reason, cond.clip(message), self.generation,
-                           self.ts)
+        cond.set_condition(self.conds, ctype, Verdict(status, reason, cond.clip(message)),
+                           self.generation, self.ts)
 
     def status_of(self, ctype: str) -> str:
         return cond.status_of(self.conds, ctype)

@@ -1,6 +1,9 @@
 """One module per policy of the reconcile loop (pure functions of a :class:`~disttrain.reconcile.step.Step`).
 
-- :mod:`.probing`: probe pods, rank 0 first; scheduling verdict; when to stop waiting;
+- :mod:`.probing`: the probe run: scheduling verdict, when to stop waiting, the probe budget;
+- :mod:`.probelaunch`: an attempt's probe pods, rank 0 first;
+- :mod:`.stranded`: a rank that failed before joining the store: the verdict need not wait;
+- :mod:`.probereports`: the probes' reports, checked, one outcome per rank;
 - :mod:`.verdict`: finished probe reports (checked by :mod:`disttrain.diagnosis.trust`) -> conditions;
 - :mod:`.nodeloss`: a probe that outlives its peers on a node that stopped reporting: the node is lost;
 - :mod:`.training`: training pods pinned to validated nodes; their outcome;

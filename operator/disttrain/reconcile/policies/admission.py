@@ -23,28 +23,29 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue
 from disttrain.children import observe
-from disttrain.reconcile.step import Step
+from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies.suspend import stop_run
 
 
-def apply(s: Step) -> bool:
-    """Gate the job on its Workload; True while it must not run pods."""
+def apply(s: Step) -> Outcome:
+    """Gate the job on its Workload; STOP while it must not run pods (also when Kueue
+    deactivated it and it failed here: the next step cleans up)."""
     queue = kueue.queue_name(s.labels)
     if queue is None:
-        return False
+        return Outcome.CONTINUE
     if s.kueue.problem:
         s.set(constants.ADMITTED, cond.FALSE, vocabulary.KUEUE_UNAVAILABLE, cond.clip(
             f"queued in LocalQueue {queue} (label {kueue.QUEUE_LABEL}), but {s.kueue.problem}: install "
             "the chart with kueue.enabled=true and Kueue in the cluster, or remove the label"))
         s.plan.requeue(30.0)
-        return True
+        return Outcome.STOP
     wl = s.kueue.workload
     if wl is None or not observe.owned_by(wl, s.job.uid):
         if wl is None:
             s.plan.objects.append(kueue.workload(s.job, s.spec, queue))
         s.set(constants.ADMITTED, cond.FALSE, vocabulary.WAITING_FOR_QUOTA,
               f"queued in LocalQueue {queue}: waiting for Kueue to admit Workload {kueue.workload_name(s.job)}")
-        return True
+        return Outcome.STOP
     adm = kueue.read(wl)
     was_admitted = s.is_true(constants.ADMITTED)
     if adm.state == "admitted":
@@ -53,13 +54,13 @@ def apply(s: Step) -> bool:
               f"admitted by ClusterQueue {adm.cluster_queue} (LocalQueue {queue})"
               + (f"; flavors: {flavors}" if flavors else ""))
         s.placement = kueue.placement(list(s.kueue.flavors))
-        return False
+        return Outcome.CONTINUE
     if adm.state == "inactive":
         s.set(constants.ADMITTED, cond.FALSE, vocabulary.WORKLOAD_DEACTIVATED, cond.clip(adm.message))
         s.finish(False, vocabulary.WORKLOAD_DEACTIVATED, cond.clip(
             f"Kueue deactivated Workload {kueue.workload_name(s.job)} ({adm.reason}): {adm.message}; "
             "delete the job and create it again"), "deactivated by Kueue")
-        return True
+        return Outcome.STOP
     if adm.state == "evicted":
         s.set(constants.ADMITTED, cond.FALSE, vocabulary.WORKLOAD_EVICTED, cond.clip(
             f"evicted by Kueue ({adm.reason}): {adm.message}; the pods are stopped and the job "
@@ -69,13 +70,13 @@ def apply(s: Step) -> bool:
             s.plan.status_patches.append((kueue.KUEUE_API, "Workload", observe.name(wl), kueue.release_patch(wl, adm, s.ts)))
         else:
             s.plan.requeue(1.0)
-        return True
+        return Outcome.STOP
     # pending (or finished although the job is not: it cannot run again under this Workload)
     s.set(constants.ADMITTED, cond.FALSE, vocabulary.WAITING_FOR_QUOTA, cond.clip(
         f"queued in LocalQueue {queue}, Workload {observe.name(wl)}: {adm.reason}: {adm.message}"))
     if was_admitted:
         stop_run(s, vocabulary.WAITING_FOR_QUOTA, "no longer admitted", first=True)
-    return True
+    return Outcome.STOP
 
 
 def finish(s: Step) -> None:

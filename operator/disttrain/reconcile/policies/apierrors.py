@@ -23,7 +23,7 @@ from typing import Optional
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.reconcile.step import ApiFailure, Step
+from disttrain.reconcile.step import ApiFailure, Outcome, Step
 
 SHOW_AFTER = 3
 MAX_BACKOFF_SECONDS = 60.0
@@ -70,11 +70,19 @@ def waiting_condition(s: Step) -> list[str]:
     return [constants.SUCCEEDED, constants.FAILED]
 
 
-def apply(s: Step) -> Optional[str]:
-    """Act on the failures of the previous step; returns the terminal reason if the job
-    was failed here, else None."""
+def apply(s: Step) -> Outcome:
+    """Act on the failures of the previous step: FINISHED when one cannot succeed on retry
+    and the job was failed here, else CONTINUE (the others shown by :func:`show`)."""
     if s.terminal or not s.api_failures:
-        return None
+        return Outcome.CONTINUE
+    if _fail_terminal(s) is not None:
+        return Outcome.FINISHED
+    show(s)
+    return Outcome.CONTINUE
+
+
+def _fail_terminal(s: Step) -> Optional[str]:
+    """Fail the job on the first failure that retrying cannot fix; its reason, else None."""
     for f in s.api_failures:
         if is_terminal(f):
             reason = vocabulary.INVALID_POD_TEMPLATE if f.kind == "Pod" else vocabulary.INVALID_SPEC
@@ -83,6 +91,15 @@ def apply(s: Step) -> Optional[str]:
             else:
                 s.fail_preflight(reason, terminal_message(f))
             return reason
+    return None
+
+
+def show(s: Step) -> None:
+    """Show the failure retried longest, from the SHOW_AFTER-th time on, as ``APIError`` on
+    the condition(s) the job waits on (run again at the end of the step, once the stage is
+    known)."""
+    if s.terminal or not s.api_failures:
+        return
     worst = max(s.api_failures, key=lambda f: f.attempts)
     if worst.attempts >= SHOW_AFTER:
         code = f"HTTP {worst.code}" if worst.code else "no answer"
@@ -91,4 +108,3 @@ def apply(s: Step) -> Optional[str]:
                         f"{backoff_seconds(worst.attempts):g}s")
         for ctype in waiting_condition(s):
             s.set(ctype, cond.UNKNOWN, vocabulary.API_ERROR, msg)
-    return None

@@ -16,26 +16,26 @@ from __future__ import annotations
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.reconcile.step import Step
+from disttrain.reconcile.step import Outcome, Step
 
 _STAGE = (constants.VALIDATED, constants.TRAINING_STARTED, constants.SUCCEEDED, constants.FAILED) + constants.CHECK_CONDITIONS
 
 
-def apply(s: Step) -> bool:
-    """Suspend or resume the job as the spec says; True while it is suspended (the other
+def apply(s: Step) -> Outcome:
+    """Suspend or resume the job as the spec says; STOP while it is suspended (the other
     stages must not run)."""
     suspended = s.is_true(constants.SUSPENDED)
     if not s.spec.suspend:
         if suspended:
             s.set(constants.SUSPENDED, cond.FALSE, vocabulary.JOB_RESUMED, "resumed: the probes run again, then training")
-        return False
+        return Outcome.CONTINUE
     if not suspended:
         was_running = s.is_true(constants.TRAINING_STARTED)
         s.set(constants.SUSPENDED, cond.TRUE, vocabulary.JOB_SUSPENDED,
               "spec.suspend is true: the job's pods are deleted and nothing runs until it is false"
               + ("; training was stopped" if was_running else ""))
     stop_run(s, vocabulary.JOB_SUSPENDED, "suspended", first=not suspended)
-    return True
+    return Outcome.STOP
 
 
 def stop_run(s: Step, reason: str, why: str, first: bool) -> None:

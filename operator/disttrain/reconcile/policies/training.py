@@ -23,10 +23,10 @@ from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
-from disttrain.reconcile.step import Step
+from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import conflicts, restart
 from disttrain.reconcile.policies.deadline import training_seconds_left
-from disttrain.reconcile.policies.probing import master_addr
+from disttrain.reconcile.policies.probelaunch import master_addr
 
 
 def current_workers(s: Step, attempt: int) -> dict[int, dict]:
@@ -157,6 +157,18 @@ def _unplaced(s: Step, by_rank: dict[int, dict]) -> None:
         s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, cond.clip(
             "; ".join(f"rank {r} ({observe.name(p)}) cannot be placed yet: {m}" for r, p, m in stuck)
             + "; it starts when its validated node has room"))
+
+
+def apply(s: Step) -> Outcome:
+    """Once validated (or without probes): delete the probe pods (their job is done, unless
+    ``probe.keepPods`` is Always) and advance training; FINISHED when the job ended."""
+    if s.terminal or not (s.is_true(constants.VALIDATED) or not s.spec.probe.enabled):
+        return Outcome.CONTINUE
+    if s.spec.probe.keep_pods != "Always":
+        for p in s.alive(constants.ROLE_PROBE):
+            s.delete(p)
+    run(s)
+    return Outcome.FINISHED if s.terminal else Outcome.CONTINUE
 
 
 def run(s: Step) -> None:

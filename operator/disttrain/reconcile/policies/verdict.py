@@ -18,14 +18,22 @@ from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Policy, ProbeOutcome, diagnose, summarize_ifnames
-from disttrain.reconcile.step import Step
+from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import nodeloss
 
 
 MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
 
 
-def apply(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
+def apply(s: Step) -> Outcome:
+    """Write the verdict once the probe run reached it (``s.probe_run``, from
+    :mod:`.probing`); FINISHED when the preflight failed."""
+    if s.probe_run is not None:
+        write(s, s.probe_run.outcomes, s.probe_run.master)
+    return Outcome.FINISHED if s.terminal else Outcome.CONTINUE
+
+
+def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     """Write the verdict; True when the job was validated."""
     diag = diagnose(outcomes, master, Policy.of(s.spec))
     apply_advice(diag, s.job, s.spec)

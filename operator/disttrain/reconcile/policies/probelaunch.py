@@ -1,0 +1,117 @@
+"""Launching a probe attempt (pure): its pods, rank 0 first; its number and start in ``status.probe``.
+
+Rank 0's probe hosts the rendezvous store, so its address must be known before the other
+ranks start, but which node it lands on is the scheduler's decision: rank 0's pod is created
+first (its MASTER_ADDR is its own DNS name or address), the others once rank 0 has its
+address and its probe container has started (or :data:`PEER_START_WAIT_SECONDS` after it
+reached its node), carrying that start time as the evidence that lets a dialling rank call
+a silent master port blocked after a short grace. With a gang (:mod:`.gang`) every rank is
+created at once, MASTER_ADDR rank 0's DNS name.
+
+Pods of an older attempt are deleted; a rank's pod is created only when no observed pod
+holds its name (:meth:`~disttrain.reconcile.step.Step.create`). Used by :mod:`.probing`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Optional
+
+from disttrain.api import constants
+from disttrain.children import observe
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children.names import JobRef, master_dns_name, uses_dns_hostnames
+from disttrain.children.probepod import ProbeMaster, build_probe_pod
+from disttrain.reconcile.step import Step
+from disttrain.reconcile.policies.deadline import seconds_left
+
+# How long after rank 0's pod got to its node the other probes wait for rank 0's probe
+# container to start (s). Started, it is the evidence that lets them diagnose a blocked
+# master port in seconds; a slow start (a cold image pull) must not hold back their own
+# pulls for longer: they then start without it (and dial until their deadline).
+PEER_START_WAIT_SECONDS = 5.0
+
+
+
+def master_addr(job: JobRef, spec: DistTrainingJobSpec, rank0: Optional[dict]) -> Optional[str]:
+    """MASTER_ADDR for the other ranks once rank 0's pod has its address (None before):
+    rank 0's DNS name with DNS hostnames, else its node IP (hostNetwork) or pod IP."""
+    if rank0 is None:
+        return None
+    addr = observe.host_ip(rank0) if spec.network.host_network else observe.pod_ip(rank0)
+    if not addr:
+        return None
+    return master_dns_name(job, spec) if uses_dns_hostnames(spec) else addr
+
+
+def peers_wait_left(rank0: dict, now: datetime) -> Optional[float]:
+    """Seconds the probes of ranks 1..n-1 must still wait (<= 0: create them now): none once
+    rank 0's probe container started, else until PEER_START_WAIT_SECONDS after rank 0's pod
+    started on its node; None while it has not reached a node."""
+    if observe.started_at(rank0, "probe"):
+        return 0.0
+    return seconds_left(observe.pod_start_time(rank0), PEER_START_WAIT_SECONDS, now)
+
+def attempt_of(s: Step) -> int:
+    """The current probe attempt (1-based), recorded in status.probe.attempt."""
+    pst = s.status.setdefault("probe", {})
+    attempt = pst.get("attempt")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        attempt = 1
+        pst["attempt"] = attempt
+    return attempt
+
+
+def current_probes(s: Step, attempt: int) -> dict[int, dict]:
+    """The attempt's probe pods by node rank; every other probe pod of the job is deleted."""
+    by_rank: dict[int, dict] = {}
+    n = s.spec.num_nodes
+    for p in s.alive(constants.ROLE_PROBE):
+        rank = observe.int_label(p, constants.LABEL_RANK)
+        if observe.int_label(p, constants.LABEL_ATTEMPT) != attempt or not 0 <= rank < n or rank in by_rank:
+            s.delete(p)
+        else:
+            by_rank[rank] = p
+    return by_rank
+
+
+def record_start(s: Step, by_rank: dict[int, dict]) -> None:
+    """status.probe.startTime: when the attempt's first probe pod was created (its budget
+    starts then, not while the job waits for a name or for quota)."""
+    pst = s.status["probe"]
+    if pst.get("startTime") or not by_rank:
+        return
+    created = [observe.parse_time(observe.meta(p).get("creationTimestamp")) for p in by_rank.values()]
+    first = min((t for t in created if t), default=None)
+    pst["startTime"] = (first.strftime("%Y-%m-%dT%H:%M:%SZ") if first else s.ts)
+
+
+def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
+    """Create the missing probe pods (rank 0 first); returns MASTER_ADDR once known."""
+    job, spec = s.job, s.spec
+    rank0 = by_rank.get(0)
+    master = master_addr(job, spec, rank0)
+    if constants.ROLE_PROBE in s.gangs:  # a gang is placed only once all its pods exist: all at once
+        master = master_dns_name(job, spec)
+        s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
+        for rank in range(spec.num_nodes):
+            if rank not in by_rank:
+                s.create(build_probe_pod(job, spec, rank, ProbeMaster(master if rank else None), attempt, s.probe_image))
+        return master
+    if rank0 is None:
+        s.create(build_probe_pod(job, spec, 0, ProbeMaster(), attempt, s.probe_image))
+        return master
+    if not master:
+        return None
+    left = peers_wait_left(rank0, s.now)
+    if left is None or left > 0:
+        if left is not None:
+            s.plan.requeue(left)
+        return master
+    s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
+    started = observe.started_at(rank0, "probe")
+    for rank in range(1, spec.num_nodes):
+        if rank not in by_rank:
+            s.create(build_probe_pod(job, spec, rank, ProbeMaster(master, started), attempt, s.probe_image))
+    return master
+

@@ -1,0 +1,146 @@
+"""Ranks stranded outside the rendezvous (pure): when the verdict need not wait for every probe.
+
+A rank >= 1 that failed before joining rank 0's store (its MASTER_ADDR loopback or
+unresolvable, the master port refused or silent, a failure in config or inventory) is seen
+by no peer: the others would wait for it until their own deadline. :func:`stranded` says
+when the verdict can go without the probes still running (after
+:data:`STRANDED_SETTLE_SECONDS`), and how long it first waits for rank 0's own report when
+only rank 0 can name its node's fault (:func:`master_silent`, :func:`store_silent`). Used
+by :mod:`.probing`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Optional
+
+from disttrain_probe.contract import vocabulary
+from disttrain.children import observe
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.reconcile.step import ReportParser
+from disttrain_probe.contract.timing import SIBLING_SECONDS, default_resolve_seconds
+
+from disttrain.reconcile.policies import nodeloss
+from disttrain.reconcile.policies.deadline import seconds_left
+
+# A rank >= 1 that failed for one of these (or before the rendezvous) never joined rank 0's
+# store, so no peer learns of it: they would wait for it until their own deadline.
+STRANDING_REASONS = frozenset({
+    vocabulary.MASTER_ADDR_LOOPBACK, vocabulary.MASTER_ADDR_UNRESOLVABLE,
+    vocabulary.MASTER_PORT_REFUSED, vocabulary.MASTER_PORT_TIMEOUT,
+})
+# After the first such rank ended, how long the other dialling ranks get to end on their
+# own (they run the same checks at about the same time) before the verdict goes without them.
+STRANDED_SETTLE_SECONDS = 3.0
+
+
+
+def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, dict]]:
+    """(the probe container's terminated state, its parsed report) when ``pod`` failed
+    before joining rank 0's store (STRANDING_REASONS, or a failure in config/inventory),
+    else None."""
+    if pod is None or observe.phase(pod) != "Failed":
+        return None
+    term = observe.terminated(pod, "probe")
+    if not term:
+        return None
+    try:
+        rep = parse_report(observe.termination_message(pod, "probe"))
+    except ValueError:
+        return None
+    failure = v if isinstance(v := rep.get("failure"), dict) else {}
+    if failure.get("reason") in STRANDING_REASONS or rep.get("phase") in ("config", "inventory"):
+        return term, rep
+    return None
+
+
+def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Optional[dict]:
+    """The probe container's terminated state when ``pod`` failed before joining rank 0's
+    store (STRANDING_REASONS, or a failure in config/inventory), else None."""
+    found = _stranding_report(pod, parse_report)
+    return found[0] if found else None
+
+
+def master_silent(report: dict) -> bool:
+    """Whether a rank's report says MASTER_ADDR's host answered nothing: MasterPortTimeout
+    with a host check that got no answer on another port either. Only rank 0's own report
+    can then tell its node's fault (two NICs on one subnet, its own name not resolving)
+    from a path or a rule. Pure; never raises."""
+    f = v if isinstance(v := report.get("failure"), dict) else {}
+    m = v if isinstance(v := report.get("master"), dict) else {}
+    h = v if isinstance(v := m.get("hostCheck"), dict) else {}
+    return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and h.get("r") not in ("refused", "ok")
+
+
+def store_silent(report: dict) -> bool:
+    """Whether a rank's report says it connected to MASTER_ADDR:MASTER_PORT by TCP but rank
+    0's TCPStore never answered (MasterPortTimeout with ``master.connected``): the fault is
+    on rank 0's side (its probe stopped, its node died, something else holds the port), so
+    only rank 0's report, or its pod's silence, can say which. Pure; never raises."""
+    f = v if isinstance(v := report.get("failure"), dict) else {}
+    m = v if isinstance(v := report.get("master"), dict) else {}
+    return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and bool(m.get("connected"))
+
+
+# How long after a rank found rank 0's store silent (store_silent) the verdict waits for
+# rank 0's report (s): longer than nodeloss.NODE_LOST_SETTLE_SECONDS, so that a rank 0 whose
+# node died is named (ProbePodLost) instead of the rank that waited for it. Found on real
+# nodes: a kubelet and containerd killed during the rendezvous gave "MasterPortTimeout on
+# node-a", the live node that dialled the dead one.
+STORE_SILENT_WAIT_SECONDS = nodeloss.NODE_LOST_SETTLE_SECONDS + 2.0
+
+
+def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
+             now: datetime, rank0_wait: float = 0.0) -> tuple[bool, Optional[float]]:
+    """(True, None) when the verdict need not wait for the probes still running: some rank
+    >= 1 failed before joining the store and every other rank >= 1 has ended or
+    STRANDED_SETTLE_SECONDS have passed since it ended (rank 0 could only time out waiting
+    for it); or rank 0 itself failed before serving the store (the others could only be
+    refused). When a rank found rank 0's host silent (:func:`master_silent`), rank 0's own
+    report is awaited until ``rank0_wait`` seconds after its probe started (its own checks,
+    e.g. resolving its name, end by then): it alone can name a fault of rank 0's node. When
+    a rank found rank 0's store silent (:func:`store_silent`), rank 0's report is awaited
+    until STORE_SILENT_WAIT_SECONDS after that rank ended.
+    (False, seconds) while a wait runs; (False, None) otherwise."""
+    if _failed_before_store(by_rank.get(0), parse_report) is not None:
+        return True, None
+    first: Optional[datetime] = None
+    found = False
+    silent = False
+    store_quiet: Optional[datetime] = None  # the last report that found rank 0's store silent
+    for r in range(1, n):
+        got = _stranding_report(by_rank.get(r), parse_report)
+        if got is not None:
+            found = True
+            silent = silent or master_silent(got[1])
+            ended = observe.parse_time(got[0].get("finishedAt"))
+            if ended and (first is None or ended < first):
+                first = ended
+            if ended and store_silent(got[1]) and (store_quiet is None or ended > store_quiet):
+                store_quiet = ended
+    if not found:
+        return False, None
+    waits = []
+    if store_quiet is not None and not observe.finished(by_rank.get(0)):
+        left = seconds_left(store_quiet, STORE_SILENT_WAIT_SECONDS, now)
+        if left is not None and left > 0:
+            waits.append(left)
+    if silent and rank0_wait > 0 and not observe.finished(by_rank.get(0)):
+        start0 = observe.parse_time(observe.started_at(by_rank.get(0), "probe"))
+        left0 = seconds_left(start0, rank0_wait, now) if start0 else None
+        if left0 is not None and left0 > 0:
+            waits.append(left0)
+    if not (all(observe.finished(by_rank.get(r)) for r in range(1, n)) or first is None):
+        left = seconds_left(first, STRANDED_SETTLE_SECONDS, now)
+        if left is not None and left > 0:
+            waits.append(left)
+    return (False, max(waits)) if waits else (True, None)
+
+
+def rank0_wait(spec: DistTrainingJobSpec) -> float:
+    """Seconds after rank 0's probe started by which its own report has said whatever its
+    node's fault is: its MASTER_ADDR resolve window (the probe's default for this budget),
+    the one lookup of another name of the job (contract.timing.SIBLING_SECONDS), plus
+    STRANDED_SETTLE_SECONDS."""
+    return (default_resolve_seconds(float(spec.probe.timeout_seconds)) + SIBLING_SECONDS
+            + STRANDED_SETTLE_SECONDS)
