@@ -99,11 +99,11 @@ build_helm() {
 
 # CoreDNS the way its docs describe external builds: a main package that imports
 # core/dnsserver, coremain and only the plugins we use, and sets dnsserver.Directives to
-# them in CoreDNS's own order (plugin.cfg). Linking 13 plugins instead of ~60 keeps the
+# them in CoreDNS's own order (plugin.cfg). Linking 12 plugins instead of ~60 keeps the
 # build small (no cloud SDKs). Keep COREDNS_DIRECTIVES in that order. A cached binary
-# that lacks one of them (the list grew) is rebuilt. bind, hosts and forward serve a
+# that lacks one of them (the list grew) is rebuilt. bind and forward serve a
 # node-local DNS (nodedns.py), the rest cluster DNS (dns.py).
-COREDNS_DIRECTIVES=(bind ready health errors log loadbalance cache template hosts kubernetes loop forward whoami)
+COREDNS_DIRECTIVES=(bind ready health errors log loadbalance cache template kubernetes loop forward whoami)
 
 build_coredns() {
   local out="$CACHE/coredns-$COREDNS_VERSION/bin"

@@ -3,7 +3,7 @@
 A scenario's ``dns: {records: {NAME: ADDRESS}}`` on a node (:class:`~.scenario.NodeDns`)
 runs, in that node's namespace, a CoreDNS (the binary of ``make build-cluster``) on
 :data:`NODE_LOCAL_DNS` = 169.254.20.10, the address NodeLocal DNSCache listens on in real
-clusters. It answers those names from its ``hosts`` plugin and forwards everything else
+clusters. It answers those names (template plugin) and forwards everything else
 to cluster DNS (10.96.0.10); the node's kubelet (``clusterDNS``, ``realnode.py``) or node
 agent (the pods' resolv.conf, ``nodeagent/sandbox.py``) points the node's pods at it. One
 node thus gets a different answer for a name than the others: a stale record in a
@@ -19,12 +19,13 @@ Layout (instance 0; process and file names carry the node's name)::
 from __future__ import annotations
 
 import ipaddress
+import re
 import time
 from pathlib import Path
 from typing import Mapping
 
 from . import procs
-from .config import DNS_SERVICE_IP, NodeSpec, coredns_bin
+from .config import CLUSTER_DOMAIN, DNS_SERVICE_IP, NodeSpec, coredns_bin
 from .network import _ip
 
 NODE_LOCAL_DNS = "169.254.20.10"  # NodeLocal DNSCache's link-local listen address
@@ -45,26 +46,32 @@ def server_for(records: Mapping[str, str]) -> str:
     return NODE_LOCAL_DNS if records else DNS_SERVICE_IP
 
 
-def render_corefile(records: Mapping[str, str], upstream: str = DNS_SERVICE_IP) -> str:
-    """The node's Corefile: ``records`` (name -> IPv4 or IPv6 address) from the hosts
-    plugin, with TTL 1 s, everything else forwarded to ``upstream``; bound to
-    :data:`NODE_LOCAL_DNS` only. Raises ValueError for an address that is not one or a name
-    with whitespace."""
-    lines = []
+def render_corefile(records: Mapping[str, str], upstream: str = DNS_SERVICE_IP,
+                    domain: str = CLUSTER_DOMAIN) -> str:
+    """The node's Corefile, bound to :data:`NODE_LOCAL_DNS` only: each of ``records`` (name
+    -> IPv4 or IPv6 address) answered by the template plugin, TTL 1 s, for the name as
+    given and with any namespace's search suffix (``NAME.<ns>.svc.<domain>``, what a pod's
+    resolver asks first), everything else forwarded to ``upstream``. Raises ValueError
+    for an address that is not one or a name with whitespace."""
+    blocks = []
     for name, addr in sorted(records.items()):
-        ipaddress.ip_address(addr)
-        if not name or any(c.isspace() for c in name):
-            raise ValueError(f"dns record name {name!r}: no spaces allowed")
-        lines.append(f"        {addr} {name.rstrip('.')}\n")
+        ip = ipaddress.ip_address(addr)
+        if not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?", name):
+            raise ValueError(f"dns record name {name!r}: letters, digits, '-', '_' and dots only")
+        qtype = "A" if ip.version == 4 else "AAAA"
+        base = name.rstrip(".").replace(".", "[.]")  # [.]: no backslashes in the Corefile
+        suffix = f"svc.{domain}.".replace(".", "[.]")
+        blocks.append(
+            f"    template IN {qtype} {{\n"
+            f'        match "^{base}[.](([a-z0-9-]+[.])?{suffix})?$"\n'
+            f'        answer "{{{{ .Name }}}} 1 IN {qtype} {addr}"\n'
+            "        fallthrough\n"
+            "    }\n")
     return (
         ".:53 {\n"
         f"    bind {NODE_LOCAL_DNS}\n"
         "    errors\n"
-        "    hosts {\n"
-        + "".join(lines) +
-        "        ttl 1\n"
-        "        fallthrough\n"
-        "    }\n"
+        + "".join(blocks) +
         f"    forward . {upstream}\n"
         "}\n")
 

@@ -218,7 +218,8 @@ class NodeDns(_Strict):
     DNS; the node's pods use it. One node then resolves a name differently."""
 
     records: dict[str, str] = Field(..., min_length=1, max_length=64, description=(
-        "name (as queried, e.g. the FQDN with the search domain) -> the address it answers"))
+        "name -> the address it answers, for the name as given and with any namespace's "
+        "search suffix (NAME.<ns>.svc.cluster.local)"))
 
     @field_validator("records")
     @classmethod
@@ -228,7 +229,7 @@ class NodeDns(_Strict):
                 ipaddress.ip_address(addr)
             except ValueError:
                 raise ValueError(f"records.{name}: {addr!r} is not an IP address") from None
-            if not name or len(name) > 253 or any(c.isspace() for c in name):
+            if len(name) > 253 or not re.fullmatch(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?", name):
                 raise ValueError(f"records: {name!r} is not a DNS name")
         return v
 

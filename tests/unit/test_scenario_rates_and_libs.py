@@ -2,6 +2,7 @@
 library tokens and their on-demand install (altlibs), and the socketIfname expectation."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 import textwrap
@@ -49,18 +50,26 @@ def test_node_dns_records_reach_one_node_and_its_kubelet():
         nodes: 2
         nodeOverrides:
           node-b:
-            dns: {records: {master.default.svc.cluster.local: 10.100.0.99}}
+            dns: {records: {ddp-digits-0.ddp-digits: 10.100.0.99}}
         expect: {status: 'True'}
         """)
     a, b = scn.topology(sc)
     assert a.dns_records == {} and "dns_records" not in a.to_json()  # same digest as before
     assert scn.NodeTopology.from_json(b.to_json()).dns_records == {
-        "master.default.svc.cluster.local": "10.100.0.99"}
+        "ddp-digits-0.ddp-digits": "10.100.0.99"}
     assert nodedns.server_for(a.dns_records) == "10.96.0.10"
     assert nodedns.server_for(b.dns_records) == nodedns.NODE_LOCAL_DNS == "169.254.20.10"
     text = nodedns.render_corefile(b.dns_records)
-    assert "bind 169.254.20.10" in text and "10.100.0.99 master.default.svc.cluster.local\n" in text
-    assert "fallthrough" in text and "forward . 10.96.0.10" in text
+    assert "bind 169.254.20.10" in text and "forward . 10.96.0.10" in text and "fallthrough" in text
+    assert '"{{ .Name }} 1 IN A 10.100.0.99"' in text
+    # the name as given and under any namespace's search suffix, nothing else (CoreDNS: RE2)
+    pattern = re.search(r'match "([^"]+)"', text).group(1)
+    for q, hit in [("ddp-digits-0.ddp-digits.", True), ("ddp-digits-0.ddp-digits.ns-1.svc.cluster.local.", True),
+                   ("ddp-digits-0.ddp-digits.svc.cluster.local.", True), ("ddp-digits-0xddp-digits.", False),
+                   ("ddp-digits-1.ddp-digits.ns.svc.cluster.local.", False), ("x.ddp-digits-0.ddp-digits.", False)]:
+        assert bool(re.match(pattern, q)) == hit, q
+    with pytest.raises(ValueError):
+        nodedns.render_corefile({'a" b': "10.0.0.1"})
     cfg = realnode.kubelet_config(Path("/n"), scn_spec(), Path("/ca"), {"serving_crt": "c", "serving_key": "k"},
                                   nodedns.server_for(b.dns_records))
     assert cfg["clusterDNS"] == ["169.254.20.10"]
