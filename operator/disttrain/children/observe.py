@@ -13,6 +13,8 @@ never judged, never counted, and a name they hold is reported rather than taken.
 
 from __future__ import annotations
 
+import ipaddress
+
 import re
 
 from datetime import datetime, timezone
@@ -116,6 +118,29 @@ def host_ip(pod: Any) -> Optional[str]:
 def pod_ip(pod: Any) -> Optional[str]:
     v = status(pod).get("podIP")
     return v if isinstance(v, str) and v else None
+
+
+def pod_ips(pod: Any, limit: int = 4) -> tuple[str, ...]:
+    """The pod's addresses: ``status.podIPs[].ip`` (at most ``limit``), else ``podIP``;
+    only strings that parse as IP addresses (a pod's status is untrusted input)."""
+    out: list[str] = []
+    entries = status(pod).get("podIPs")
+    for e in entries[:limit] if isinstance(entries, list) else []:
+        ip = _dict(e).get("ip")
+        if isinstance(ip, str) and _is_ip(ip) and ip not in out:
+            out.append(ip)
+    one = pod_ip(pod)
+    if not out and one and _is_ip(one):
+        out.append(one)
+    return tuple(out)
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+        return True
+    except ValueError:
+        return False
 
 
 def node(pod: Any) -> Optional[str]:

@@ -30,7 +30,9 @@ class ProbeOutcome:
     ``error`` says why there is none (invalid report, container failed without one).
     ``running``: the probe had not finished when the verdict was reached without it (a
     peer failed before it could reach the rendezvous store, so this rank could only wait
-    for its deadline); it adds no failure of its own.
+    for its deadline); it adds no failure of its own. ``pod_ips``: the pod's addresses
+    (``status.podIPs``; with hostNetwork the node's), what the job's DNS names resolve to
+    even when the probe has not reported.
     """
 
     rank: int
@@ -40,6 +42,7 @@ class ProbeOutcome:
     error: Optional[str] = None
     error_reason: str = vocabulary.PROBE_REPORT_INVALID
     running: bool = False
+    pod_ips: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class RankInput:
     error: Optional[str] = None
     error_reason: str = vocabulary.PROBE_REPORT_INVALID
     running: bool = False
+    pod_ips: tuple[str, ...] = ()  # status.podIPs (ProbeOutcome)
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ def typed(o: ProbeOutcome) -> RankInput:
                      f"{'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg')}")
             reason = vocabulary.PROBE_REPORT_INVALID
     node = o.node or (report.node if report else None) or o.pod
-    return RankInput(o.rank, o.pod, node, report, error, reason, o.running)
+    return RankInput(o.rank, o.pod, node, report, error, reason, o.running, tuple(o.pod_ips))
 
 
 def is_loopback(addr: Optional[str]) -> bool:

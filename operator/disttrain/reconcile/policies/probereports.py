@@ -38,7 +38,7 @@ def collect(s: Step, by_rank: dict[int, dict]) -> list[ProbeOutcome]:
     for r in range(s.spec.num_nodes):
         pod = by_rank[r]
         name, node = observe.name(pod), observe.node(pod)
-        out = ProbeOutcome(rank=r, pod=name, node=node)
+        out = ProbeOutcome(rank=r, pod=name, node=node, pod_ips=observe.pod_ips(pod))
         outcomes.append(out)
         if not observe.finished(pod):
             out.running = True
