@@ -139,7 +139,7 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
     for i, mbps in stragglers.node_throughput(ranks).items():  # noqa: B007
         diag.nodes[i]["throughputMbps"] = round(mbps, 1)
 
-    found = findings.failures(ranks, master_addr)
+    found = findings.failures(ranks, master_addr) or attribution.own_resolution(ranks, master_addr)
     slow_fail, slow_warn = stragglers.findings(ranks, policy.max_link_imbalance) if not found else ([], [])
     found += slow_fail
     diag.failures = _failure_lines(found)

@@ -121,7 +121,7 @@ MASTER_ADDR_UNRESOLVABLE = _r("MasterAddrUnresolvable", (MASTER_REACHABLE,), _F,
 MASTER_PORT_REFUSED = _r("MasterPortRefused", (MASTER_REACHABLE,), _F, PROBE)
 MASTER_PORT_TIMEOUT = _r("MasterPortTimeout", (MASTER_REACHABLE,), _F, PROBE)
 RENDEZVOUS_TIMEOUT = _r("RendezvousTimeout", (MASTER_REACHABLE,), _F, PROBE, generic=True)
-MASTER_ADDR_NOT_LOCAL = _r("MasterAddrNotLocal", (MASTER_REACHABLE,), _W, PROBE)
+MASTER_ADDR_NOT_LOCAL = _r("MasterAddrNotLocal", (MASTER_REACHABLE,), (WARNING, FAILURE), PROBE)
 
 # ---- NetworkValidated ------------------------------------------------------------------
 INTERFACE_SELECTED = _r("InterfaceSelected", (NETWORK_VALIDATED,), _P, OPERATOR)

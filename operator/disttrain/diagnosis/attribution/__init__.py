@@ -30,6 +30,9 @@ with its table test (``tests/unit/test_attribution.py``):
 - ``resolution``: nodes disagree about MASTER_ADDR: some resolved it to an address rank 0
   does not hold while rank 0 holds the one the others got: those nodes' hosts entry or
   DNS answer, not rank 0;
+  (and :func:`own_resolution`: rank 0's own node resolved it elsewhere while every other
+  rank got rank 0's address: a failure although the probe passed, since rank 0's store
+  client dials MASTER_ADDR too);
 - ``dns-path``: MASTER_ADDR resolved on some nodes but not on others: the record exists,
   the failing nodes' path to their DNS server (or their resolver configuration) is at fault;
 - ``candidates``: anything else: the nodes ranked by failed paths, and the test.
@@ -43,7 +46,8 @@ from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.attribution.explanation import Explanation
-from disttrain.diagnosis.attribution.master import explain_master, explain_resolution, explain_unresolvable
+from disttrain.diagnosis.attribution.master import (explain_master, explain_resolution, explain_unresolvable,
+                                                     own_resolution)
 from disttrain.diagnosis.attribution.network import components, explain_matrix, explain_networks
 from disttrain.diagnosis.findings import Finding, RankInput, relayed
 from disttrain.diagnosis.verdicts import merged_message
@@ -91,4 +95,4 @@ def culprits(message: str, nodes: Sequence[str]) -> list[str]:
 
 
 __all__ = ["Explanation", "components", "culprits", "explain", "explain_master", "explain_resolution", "explain_unresolvable", "explain_matrix",
-           "explain_networks"]
+           "explain_networks", "own_resolution"]

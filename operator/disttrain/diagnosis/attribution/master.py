@@ -13,7 +13,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.attribution.explanation import Explanation, capture_test
-from disttrain.diagnosis.findings import RankInput, is_loopback
+from disttrain.diagnosis.findings import Finding, RankInput, is_loopback
 from disttrain.diagnosis.report import Master
 
 
@@ -99,8 +99,23 @@ def explain_unresolvable(ranks: Sequence[RankInput], master_addr: Optional[str])
 
 
 def _held(r: RankInput) -> set[str]:
-    """The addresses on ``r``'s interfaces (no prefix)."""
-    return {a.partition("/")[0] for i in (r.report.interfaces if r.report else []) for a in i.addrs}
+    """The addresses on ``r``'s interfaces (no prefix) and its pod's (``status.podIPs``:
+    known even when the probe has not reported)."""
+    return {a.partition("/")[0] for i in (r.report.interfaces if r.report else []) for a in i.addrs} \
+        | set(r.pod_ips)
+
+
+def _source(m: Optional[Master], who: str, master_addr: str) -> tuple[str, str]:
+    """(`` from its /etc/hosts``-like words for where ``who`` got its answer, the fix)."""
+    source = m.source if m else None
+    server = m.server if m else None
+    where = {"hosts": " from its /etc/hosts",
+             "dns": f" from its DNS server {server}" if server else " from DNS"}.get(source or "", "")
+    fix = {"hosts": f"remove or correct the {master_addr} entry in {who}'s /etc/hosts",
+           "dns": f"correct the {master_addr} record {who}'s DNS server{' ' + server if server else ''} "
+                  f"answers (or {who}'s resolv.conf search and nameserver)"}.get(
+        source or "", f"correct {master_addr} in {who}'s /etc/hosts or DNS (getent hosts {master_addr})")
+    return where, fix
 
 
 def _is_ip(text: Optional[str]) -> bool:
@@ -128,7 +143,10 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     failed = [i for i, s in evidence_matrix.master_results(ranks).items() if s in ("timeout", "refused")]
     if not wrong or 0 in wrong or not failed or not set(failed) <= set(wrong):
         return None
-    if not (set(right) - {0}) and len(ranks) > 2:
+    # a rank still running when the verdict came got past its dial: it reached rank 0
+    reached = [i for i, s in evidence_matrix.master_results(ranks).items()
+               if s in ("ok", "running") and i not in right and i not in wrong]
+    if not (set(right) - {0}) and not reached and len(ranks) > 2:
         return None  # only rank 0 itself vouches for its address: the record may be what's wrong
     master = ranks[0].node
     rep0 = ranks[0].report
@@ -141,22 +159,43 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     names = tuple(ranks[i].node for i in wrong)
     who = messages.node_list(names)
     got = ", ".join(dict.fromkeys(first[i] for i in wrong))
-    m = _master(ranks[wrong[0]])
-    source = m.source if m else None
-    server = m.server if m else None
-    where = {"hosts": " from its /etc/hosts",
-             "dns": f" from its DNS server {server}" if server else " from DNS"}.get(source or "", "")
+    where, fix = _source(_master(ranks[wrong[0]]), who, master_addr)
     others = [ranks[i].node for i in right if i != 0]
     agree = f", which {messages.node_list(others)} resolved" if others else ""
-    fix = {"hosts": f"remove or correct the {master_addr} entry in {who}'s /etc/hosts",
-           "dns": f"correct the {master_addr} record {who}'s DNS server{' ' + server if server else ''} "
-                  f"answers (or {who}'s resolv.conf search and nameserver)"}.get(
-        source or "", f"correct {master_addr} in {who}'s /etc/hosts or DNS (getent hosts {master_addr})")
+    if reached:
+        agree += f"{' and' if agree else ', which'} {messages.node_list([ranks[i].node for i in reached])} reached"
     return Explanation(
         "resolution", names,
         f"{who} resolved MASTER_ADDR {master_addr} to {got}{where}, an address {master} (rank 0) "
         f"does not hold; {master} holds {good}{agree}: {who}'s name resolution, not {master}",
         fix)
+
+
+def own_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Finding]:
+    """Rank 0's node resolved the MASTER_ADDR name to an address rank 0 does not hold
+    (its interfaces, its pod's addresses) while every other rank that resolved it got an
+    address rank 0 holds and reached it: rank 0's own resolution differs. The probe passes
+    (rank 0 serves on every address), but torch's store client on rank 0 dials MASTER_ADDR
+    too, so training would hang there: a ``MasterAddrNotLocal`` failure naming rank 0's
+    node, its answer, where it got it and the fix. [] otherwise (e.g. a Service VIP every
+    node resolves alike: the probe's warning stays a warning)."""
+    if len(ranks) < 2 or ranks[0].rank != 0 or not master_addr or _is_ip(master_addr):
+        return []
+    held = _held(ranks[0])
+    m0 = _master(ranks[0])
+    if not held or m0 is None or not m0.resolved or m0.resolved[0] in held:
+        return []
+    others = [(r, m) for r in ranks[1:] if (m := _master(r)) and m.resolved]
+    if not others or any(m.resolved[0] not in held or not m.connected for _, m in others):
+        return []
+    node = ranks[0].node
+    where, fix = _source(m0, node, master_addr)
+    good = others[0][1].resolved[0]
+    return [Finding(vocabulary.MASTER_ADDR_NOT_LOCAL, node, (
+        f"{node} (rank 0) resolved MASTER_ADDR {master_addr} to {m0.resolved[0]}{where}, an "
+        f"address it does not hold; {messages.node_list([r.node for r, _ in others])} resolved "
+        f"it to {good}, {node}'s, and reached it: rank 0's own store client dials MASTER_ADDR "
+        f"too, so training would hang on {node}; {fix}"))]
 
 
 def explain_master(ranks: Sequence[RankInput], master_addr: Optional[str],
