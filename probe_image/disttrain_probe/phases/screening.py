@@ -20,7 +20,10 @@ pair of groups (the four half-by-half combinations, rotated to spread the load),
 pair of groups. Coverage: every pair inside a group, and between two groups every
 half-group by half-group block, so a dead node, a pair inside a group, and a link
 between two blocks of at least half a group (a rack of 32 when ``s <= 64``) are found
-and named alone. A blocked pair in two different groups that is not a representative
+and named alone, the link when the racks line up with the groups (a group inside a
+rack, or a rack a half of a group: 256, 1024, 4096 ranks with racks of 32); a group
+that straddles a linked rack and another mixes failures inside and between groups, and
+the verdict then lists the ranks as candidates. A blocked pair in two different groups that is not a representative
 pair is *not* seen: no plan sees every pair without dialling every pair (``N - 1`` per
 rank); today's :func:`connectivity.plan` sees about 6 of them per rank.
 
