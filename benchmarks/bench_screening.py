@@ -4,13 +4,15 @@
 Fault model: ranks in racks of ``--rack`` (32) consecutive ranks; a dial between two
 ranks fails when either is a dead node, when the pair is blocked, or when one is in rack
 A and the other in rack B of a blocked link. Kinds: node, pair (a random pair), pair in
-a rack (two random ranks of one rack), link
-(two random racks), node+link (a dead node and a link between two other racks).
+a rack (two random ranks of one rack), link (two random racks), node+link (a dead node
+and a link between two other racks).
 
-Today: ``connectivity.plan`` (one round) read the way the operator's attribution can
-single a culprit out of it: a node when every failed dial involves it and every one of
-its dials failed; a pair when that pair is the only failure; a link between racks is
-never named as a link (its failed dials are listed as blocked pairs). Screening:
+Today: ``connectivity.plan`` (one round) read by the operator's own
+``attribution.explain_matrix`` on the synthetic reachability matrix up to
+:data:`ATTRIBUTION_MAX` ranks (beyond, or when the operator is not importable, a simple
+rule: a node when every one of its dials failed, a pair when that pair is
+the only failure); a link between racks is never named as a link (its failed dials are
+listed as blocked pairs, or as candidates). Screening:
 ``screening.Screening`` (two rounds at most) and ``screening.verdict``.
 
 Writes benchmarks/results/screening.md and .json. Usage: bench_screening.py [--sizes
@@ -31,6 +33,20 @@ sys.path.insert(0, str(ROOT / "probe_image"))
 from disttrain_probe.phases import connectivity, screening  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+# the operator's own matrix attribution reads today's plan up to this many ranks (O(N^2)
+# per call: about 1 s at 1024 ranks, 15 s at 4096); beyond, the simple rule below
+ATTRIBUTION_MAX = 1024
+
+
+def _attribution():
+    """``(evidence.Matrix, explain_matrix)`` from the operator, or None when it is not
+    importable (not on the path, or moved)."""
+    sys.path.insert(0, str(ROOT / "operator"))
+    try:
+        from disttrain.diagnosis import attribution, evidence
+        return evidence.Matrix, attribution.explain_matrix
+    except (ImportError, AttributeError):
+        return None
 KINDS = ("node", "pair", "pair in a rack", "link", "node+link")
 
 
@@ -81,6 +97,12 @@ def today(world: int, seed: int, f: dict) -> dict:
     fails = failing(f)
     bad = [p for p in pairs if fails(p)]
     per = [len(peers[r]) for r in range(world)]
+    seen = {x for p in bad for x in p}
+    attr = _attribution() if world <= ATTRIBUTION_MAX else None
+    if attr is not None:
+        named, seen = _operator_verdict(attr, world, peers, fails)
+        return {"rounds": 1, "per_max": max(per), "per_mean": sum(per) / world, "total": len(pairs),
+                "named": named, "seen": seen, "attribution": "operator"}
     named = []
     if bad:
         nodes = set.intersection(*(set(p) for p in bad))
@@ -89,9 +111,31 @@ def today(world: int, seed: int, f: dict) -> dict:
                 named = [("node", x)]
         if not named and len(bad) == 1:
             named = [("pair",) + bad[0]]
-    seen = {x for p in bad for x in p}
     return {"rounds": 1, "per_max": max(per), "per_mean": sum(per) / world, "total": len(pairs),
-            "named": named, "seen": seen}
+            "named": named, "seen": seen, "attribution": "simple rule"}
+
+
+def _operator_verdict(attr, world: int, peers: dict, fails) -> tuple:
+    """The operator's ``explain_matrix`` on the synthetic matrix of today's plan: its
+    findings as ``[("node", r)]`` (isolated or inbound, one node), ``[("pair", a, b), ...]``
+    (pairs), [] otherwise, and the ranks it names."""
+    matrix, explain = attr
+    rows = []
+    for i in range(world):
+        mine = set(peers[i])
+        rows.append(tuple(("timeout" if fails((min(i, j), max(i, j))) else "ok") if j in mine else None
+                          for j in range(world)))
+    m = matrix("10.0.0.0/16", tuple(f"n{i}" for i in range(world)), ("eth0",) * world, tuple(rows),
+               ("10.0.0.0/16",) * world)
+    e = explain(m)
+    if e is None:
+        return [], set()
+    seen = {int(n[1:]) for n in e.culprits}
+    if e.kind in ("isolated", "inbound") and len(e.culprits) == 1:
+        return [("node", int(e.culprits[0][1:]))], seen
+    if e.kind == "pairs":
+        return [("pair",) + tuple(sorted(int(n[1:]) for n in p)) for p in e.pairs], seen
+    return [], seen
 
 
 def screened(world: int, seed: int, f: dict) -> dict:
@@ -105,7 +149,7 @@ def screened(world: int, seed: int, f: dict) -> dict:
     named = [(a.kind,) + (a.nodes if a.kind != "link" else a.sides) for a in v.findings]
     return {"rounds": len(s.rounds), "per_max": max(per), "per_mean": sum(per) / world,
             "total": sum(len(r) for r in s.rounds), "named": named, "seen": set(v.candidates),
-            "verdict": v}
+            "verdict": v, "attribution": "screening.verdict"}
 
 
 def _is_named(named: list, f: dict) -> bool:
@@ -136,7 +180,8 @@ def run(sizes, trials: int, rack: int, seed: int) -> list:
                     r["alone"] = _is_named(r["named"], f)
                     r["all_seen"] = _seen(f, r["seen"])
                     acc[name].append(r)
-            row = {"ranks": world, "fault": kind, "trials": trials}
+            row = {"ranks": world, "fault": kind, "trials": trials,
+                   "today_attribution": acc["today"][0]["attribution"]}
             for name, rs in acc.items():
                 row[name] = {
                     "rounds_max": max(r["rounds"] for r in rs),
@@ -161,15 +206,15 @@ def render(rows: list, meta: dict) -> str:
            "rank and bisecting failing group pairs). *named*: the verdict is exactly the "
            "injected fault(s), one finding each (a link: its two sides inside the two racks); *seen*: every fault among "
            "the candidates (a node; both ranks of a pair; a rank of each rack of a link).", "",
-           "| ranks | fault | rounds today / screening | dials per rank max today / screening "
+           "| ranks | fault | today read by | rounds today / screening | dials per rank max today / screening "
            "| mean today / screening | total dials today / screening | named today / "
            "screening | seen today / screening |",
-           "|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         t, s = r["today"], r["screening"]
         n = r["trials"]
         out.append(
-            f"| {r['ranks']} | {r['fault']} | {t['rounds_max']} / {s['rounds_max']} | "
+            f"| {r['ranks']} | {r['fault']} | {r['today_attribution']} | {t['rounds_max']} / {s['rounds_max']} | "
             f"{t['dials_per_rank_max']} / {s['dials_per_rank_max']} | "
             f"{t['dials_per_rank_mean']:.1f} / {s['dials_per_rank_mean']:.1f} | "
             f"{t['total_dials_mean']:.0f} / {s['total_dials_mean']:.0f} "
