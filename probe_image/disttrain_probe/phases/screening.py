@@ -32,9 +32,12 @@ elsewhere): beyond ``FULL_MESH_MAX`` the phase would dial ``Screening(world,
 seed).first()``'s pairs instead of ``connectivity.plan``'s peers, all-gather the
 results as it does today, and, when :meth:`Screening.next` returns pairs, run one more
 dial-and-gather pass with only those (a round costs one gather through the rendezvous
-store plus the dials, 2 s connect timeout each, dialled concurrently: seconds, not the
-``s`` dials' sum). The operator would then read the named culprit from
-:func:`verdict` rather than from the matrix attribution.
+store plus the dials, per network probed, 2 s connect timeout each, up to 64 at once in
+the phase's thread pool: the 72 dials per rank at 4096 ranks are two waves, seconds,
+where today's plan dials 6 peers in one; the gathered report grows alike). Every rank
+computes the same second round from the gathered results (pure and deterministic given
+the seed), so no coordinator is needed. The operator would then read the named culprit
+from :func:`verdict` rather than from the matrix attribution.
 """
 from __future__ import annotations
 
