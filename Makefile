@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale crds chart-readme api-docs module-docs clean gpu-check chaos
+.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -136,6 +136,11 @@ bench-diagnosis: system-deps venv build-cluster
 # 100 jobs at once (benchmarks/results/scale.md); e.g. BENCH_ARGS='--nodes 2,8 --jobs 10'.
 bench-scale: system-deps venv build-cluster
 	$(VPY) benchmarks/bench_scale.py $(BENCH_ARGS)
+
+# Group screening vs today's probe plan beyond the full-mesh limit: a pure simulation at
+# 256, 1024, 4096 ranks with injected faults, no cluster (benchmarks/results/screening.md).
+bench-screening: venv
+	$(VPY) benchmarks/bench_screening.py $(BENCH_ARGS)
 
 # The probe's NCCL path on every local GPU (one process per GPU, NCCL_DEBUG=INFO): init,
 # all-reduce correctness, algbw/busbw for a few sizes, versions, the transports NCCL used;
