@@ -406,6 +406,63 @@ def test_resolution_is_not_blamed_without_the_evidence(answers, failed, master):
     assert attribution.explain_resolution(resolution_case(answers, failed=failed), master) is None
 
 
+def test_rank_0_unreported_and_a_peer_still_running_are_evidence_enough():
+    """As on the proving ground: node-c failed at the master port before the others
+    reported; rank 0 (node-a) is still serving and node-b still running past its dial.
+    Rank 0's pod address and node-b's progress are the evidence: node-c's resolution."""
+    from dataclasses import replace
+
+    outs = resolution_case({0: "10.100.0.11", 1: "10.100.0.11", 2: "10.100.0.99"}, "hosts")
+    outs[0] = replace(outs[0], report=None, running=True, pod_ips=("10.100.0.11",))
+    outs[1] = replace(outs[1], report=None, running=True)
+    e = attribution.explain_resolution(outs, "master.train")
+    assert e is not None and e.culprits == ("node-c",)
+    assert "node-a holds 10.100.0.11, which node-b reached" in e.cause
+    assert e.fix.startswith("remove or correct the master.train entry in node-c's /etc/hosts")
+    # without rank 0's pod address nothing tells the stale answer from rank 0's
+    outs[0] = replace(outs[0], pod_ips=())
+    assert attribution.explain_resolution(outs, "master.train") is None
+
+
+def own_case(rank0_answer: str, others: str = "10.100.0.11", connected: bool = True, source="hosts"):
+    """Three ranks, MASTER_ADDR master.train, rank 0 on node-a (10.100.0.11): rank 0
+    resolved ``rank0_answer``, the others ``others`` (and reached it when ``connected``)."""
+    outs = resolution_case({0: rank0_answer, 1: others, 2: others}, failed=())
+    for o in outs:
+        m = o.report.master
+        object.__setattr__(m, "connected", others if (o.rank and connected) else None)
+        if o.rank == 0:
+            object.__setattr__(m, "source", source)
+    return outs
+
+
+def test_rank_0_own_node_resolving_elsewhere_fails_naming_it():
+    [f] = attribution.own_resolution(own_case("10.100.0.99"), "master.train")
+    assert f.reason == V.MASTER_ADDR_NOT_LOCAL and f.node == "node-a"
+    assert f.message.startswith("node-a (rank 0) resolved MASTER_ADDR master.train to 10.100.0.99 from "
+                                "its /etc/hosts, an address it does not hold; node-b, node-c resolved it "
+                                "to 10.100.0.11, node-a's, and reached it")
+    assert "remove or correct the master.train entry in node-a's /etc/hosts" in f.message
+    assert len(f.message) <= 400
+    from disttrain.api import constants
+    from disttrain.diagnosis.diagnose import diagnose
+
+    d = diagnose([ProbeOutcome(rank=r.rank, pod=r.pod, node=r.node, report=r.report)
+                  for r in own_case("10.100.0.99")], "master.train")
+    mr = d.conditions[constants.MASTER_REACHABLE]
+    assert (mr.status, mr.reason) == ("False", V.MASTER_ADDR_NOT_LOCAL) and not d.validated
+
+
+@pytest.mark.parametrize("rank0,others,connected,master", [
+    ("10.100.0.11", "10.100.0.11", True, "master.train"),   # everyone agrees, rank 0 holds it
+    ("10.96.5.5", "10.96.5.5", True, "master.train"),       # a Service VIP every node resolves alike
+    ("10.100.0.99", "10.100.0.11", False, "master.train"),  # the others did not reach it
+    ("10.100.0.99", "10.100.0.11", True, "10.100.0.99"),    # an address, not a name
+])
+def test_own_resolution_needs_the_other_ranks_evidence(rank0, others, connected, master):
+    assert attribution.own_resolution(own_case(rank0, others, connected), master) == []
+
+
 def test_two_nodes_the_dialler_that_resolved_elsewhere_is_named():
     outs = resolution_case({0: "10.100.0.11", 1: "10.100.0.99"}, "hosts", failed=(1,))
     e = attribution.explain_resolution(outs, "master.train")
