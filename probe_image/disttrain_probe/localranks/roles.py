@@ -73,7 +73,8 @@ def _bw(result: Optional[Dict[str, Any]], key: str) -> Optional[float]:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Dict[str, Any]] = None,
+# one parameter per key of the outcome line it builds (all but three optional)
+def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Dict[str, Any]] = None,  # noqa: PLR0913
           device: Optional[str] = None, intra: Optional[Dict[str, Any]] = None,
           world: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """One local rank's compact outcome (an element of the report's ``localRanks``):
