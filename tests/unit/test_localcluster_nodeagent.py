@@ -35,11 +35,32 @@ def test_fingerprint_lists_every_module():
 
 def test_pod_worker_keeps_its_thread_and_parts():
     from localcluster.nodeagent.lifecycle import PodWorker
-    for method in ("_start", "_prepare_volumes", "_setup_sandbox", "compute_status", "_delete",
+    for method in ("_start", "_prepare_volumes", "_setup_sandbox", "compute_status", "_delete_pod",
                    "update", "remove", "event"):
         assert callable(getattr(PodWorker, method))
     assert issubclass(PodWorker, threading.Thread)
     assert PodWorker.run is not threading.Thread.run
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
+def test_no_thread_overrides_a_name_of_thread():
+    """Thread calls its own private methods (``_delete`` at exit, ``_stop``, ``_bootstrap``):
+    a worker method of that name would run from Thread's machinery too."""
+    for name in MODULES:
+        importlib.import_module(f"localcluster.nodeagent.{name}")
+    importlib.import_module("localcluster.serviceproxy")
+    ours = [c for c in _subclasses(threading.Thread) if c.__module__.startswith("localcluster.")]
+    assert {c.__name__ for c in ours} >= {"PodWorker", "ServiceProxy"}
+    allowed = {"__init__", "run", "__module__", "__doc__", "__dict__", "__weakref__", "__qualname__",
+               "__firstlineno__", "__static_attributes__", "__annotations__"}
+    for cls in ours:
+        for part in cls.__mro__:
+            if part.__module__.startswith("localcluster."):
+                clash = (set(vars(part)) & set(dir(threading.Thread))) - allowed
+                assert not clash, f"{part.__qualname__} overrides threading.Thread's {sorted(clash)}"
 
 
 def test_main_parses_arguments_and_runs_the_agent(monkeypatch):
