@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import signal
 import subprocess
@@ -31,6 +32,20 @@ def test_fingerprint_lists_every_module():
     agent_files = {n for n in cli.AGENT_SOURCES if n.startswith("nodeagent/")}
     assert agent_files == {f"nodeagent/{p.name}" for p in package.glob("*.py")}
     assert len(cli.agent_code_version("agent")) == 16
+
+
+def test_fingerprint_lists_every_module_the_agent_loads():
+    """`up` restarts an agent whose code changed: every localcluster module the agent
+    imports, transitively, is part of that fingerprint (a fresh interpreter imports it)."""
+    code = ("import importlib, sys, pathlib, localcluster\n"
+            "importlib.import_module('localcluster.nodeagent.__main__')\n"
+            "base = pathlib.Path(localcluster.__file__).parent\n"
+            "print('\\n'.join(pathlib.Path(m.__file__).relative_to(base).as_posix()\n"
+            "      for n, m in list(sys.modules.items()) if n.split('.')[0] == 'localcluster'\n"
+            "      and getattr(m, '__file__', None)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "localcluster")})
+    assert set(out.stdout.split()) == set(cli.AGENT_SOURCES)
 
 
 def test_pod_worker_keeps_its_thread_and_parts():
