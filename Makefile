@@ -82,13 +82,16 @@ endif
 
 # Import borders (import-linter contracts in pyproject.toml: the operator's layers, the
 # product never importing localcluster, the probe never importing the operator), ruff, and
-# mypy on the operator and the probe ([tool.mypy] in pyproject.toml; its cache in the venv).
+# mypy on the operator and the probe ([tool.mypy] in pyproject.toml; its cache in the venv), and
+# the product's sizes (issue 17): modules <= 450 lines, functions <= 80 (tools/check_sizes.py),
+# at most 6 parameters (ruff's PLR0913).
 # The working tree's packages come first on the path, before the venv's editable install.
 # localcluster/ and tests/e2e/ are not ruff-checked yet (work in progress there).
 LINT_PATH := operator:probe_image:localcluster
 lint: venv
 	PYTHONPATH=$(LINT_PATH) $(VENV)/bin/lint-imports --no-cache
-	$(VENV)/bin/ruff check --no-cache operator probe_image benchmarks docs charts localcluster tests
+	$(VENV)/bin/ruff check --no-cache operator probe_image benchmarks docs charts localcluster tests tools
+	$(VPY) tools/check_sizes.py
 	$(VENV)/bin/mypy --cache-dir $(VENV)/.mypy_cache
 
 test: lint system-deps venv build-cluster images

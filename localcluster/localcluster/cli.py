@@ -19,12 +19,15 @@ from .kubeapi import ApiError, KubeClient
 from .kubeconfig import SERVER
 
 
-# Modules a running agent has loaded (containerinit runs fresh for every container).
+# Modules a running agent has loaded, transitively (containerinit runs fresh for every
+# container); tests/unit/test_localcluster_nodeagent.py keeps the list whole.
 AGENT_SOURCES = ["nodeagent/__init__.py", "nodeagent/__main__.py", "nodeagent/agent.py",
                  "nodeagent/container.py", "nodeagent/lifecycle.py", "nodeagent/logs.py",
                  "nodeagent/node.py", "nodeagent/podstate.py", "nodeagent/podstatus.py",
                  "nodeagent/sandbox.py", "nodeagent/shared.py", "nodeagent/volumes.py",
-                 "nodeagent/watch.py", "podspec.py", "kubeapi.py", "scenario.py"]
+                 "nodeagent/watch.py", "podspec.py", "kubeapi.py", "scenario.py",
+                 "__init__.py", "config.py", "kubeconfig.py", "network.py", "nodedns.py", "pki.py",
+                 "podnet.py", "procs.py", "serviceproxy.py"]
 REALNODE_SOURCES = ["realnode.py", "serviceproxy.py", "podnet.py", "scenario.py"]
 # What runs a node's pods: "containerd" (a real kubelet and containerd, realnode.py) or
 # "agent" (the node agent, nodeagent/: pods as processes). $DISTTRAIN_NODE_RUNTIME or

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import pkgutil
 import signal
 import subprocess
@@ -33,13 +34,48 @@ def test_fingerprint_lists_every_module():
     assert len(cli.agent_code_version("agent")) == 16
 
 
+def test_fingerprint_lists_every_module_the_agent_loads():
+    """`up` restarts an agent whose code changed: every localcluster module the agent
+    imports, transitively, is part of that fingerprint (a fresh interpreter imports it)."""
+    code = ("import importlib, sys, pathlib, localcluster\n"
+            "importlib.import_module('localcluster.nodeagent.__main__')\n"
+            "base = pathlib.Path(localcluster.__file__).parent\n"
+            "print('\\n'.join(pathlib.Path(m.__file__).relative_to(base).as_posix()\n"
+            "      for n, m in list(sys.modules.items()) if n.split('.')[0] == 'localcluster'\n"
+            "      and getattr(m, '__file__', None)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "localcluster")})
+    assert set(out.stdout.split()) == set(cli.AGENT_SOURCES)
+
+
 def test_pod_worker_keeps_its_thread_and_parts():
     from localcluster.nodeagent.lifecycle import PodWorker
-    for method in ("_start", "_prepare_volumes", "_setup_sandbox", "compute_status", "_delete",
+    for method in ("_start", "_prepare_volumes", "_setup_sandbox", "compute_status", "_delete_pod",
                    "update", "remove", "event"):
         assert callable(getattr(PodWorker, method))
     assert issubclass(PodWorker, threading.Thread)
     assert PodWorker.run is not threading.Thread.run
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
+
+
+def test_no_thread_overrides_a_name_of_thread():
+    """Thread calls its own private methods (``_delete`` at exit, ``_stop``, ``_bootstrap``):
+    a worker method of that name would run from Thread's machinery too."""
+    for name in MODULES:
+        importlib.import_module(f"localcluster.nodeagent.{name}")
+    importlib.import_module("localcluster.serviceproxy")
+    ours = [c for c in _subclasses(threading.Thread) if c.__module__.startswith("localcluster.")]
+    assert {c.__name__ for c in ours} >= {"PodWorker", "ServiceProxy"}
+    allowed = {"__init__", "run", "__module__", "__doc__", "__dict__", "__weakref__", "__qualname__",
+               "__firstlineno__", "__static_attributes__", "__annotations__"}
+    for cls in ours:
+        for part in cls.__mro__:
+            if part.__module__.startswith("localcluster."):
+                clash = (set(vars(part)) & set(dir(threading.Thread))) - allowed
+                assert not clash, f"{part.__qualname__} overrides threading.Thread's {sorted(clash)}"
 
 
 def test_main_parses_arguments_and_runs_the_agent(monkeypatch):

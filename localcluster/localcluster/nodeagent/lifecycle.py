@@ -42,7 +42,7 @@ class PodWorker(PodStatus, ContainerProcesses, PodVolumes, PodSandbox, threading
     def _loop(self) -> None:
         while True:
             if self.delete_grace is not None:
-                self._delete()
+                self._delete_pod()
                 return
             if not self.terminal:
                 self._step()
@@ -94,7 +94,7 @@ class PodWorker(PodStatus, ContainerProcesses, PodVolumes, PodSandbox, threading
             self.terminal = True
 
     # -- deletion -------------------------------------------------------------------------
-    def _delete(self) -> None:
+    def _delete_pod(self) -> None:
         grace = self.delete_grace or 0.0
         log.info("pod %s/%s: deleting (grace %.0fs)", self.ns, self.pod_name, grace)
         if not self.removed:

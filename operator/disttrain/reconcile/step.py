@@ -97,8 +97,9 @@ class Observed:
     capabilities: frozenset[str] = frozenset()
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)
 
+    # one parameter per field of Observed (a constructor that only turns iterables into tuples)
     @classmethod
-    def of(cls, body: dict[str, Any], pods: Iterable[dict[str, Any]], now: datetime,
+    def of(cls, body: dict[str, Any], pods: Iterable[dict[str, Any]], now: datetime,  # noqa: PLR0913
            services: Iterable[dict[str, Any]] = (), api_failures: Iterable[ApiFailure] = (),
            capabilities: Iterable[str] = (), kueue: Optional[kueue_objects.KueueRead] = None) -> "Observed":
         """From any iterables (copied into tuples; ``kueue`` None: nothing read)."""
