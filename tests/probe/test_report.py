@@ -104,9 +104,7 @@ def test_reasons_are_unique_camelcase_and_cover_the_design_table():
               "TorchVersionMismatch", "CUDAVersionMismatch", "DriverVersionMismatch",
               "AllReduceTimeout", "AllReduceWrongResult", "BandwidthBelowThreshold",
               "ProcessGroupInitFailed", "RendezvousTimeout", "ProbeInternalError"}
-    # MasterAddrNotLocal: a probe warning the operator makes a failure with the other ranks' evidence
-    assert set(vocabulary.PROBE_FAILURES) == design | {"TorchImportTimeout", "SettingsMismatch",
-                                                       "MasterAddrNotLocal"}
+    assert set(vocabulary.PROBE_FAILURES) == design | {"TorchImportTimeout", "SettingsMismatch"}
     for group in (vocabulary.PROBE_FAILURES, vocabulary.PROBE_WARNINGS, vocabulary.PROBE_REJECTIONS):
         assert len(set(group)) == len(group)
         for x in group:

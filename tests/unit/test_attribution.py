@@ -438,7 +438,7 @@ def own_case(rank0_answer: str, others: str = "10.100.0.11", connected: bool = T
 
 def test_rank_0_own_node_resolving_elsewhere_fails_naming_it():
     [f] = attribution.own_resolution(own_case("10.100.0.99"), "master.train")
-    assert f.reason == V.MASTER_ADDR_NOT_LOCAL and f.node == "node-a"
+    assert f.reason == V.MASTER_ADDR_RESOLVES_ELSEWHERE and f.node == "node-a"
     assert f.message.startswith("node-a (rank 0) resolved MASTER_ADDR master.train to 10.100.0.99 from "
                                 "its /etc/hosts, an address it does not hold; node-b, node-c resolved it "
                                 "to 10.100.0.11, node-a's, and reached it")
@@ -450,7 +450,7 @@ def test_rank_0_own_node_resolving_elsewhere_fails_naming_it():
     d = diagnose([ProbeOutcome(rank=r.rank, pod=r.pod, node=r.node, report=r.report)
                   for r in own_case("10.100.0.99")], "master.train")
     mr = d.conditions[constants.MASTER_REACHABLE]
-    assert (mr.status, mr.reason) == ("False", V.MASTER_ADDR_NOT_LOCAL) and not d.validated
+    assert (mr.status, mr.reason) == ("False", V.MASTER_ADDR_RESOLVES_ELSEWHERE) and not d.validated
 
 
 @pytest.mark.parametrize("rank0,others,connected,master", [

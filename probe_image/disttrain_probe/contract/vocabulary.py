@@ -105,6 +105,9 @@ WAITING_FOR_RESOURCES = _r("WaitingForResources", (PROBES_SCHEDULED, TRAINING_ST
 NAME_CONFLICT = _r("NameConflict", (PROBES_SCHEDULED, TRAINING_STARTED, VALIDATED, SUCCEEDED,
                                     FAILED), (PROGRESS, FAILURE), OPERATOR)
 MASTER_ADDR_UNKNOWN = _r("MasterAddrUnknown", (VALIDATED,), (PROGRESS, FAILURE), OPERATOR)
+# rank 0's own node resolves MASTER_ADDR to an address rank 0 does not hold, the others to
+# rank 0's (the probe's MasterAddrNotLocal warning, made a failure by the others' evidence)
+MASTER_ADDR_RESOLVES_ELSEWHERE = _r("MasterAddrResolvesElsewhere", (MASTER_REACHABLE,), _F, OPERATOR)
 API_ERROR = _r("APIError", (VALIDATED, TRAINING_STARTED, SUCCEEDED, FAILED), _G, OPERATOR)
 OPERATOR_ERROR = _r("OperatorError", (VALIDATED, TRAINING_STARTED), _G, OPERATOR)
 
@@ -121,7 +124,7 @@ MASTER_ADDR_UNRESOLVABLE = _r("MasterAddrUnresolvable", (MASTER_REACHABLE,), _F,
 MASTER_PORT_REFUSED = _r("MasterPortRefused", (MASTER_REACHABLE,), _F, PROBE)
 MASTER_PORT_TIMEOUT = _r("MasterPortTimeout", (MASTER_REACHABLE,), _F, PROBE)
 RENDEZVOUS_TIMEOUT = _r("RendezvousTimeout", (MASTER_REACHABLE,), _F, PROBE, generic=True)
-MASTER_ADDR_NOT_LOCAL = _r("MasterAddrNotLocal", (MASTER_REACHABLE,), (WARNING, FAILURE), PROBE)
+MASTER_ADDR_NOT_LOCAL = _r("MasterAddrNotLocal", (MASTER_REACHABLE,), _W, PROBE)
 
 # ---- NetworkValidated ------------------------------------------------------------------
 INTERFACE_SELECTED = _r("InterfaceSelected", (NETWORK_VALIDATED,), _P, OPERATOR)

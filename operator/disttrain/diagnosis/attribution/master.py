@@ -176,7 +176,7 @@ def own_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> li
     (its interfaces, its pod's addresses) while every other rank that resolved it got an
     address rank 0 holds and reached it: rank 0's own resolution differs. The probe passes
     (rank 0 serves on every address), but torch's store client on rank 0 dials MASTER_ADDR
-    too, so training would hang there: a ``MasterAddrNotLocal`` failure naming rank 0's
+    too, so training would hang there: a ``MasterAddrResolvesElsewhere`` failure naming rank 0's
     node, its answer, where it got it and the fix. [] otherwise (e.g. a Service VIP every
     node resolves alike: the probe's warning stays a warning)."""
     if len(ranks) < 2 or ranks[0].rank != 0 or not master_addr or _is_ip(master_addr):
@@ -191,7 +191,7 @@ def own_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> li
     node = ranks[0].node
     where, fix = _source(m0, node, master_addr)
     good = others[0][1].resolved[0]
-    return [Finding(vocabulary.MASTER_ADDR_NOT_LOCAL, node, (
+    return [Finding(vocabulary.MASTER_ADDR_RESOLVES_ELSEWHERE, node, (
         f"{node} (rank 0) resolved MASTER_ADDR {master_addr} to {m0.resolved[0]}{where}, an "
         f"address it does not hold; {messages.node_list([r.node for r, _ in others])} resolved "
         f"it to {good}, {node}'s, and reached it: rank 0's own store client dials MASTER_ADDR "
