@@ -36,7 +36,7 @@ def test_rdma_devices_from_a_fake_sysfs(tmp_path):
     assert [d["name"] for d in devs] == ["mlx5_0", "mlx5_1"]
     assert devs[0]["ports"] == [{"port": 1, "state": "ACTIVE", "physState": "LinkUp",
                                  "rate": "400 Gb/sec (4X NDR)", "rateGbps": 400.0,
-                                 "linkLayer": "InfiniBand"}]
+                                 "linkLayer": "InfiniBand", "gids": [], "gidsTruncated": False}]
     assert devs[0]["nodeType"] == "CA" and devs[0]["fwVer"] == "28.39.1002"
     assert devs[1]["netdevs"] == ["eth3"] and devs[1]["ports"][0]["linkLayer"] == "Ethernet"
     [w] = rdma.port_warnings(devs, "node-a")
@@ -49,7 +49,8 @@ def test_rdma_absent_or_half_written_tree(tmp_path):
     (tmp_path / "mlx5_0" / "ports" / "1").mkdir(parents=True)  # files missing
     [d] = rdma.devices(str(tmp_path))
     assert d["ports"] == [{"port": 1, "state": None, "physState": None, "rate": None,
-                           "rateGbps": None, "linkLayer": None}]
+                           "rateGbps": None, "linkLayer": None, "gids": [],
+                           "gidsTruncated": False}]
 
 
 @pytest.mark.parametrize("text,gbps", [("400 Gb/sec (4X NDR)", 400.0), ("2.5 Gb/sec (1X SDR)", 2.5),
@@ -247,7 +248,8 @@ def test_collect_and_findings_on_fixtures(tmp_path):
 
 def test_collect_on_this_machine_never_raises():
     hw = hardware.collect()
-    assert set(hw) == {"gpus", "rdma", "peermem", "shm", "ibverbs", "netPlugin"}
+    assert set(hw) == {"gpus", "rdma", "peermem", "shm", "ibverbs", "netPlugin", "memlock"}
+    assert set(hw["memlock"]) == {"softBytes", "hardBytes", "ipcLock"}
     assert hw["shm"]["path"] == "/dev/shm"
 
 

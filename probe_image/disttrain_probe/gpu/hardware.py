@@ -4,14 +4,16 @@
 error): the GPUs (``nvml.inventory``), the RDMA devices and the GPUDirect RDMA module
 (``rdma``), the size of ``/dev/shm`` (NCCL's SHM transport and its proxy buffers live
 there; a container's default 64 MiB makes NCCL fail with "failed to extend /dev/shm"),
-whether ``libibverbs`` can be loaded (NCCL's IB transport dlopens it) and which NCCL
-network plugins (``libnccl-net*.so``) are on the library path. :func:`findings` turns
+whether ``libibverbs`` can be loaded (NCCL's IB transport dlopens it), which NCCL
+network plugins (``libnccl-net*.so``) are on the library path, and the locked-memory
+limit with ``CAP_IPC_LOCK`` (what ``ibv_reg_mr`` may pin: :func:`memlock`). :func:`findings` turns
 that, and optionally what NCCL logged (``nccllog.parse``), into warnings.
 """
 from __future__ import annotations
 
 import glob
 import os
+import resource
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -87,16 +89,48 @@ def net_plugin(env: Optional[Mapping[str, str]] = None, dirs: Optional[List[str]
             "found": find_libraries("libnccl-net*.so*", dirs)[:8]}
 
 
+CAP_IPC_LOCK = 14  # linux/capability.h: exempts a process from RLIMIT_MEMLOCK
+PROC_STATUS = "/proc/self/status"
+
+
+def memlock(status_path: str = PROC_STATUS) -> Dict[str, Any]:
+    """This process's locked-memory limit, what bounds the memory NCCL's IB transport can
+    register (``ibv_reg_mr`` pins it; above the limit it fails with ENOMEM, "Cannot
+    allocate memory")::
+
+        {"softBytes": 8388608 | None, "hardBytes": ... | None, "ipcLock": True | False | None}
+
+    ``None`` bytes: unlimited (or unreadable); ``ipcLock``: whether ``CAP_IPC_LOCK`` is in
+    the effective set (read from ``status_path``'s ``CapEff``; the kernel then ignores the
+    limit), None when unreadable. Never raises."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    except (OSError, ValueError, AttributeError):
+        soft = hard = resource.RLIM_INFINITY
+    cap: Optional[bool] = None
+    try:
+        with open(status_path) as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    cap = bool(int(line.split(":", 1)[1].strip(), 16) >> CAP_IPC_LOCK & 1)
+    except (OSError, ValueError):
+        cap = None
+    return {"softBytes": None if soft == resource.RLIM_INFINITY else int(soft),
+            "hardBytes": None if hard == resource.RLIM_INFINITY else int(hard), "ipcLock": cap}
+
+
 @dataclass(frozen=True)
 class Sources:
     """Where :func:`collect` looks (tests point these at fakes): ``nvml_api`` (None: the
     real NVML), the sysfs InfiniBand and module roots, the shared-memory mount and the
-    library directories (None: from LD_LIBRARY_PATH and the usual places)."""
+    library directories (None: from LD_LIBRARY_PATH and the usual places), and the
+    ``/proc`` status file ``CapEff`` is read from."""
     nvml_api: Any = None
     ib_root: str = rdma.SYS_IB
     module_root: str = rdma.SYS_MODULE
     shm_path: str = SHM_PATH
     lib_dirs: Optional[List[str]] = None
+    proc_status: str = PROC_STATUS
 
 
 def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] = None,
@@ -105,7 +139,7 @@ def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] 
 
         {"gpus": nvml.inventory(...), "rdma": [rdma.devices()...],
          "peermem": "nvidia_peermem" | None, "shm": shm(), "ibverbs": [paths],
-         "netPlugin": net_plugin()}
+         "netPlugin": net_plugin(), "memlock": memlock()}
 
     ``requested_gpus``: what the pod asked for (``nvidia.com/gpu``), compared with what it
     sees; ``env`` (default os.environ) gives CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES,
@@ -120,7 +154,7 @@ def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] 
     return {"gpus": nvml.inventory(src.nvml_api, requested_gpus, visible),
             "rdma": rdma.devices(src.ib_root), "peermem": rdma.peermem_module(src.module_root),
             "shm": shm(src.shm_path), "ibverbs": find_libraries("libibverbs.so*", dirs)[:4],
-            "netPlugin": net_plugin(env, dirs)}
+            "netPlugin": net_plugin(env, dirs), "memlock": memlock(src.proc_status)}
 
 
 def findings(hw: Dict[str, Any], node: str, nccl: Optional[Dict[str, Any]] = None

@@ -9,6 +9,9 @@ Layout read (Linux ``drivers/infiniband/core/sysfs.c``)::
     /sys/class/infiniband/<dev>/ports/<n>/phys_state  "5: LinkUp"
     /sys/class/infiniband/<dev>/ports/<n>/rate        "400 Gb/sec (4X NDR)"
     /sys/class/infiniband/<dev>/ports/<n>/link_layer  "InfiniBand" | "Ethernet"
+    /sys/class/infiniband/<dev>/ports/<n>/gids/<i>    "fe80:0000:...:0e0f" (all zero: empty)
+    /sys/class/infiniband/<dev>/ports/<n>/gid_attrs/types/<i>  "IB/RoCE v1" | "RoCE v2"
+    /sys/class/infiniband/<dev>/ports/<n>/gid_attrs/ndevs/<i>  "net1" (the netdev of a RoCE GID)
     /sys/class/infiniband/<dev>/device/net/<netdev>   the Ethernet netdev (RoCE, IPoIB)
 
 GPUDirect RDMA needs a peer-memory module: ``nvidia_peermem`` (the driver's) or the
@@ -16,6 +19,7 @@ older ``nv_peer_mem``, visible under ``/sys/module``.
 """
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from typing import Any, Dict, List, Optional
@@ -25,6 +29,9 @@ from disttrain_probe.contract.vocabulary import RDMA_PORT_DOWN  # reasons this m
 SYS_IB = "/sys/class/infiniband"
 SYS_MODULE = "/sys/module"
 PEERMEM_MODULES = ("nvidia_peermem", "nv_peer_mem")
+MAX_GIDS_READ = 256  # a port's GID table (mlx5: 255 or 256 entries); the rest is not read
+MAX_GIDS_KEPT = 32  # non-empty entries kept per port (NCCL, too, looks at 32 at most)
+ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
 def _read(path: str) -> Optional[str]:
@@ -54,7 +61,8 @@ def devices(root: str = SYS_IB) -> List[Dict[str, Any]]:
         [{"name": "mlx5_0", "nodeType": "CA", "fwVer": "28.39.1002", "netdevs": ["eth2"],
           "ports": [{"port": 1, "state": "ACTIVE", "physState": "LinkUp",
                      "rate": "400 Gb/sec (4X NDR)", "rateGbps": 400.0,
-                     "linkLayer": "InfiniBand"}]}]
+                     "linkLayer": "InfiniBand", "gids": [gid_entry(...)...],
+                     "gidsTruncated": False}]}]
 
     An absent ``root`` (no RDMA, or sysfs not mounted) gives []. Never raises."""
     try:
@@ -75,7 +83,8 @@ def devices(root: str = SYS_IB) -> List[Dict[str, Any]]:
             ports.append({"port": _num(p), "state": _state(_read(os.path.join(pb, "state"))),
                           "physState": _state(_read(os.path.join(pb, "phys_state"))),
                           "rate": rate, "rateGbps": rate_gbps(rate),
-                          "linkLayer": _read(os.path.join(pb, "link_layer"))})
+                          "linkLayer": _read(os.path.join(pb, "link_layer")),
+                          **port_gids(pb)})
         try:
             netdevs = sorted(os.listdir(os.path.join(base, "device", "net")))
         except OSError:
@@ -84,6 +93,59 @@ def devices(root: str = SYS_IB) -> List[Dict[str, Any]]:
                     "fwVer": _read(os.path.join(base, "fw_ver")), "netdevs": netdevs,
                     "ports": ports})
     return out
+
+
+def port_gids(port_dir: str) -> Dict[str, Any]:
+    """The non-empty entries of one port's GID table, by index:
+    ``{"gids": [gid_entry()...], "gidsTruncated": bool}``; at most :data:`MAX_GIDS_READ`
+    entries are read and :data:`MAX_GIDS_KEPT` kept (``gidsTruncated`` says some were
+    not). An all-zero GID is an empty slot (Linux leaves it there when a pod's network
+    namespace holds only some of the port's addresses, so a table may start at 4 or 6:
+    NVIDIA/nccl#1573). Never raises."""
+    try:
+        indexes = sorted((i for i in (_num(n) for n in os.listdir(os.path.join(port_dir, "gids")))
+                          if i >= 0))
+    except OSError:
+        return {"gids": [], "gidsTruncated": False}
+    kept: List[Dict[str, Any]] = []
+    truncated = len(indexes) > MAX_GIDS_READ
+    for i in indexes[:MAX_GIDS_READ]:
+        raw = _read(os.path.join(port_dir, "gids", str(i)))
+        if not raw or raw == ZERO_GID:
+            continue
+        if len(kept) == MAX_GIDS_KEPT:
+            truncated = True
+            break
+        attrs = os.path.join(port_dir, "gid_attrs")
+        kept.append(gid_entry(i, raw, _read(os.path.join(attrs, "types", str(i))),
+                              _read(os.path.join(attrs, "ndevs", str(i)))))
+    return {"gids": kept, "gidsTruncated": truncated}
+
+
+def gid_entry(index: int, raw: str, gid_type: Optional[str], netdev: Optional[str]
+              ) -> Dict[str, Any]:
+    """One GID table entry as the report holds it::
+
+        {"index": 7, "gid": "0000:...:ffff:0a98:000c", "type": "RoCE v2",
+         "family": "IPv4" | "IPv6" | "link-local" | None, "address": "10.152.0.12" | None,
+         "netdev": "net1" | None}
+
+    ``family``: the address the GID carries (an IPv4-mapped GID is IPv4; fe80::/10 is
+    link-local, routable by no RoCE v2 switch); None when ``raw`` is not a GID. ``type``
+    is sysfs's text ("IB/RoCE v1", "RoCE v2"; None unreadable). Pure."""
+    family: Optional[str] = None
+    address: Optional[str] = None
+    try:
+        ip = ipaddress.IPv6Address(raw.strip())
+    except ValueError:
+        ip = None
+    if ip is not None and ip.ipv4_mapped is not None:
+        family, address = "IPv4", str(ip.ipv4_mapped)
+    elif ip is not None:
+        family = "link-local" if ip.is_link_local else "IPv6"
+        address = None if ip.is_link_local else str(ip)
+    return {"index": index, "gid": raw[:39], "type": (gid_type or None) and gid_type[:16],
+            "family": family, "address": address, "netdev": (netdev or None) and netdev[:15]}
 
 
 def _num(text: str) -> int:
