@@ -212,3 +212,18 @@ def test_passing_report_without_interface_or_master_is_invalid_not_validated():
     bare0["master"] = None
     ok = diagnose(outcomes(bare0, report(1, "node-b")), "10.1.1.1")
     assert ok.conditions[constants.VALIDATED].status == "True"  # a missing master block is no crash
+
+
+def test_an_rdma_limit_decided_before_the_collective_is_its_cause():
+    """gpu/rdmalimits.py fails one node before NCCL opens its RDMA ports; the peers it
+    aborts relay the same failure. The verdict is CollectiveValidated=False with that
+    node, not a generic ProcessGroupInitFailed."""
+    m = {"reason": vocabulary.MEMLOCK_TOO_LOW, "phase": "collective",
+         "message": "node-b: the locked-memory limit (ulimit -l) is 8 MiB and the container lacks "
+                    "CAP_IPC_LOCK, while NCCL will register its buffers on RDMA port(s) mlx5_0:1"}
+    d = diagnose(outcomes(report(0, "node-a", ok=False, failure=m),
+                          report(1, "node-b", ok=False, failure=m)), "10.100.0.10")
+    c = d.conditions[constants.COLLECTIVE_VALIDATED]
+    assert (c.status, c.reason) == ("False", vocabulary.MEMLOCK_TOO_LOW) and "node-b" in c.message
+    assert d.conditions[constants.VALIDATED].reason == vocabulary.MEMLOCK_TOO_LOW
+    assert d.conditions[constants.VERSIONS_CONSISTENT].status == "True"

@@ -253,11 +253,15 @@ class Probe:
     def _collective_phase(self, hw: Dict[str, Any]) -> None:
         """Phase 6: the real all-reduce (local ranks 1..P-1 join it), NCCL's log read after."""
         from disttrain_probe.phases import collective, rendezvous
-        from disttrain_probe.gpu import hardware
+        from disttrain_probe.gpu import hardware, rdmalimits
         cfg = self.cfg
         node = cfg.node_name
         d = self.begin("collective", vocabulary.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
         backend = cast(str, self.coll.backend)  # resolved in the rendezvous phase
+        limits = rdmalimits.check(hw, os.environ, node, backend)  # before NCCL opens RDMA ports
+        self.state["warnings"].extend(limits.warnings)
+        if limits.failure:
+            raise ProbeFailure(limits.failure["reason"], limits.failure["message"])
         self.coll.allreduce = {}
         nccl_log = hardware.start_nccl_capture(backend)  # NCCL's own INFO lines
         if self.ranks.procs is not None:
