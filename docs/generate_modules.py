@@ -2,7 +2,8 @@
 
 Every module of a package in :data:`PACKAGES` gets one row in that package's table, grouped
 by folder (its concern): the first paragraph of its docstring. Each table sits in its page
-between its own markers: the operator's (``operator/disttrain/``) in docs/architecture.md.
+between its own markers: the operator's (``operator/disttrain/``) in docs/architecture.md,
+the probe's (``probe_image/disttrain_probe/``) in docs/probe-report.md.
 Run ``python docs/generate_modules.py --write`` after adding, moving or re-describing a
 module; tests/unit/test_docs_modules.py fails when a table is stale. Reads the sources
 only (nothing is imported).
@@ -38,6 +39,7 @@ class Package:
 
 PACKAGES = (
     Package(ROOT / "operator" / "disttrain", ROOT / "docs" / "architecture.md"),
+    Package(ROOT / "probe_image" / "disttrain_probe", ROOT / "docs" / "probe-report.md"),
 )
 
 
