@@ -3,7 +3,8 @@
 Every module of a package in :data:`PACKAGES` gets one row in that package's table, grouped
 by folder (its concern): the first paragraph of its docstring. Each table sits in its page
 between its own markers: the operator's (``operator/disttrain/``) in docs/architecture.md,
-the probe's (``probe_image/disttrain_probe/``) in docs/probe-report.md.
+the probe's (``probe_image/disttrain_probe/``) in docs/probe-report.md, the local cluster's
+(``localcluster/localcluster/``) in localcluster/README.md.
 Run ``python docs/generate_modules.py --write`` after adding, moving or re-describing a
 module; tests/unit/test_docs_modules.py fails when a table is stale. Reads the sources
 only (nothing is imported).
@@ -40,6 +41,7 @@ class Package:
 PACKAGES = (
     Package(ROOT / "operator" / "disttrain", ROOT / "docs" / "architecture.md"),
     Package(ROOT / "probe_image" / "disttrain_probe", ROOT / "docs" / "probe-report.md"),
+    Package(ROOT / "localcluster" / "localcluster", ROOT / "localcluster" / "README.md"),
 )
 
 
