@@ -60,7 +60,7 @@ chart-readme: venv
 api-docs: venv
 	$(VPY) docs/generate_api.py > docs/api.md
 
-# docs/architecture.md's module table from the module docstrings; a unit test fails when it is stale.
+# The module tables (docs/generate_modules.py's PACKAGES) from the module docstrings; a unit test fails when one is stale.
 module-docs:
 	$(PY) docs/generate_modules.py --write
 

@@ -1,4 +1,4 @@
-"""Local rank 0 starts and follows the node's other local ranks (I/O; see localranks.py).
+"""Local rank 0 starts and follows the node's other local ranks (I/O; the roles are in roles.py).
 
 Why the probe starts them itself rather than run under ``torchrun`` in the pod: torchrun's
 agents meet at MASTER_ADDR:MASTER_PORT before any probe code runs, so a blocked or

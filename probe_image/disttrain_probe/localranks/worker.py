@@ -1,4 +1,4 @@
-"""``python -m disttrain_probe.localranks.worker``: local rank k > 0 of a probe pod (localranks.py).
+"""``python -m disttrain_probe.localranks.worker``: local rank k > 0 of a probe pod (see roles.py).
 
 Started by local rank 0 (:mod:`disttrain_probe.localranks.spawn`) with its arguments and environment
 plus LOCAL_RANK. It imports torch in the background, waits for local rank 0's go (one
