@@ -105,7 +105,7 @@ def test_reasons_are_unique_camelcase_and_cover_the_design_table():
               "AllReduceTimeout", "AllReduceWrongResult", "BandwidthBelowThreshold",
               "ProcessGroupInitFailed", "RendezvousTimeout", "ProbeInternalError"}
     assert set(vocabulary.PROBE_FAILURES) == design | {"TorchImportTimeout", "SettingsMismatch",
-                                                       "MemlockTooLow", "GIDIndexInvalid"}
+                                                       "MemlockTooLow", "GIDIndexInvalid", "PathMTUBlackHole"}
     for group in (vocabulary.PROBE_FAILURES, vocabulary.PROBE_WARNINGS, vocabulary.PROBE_REJECTIONS):
         assert len(set(group)) == len(group)
         for x in group:

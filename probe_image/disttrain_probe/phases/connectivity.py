@@ -41,6 +41,7 @@ from disttrain_probe.contract import paths
 from disttrain_probe.contract import probe_env, vocabulary
 from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
 from disttrain_probe.runtime.deadline import Deadline
+from disttrain_probe.phases import pathmtu
 from disttrain_probe.phases.inventory import ipv4_addrs, route_get
 from disttrain_probe.phases.listeners import (  # noqa: F401  (re-exported: the phase's terms)
     BULK_MAX_BYTES, MAX_ADDRS_PER_IFACE, SKIP_IFACES, Listeners)
@@ -173,46 +174,10 @@ def measure(addr: str, port: int, want_rank: int, want_nonce: Optional[str], nby
     (1e6 bit/s), timed from the request to the last byte; after ``limit`` seconds, what
     arrived so far counts. None when the peer is not the expected one (rank, nonce) or
     nothing arrived. Never raises (socket errors give None)."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    s.settimeout(max(0.05, min(limit, 2.0)))
-    try:
-        s.connect((addr, port))
-        buf = b""
-        while b"\n" not in buf and len(buf) < 512:
-            chunk = s.recv(512)
-            if not chunk:
-                return None
-            buf += chunk
-        try:
-            who = json.loads(buf.partition(b"\n")[0].decode("utf-8", "replace") or "{}")
-        except ValueError:
-            return None
-        if who.get("nonce") != want_nonce or who.get("rank") != want_rank:
-            return None
-        sink = bytearray(1 << 20)
-        got = 0
-        t0 = time.monotonic()
-        s.sendall(b"BULK %d\n" % nbytes)
-        while got < nbytes:
-            left = t0 + limit - time.monotonic()
-            if left <= 0:
-                break
-            s.settimeout(left)
-            try:
-                n = s.recv_into(sink)
-            except socket.timeout:
-                break
-            if not n:
-                break
-            got += n
-        dt = time.monotonic() - t0
-    except OSError:
+    got = pathmtu.transfer(addr, port, (want_rank, want_nonce), nbytes, limit)
+    if got is None or got[0] <= 0 or got[1] <= 0:
         return None
-    finally:
-        s.close()
-    if got <= 0 or dt <= 0:
-        return None
-    return round(got * 8 / dt / 1e6, 1)
+    return round(got[0] * 8 / got[1] / 1e6, 1)
 
 
 def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
@@ -265,6 +230,56 @@ def port_range_warning(node: str, kernel: Optional[List[int]],
         f"(network.portRange) is {allowed[0]}-{allowed[1]}; NCCL's sockets take ports from the "
         f"kernel range, so set the sysctl to {allowed[0]} {allowed[1]} (the operator does this in "
         f"pod-network mode; with hostNetwork set it on the node)")}
+
+
+def _time_transfers(cfg: Any, inv: Dict[str, Any], allpeers: Dict[int, Dict[str, Any]],
+                    mine: Dict[str, Dict[str, Any]], deadline: Deadline, tracker: Any) -> None:
+    """Time :data:`BULK_ROUNDS` downloads per network from the ring neighbours
+    (:func:`bulk_targets`) and add ``mbps``/``mbpsLow`` (Mb/s) to their mesh entries; a
+    path whose peer answered but moved no byte in any round is searched for a path MTU
+    black hole (:func:`_find_black_holes`)."""
+    nbytes = bulk_bytes()
+    targets = bulk_targets(cfg.rank, cfg.world_size, allpeers, mine, inv["interfaces"],
+                           getattr(cfg, "socket_ifname", "auto")) if nbytes else []
+    if not targets or deadline.remaining() <= 1.0:
+        return
+    tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: timing transfers per network")
+    # At most a third of what is left, so the results still reach every peer.
+    limit = min(BULK_MAX_SECONDS, deadline.remaining() / 3.0 / (BULK_ROUNDS * len(targets)))
+    rounds: Dict[Tuple[int, str], List[float]] = {}
+    stalled: Dict[Tuple[int, str], int] = {}  # answered, then moved no byte
+    for _round in range(BULK_ROUNDS):
+        for peer, addr, port, peer_nonce in targets:
+            got = pathmtu.transfer(addr, port, (peer, peer_nonce), nbytes, limit)
+            if got is not None and got[0] > 0 and got[1] > 0:
+                rounds.setdefault((peer, addr), []).append(round(got[0] * 8 / got[1] / 1e6, 1))
+            elif got is not None:
+                stalled[(peer, addr)] = port
+    for (peer, addr), got_mbps in rounds.items():
+        res = mine[str(peer)][addr]  # the best round, and the typical one
+        res["mbps"], res["mbpsLow"] = max(got_mbps), typical(got_mbps)
+    _find_black_holes(inv, targets, {k: v for k, v in stalled.items() if k not in rounds},
+                      mine, deadline)
+
+
+def _find_black_holes(inv: Dict[str, Any], targets: List[Tuple[int, str, int, Optional[str]]],
+                      stalled: Dict[Tuple[int, str], int], mine: Dict[str, Dict[str, Any]],
+                      deadline: Deadline) -> None:
+    """For each timed path whose peer answered but sent no byte of the download in any
+    round, bisect the segment size that passes (:func:`pathmtu.probe_path`) and add
+    ``pmtu: {passes, lost}`` (bytes) to its mesh entry; within a fifth of what is left of
+    the phase, shared between those paths."""
+    if not stalled or deadline.remaining() < 3.0:
+        return
+    budget = deadline.remaining() / 5.0 / len(stalled)
+    nonces = {(t[0], t[1]): t[3] for t in targets}
+    for (peer, addr), port in sorted(stalled.items()):
+        rt = route_get(addr, inv["interfaces"], use_ip=False) or {}
+        mtu = next((i.get("mtu") for i in inv["interfaces"] if i.get("name") == rt.get("iface")), None)
+        found = pathmtu.probe_path(addr, port, (peer, nonces.get((peer, addr))),
+                                   mtu if isinstance(mtu, int) else 1500, budget)
+        if found:
+            mine[str(peer)][addr]["pmtu"] = found
 
 
 def _dial_all(tasks: List[Tuple[int, str, int, str]], per: float, answer: float) -> List[Dict[str, Any]]:
@@ -343,23 +358,7 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
                 mine.setdefault(str(peer), {})[addr] = res
             if deadline.remaining() > per + 1.0:
                 _sample_range(cfg, allpeers, mine, per, answer)
-        nbytes = bulk_bytes()
-        targets = bulk_targets(cfg.rank, cfg.world_size, allpeers, mine, inv["interfaces"],
-                               getattr(cfg, "socket_ifname", "auto")) if nbytes else []
-        if targets and deadline.remaining() > 1.0:
-            tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: timing transfers per network")
-            # At most a third of what is left, so the results still reach every peer.
-            limit = min(BULK_MAX_SECONDS,
-                        deadline.remaining() / 3.0 / (BULK_ROUNDS * len(targets)))
-            rounds: Dict[Tuple[int, str], List[float]] = {}
-            for _round in range(BULK_ROUNDS):
-                for peer, addr, port, peer_nonce in targets:
-                    mbps = measure(addr, port, peer, peer_nonce, nbytes, limit)
-                    if mbps is not None:
-                        rounds.setdefault((peer, addr), []).append(mbps)
-            for (peer, addr), got in rounds.items():
-                res = mine[str(peer)][addr]  # the best round, and the typical one
-                res["mbps"], res["mbpsLow"] = max(got), typical(got)
+        _time_transfers(cfg, inv, allpeers, mine, deadline, tracker)
         tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' mesh results")
         bus.publish("mesh", mine)
         allmesh = bus.gather("mesh", deadline, vocabulary.RENDEZVOUS_TIMEOUT,

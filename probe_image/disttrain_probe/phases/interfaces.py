@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases.choicefailure import interface_not_found, no_network_failure
 from disttrain_probe.phases.choicewarnings import warn
+from disttrain_probe.phases.pathmtu import black_hole_failure
 from disttrain_probe.phases.portrange import partial_range_failure
 from disttrain_probe.phases.networks import (  # noqa: F401  (re-exported: the choice's terms)
     POD_NETWORK_DEVICES, ChoiceInputs, Network, build_networks, evaluate, is_pod_network_device,
@@ -120,6 +121,8 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     failure = interface_not_found(inputs)
     if best is not None and failure is None:  # part of a node's range blocked on the best network
         failure = partial_range_failure(peers, mesh, {r: e["addr"] for r, e in best.pick.items()})
+    if best is not None and failure is None:  # full-size packets lost on a path of it
+        failure = black_hole_failure(peers, mesh, best.pick)
     if best is None and failure is None:
         failure = partial_range_failure(peers, mesh) or no_network_failure(
             inputs, nets, lambda: choose(peers, mesh, "auto", master_port, inputs.dial_plan))
