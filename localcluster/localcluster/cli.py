@@ -12,8 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, dns, kubeflow, kueue, network, nodedns, procs, realnode
-from .config import (FABRIC_NS, IMAGES_FILE, MAX_NODES, k8s_bin_dir, node_spec_by_name, node_specs,
+from . import controlplane, dns, kubeflow, kueue, network, nodedns, procs, realnode, routing
+from .config import (FABRIC_NS, IMAGES_FILE, MAX_NODES, NODE_NS_PREFIX, k8s_bin_dir, node_spec_by_name, node_specs,
                      state_dir, venv_python)
 from .kubeapi import ApiError, KubeClient
 from .kubeconfig import SERVER
@@ -27,8 +27,8 @@ AGENT_SOURCES = ["nodeagent/__init__.py", "nodeagent/__main__.py", "nodeagent/ag
                  "nodeagent/sandbox.py", "nodeagent/shared.py", "nodeagent/volumes.py",
                  "nodeagent/watch.py", "podspec.py", "kubeapi.py", "scenario.py",
                  "__init__.py", "config.py", "kubeconfig.py", "network.py", "nodedns.py", "pki.py",
-                 "podnet.py", "procs.py", "serviceproxy.py"]
-REALNODE_SOURCES = ["realnode.py", "serviceproxy.py", "podnet.py", "scenario.py"]
+                 "podnet.py", "procs.py", "routing.py", "serviceproxy.py"]
+REALNODE_SOURCES = ["realnode.py", "serviceproxy.py", "podnet.py", "scenario.py", "routing.py"]
 # What runs a node's pods: "containerd" (a real kubelet and containerd, realnode.py) or
 # "agent" (the node agent, nodeagent/: pods as processes). $DISTTRAIN_NODE_RUNTIME or
 # `up --runtime` chooses; see localcluster/README.md.
@@ -206,6 +206,9 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     controlplane.ensure_control_plane(state, timeout=timeout)
     _say(f"control plane ready ({time.monotonic() - t0:.1f}s)")
     network.ensure_fabric(segments)
+    routing.ensure(routing.plan(scenario.routers, {k: v.subnet for k, v in scenario.segments.items()},
+                                NODE_NS_PREFIX) if scenario is not None else [],
+                   FABRIC_NS, network.our_netns(), NODE_NS_PREFIX)
     cfg = _load_cfg(state)
     code = agent_code_version(runtime)
     if runtime == "containerd":

@@ -172,6 +172,8 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
         if getattr(link, "rate_mbit", None):
             rate_limit(FABRIC_NS, peer, link.rate_mbit)
             rate_limit(ns, link.name, link.rate_mbit)
+    for r in getattr(topo, "routes", None) or []:  # to other segments via their routers
+        _ip("-n", ns, "route", "replace", r["to"], "via", r["via"], "dev", r["dev"])
     if topo.firewall:
         firewall.apply(ns, topo.firewall)
     else:

@@ -4,7 +4,8 @@ A scenario (``scenarios/<name>.yaml``) gives the number of nodes, each node's NI
 (name, IPv4/IPv6 addresses, MTU, an optional rate limit, the fabric segment it is plugged
 into), node-local decoy bridges, extra hosts-file lines, a node-local DNS answering some
 names itself (``dns``), an nftables input firewall, extra
-environment and library paths for every container, GPU capacity, overrides of the example
+environment and library paths for every container, GPU capacity, routed links between
+segments through a middle link with its own MTU (``routers``, routing.py), overrides of the example
 job's spec (``examples/ddp-digits.yaml``), and the expected outcome. In env values,
 libraryPaths and pythonpath, ``{nccl:VERSION}`` stands for the directory holding
 ``libnccl.so.2`` of that NCCL release (the nvidia-nccl-cu12 wheel, installed on demand
@@ -49,6 +50,8 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator,
                       model_validator)
 
+from . import routing
+from .routing import RoutedLink
 from .config import MAX_NODES, POD_NETWORK_CIDR, REPO_ROOT, SERVICE_CIDR, node_index, node_name, pod_cidr
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
@@ -358,6 +361,9 @@ class Scenario(_Strict):
     nodeOverrides: dict[str, NodeConfig] = Field(default_factory=dict)
     job: dict[str, Any] = Field(default_factory=dict, description="deep-merged into the example job's spec")
     kueue: Optional[KueueSettings] = Field(None, description="run Kueue; the job's namespace gets its LocalQueue")
+    routers: list[RoutedLink] = Field(default_factory=list, description="routed links between "
+                                      "segments, each through a middle link with its own MTU "
+                                      "(routing.py)")
     slow: bool = Field(False, description="takes minutes: run by `make test-scale` "
                        "(DISTTRAIN_SLOW_SCENARIOS=1), left out of `make test`")
     expect: Expect
@@ -378,6 +384,7 @@ class Scenario(_Strict):
                 if nic.segment not in self.segments:
                     raise ValueError(f"{where}.nics.{i}.segment: unknown segment {nic.segment!r} "
                                      f"(segments: {', '.join(sorted(self.segments))})")
+        routing.plan(self.routers, {k: v.subnet for k, v in self.segments.items()}, "")
         if self.defaults.nics is None:  # some node keeps the default eth0/eth1
             missing = [n["segment"] for n in DEFAULT_NICS if n["segment"] not in self.segments]
             if missing and any(self.nodeOverrides.get(n) is None or self.nodeOverrides[n].nics is None
@@ -412,6 +419,7 @@ class NodeTopology:
     hosts: list[str] = field(default_factory=list)  # extra hosts lines (first)
     firewall: Optional[dict] = None
     dns_records: dict[str, str] = field(default_factory=dict)  # its node-local DNS answers these
+    routes: list[dict[str, str]] = field(default_factory=list)  # {to, via, dev}: routing.node_routes
     env: dict[str, str] = field(default_factory=dict)
     library_paths: list[str] = field(default_factory=list)
     pythonpath: list[str] = field(default_factory=list)
@@ -424,6 +432,8 @@ class NodeTopology:
                 ln.pop("rate_mbit", None)
         if not d["dns_records"]:
             d.pop("dns_records")
+        if not d["routes"]:  # no routers: the same document (and digest) as before
+            d.pop("routes")
         return d
 
     @classmethod
@@ -506,6 +516,7 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
     (:func:`check_address_plan`). Raises ScenarioError for a node without an IPv4 NIC,
     a segment too small for the nodes, or a plan the checks refuse."""
     segs = segments or sc.segments
+    pairs = routing.plan(sc.routers, {k: v.subnet for k, v in segs.items()}, "")
     out = []
     for i in range(sc.nodes):
         name = node_name(i)
@@ -544,9 +555,23 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             dns_records=dict(cfg.dns.records) if cfg.dns else {},
             env={k: expand(v) for k, v in (cfg.env or {}).items()},
             library_paths=[expand(p) for p in cfg.libraryPaths or []],
-            pythonpath=[expand(p) for p in cfg.pythonpath or []], gpus=cfg.gpus))
+            pythonpath=[expand(p) for p in cfg.pythonpath or []], gpus=cfg.gpus,
+            routes=routing.node_routes(pairs, {n.name: n.segment for n in nics})))
     check_address_plan(out, segs, sc.name or "scenario")
+    _check_router_addresses(out, pairs, sc.name or "scenario")
     return out
+
+
+def _check_router_addresses(topos: list[NodeTopology], pairs: list, where: str) -> None:
+    """Refuse a NIC address a router takes (host .1 of a routed segment). Pure."""
+    legs = routing.leg_addresses(pairs)
+    for t in topos:
+        for ln in t.links:
+            for a in ln.addresses:
+                ip = a.split("/")[0]
+                if ln.segment is not None and ip in legs:
+                    raise ScenarioError(f"{where}: {t.name}: {ln.name} {ip} is the address of "
+                                        f"the {legs[ip]}; give the NIC another address")
 
 
 def default_topology(nodes: int) -> list[NodeTopology]:

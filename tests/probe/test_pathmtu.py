@@ -1,0 +1,146 @@
+"""Path MTU black holes: the bisection (pure), the verdict from a mesh (pure), and two ranks
+in network namespaces joined by two routers through a 1400-byte middle link, whose ICMP
+"fragmentation needed" is dropped (a black hole: PathMTUBlackHole) or passed (path MTU
+discovery works: the probe passes). Traffic stays inside namespaces the test made."""
+from __future__ import annotations
+
+import ipaddress
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+from hypothesis import given, strategies as st
+
+from disttrain.diagnosis.report import parse_report
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.phases import pathmtu
+from localcluster import routing
+
+from probe_helpers import run_ranks
+
+
+@pytest.mark.parametrize("path_mtu", [576, 1000, 1400, 1499])
+def test_search_finds_the_largest_packet_that_passes(path_mtu):
+    tried = []
+
+    def passes(mss):
+        tried.append(mss)
+        return mss + pathmtu.HEADERS <= path_mtu
+
+    assert pathmtu.search(passes, 1500, float("inf")) == {"passes": path_mtu, "lost": path_mtu + 1}
+    assert len(tried) <= 12  # two ends, then a bisection of 924 sizes
+
+
+def test_search_explains_only_an_mtu_fault():
+    assert pathmtu.search(lambda mss: False, 1500, float("inf")) is None  # nothing large passes
+    assert pathmtu.search(lambda mss: True, 1500, float("inf")) is None  # the full size passes now
+    assert pathmtu.search(lambda mss: mss < 1000, 1500, 0.0) is None  # no time left: no guess
+
+
+def mesh_with_hole(addrs):
+    ok = {"r": "ok", "ms": 0.4}
+    return {0: {1: {addrs[1]: dict(ok, pmtu={"passes": 1400, "lost": 1401}), "10.100.0.12": ok}},
+            1: {0: {addrs[0]: ok, "10.100.0.11": ok}}}
+
+
+PEERS = {r: {"node": f"node-{'ab'[r]}", "interfaces": [
+    {"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "mtu": 1500},
+    {"name": "eth1", "addrs": [f"10.10{1 + r}.0.{11 + r}/24"], "mtu": 1500}]} for r in (0, 1)}
+
+
+def test_the_verdict_names_the_path_the_mtus_the_size_and_the_fix():
+    addrs = {0: "10.101.0.11", 1: "10.102.0.12"}
+    picks = {r: {"ifname": "eth1", "addr": a} for r, a in addrs.items()}
+    f = pathmtu.black_hole_failure(PEERS, mesh_with_hole(addrs), picks)
+    assert f is not None and f["reason"] == vocabulary.PATH_MTU_BLACK_HOLE
+    assert f["message"].startswith("node-b -> node-a on eth1: packets of 1401 bytes are lost, "
+                                   "1400 pass (both interfaces at MTU 1500)")
+    assert "set eth1's MTU to 1400 on every node" in f["message"]
+    assert "firewall" not in f["message"] and len(f["message"]) <= 400
+    # the hole is on another network than the chosen one: nothing to say
+    other = {r: {"ifname": "eth0", "addr": f"10.100.0.{11 + r}"} for r in (0, 1)}
+    assert pathmtu.black_hole_failure(PEERS, mesh_with_hole(addrs), other) is None
+
+
+@given(st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=8)),
+                    lambda inner: st.dictionaries(st.one_of(st.integers(0, 3), st.text(max_size=12)),
+                                                  inner, max_size=4), max_leaves=30))
+def test_any_mesh_gives_a_bounded_verdict_or_none(mesh):
+    picks = {r: {"ifname": "eth1", "addr": f"10.101.0.{11 + r}"} for r in range(4)}
+    f = pathmtu.black_hole_failure(PEERS, mesh if isinstance(mesh, dict) else {}, picks)
+    assert f is None or (f["reason"] == vocabulary.PATH_MTU_BLACK_HOLE and len(f["message"]) <= 400)
+
+
+def sh(*args: str, stdin: str | None = None) -> None:
+    subprocess.run(list(args), check=True, capture_output=True, text=True, input=stdin)
+
+
+@pytest.fixture
+def routed(request):
+    """Two node namespaces whose eth1 sit on two segments joined by routers through a
+    1400-byte middle link (localcluster.routing, as the proving ground builds it); eth0 on
+    a shared segment carries the rendezvous. Parametrized by icmpFragNeeded."""
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("nft") is None:
+        pytest.skip("needs root, iproute2 and nft (network namespaces, routers)")
+    tag = f"dtjp-{uuid.uuid4().hex[:6]}-"
+    fab, nodes = tag + "fab", [tag + "n0", tag + "n1"]
+    subnets = {"mgmt": "10.220.0.0/24", "data": "10.221.0.0/24", "datb": "10.222.0.0/24"}
+    pairs = routing.plan([routing.RoutedLink(between=("data", "datb"), mtu=1400,
+                                             icmpFragNeeded=request.param)], subnets, tag)
+    created = [fab] + nodes + [leg.netns for leg in pairs[0].legs]
+
+    def cleanup():
+        for ns in reversed(created):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    request.addfinalizer(cleanup)
+    sh("ip", "netns", "add", fab)
+    for seg in subnets:
+        sh("ip", "-n", fab, "link", "add", f"br-{seg}", "type", "bridge")
+        sh("ip", "-n", fab, "link", "set", f"br-{seg}", "up")
+    for i, ns in enumerate(nodes):
+        sh("ip", "netns", "add", ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        for nic, seg in (("eth0", "mgmt"), ("eth1", ("data", "datb")[i])):
+            port = f"{nic}n{i}"
+            sh("ip", "-n", fab, "link", "add", port, "type", "veth", "peer", "name", nic, "netns", ns)
+            sh("ip", "-n", fab, "link", "set", port, "master", f"br-{seg}")
+            sh("ip", "-n", fab, "link", "set", port, "up")
+            net = ipaddress.ip_network(subnets[seg])
+            sh("ip", "-n", ns, "addr", "add", f"{net.network_address + 11 + i}/24", "dev", nic)
+            sh("ip", "-n", ns, "link", "set", nic, "up")
+        for r in routing.node_routes(pairs, {"eth1": ("data", "datb")[i]}):
+            sh("ip", "-n", ns, "route", "replace", r["to"], "via", r["via"], "dev", r["dev"])
+    routing.ensure(pairs, fab, [], tag)
+    return nodes
+
+
+def run_pair(nodes, tmp_path):
+    envs = [{"RANK": str(i), "WORLD_SIZE": "2", "MASTER_ADDR": "10.220.0.11", "MASTER_PORT": "29500",
+             "NODE_NAME": f"node-{'ab'[i]}", "DISTTRAIN_PROBE_SOCKET_IFNAME": "eth1",
+             "DISTTRAIN_PROBE_TIMEOUT_SECONDS": "50", "DISTTRAIN_PROBE_ITERATIONS": "3"}
+            for i in range(2)]
+    return run_ranks(envs, tmp_path, timeout=80, prefix=[["ip", "netns", "exec", ns] for ns in nodes])
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("routed", ["drop"], indirect=True)
+def test_a_middle_link_black_hole_fails_naming_the_path_and_the_size(routed, tmp_path):
+    runs = run_pair(routed, tmp_path)
+    for run in runs:
+        rep = parse_report(run.report_text)
+        assert run.rc == 1 and rep.failure is not None, run.stdout[-2000:] + run.stderr[-2000:]
+        assert rep.failure.reason == vocabulary.PATH_MTU_BLACK_HOLE, rep.failure.message
+        assert "on eth1: packets of 1401 bytes are lost, 1400 pass" in rep.failure.message
+        assert "both interfaces at MTU 1500" in rep.failure.message
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("routed", ["pass"], indirect=True)
+def test_path_mtu_discovery_through_the_same_link_passes(routed, tmp_path):
+    runs = run_pair(routed, tmp_path)
+    for run in runs:
+        rep = parse_report(run.report_text)
+        assert run.rc == 0, (rep.failure, run.stderr[-2000:])
+        assert rep.chosen.ifname == "eth1"

@@ -1,0 +1,69 @@
+"""Routed links between segments in scenarios (localcluster/routing.py and scenario.py):
+the router plan, each node's routes and the refusals, all pure."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from localcluster import routing, scenario as scn
+
+ROUTED = """
+nodes: 3
+segments:
+  mgmt: {subnet: 10.100.0.0/24}
+  data: {subnet: 10.101.0.0/24}
+  datb: {subnet: 10.102.0.0/24}
+nodeOverrides:
+  node-c:
+    nics:
+      - {name: eth0, segment: mgmt}
+      - {name: eth1, segment: datb}
+routers:
+  - {between: [data, datb], mtu: 1400, icmpFragNeeded: drop}
+expect: {status: 'False'}
+"""
+
+
+def parse(text: str) -> scn.Scenario:
+    return scn.parse(textwrap.dedent(text), "t.yaml")
+
+
+def test_a_routed_link_gives_two_routers_and_each_node_a_route_to_the_other_side():
+    sc = parse(ROUTED)
+    [pair] = routing.plan(sc.routers, {k: v.subnet for k, v in sc.segments.items()}, "dtj-")
+    a, b = pair.legs
+    assert (pair.mtu, pair.drop_icmp) == (1400, True)
+    assert (a.netns, a.segment, a.lan, a.wan, a.peer_wan, a.remote) == (
+        "dtj-rt0a", "data", "10.101.0.1/24", "169.254.254.1/30", "169.254.254.2", "10.102.0.0/24")
+    assert (b.netns, b.lan, b.remote) == ("dtj-rt0b", "10.102.0.1/24", "10.101.0.0/24")
+    topos = {t.name: t for t in scn.topology(sc)}
+    assert topos["node-a"].routes == [{"to": "10.102.0.0/24", "via": "10.101.0.1", "dev": "eth1"}]
+    assert topos["node-c"].routes == [{"to": "10.101.0.0/24", "via": "10.102.0.1", "dev": "eth1"}]
+    assert topos["node-a"].to_json()["routes"] == topos["node-a"].routes
+
+
+def test_without_routers_a_topology_document_is_unchanged():
+    """The node's digest decides whether `up` rebuilds it: no routers, no new key."""
+    t = scn.topology(parse("expect: {status: 'True'}\n"))[0]
+    assert t.routes == [] and "routes" not in t.to_json()
+
+
+@pytest.mark.parametrize("routers,error", [
+    ("[{between: [data, nope]}]", "unknown segment 'nope'"),
+    ("[{between: [data, data]}]", "two different segments"),
+    ("[{between: [data, mgmt], mtu: 100}]", "mtu"),
+    ("[{between: [data, mgmt], icmp: drop}]", "icmp"),
+    ("[" + ", ".join(["{between: [data, mgmt]}"] * 5) + "]", "at most 4"),
+])
+def test_refused_routers_name_the_field(routers, error):
+    with pytest.raises(scn.ScenarioError) as e:
+        parse(f"routers: {routers}\nexpect: {{status: 'True'}}\n")
+    assert error in str(e.value)
+
+
+def test_a_nic_on_the_routers_address_is_refused():
+    text = ROUTED.replace("      - {name: eth1, segment: datb}",
+                          "      - {name: eth1, segment: datb, addresses: [10.102.0.1/24]}")
+    with pytest.raises(scn.ScenarioError, match="10.102.0.1 is the address of the router"):
+        scn.topology(parse(text))
