@@ -516,3 +516,20 @@ def test_a_named_interface_this_node_lacks_is_decided_at_the_inventory(spec, nam
     if missing:
         assert msg.startswith(f"node-b: no interface matches socketIfname={spec} (it has ")
         assert (", ".join(names) or "none") in msg and len(msg) <= 400
+
+
+def test_a_network_with_a_path_mtu_black_hole_gives_way_or_fails_when_forced():
+    """eth1 (faster by link speed, so preferred) loses full-size packets node-b -> node-a;
+    eth0 carries everything. Left to choose, the probe takes eth0; forced onto eth1, it
+    fails with PathMTUBlackHole."""
+    peers = {r: peer(r, LO, iface("eth0", f"10.0.0.{r + 1}/24", speed=1000),
+                     iface("eth1", f"10.9.0.{r + 1}/24", speed=100000)) for r in range(2)}
+    mesh = mesh_of(peers, not_docker)
+    mesh[0][1]["10.9.0.2"]["pmtu"] = {"passes": 1400, "lost": 1401}
+    auto = choose(peers, mesh)
+    assert auto["failure"] is None and auto["chosen"][0]["ifname"] == "eth0"
+    forced = choose(peers, mesh, "eth1")
+    assert forced["failure"]["reason"] == vocabulary.PATH_MTU_BLACK_HOLE
+    assert forced["failure"]["message"].startswith("node-b -> node-a on eth1: packets of 1401")
+    del mesh[0][1]["10.9.0.2"]["pmtu"]
+    assert choose(peers, mesh)["chosen"][0]["ifname"] == "eth1"  # without the hole, eth1 wins

@@ -117,7 +117,9 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     inputs = _inputs(peers, mesh, spec, master_port, dial_plan)
     ranks = sorted(peers)
     nets, usable = _rank_networks(inputs)
-    best = usable[0] if usable else None
+    # A network that loses full-size packets on some path gives way to one that does not.
+    whole = [u for u in usable if black_hole_failure(peers, mesh, u.pick) is None]
+    best = (whole or usable)[0] if usable else None
     failure = interface_not_found(inputs)
     if best is not None and failure is None:  # part of a node's range blocked on the best network
         failure = partial_range_failure(peers, mesh, {r: e["addr"] for r, e in best.pick.items()})
