@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import shutil
 import subprocess
 import uuid
@@ -125,22 +126,20 @@ def run_pair(nodes, tmp_path):
 
 
 @pytest.mark.netns
-@pytest.mark.parametrize("routed", ["drop"], indirect=True)
-def test_a_middle_link_black_hole_fails_naming_the_path_and_the_size(routed, tmp_path):
-    runs = run_pair(routed, tmp_path)
-    for run in runs:
+@pytest.mark.parametrize("routed", ["drop", "pass"], indirect=True)
+def test_a_middle_link_black_hole_is_named_and_discovered_path_mtu_passes(routed, request, tmp_path):
+    """drop: every rank fails with PathMTUBlackHole naming the size that passes; pass: path
+    MTU discovery shrinks the segments and the probe validates eth1."""
+    black_hole = request.node.callspec.params["routed"] == "drop"
+    for run in run_pair(routed, tmp_path):
         rep = parse_report(run.report_text)
-        assert run.rc == 1 and rep.failure is not None, run.stdout[-2000:] + run.stderr[-2000:]
-        assert rep.failure.reason == vocabulary.PATH_MTU_BLACK_HOLE, rep.failure.message
-        assert "on eth1: packets of 1401 bytes are lost, 1400 pass" in rep.failure.message
-        assert "both interfaces at MTU 1500" in rep.failure.message
-
-
-@pytest.mark.netns
-@pytest.mark.parametrize("routed", ["pass"], indirect=True)
-def test_path_mtu_discovery_through_the_same_link_passes(routed, tmp_path):
-    runs = run_pair(routed, tmp_path)
-    for run in runs:
-        rep = parse_report(run.report_text)
-        assert run.rc == 0, (rep.failure, run.stderr[-2000:])
-        assert rep.chosen.ifname == "eth1"
+        assert run.rc == (1 if black_hole else 0), (rep.failure, run.stderr[-2000:])
+        if black_hole:
+            assert rep.failure is not None and rep.failure.reason == vocabulary.PATH_MTU_BLACK_HOLE
+            # the search brackets the path's 1400 bytes (exactly, given the time: 1401 / 1400)
+            m = re.search(r"on eth1: packets of (\d+) bytes are lost, (\d+) pass", rep.failure.message)
+            assert m and int(m.group(2)) <= 1400 < int(m.group(1)), rep.failure.message
+            assert f"set eth1's MTU to {m.group(2)} on every node" in rep.failure.message
+            assert "both interfaces at MTU 1500" in rep.failure.message
+        else:
+            assert rep.chosen is not None and rep.chosen.ifname == "eth1"
