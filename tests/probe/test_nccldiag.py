@@ -314,3 +314,27 @@ def test_parse_and_findings_never_raise_and_stay_short():
             assert w["reason"] in warning_reasons and len(w["message"]) <= 400
 
     check()
+
+
+def test_the_probe_adds_the_warnings_and_fails_on_the_first_failure():
+    """runtime/probe.py ``_nccl_diagnostics``: NCCL's global ranks are node rank x P + local
+    rank; the rendezvous's ``bus.nodes`` (node rank -> node) names them."""
+    from types import SimpleNamespace
+
+    from disttrain_probe.localranks.roles import Layout
+    from disttrain_probe.runtime.deadline import ProbeFailure
+    from disttrain_probe.runtime.probe import Probe
+
+    p = Probe.__new__(Probe)
+    p.layout = Layout(0, 2, 0, 2)  # 2 nodes x 2 processes: ranks 2, 3 on node-b
+    p.bus = SimpleNamespace(nodes={0: "node-a", 1: "node-b"})
+    p.cfg = SimpleNamespace(node_name="node-a")
+    p.state = {"warnings": []}
+    p._nccl_diagnostics([ras(ECC_UNCORRECTED_FMT % ("{3}", 1, 4, 0x42))])
+    [w] = p.state["warnings"]
+    assert w["reason"] == V.GPU_ECC_ERRORS and w["message"].startswith("node-b (rank 3): ")
+    with pytest.raises(ProbeFailure) as e:
+        p._nccl_diagnostics([raw(WRITE_MISMATCH_FMT % (edge(2, 3), 1, 0, 0, NVL_ADVICE))])
+    assert e.value.reason == V.P2P_CHECK_FAILED and e.value.message.startswith("node-b: ")
+    p._nccl_diagnostics([])  # NCCL < 2.31, or nothing printed: nothing changes
+    assert len(p.state["warnings"]) == 1
