@@ -338,3 +338,28 @@ def test_the_probe_adds_the_warnings_and_fails_on_the_first_failure():
     assert e.value.reason == V.P2P_CHECK_FAILED and e.value.message.startswith("node-b: ")
     p._nccl_diagnostics([])  # NCCL < 2.31, or nothing printed: nothing changes
     assert len(p.state["warnings"]) == 1
+
+
+def test_local_ranks_are_told_the_diagnostics_variables():
+    """Every rank of the communicator must run NCCL's P2P check (it synchronises them); the
+    local ranks were started before local rank 0 set the variables, so the go message
+    carries them (localranks/spawn.py ``go``; worker.py applies only :data:`RUN_VARS`)."""
+    from disttrain_probe.localranks.spawn import LocalRanks
+
+    class Child:
+        def __init__(self) -> None:
+            self.sent: list = []
+
+        def send(self, msg: dict) -> bool:
+            self.sent.append(msg)
+            return True
+
+    kids = [Child(), Child()]
+    lr = LocalRanks(kids, "node-a", 3)  # type: ignore[arg-type]
+    lr.go("10.0.0.1", "eth0", "nccl", 10.0, nccldiag.env_to_set({}, "nccl", "2.31.2"))
+    lr.go("10.0.0.1", "eth0", "nccl", 10.0)
+    assert [m["env"] for m in kids[0].sent] == [
+        {"NCCL_RUN_RAS_DIAGNOSTICS": "1", "NCCL_RUN_DIAGNOSTICS": "1"}, {}]
+    assert nccldiag.run_vars({"NCCL_RUN_DIAGNOSTICS": 1, "LD_PRELOAD": "/x.so"}) == {
+        "NCCL_RUN_DIAGNOSTICS": "1"}
+    assert nccldiag.run_vars(["NCCL_RUN_DIAGNOSTICS"]) == {} and nccldiag.run_vars(None) == {}

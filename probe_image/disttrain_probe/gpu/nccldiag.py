@@ -118,6 +118,14 @@ def env_to_set(env: Mapping[str, str], backend: str, nccl_version: Optional[str]
     return {k: "1" for k in RUN_VARS if k not in env}
 
 
+def run_vars(given: Any) -> Dict[str, str]:
+    """Of ``given`` (what local rank 0 sent a local rank), only :data:`RUN_VARS`, as strings;
+    {} for anything but a mapping. Pure."""
+    if not isinstance(given, Mapping):
+        return {}
+    return {k: str(v) for k, v in given.items() if k in RUN_VARS}
+
+
 def split_line(line: str) -> Optional[Dict[str, Optional[str]]]:
     """One line -> ``{"host", "pid", "tag" (OK|INFO|None), "msg"}`` for an ``NCCL DIAG`` line
     (the host:pid prefix optional; other output may precede it), else None. Pure."""

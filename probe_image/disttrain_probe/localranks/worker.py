@@ -149,8 +149,8 @@ class LocalWorker:
                 os._exit(9)  # as a crash in torch/NCCL would, without a last word
             store = self._join(msg, d)
             backend = str(msg.get("backend") or "gloo")
-            from disttrain_probe.gpu.nccldiag import RUN_VARS  # as local rank 0 set them
-            os.environ.update({k: str(v) for k, v in dict(msg.get("env") or {}).items() if k in RUN_VARS})
+            from disttrain_probe.gpu import nccldiag
+            os.environ.update(nccldiag.run_vars(msg.get("env")))  # as local rank 0 set them
             if backend == "nccl":
                 self.device = f"cuda:{cfg.local_rank}"
             from disttrain_probe.phases import collective
