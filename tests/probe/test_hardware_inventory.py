@@ -1,6 +1,7 @@
 """GPU/RDMA/shm/plugin inventory on recorded fixtures: fake sysfs trees, a fake NVML."""
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -277,3 +278,46 @@ def test_nccl_capture_routes_nccls_log_and_reads_its_fallbacks(tmp_path):
     assert hardware.finish_nccl_capture(None, hw, "node-a") == []
     assert hardware.requested_gpus({"DISTTRAIN_PROBE_GPUS": "8"}) == 8
     assert hardware.requested_gpus({}) is None
+
+
+def test_nccl_diagnostics_only_from_nccl_2_31_with_nccl():
+    for backend, version in (("nccl", "2.27.3"), ("nccl", "2.30.7"), ("nccl", None),
+                             ("gloo", "2.31.2")):
+        env: dict = {}
+        assert hardware.start_diag_capture(backend, version, env) is None and env == {}
+    assert hardware.stop_diag_capture(None) == []
+
+
+def test_diag_capture_keeps_what_nccl_prints_on_stdout(tmp_path):
+    """NCCL >= 2.31 prints its NCCL DIAG lines to standard output, not to NCCL_DEBUG_FILE:
+    the capture redirects the descriptor, waits for the RAS report's completed line (NCCL's
+    RAS thread prints it after init returns), gives the descriptor back and echoes it all."""
+    import io
+    import threading
+
+    from disttrain_probe.contract import vocabulary
+    from disttrain_probe.gpu import nccldiag
+    from test_nccldiag import DRIVER_FMT, ras
+
+    real = tmp_path / "stdout"
+    fd = os.open(real, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        env = {"NCCL_RUN_DIAGNOSTICS": "0"}  # the user's own choice stays
+        cap = hardware.start_diag_capture("nccl", "2.31.2", env, fd=fd)
+        assert cap is not None and cap.env == {"NCCL_RUN_RAS_DIAGNOSTICS": "1"}
+        assert env == {"NCCL_RUN_DIAGNOSTICS": "0", "NCCL_RUN_RAS_DIAGNOSTICS": "1"}
+        os.write(fd, ("node01:4242 NCCL DIAG === RAS Diagnostics ===\n"
+                      + ras(DRIVER_FMT % (2, 0x42, "{1}", 0, "13000")) + "\n").encode())
+        done = "node01:4242 NCCL DIAG RAS diagnostics completed in 2.0 ms across 2 ranks\n"
+        t = threading.Timer(0.2, os.write, (fd, done.encode()))
+        t.start()
+        echo = io.StringIO()
+        lines = hardware.stop_diag_capture(cap, wait=5.0, echo=echo, poll=0.02)
+        t.join()
+        os.write(fd, b"after\n")  # the descriptor is the real one again
+    finally:
+        os.close(fd)
+    assert lines[-1] == done.strip() and len(lines) == 3 and echo.getvalue().endswith(done)
+    assert real.read_text() == "after\n" and not Path(cap.path or "").exists()
+    [f], _ = nccldiag.findings(nccldiag.parse(lines), "node-a", {0: "node-a", 1: "node-b"})
+    assert f["reason"] == vocabulary.DRIVER_VERSION_MISMATCH and f["message"].startswith("node-b")

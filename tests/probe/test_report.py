@@ -105,14 +105,17 @@ def test_reasons_are_unique_camelcase_and_cover_the_design_table():
               "AllReduceTimeout", "AllReduceWrongResult", "BandwidthBelowThreshold",
               "ProcessGroupInitFailed", "RendezvousTimeout", "ProbeInternalError"}
     assert set(vocabulary.PROBE_FAILURES) == design | {"TorchImportTimeout", "SettingsMismatch",
-                                                       "MemlockTooLow", "GIDIndexInvalid", "PathMTUBlackHole"}
+                                                       "MemlockTooLow", "GIDIndexInvalid",
+                                                       "P2PCheckFailed", "PathMTUBlackHole"}
     for group in (vocabulary.PROBE_FAILURES, vocabulary.PROBE_WARNINGS, vocabulary.PROBE_REJECTIONS):
         assert len(set(group)) == len(group)
         for x in group:
             assert re.fullmatch(r"[A-Z][A-Za-z0-9]+", x), x
-    # one probe reason is both: a memlock limit below what NCCL registers fails, a finite
-    # one above it warns (gpu/rdmalimits.py)
-    assert set(vocabulary.PROBE_FAILURES) & set(vocabulary.PROBE_WARNINGS) == {"MemlockTooLow"}
+    # two probe reasons are both: a memlock limit below what NCCL registers fails, a finite
+    # one above it warns (gpu/rdmalimits.py); NCCL's P2P check: wrong data fails, a pair NCCL
+    # could not use warns (gpu/nccldiag.py)
+    assert set(vocabulary.PROBE_FAILURES) & set(vocabulary.PROBE_WARNINGS) == {"MemlockTooLow",
+                                                                             "P2PCheckFailed"}
     assert set(vocabulary.PROBE_CONDITION_OF) == set(vocabulary.PROBE_FAILURES)
 
 

@@ -205,6 +205,11 @@ NCCL_SHM_INSTEAD_OF_P2P = _r("NCCLShmInsteadOfP2P", (COLLECTIVE_VALIDATED,), _W,
 GPUDIRECT_RDMA_OFF = _r("GPUDirectRDMAOff", (COLLECTIVE_VALIDATED,), _W, PROBE)
 MEMLOCK_TOO_LOW = _r("MemlockTooLow", (COLLECTIVE_VALIDATED,), (FAILURE, WARNING), PROBE)
 GID_INDEX_INVALID = _r("GIDIndexInvalid", (COLLECTIVE_VALIDATED,), _F, PROBE)
+# from NCCL's own diagnostics (NCCL >= 2.31, gpu/nccldiag.py): a GPU pair whose P2P data came
+# back wrong fails; one NCCL could not use, or a partial check, warns
+P2P_CHECK_FAILED = _r("P2PCheckFailed", (COLLECTIVE_VALIDATED,), (FAILURE, WARNING), PROBE)
+GPU_MODEL_MISMATCH = _r("GPUModelMismatch", (COLLECTIVE_VALIDATED,), _W, PROBE)
+NVLINK_INACTIVE = _r("NVLinkInactive", (COLLECTIVE_VALIDATED,), _W, PROBE)
 
 # ---- Suspended and Admitted (written only when they apply) -------------------------------
 JOB_SUSPENDED = _r("JobSuspended", (SUSPENDED,) + CHECK_CONDITIONS + (VALIDATED, TRAINING_STARTED,

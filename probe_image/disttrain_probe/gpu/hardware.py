@@ -8,6 +8,10 @@ whether ``libibverbs`` can be loaded (NCCL's IB transport dlopens it), which NCC
 network plugins (``libnccl-net*.so``) are on the library path, and the locked-memory
 limit with ``CAP_IPC_LOCK`` (what ``ibv_reg_mr`` may pin: :func:`memlock`). :func:`findings` turns
 that, and optionally what NCCL logged (``nccllog.parse``), into warnings.
+:func:`start_nccl_capture` / :func:`finish_nccl_capture` route NCCL's INFO lines to a file
+around the collective; with NCCL >= 2.31 :func:`start_diag_capture` /
+:func:`stop_diag_capture` also run NCCL's own diagnostics and keep their ``NCCL DIAG`` lines,
+which NCCL prints to standard output only (``nccldiag`` reads them).
 """
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ import os
 import resource
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from disttrain_probe.gpu import nccllog, nvml, rdma
+from disttrain_probe.gpu import nccldiag, nccllog, nvml, rdma
 from disttrain_probe.contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
 from disttrain_probe.contract import probe_env
 
@@ -231,3 +236,101 @@ def finish_nccl_capture(path: Optional[str], hw: Dict[str, Any], node: str,
         pass
     parsed = nccllog.parse(lines)
     return nccllog.warnings(parsed, node, hw.get("rdma") or [], (hw.get("gpus") or {}).get("p2p"))
+
+
+@dataclass
+class DiagCapture:
+    """NCCL's diagnostics turned on in this process (:func:`start_diag_capture`): ``env``, the
+    variables the probe added (the local ranks get the same, so every rank of the communicator
+    runs the check, which synchronises them), and this process's standard output (file
+    descriptor ``fd``) redirected to ``path``, the original kept as ``saved`` (None: not
+    redirected)."""
+    env: Dict[str, str]
+    path: Optional[str] = None
+    saved: Optional[int] = None
+    fd: int = 1
+
+
+def start_diag_capture(backend: str, nccl_version: Optional[str], env: Any = None,
+                       fd: int = 1) -> Optional[DiagCapture]:
+    """Before NCCL initializes: where ``nccldiag.wanted`` (backend nccl, ``nccl_version`` of
+    the loaded libnccl >= 2.31), add ``NCCL_RUN_RAS_DIAGNOSTICS=1`` and
+    ``NCCL_RUN_DIAGNOSTICS=1`` to ``env`` (default os.environ; a user's own value wins) and
+    redirect ``fd`` (standard output, where NCCL prints its ``NCCL DIAG`` lines, not to
+    NCCL_DEBUG_FILE) to a file. None (nothing changed) below 2.31 or with gloo. Never
+    raises: without a file the variables are still set and nothing is read back."""
+    env = os.environ if env is None else env
+    if not nccldiag.wanted(backend, nccl_version):
+        return None
+    cap = DiagCapture(nccldiag.env_to_set(env, backend, nccl_version), fd=fd)
+    env.update(cap.env)
+    tmp = -1
+    try:
+        tmp, path = tempfile.mkstemp(prefix="disttrain-nccl-diag-", suffix=".log")
+        _flush_stdout()
+        saved = os.dup(fd)
+        os.dup2(tmp, fd)
+        cap.path, cap.saved = path, saved
+    except OSError:
+        pass
+    finally:
+        if tmp >= 0:
+            os.close(tmp)
+    return cap
+
+
+def stop_diag_capture(cap: Optional[DiagCapture], wait: float = 2.0, echo: Any = None,
+                      poll: float = 0.05) -> List[str]:
+    """Give the standard output back and return what was printed meanwhile (NCCL's
+    ``NCCL DIAG`` lines among it), copied to ``echo`` (default the restored sys.stdout: the
+    pod log keeps it). Waits up to ``wait`` seconds for every ``=== ... ===`` report to reach
+    its ``completed`` line (NCCL's RAS thread prints its results after init returns). []
+    for None or when nothing was redirected. Never raises."""
+    if cap is None or cap.saved is None or not cap.path:
+        return []
+    end = time.monotonic() + max(0.0, wait)
+    text = _read_text(cap.path)
+    while text.count("NCCL DIAG === ") > text.count(" completed in ") and time.monotonic() < end:
+        time.sleep(poll)
+        text = _read_text(cap.path)
+    try:
+        os.dup2(cap.saved, cap.fd)
+        os.close(cap.saved)
+    except OSError:
+        pass
+    cap.saved = None
+    text = _read_text(cap.path)
+    try:
+        os.unlink(cap.path)
+    except OSError:
+        pass
+    if text:
+        try:
+            out = echo or sys.stdout
+            out.write(text if text.endswith("\n") else text + "\n")
+            out.flush()
+        except Exception:
+            pass
+    return text.splitlines()
+
+
+def _flush_stdout() -> None:
+    """Flush Python's and C's buffered standard output (NCCL prints with C stdio)."""
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    try:
+        import ctypes
+        ctypes.CDLL(None).fflush(None)
+    except Exception:
+        pass
+
+
+def _read_text(path: str) -> str:
+    _flush_stdout()
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""

@@ -133,14 +133,17 @@ class LocalRanks:
             raise
         return cls(children, node, nproc)
 
-    def go(self, addr: str, ifname: Optional[str], backend: str, seconds: float) -> None:
+    def go(self, addr: str, ifname: Optional[str], backend: str, seconds: float,
+           env: Optional[Dict[str, str]] = None) -> None:
         """Tell every local rank to join the collective: the store's ``addr`` (the master
         port is the config's), the chosen interface, the backend, and ``seconds``, what is
         left of local rank 0's collective phase (theirs ends :data:`LATER` s after it, so
-        local rank 0 is the first to give up and reports for the node)."""
+        local rank 0 is the first to give up and reports for the node); ``env``: the NCCL
+        diagnostics variables local rank 0 set (``gpu/nccldiag.py``), which every rank of
+        the communicator must share."""
         for c in self.children:
             c.send({"go": True, "addr": addr, "ifname": ifname, "backend": backend,
-                    "seconds": round(seconds + LATER, 3)})
+                    "seconds": round(seconds + LATER, 3), "env": dict(env or {})})
 
     def stop(self, why: str) -> None:
         """Local rank 0 failed before the collective: the others stop (exit

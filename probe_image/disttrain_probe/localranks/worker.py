@@ -2,7 +2,8 @@
 
 Started by local rank 0 (:mod:`disttrain_probe.localranks.spawn`) with its arguments and environment
 plus LOCAL_RANK. It imports torch in the background, waits for local rank 0's go (one
-JSON line on stdin: ``{"go": true, "addr", "ifname", "backend"}``, or ``{"stop": why}``),
+JSON line on stdin: ``{"go": true, "addr", "ifname", "backend", "env"}``, ``env`` the NCCL
+diagnostics variables local rank 0 set, or ``{"stop": why}``),
 joins the store at ``addr``:MASTER_PORT, then runs the collective phase as global rank
 node rank x P + k: the all-reduce among the node's local ranks, then the one over every
 rank (:func:`disttrain_probe.phases.collective.run`). It reports on stdout in
@@ -148,6 +149,8 @@ class LocalWorker:
                 os._exit(9)  # as a crash in torch/NCCL would, without a last word
             store = self._join(msg, d)
             backend = str(msg.get("backend") or "gloo")
+            from disttrain_probe.gpu import nccldiag
+            os.environ.update(nccldiag.run_vars(msg.get("env")))  # as local rank 0 set them
             if backend == "nccl":
                 self.device = f"cuda:{cfg.local_rank}"
             from disttrain_probe.phases import collective

@@ -264,18 +264,37 @@ class Probe:
             raise ProbeFailure(limits.failure["reason"], limits.failure["message"])
         self.coll.allreduce = {}
         nccl_log = hardware.start_nccl_capture(backend)  # NCCL's own INFO lines
-        if self.ranks.procs is not None:
-            self.coll.intra = {}
-            self.ranks.procs.go(rendezvous.local_store_addr(cfg, self.inv, self.state),
-                                self.choice.ifname, backend, d.remaining())
-        collective.run(cfg, self.store,
-                       collective.CollectivePath(self.choice.ifname, backend, self.layout),
-                       d, self.tracker, collective.CollectiveResults(self.coll.allreduce, self.coll.intra))
+        # NCCL >= 2.31: its own diagnostics too (NCCL DIAG lines on stdout, gpu/nccldiag.py)
+        diag = hardware.start_diag_capture(backend, (self.inv.get("versions") or {}).get("nccl"))
+        try:
+            if self.ranks.procs is not None:
+                self.coll.intra = {}
+                self.ranks.procs.go(rendezvous.local_store_addr(cfg, self.inv, self.state),
+                                    self.choice.ifname, backend, d.remaining(), diag.env if diag else None)
+            collective.run(cfg, self.store,
+                           collective.CollectivePath(self.choice.ifname, backend, self.layout),
+                           d, self.tracker, collective.CollectiveResults(self.coll.allreduce, self.coll.intra))
+        except BaseException:
+            hardware.stop_diag_capture(diag, 0.0)  # stdout back before the failure is reported
+            raise
+        diag_lines = hardware.stop_diag_capture(diag, min(2.0, d.remaining()))
         seen = {w.get("reason") for w in self.state["warnings"]}
         self.state["warnings"].extend(w for w in hardware.finish_nccl_capture(nccl_log, hw, node)
                                       if w["reason"] not in seen)
         self._finish_nccl_check(min(5.0, max(0.0, self.tracker.end - self.tracker.grace
                                              - time.monotonic() - 2.0)))
+        self._nccl_diagnostics(diag_lines)
+
+    def _nccl_diagnostics(self, lines: List[str]) -> None:
+        """NCCL's DIAG lines (rank 0's process, and each node's first rank for a failed P2P
+        pair) as evidence: its warnings join the report's, its first failure ends the probe."""
+        from disttrain_probe.gpu import nccldiag
+        lay, nodes = self.layout, getattr(self.bus, "nodes", None) or {}
+        rank_nodes = {g: nodes[g // lay.nproc] for g in range(lay.world) if g // lay.nproc in nodes}
+        fails, warns = nccldiag.findings(nccldiag.parse(lines), self.cfg.node_name, rank_nodes)
+        self.state["warnings"].extend(w for w in warns if w not in self.state["warnings"])
+        if fails:
+            raise ProbeFailure(fails[0]["reason"], fails[0]["message"])
 
     def _failed(self, f: ProbeFailure) -> None:
         """A classified failure: it is the report's; peers are told (unless it is theirs)."""
