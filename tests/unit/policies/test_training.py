@@ -10,6 +10,7 @@ from disttrain_probe.contract import vocabulary as V
 
 from ...support.builders import Want, check, given, table
 from ...support.fixtures import node_name, pod
+from ...support.reconcile import workers
 
 UNK, TRUE, FALSE = C.UNKNOWN, C.TRUE, C.FALSE
 NOT_STARTED = (UNK, V.TRAINING_PENDING)
@@ -138,6 +139,10 @@ def rank0(host_ip="10.100.0.10"):
                                        unschedulable="0/3 nodes are available: 1 Insufficient cpu")),
      Want(Outcome.CONTINUE, {C.TRAINING_STARTED: (UNK, V.WAITING_FOR_RESOURCES)}, creates=["j-worker-1"],
           says={C.TRAINING_STARTED: "rank 0 (j-worker-0) cannot be placed yet: 0/3 nodes"})),
+    ("training started, a pod the scheduler cannot place: started stays",
+     given().training().with_pods(pod("j-worker-0", C.ROLE_WORKER, 0, attempt=0, container="trainer",
+                                      unschedulable="0/3 nodes are available"), *workers("Running", "Running")[1:]),
+     Want(Outcome.CONTINUE, {C.TRAINING_STARTED: (TRUE, "AllRanksRunning")}, says={C.TRAINING_STARTED: "given"})),
 )
 def test_training(name, given, want):
     check(training.apply, given, want)
