@@ -126,16 +126,20 @@ class StepBuilder:
         return self.with_pods(*workers(*phases, attempt=attempt, exit_code=exit_code))
 
     def with_probe_reports(self, *reports: dict[str, Any], master: Optional[str] = MASTER) -> "StepBuilder":
-        """The probe run reached its verdict with these reports (``s.probe_run``, what
-        :mod:`disttrain.reconcile.policies.probing` hands :mod:`.verdict`); none given: every
-        rank passed."""
+        """The probe run reached its verdict with these reports (none given: every rank
+        passed); see :meth:`with_outcomes`."""
         n = self.body["spec"]["numNodes"]
         reports = reports or tuple(report(r, node_name(r), world_size=n) for r in range(n))
-        outcomes = [ProbeOutcome(rank=x["rank"], pod=f"j-probe-{x['rank']}", node=x["node"], report=x)
-                    for x in reports]
-        by_rank = {x["rank"]: pod(f"j-probe-{x['rank']}", constants.ROLE_PROBE, x["rank"], phase="Succeeded",
-                                  node=x["node"], message=json.dumps(x), exit_code=0) for x in reports}
-        self.run = ProbeRun(outcomes, master, by_rank)
+        return self.with_outcomes(*(ProbeOutcome(rank=x["rank"], pod=f"j-probe-{x['rank']}", node=x["node"], report=x)
+                                    for x in reports), master=master)
+
+    def with_outcomes(self, *outcomes: ProbeOutcome, master: Optional[str] = MASTER) -> "StepBuilder":
+        """The probe run reached its verdict with these outcomes (``s.probe_run``, what
+        :mod:`disttrain.reconcile.policies.probing` hands :mod:`.verdict`), the probe pods
+        finished with their reports."""
+        by_rank = {x.rank: pod(x.pod, constants.ROLE_PROBE, x.rank, phase="Succeeded", node=x.node,
+                               message=json.dumps(x.report), exit_code=0) for x in outcomes}
+        self.run = ProbeRun(list(outcomes), master, by_rank)
         return self
 
     def observing(self, **observed: Any) -> "StepBuilder":
