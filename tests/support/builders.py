@@ -178,6 +178,11 @@ class StepBuilder:
         return s
 
 
+def spec_of(**fields: Any) -> DistTrainingJobSpec:
+    """The parsed spec of :func:`.fixtures.job` with these top-level fields (camelCase)."""
+    return DistTrainingJobSpec.model_validate(job(**fields)["spec"])
+
+
 def given(num_nodes: int = 2) -> StepBuilder:
     """A new :class:`StepBuilder` for a job of ``num_nodes`` nodes."""
     return StepBuilder(num_nodes)
@@ -243,8 +248,7 @@ def workload(conditions: list[dict], admission: Optional[dict] = None, active: O
              queue: str = QUEUE) -> dict[str, Any]:
     """The Workload the operator creates for the default job queued in ``queue``, as Kueue
     left it: these status conditions, its admission, ``spec.active``."""
-    spec = DistTrainingJobSpec.model_validate(job()["spec"])
-    wl = kueue.workload(JobRef("j", "ns", JOB_UID), spec, queue)
+    wl = kueue.workload(JobRef("j", "ns", JOB_UID), spec_of(), queue)
     wl["metadata"]["resourceVersion"] = "7"
     wl["status"] = {"conditions": conditions}
     if admission:
