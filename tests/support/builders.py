@@ -28,7 +28,7 @@ from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import gang as gangpolicy
 from disttrain.reconcile.status_repair import repair
-from disttrain.reconcile.step import Observed, Outcome, Plan, ProbeRun, Step
+from disttrain.reconcile.step import Observed, Plan, ProbeRun, Step
 
 from .fixtures import JOB_UID, job, json_parser, node_name, pod, report
 from .reconcile import NOW, workers
@@ -190,23 +190,29 @@ def given(num_nodes: int = 2) -> StepBuilder:
 
 @dataclass(frozen=True)
 class Want:
-    """One row's expected result of a policy: its :class:`Outcome`, the conditions as
+    """One row's expected result of a policy: its :class:`Outcome` (or what another function
+    of a policy returns; a callable: a check of it), the conditions as
     ``{type: (status, reason)}`` (None: not written), the pods planned for creation and deletion (None: not
     checked), ``status`` fields and a substring of a condition's message."""
 
-    outcome: Outcome
+    outcome: Any
     conds: dict[str, Optional[tuple[str, str]]] = field(default_factory=dict)
     creates: Optional[list[str]] = None
     deletes: Optional[list[str]] = None
     status: dict[str, Any] = field(default_factory=dict)
     says: dict[str, str] = field(default_factory=dict)
+    requeue: Optional[float] = None  # the step asks to run again within this many seconds
     more: Optional[Callable[[Step], bool]] = None  # any other check of the step after the policy
 
 
-def check(policy: Callable[[Step], Outcome], given: StepBuilder, want: Want) -> Step:
+def check(policy: Callable[[Step], Any], given: StepBuilder, want: Want) -> Step:
     """Run ``policy`` on the built step and assert each part of ``want``; the step after."""
     s = given.build()
-    assert policy(s) is want.outcome
+    got = policy(s)
+    if callable(want.outcome):
+        assert want.outcome(got), got
+    else:
+        assert got == want.outcome
     got = {t: (x["status"], x["reason"]) if (x := cond.get(s.conds, t)) else None for t in want.conds}
     assert got == want.conds
     for ctype, text in want.says.items():
@@ -217,6 +223,8 @@ def check(policy: Callable[[Step], Outcome], given: StepBuilder, want: Want) -> 
         assert sorted(s.plan.deletes) == sorted(want.deletes)
     for key, value in want.status.items():
         assert s.status.get(key) == value, (key, s.status.get(key))
+    if want.requeue is not None:
+        assert s.plan.requeue_after == want.requeue
     if want.more is not None:
         assert want.more(s)
     return s
