@@ -26,6 +26,15 @@ def test_probe_budget_is_timeout_plus_slack():
     assert deadline.probe_budget_seconds(spec(probe={"timeoutSeconds": 20})) == 20 + deadline.PROBE_SLACK_SECONDS
 
 
+@pytest.mark.parametrize("probe,want", [
+    ({}, 90.0),                         # the default timeoutSeconds (60) and 30 s of slack
+    ({"timeoutSeconds": 20}, 50.0),
+    ({"timeoutSeconds": 600}, 630.0),
+])
+def test_probe_budget(probe, want):
+    assert deadline.probe_budget_seconds(spec(probe=probe)) == want
+
+
 def test_training_deadline_only_when_set():
     assert deadline.training_seconds_left(spec(), NOW, NOW) is None
     s = spec(runPolicy={"activeDeadlineSeconds": 10})
