@@ -1,1 +1,1 @@
-"""What tests share: object builders (fixtures), reconcile steps, scenario-like reports."""
+"""What tests share: object builders (fixtures), reconcile steps, chained Step builders (builders), scenario-like reports."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import string
 from typing import Any, Optional
 
 from disttrain.api import constants
@@ -40,6 +41,11 @@ def job(num_nodes: int = 2, status: Optional[dict] = None, generation: int = 1, 
 
 
 JOB_UID = "uid-1"
+
+
+def node_name(rank: int) -> str:
+    """The node the tests put rank ``rank`` on: node-a, node-b, ..."""
+    return f"node-{string.ascii_lowercase[rank]}"
 
 
 def report(rank: int, node: str, ok: bool = True, *, ifname: str = "eth1", addr: Optional[str] = None,

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from disttrain.reconcile.loop import Observed, reconcile
 
-from .fixtures import job, json_parser, pod, report
+from .fixtures import job, json_parser, node_name, pod, report
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -44,6 +44,8 @@ def validated_body():
 
 
 def workers(*phases, attempt=0, exit_code=1):
-    return [pod(f"j-worker-{r}", "worker", r, attempt=attempt, phase=ph, node=f"node-{'ab'[r]}",
+    """One training pod per rank of ``attempt`` in these phases, rank r on node r; a failed
+    one exited ``exit_code`` with a traceback."""
+    return [pod(f"j-worker-{r}", "worker", r, attempt=attempt, phase=ph, node=node_name(r),
                 container="trainer", exit_code=exit_code if ph == "Failed" else None,
                 message="Traceback: boom" if ph == "Failed" else None) for r, ph in enumerate(phases)]

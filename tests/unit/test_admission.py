@@ -7,48 +7,14 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue
 
+from ..support.builders import ADMISSION, ADMITTED, DEACTIVATED, EVICTED, FLAVOR, PENDING, workload
 from ..support.fixtures import job
 from ..support.reconcile import advance, finished_probes, names, step, workers
-
-FLAVOR = {"apiVersion": kueue.KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": "gpu-a"},
-          "spec": {"nodeLabels": {"pool": "a100"},
-                   "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]}}
-
 
 def queued(**spec):
     body = job(**spec)
     body["metadata"]["labels"] = {kueue.QUEUE_LABEL: "user-queue"}
     return body
-
-
-def wl_with(conditions, admission=None, active=None):
-    wl = kueue.workload(kq_ref(), spec_of(), "user-queue")
-    wl["metadata"]["resourceVersion"] = "7"
-    wl["status"] = {"conditions": conditions}
-    if admission:
-        wl["status"]["admission"] = admission
-    if active is not None:
-        wl["spec"]["active"] = active
-    return wl
-
-
-def kq_ref():
-    from disttrain.children.names import JobRef
-    return JobRef("j", "ns", "uid-1")
-
-
-def spec_of():
-    from disttrain.api.types import DistTrainingJobSpec
-    return DistTrainingJobSpec.model_validate(queued()["spec"])
-
-
-PENDING = [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
-            "message": "couldn't assign flavors to pod set nodes: insufficient unused quota for cpu in "
-                       "flavor default-flavor, 2 more needed"}]
-ADMITTED = [{"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved", "message": "ok"},
-            {"type": "Admitted", "status": "True", "reason": "Admitted", "message": "The workload is admitted"}]
-ADMISSION = {"clusterQueue": "cluster-queue",
-             "podSetAssignments": [{"name": "nodes", "flavors": {"cpu": "gpu-a", "nvidia.com/gpu": "gpu-a"}}]}
 
 
 def test_a_queued_job_creates_its_workload_and_no_pod():
@@ -65,7 +31,7 @@ def test_a_queued_job_creates_its_workload_and_no_pod():
 
 def test_pending_says_kueues_words_and_runs_nothing():
     body = advance(queued(), step(queued(), []))
-    plan = step(body, [], kueue=kueue.KueueRead(wl_with(PENDING)))
+    plan = step(body, [], kueue=kueue.KueueRead(workload(PENDING)))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
     assert a["reason"] == vocabulary.WAITING_FOR_QUOTA and "insufficient unused quota for cpu" in a["message"]
     assert plan.creates == [] and plan.objects == []
@@ -73,7 +39,7 @@ def test_pending_says_kueues_words_and_runs_nothing():
 
 def test_admitted_jobs_probe_on_the_flavors_nodes():
     body = advance(queued(), step(queued(), []))
-    plan = step(body, [], kueue=kueue.KueueRead(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
+    plan = step(body, [], kueue=kueue.KueueRead(workload(ADMITTED, ADMISSION), (FLAVOR,)))
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
     assert (a["status"], a["reason"]) == ("True", vocabulary.WORKLOAD_ADMITTED) and "cluster-queue" in a["message"]
     [p0] = plan.creates
@@ -83,12 +49,11 @@ def test_admitted_jobs_probe_on_the_flavors_nodes():
 
 def test_eviction_stops_the_pods_then_hands_the_quota_back_and_probes_again_when_readmitted():
     body = advance(queued(), step(queued(), []))
-    obs = kueue.KueueRead(wl_with(ADMITTED, ADMISSION), (FLAVOR,))
+    obs = kueue.KueueRead(workload(ADMITTED, ADMISSION), (FLAVOR,))
     body = advance(body, step(body, [], kueue=obs))
     body = advance(body, step(body, finished_probes(), kueue=obs))
     assert cond.is_true(body["status"]["conditions"], constants.VALIDATED)
-    evicted = wl_with(ADMITTED + [{"type": "Evicted", "status": "True", "reason": "Preempted",
-                                   "message": "Preempted to accommodate a workload in cluster-queue"}], ADMISSION)
+    evicted = workload(EVICTED, ADMISSION)
     plan = step(body, workers("Running", "Running"), kueue=kueue.KueueRead(evicted))
     assert sorted(plan.deletes) == ["j-worker-0", "j-worker-1"] and plan.status_patches == []
     a = cond.get(plan.status["conditions"], constants.ADMITTED)
@@ -103,13 +68,13 @@ def test_eviction_stops_the_pods_then_hands_the_quota_back_and_probes_again_when
     types = {x["type"]: (x["status"], x["reason"]) for x in patch["status"]["conditions"]}
     assert types["Requeued"] == ("True", "Preempted") and types["QuotaReserved"] == ("False", "Pending")
     body = advance(body, plan)
-    plan = step(body, [], kueue=kueue.KueueRead(wl_with(ADMITTED, ADMISSION), (FLAVOR,)))
+    plan = step(body, [], kueue=kueue.KueueRead(workload(ADMITTED, ADMISSION), (FLAVOR,)))
     assert names(plan) == ["j-probe-0"] and plan.creates[0]["metadata"]["labels"][constants.LABEL_ATTEMPT] == "2"
 
 
 def test_a_finished_job_marks_its_workload_finished_once():
     body = advance(queued(), step(queued(), []))
-    wl = wl_with(ADMITTED, ADMISSION)
+    wl = workload(ADMITTED, ADMISSION)
     obs = kueue.KueueRead(wl, (FLAVOR,))
     body = advance(body, step(body, [], kueue=obs))
     body = advance(body, step(body, finished_probes(), kueue=obs))
@@ -125,8 +90,7 @@ def test_a_finished_job_marks_its_workload_finished_once():
 
 def test_deactivated_workload_fails_the_job_and_unreadable_kueue_is_said():
     body = advance(queued(), step(queued(), []))
-    gone = wl_with([{"type": "Evicted", "status": "True", "reason": "InactiveWorkload",
-                     "message": "The workload is deactivated"}], active=False)
+    gone = workload(DEACTIVATED, active=False)
     plan = step(body, [], kueue=kueue.KueueRead(gone))
     f = cond.get(plan.status["conditions"], constants.FAILED)
     assert (f["status"], f["reason"]) == ("True", vocabulary.WORKLOAD_DEACTIVATED)

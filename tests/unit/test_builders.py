@@ -9,13 +9,10 @@ from disttrain.children.podbase import nproc_per_node
 from disttrain.children.pods import Rendezvous, TorchrunOptions, build_worker_pod, torchrun_command
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
+from ..support.builders import spec_of
 from ..support.fixtures import job
 
 REF = JobRef("j", "ns", "uid-1")
-
-
-def spec_of(**kw):
-    return DistTrainingJobSpec.model_validate(job(**kw)["spec"])
 
 
 def env(ctr):

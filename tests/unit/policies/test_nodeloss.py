@@ -19,8 +19,8 @@ from disttrain.reconcile.policies.nodeloss import (
     override,
 )
 
-from ..support.fixtures import job, pod, report
-from ..support.reconcile import NOW, advance, step
+from ...support.fixtures import job, pod, report
+from ...support.reconcile import NOW, advance, step
 
 STARTED = "2026-11-30T11:59:30Z"
 ENDED = "2026-11-30T11:59:59+00:00"  # one second before NOW
@@ -201,3 +201,26 @@ def test_mark_and_override_leave_other_verdicts_alone():
     assert outs[1].error.endswith("The other ranks saw: rank 0 (node-a) passed")
     d = diagnose(outs, "10.100.0.10")
     assert override(d, outs) and d.conditions[constants.VALIDATED].reason == vocabulary.PROBE_POD_LOST
+
+
+OWN = [  # (name, pods, numNodes, now, spec.probe.timeoutSeconds, lost ranks, wait)
+    ("within its own budget: wait for budget + margin",
+     [running(0, "node-a"), running(1, "node-b")], 2, NOW, 25.0, [], 5.0),
+    ("past its own budget + margin: lost whatever its peers do",
+     [running(0, "node-a"), running(1, "node-b")], 2, NOW + timedelta(seconds=1), 20.0, [0, 1], None),
+    ("the earlier of the two rules' waits",
+     [ended(0, "node-a", waited_for_rank1()), running(1, "node-b", "2026-11-30T11:59:59Z")], 2, NOW, 20.0, [],
+     NODE_LOST_SETTLE_SECONDS - 1),
+    ("a pod missing from the attempt: no rule applies",
+     [running(0, "node-a")], 2, LATER, 1.0, [], None),
+    ("no rank at all: nothing", [], 0, LATER, 1.0, [], None),
+]
+
+
+@pytest.mark.parametrize("name,pods,n,now,timeout,want_lost,want_wait", OWN, ids=[r[0] for r in OWN])
+def test_lost_ranks_past_their_own_budget(name, pods, n, now, timeout, want_lost, want_wait):
+    by_rank = {int(p["metadata"]["labels"][constants.LABEL_RANK]): p for p in pods}
+    lost, wait = lost_ranks(by_rank, n, now, timeout)
+    assert sorted(lost) == want_lost
+    assert all("past its own 20s budget" in why for why in lost.values())
+    assert wait == (pytest.approx(want_wait) if want_wait is not None else None)

@@ -1,0 +1,91 @@
+"""Ranks stranded outside the rendezvous (:mod:`disttrain.reconcile.policies.stranded`): when
+the verdict need not wait for every probe, and how long it waits for rank 0's word."""
+
+import json
+
+import pytest
+
+from disttrain.api import constants as C
+from disttrain.reconcile.policies import stranded
+from disttrain_probe.contract import vocabulary as V
+
+from ...support.fixtures import json_parser, node_name, pod, report
+from ...support.reconcile import NOW
+
+STARTED = "2026-11-30T11:59:40Z"
+
+
+def failed(rank, reason, ended="2026-11-30T11:59:50Z", phase="rendezvous", pod_phase="Failed", **master):
+    """Rank ``rank``'s probe, failed with ``reason`` at ``ended`` (its pod in ``pod_phase``);
+    ``master``: more of the report's master section (connected, hostCheck)."""
+    rep = report(rank, node_name(rank), ok=False, world_size=3,
+                 failure={"reason": reason, "phase": phase, "message": f"{node_name(rank)}: {reason}"})
+    rep["phase"] = phase
+    rep["master"].update(master)
+    return pod(f"j-probe-{rank}", C.ROLE_PROBE, rank, phase=pod_phase, node=node_name(rank), exit_code=1,
+               message=json.dumps(rep), started_at=STARTED, finished_at=ended)
+
+
+def running(rank, started_at=STARTED):
+    """Rank ``rank``'s probe, running since ``started_at``."""
+    return pod(f"j-probe-{rank}", C.ROLE_PROBE, rank, phase="Running", node=node_name(rank), started_at=started_at)
+
+
+def done(rank, started_at=None):
+    """Rank ``rank``'s probe, ended with a good report (started at ``started_at``)."""
+    return pod(f"j-probe-{rank}", C.ROLE_PROBE, rank, phase="Succeeded", node=node_name(rank), exit_code=0,
+               message=json.dumps(report(rank, node_name(rank), world_size=3)), started_at=started_at)
+
+
+REFUSED, TIMEOUT = V.MASTER_PORT_REFUSED, V.MASTER_PORT_TIMEOUT
+STORE_QUIET = {"connected": "10.100.0.10", "hostCheck": {"r": "refused"}}
+HOST_ANSWERS = {"hostCheck": {"r": "refused"}}
+
+
+ROWS = [  # (name, the probe pods, rank0_wait, what stranded() answers)
+    ("every probe running: wait for them", [running(0), running(1), running(2)], 0.0, (False, None)),
+    ("rank 0 failed before serving the store: no wait",
+     [failed(0, V.MASTER_ADDR_LOOPBACK, phase="config"), running(1), running(2)], 0.0, (True, None)),
+    ("rank 0 failed after serving it: wait",
+     [failed(0, V.RENDEZVOUS_TIMEOUT), running(1), running(2)], 0.0, (False, None)),
+    ("a rank refused, settled: no wait for the others",
+     [running(0), failed(1, REFUSED, **HOST_ANSWERS), running(2)], 0.0, (True, None)),
+    ("a rank refused 1s ago: settle for the rest of 3s",
+     [running(0), failed(1, REFUSED, "2026-11-30T11:59:59Z", **HOST_ANSWERS), running(2)], 0.0, (False, 2.0)),
+    ("a rank refused 1s ago, every other rank ended: no wait",
+     [running(0), failed(1, REFUSED, "2026-11-30T11:59:59Z", **HOST_ANSWERS), done(2)], 0.0, (True, None)),
+    ("a rank failed in its collective, not stranded: wait",
+     [running(0), failed(1, V.ALL_REDUCE_WRONG_RESULT), running(2)], 0.0, (False, None)),
+    ("rank 0's host silent: rank 0's report awaited rank0_wait after it started",
+     [running(0, "2026-11-30T11:59:55Z"), failed(1, TIMEOUT), done(2)], 30.0, (False, 25.0)),
+    ("rank 0's host silent, rank0_wait over: no wait",
+     [running(0, "2026-11-30T11:59:25Z"), failed(1, TIMEOUT), done(2)], 30.0, (True, None)),
+    ("rank 0's store silent 2s ago: rank 0 awaited past the node-loss settle",
+     [running(0), failed(1, TIMEOUT, "2026-11-30T11:59:58Z", **STORE_QUIET), done(2)], 0.0,
+     (False, stranded.STORE_SILENT_WAIT_SECONDS - 2)),
+    ("rank 0's store silent, rank 0 ended: no wait",
+     [failed(0, V.RENDEZVOUS_TIMEOUT), failed(1, TIMEOUT, "2026-11-30T11:59:58Z", **STORE_QUIET), done(2)], 0.0,
+     (True, None)),
+    ("a rank's pod Succeeded despite its report: not stranded",
+     [running(0), failed(1, REFUSED, pod_phase="Succeeded", **HOST_ANSWERS), running(2)], 0.0, (False, None)),
+    ("a rank failed taking its inventory: stranded whatever the reason",
+     [running(0), failed(1, "InventoryFailed", phase="inventory"), running(2)], 0.0, (True, None)),
+    ("rank 0's host answered on another port: rank 0 not awaited",
+     [running(0, "2026-11-30T11:59:55Z"), failed(1, TIMEOUT, **HOST_ANSWERS), done(2)], 30.0, (True, None)),
+    ("refused although connected: the store was not silent",
+     [running(0), failed(1, REFUSED, "2026-11-30T11:59:58Z", **STORE_QUIET), done(2)], 0.0, (True, None)),
+    ("two ranks stranded: settled from the first to end",
+     [running(0), failed(1, REFUSED, "2026-11-30T11:59:58Z", **HOST_ANSWERS),
+      failed(2, REFUSED, "2026-11-30T11:59:59Z", **HOST_ANSWERS), running(3)], 0.0, (False, 1.0)),
+    ("rank 0's host silent but rank 0 ended: no wait",
+     [done(0, "2026-11-30T11:59:55Z"), failed(1, TIMEOUT), done(2)], 30.0, (True, None)),
+    ("rank 0's host and store silent: the longer wait",
+     [running(0, "2026-11-30T11:59:55Z"), failed(1, TIMEOUT, "2026-11-30T11:59:58Z", connected="10.100.0.10"),
+      done(2)], 30.0, (False, 25.0)),
+]
+
+
+@pytest.mark.parametrize("name,pods,rank0_wait,want", ROWS, ids=[r[0] for r in ROWS])
+def test_stranded(name, pods, rank0_wait, want):
+    by_rank = {int(p["metadata"]["labels"][C.LABEL_RANK]): p for p in pods}
+    assert stranded.stranded(by_rank, len(pods), json_parser, NOW, rank0_wait) == want
