@@ -316,6 +316,28 @@ def test_parse_and_findings_never_raise_and_stay_short():
     check()
 
 
+
+@pytest.mark.parametrize("msg", [
+    "p2p: write mismatch srcRank=\u00b2 dstRank=1 path=NVL",  # isdigit() but not int()
+    "p2p: write mismatch srcRank=" + "9" * 5000 + " dstRank=1",  # past int()'s 4300 digits
+    "CUDA driver version: mismatch across 2 ranks in comm 0x1, rank(s) {1} differ from rank "
+    + "9" * 5000 + " (1)",
+    "NVLink: inactive link(s) on rank(s) {" + "9" * 5000 + "} across 2 ranks in comm 0x1",
+    "NVLink: inactive link(s) on rank(s) {1,...} (N=" + "9" * 5000 + ") across 2 ranks in comm 0x1",
+    "p2p: " + "9" * 5000 + "/1 directed GPU P2P edges verified",
+])
+def test_odd_numbers_in_a_line_do_not_raise(msg):
+    p = nccldiag.parse([f"h:1 NCCL DIAG [INFO] {msg}"])
+    for f in sum(nccldiag.findings(p, "node-a"), []):
+        assert len(f["message"]) <= 400
+
+
+def test_values_of_one_variable_are_bounded_too():
+    lines = ["h:1 NCCL DIAG [INFO] NCCL environment: mismatch across 2 ranks in comm 0x1 for NCCL_ALGO"]
+    lines += [f"h:1 NCCL DIAG [INFO] NCCL environment: NCCL_ALGO=v{i} on rank(s) {{0}}"
+              for i in range(200)]
+    assert len(nccldiag.parse(lines)["env"]["NCCL_ALGO"]) == nccldiag.MAX_ITEMS
+
 def test_the_probe_adds_the_warnings_and_fails_on_the_first_failure():
     """runtime/probe.py ``_nccl_diagnostics``: NCCL's global ranks are node rank x P + local
     rank; the rendezvous's ``bus.nodes`` (node rank -> node) names them."""

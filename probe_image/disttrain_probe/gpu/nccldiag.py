@@ -138,11 +138,22 @@ def split_line(line: str) -> Optional[Dict[str, Optional[str]]]:
             "msg": (t.group("msg") if t else body).strip()}
 
 
+def _int(text: Optional[str]) -> Optional[int]:
+    """A plain number ("-"? then at most 18 ASCII digits) -> int; anything else (a
+    superscript digit, thousands of digits int() refuses) -> None."""
+    t = text or ""
+    digits = t[1:] if t.startswith("-") else t
+    if not (0 < len(digits) <= 18 and digits.isascii() and digits.isdigit()):
+        return None
+    return int(t)
+
+
 def rank_set(g: Mapping[str, Optional[str]]) -> Tuple[List[int], int]:
     """A matched :data:`RANKS` group -> (the ranks listed, how many there are in all)."""
-    ranks = [int(x) for x in (g.get("ranks") or "").split(",") if x.isdigit()][:MAX_ITEMS]
-    total = g.get("total")
-    return ranks, int(total) if total and total.isdigit() else len(ranks)
+    ranks = [r for r in (_int(x) for x in (g.get("ranks") or "").split(",")) if r is not None
+             and r >= 0][:MAX_ITEMS]
+    total = _int(g.get("total"))
+    return ranks, total if total is not None else len(ranks)
 
 
 def empty() -> Dict[str, Any]:
@@ -195,7 +206,9 @@ def parse(lines: Iterable[str]) -> Dict[str, Any]:
         m = ENV_VALUE.match(msg)
         if m and m.group("var") == current_env and len(out["env"]) < MAX_ITEMS:
             ranks, _ = rank_set(m.groupdict())
-            out["env"].setdefault(current_env, {})[m.group("value")[:80]] = ranks
+            values = out["env"].setdefault(current_env, {})
+            if len(values) < MAX_ITEMS:
+                values[m.group("value")[:80]] = ranks
             continue
         _result_line(out, msg, d.get("host"))
     return out
@@ -212,16 +225,18 @@ def _result_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
     if m:
         ranks, total = rank_set(m.groupdict())
         check = f"{m.group('check')} {(m.group('what') or '').strip()}".strip()
-        _keep(out["differ"], {"check": check, "ranks": ranks, "total": total,
-                              "ref": int(m.group("ref")), "value": m.group("value")[:80],
-                              "n": int(m.group("n"))})
+        ref, n = _int(m.group("ref")), _int(m.group("n"))
+        if ref is not None and n is not None:
+            _keep(out["differ"], {"check": check, "ranks": ranks, "total": total, "ref": ref,
+                                  "value": m.group("value")[:80], "n": n})
         return
     m = ECC.match(msg)
     if m:
         ranks, total = rank_set(m.groupdict())
-        th = m.group("threshold")
-        _keep(out["ecc"], {"kind": m.group("kind"), "ranks": ranks, "total": total,
-                           "worst": int(m.group("worst")), "threshold": int(th) if th else None})
+        th, worst = m.group("threshold"), _int(m.group("worst"))
+        if worst is not None and (th is None or _int(th) is not None):
+            _keep(out["ecc"], {"kind": m.group("kind"), "ranks": ranks, "total": total,
+                               "worst": worst, "threshold": _int(th)})
         return
     m = NVL_INACTIVE.match(msg)
     if m:
@@ -238,14 +253,17 @@ def _result_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
 def _p2p_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
     m = P2P_SUMMARY.match(msg)
     if m:
-        tested = int(m.group("all") or m.group("tested"))
-        passed = int(m.group("all") or m.group("passed"))
-        out["p2p"] = {"passed": passed, "tested": tested, "skipped": int(m.group("skipped") or 0)}
+        tested = _int(m.group("all") or m.group("tested"))
+        passed = _int(m.group("all") or m.group("passed"))
+        skipped = _int(m.group("skipped") or "0")
+        if tested is not None and passed is not None and skipped is not None:
+            out["p2p"] = {"passed": passed, "tested": tested, "skipped": skipped}
         return
     m = P2P_ALL_DOCS.match(msg)
     if m:
-        n = int(m.group("n"))
-        out["p2p"] = {"passed": n, "tested": n, "skipped": 0}
+        n = _int(m.group("n"))
+        if n is not None:
+            out["p2p"] = {"passed": n, "tested": n, "skipped": 0}
         return
     m = P2P_EDGE.match(msg)
     if m:
@@ -253,7 +271,7 @@ def _p2p_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
         edge: Dict[str, Any] = {"kind": m.group("kind"), "host": host}
         for k in INT_FIELDS:
             v = fields.get(k, "")
-            edge[k] = int(v) if v.lstrip("-").isdigit() else None
+            edge[k] = _int(v)
         for k in ("path", "handle", "reason"):
             edge[k] = fields.get(k, "")[:40] or None
         _keep(out["edges"], edge)
