@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -40,6 +41,23 @@ def test_search_explains_only_an_mtu_fault():
     assert pathmtu.search(lambda mss: mss < 1000, 1500, 0.0) is None  # no time left: no guess
 
 
+
+def test_search_gives_no_verdict_it_did_not_see():
+    flaky = iter([True, False])  # an MTU of 576 or less leaves nothing to bisect
+    assert pathmtu.search(lambda mss: next(flaky), 576, float("inf")) is None
+
+
+def test_search_never_claims_a_size_lost_that_it_did_not_try():
+    tried = []
+
+    def passes(mss):
+        tried.append(mss)
+        time.sleep(0.06)
+        return True
+
+    result = pathmtu.search(passes, 1500, time.monotonic() + 0.05)
+    assert result is None and tried == [pathmtu.MIN_MSS]
+
 def mesh_with_hole(addrs):
     ok = {"r": "ok", "ms": 0.4}
     return {0: {1: {addrs[1]: dict(ok, pmtu={"passes": 1400, "lost": 1401}), "10.100.0.12": ok}},
@@ -64,6 +82,29 @@ def test_the_verdict_names_the_path_the_mtus_the_size_and_the_fix():
     other = {r: {"ifname": "eth0", "addr": f"10.100.0.{11 + r}"} for r in (0, 1)}
     assert pathmtu.black_hole_failure(PEERS, mesh_with_hole(addrs), other) is None
 
+
+
+@pytest.mark.parametrize("peers,picks", [
+    ({}, {0: {"addr": "10.101.0.11"}}),  # the receiver made no pick
+    ({}, {0: {"addr": "10.101.0.11"}, 1: "eth1"}),  # a pick that is not a mapping
+    ({0: "node-a", 1: ["node-b"]}, {0: {"addr": "10.101.0.11"}}),  # peers that are not either
+    ({0: {"interfaces": ["eth1", {"addrs": "10.101.0.11"}, {"addrs": ["10.101.0.11/24"], "mtu": True}]}},
+     {0: {"addr": "10.101.0.11"}}),
+])
+def test_odd_peers_and_picks_from_other_ranks_do_not_raise(peers, picks):
+    mesh = {1: {0: {"10.101.0.11": {"pmtu": {"passes": 1400, "lost": 1401}}}}}
+    f = pathmtu.black_hole_failure(peers, mesh, picks)
+    assert f is not None and "1401 bytes are lost" in f["message"] and len(f["message"]) <= 400
+
+
+@pytest.mark.parametrize("pick,pmtu", [
+    ({"ifname": "eth1"}, {"passes": 1400, "lost": 1401}),  # no address chosen: str(None) matched
+    ({"addr": "None"}, {"passes": True, "lost": 1401}),
+    ({"addr": "None"}, {"passes": 1500, "lost": 1400}),
+])
+def test_no_verdict_without_a_pmtu_entry_on_a_chosen_address(pick, pmtu):
+    mesh = {1: {0: {"None": {"pmtu": pmtu}}}}
+    assert pathmtu.black_hole_failure({}, mesh, {0: pick}) is None
 
 @given(st.recursive(st.one_of(st.none(), st.integers(), st.text(max_size=8)),
                     lambda inner: st.dictionaries(st.one_of(st.integers(0, 3), st.text(max_size=12)),

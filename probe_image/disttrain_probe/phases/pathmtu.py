@@ -88,12 +88,13 @@ def search(passes: Callable[[int], bool], mtu: int, deadline: float) -> Optional
     """Bisect the largest MSS in [:data:`MIN_MSS`, ``mtu`` - 40] for which ``passes(mss)``
     holds, stopping at ``deadline`` (time.monotonic()): ``{"passes": P, "lost": L}`` as IP
     packet sizes in bytes (P < L); None when even :data:`MIN_MSS` is lost (not an MTU
-    fault: the path moves nothing large at all) or the full size passes now (nothing to
-    explain). ``passes`` is called about log2(mtu / 8) times."""
-    lo, hi = MIN_MSS, max(MIN_MSS, mtu - HEADERS)
-    if time.monotonic() >= deadline or not passes(lo):
+    fault: the path moves nothing large at all), the full size passes now (nothing to
+    explain) or was not seen lost before ``deadline``, or ``mtu`` leaves nothing to bisect
+    (576 or less). ``passes`` is called about log2(mtu / 8) times."""
+    lo, hi = MIN_MSS, mtu - HEADERS
+    if hi <= lo or time.monotonic() >= deadline or not passes(lo):
         return None
-    if time.monotonic() < deadline and passes(hi):
+    if time.monotonic() >= deadline or passes(hi):  # the full size must be seen lost
         return None
     while hi - lo > SEARCH_STEP and time.monotonic() < deadline:
         mid = (lo + hi) // 2
@@ -115,11 +116,18 @@ def probe_path(addr: str, port: int, want: Tuple[int, Optional[str]], mtu: int,
     return search(passes, mtu, time.monotonic() + max(0.0, seconds))
 
 
-def _mtu_of(peer: Dict[str, Any], addr: str) -> Optional[int]:
-    for i in peer.get("interfaces") or []:
-        if any(str(a).split("/")[0] == addr for a in i.get("addrs") or []):
-            return i.get("mtu") if isinstance(i.get("mtu"), int) else None
+def _mtu_of(peer: Any, addr: str) -> Optional[int]:
+    ifaces = peer.get("interfaces") if isinstance(peer, dict) else None
+    for i in ifaces if isinstance(ifaces, list) else []:
+        addrs = i.get("addrs") if isinstance(i, dict) else None
+        if isinstance(addrs, list) and any(str(a).split("/")[0] == addr for a in addrs):
+            mtu = i.get("mtu")
+            return mtu if isinstance(mtu, int) and not isinstance(mtu, bool) else None
     return None
+
+
+def _size(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def black_holes(mesh: Dict[int, Dict[int, Dict[str, Any]]], addrs: Dict[int, str]
@@ -135,7 +143,8 @@ def black_holes(mesh: Dict[int, Dict[int, Dict[str, Any]]], addrs: Dict[int, str
         for sender, entries in sorted(row.items(), key=lambda kv: str(kv[0])):
             e = entries.get(addrs.get(sender, "")) if isinstance(entries, dict) else None
             p = e.get("pmtu") if isinstance(e, dict) else None
-            if isinstance(p, dict) and isinstance(p.get("passes"), int) and isinstance(p.get("lost"), int):
+            if (isinstance(p, dict) and _size(p.get("passes")) and _size(p.get("lost"))
+                    and p["passes"] < p["lost"]):
                 out.append((sender, receiver, {"passes": p["passes"], "lost": p["lost"]}))
     return out
 
@@ -147,14 +156,20 @@ def black_hole_failure(peers: Dict[int, Dict[str, Any]],
     (``picks``: rank -> {ifname, addr}) loses full-size packets, naming the first such
     path's nodes, both interfaces' MTUs, the largest size that passed and the fix; None
     otherwise. At most 400 characters. Pure."""
-    addrs = {r: str(p.get("addr")) for r, p in picks.items()}
+    addrs = {r: p["addr"] for r, p in picks.items()
+             if isinstance(p, dict) and isinstance(p.get("addr"), str) and p["addr"]}
     holes = black_holes(mesh, addrs)
     if not holes:
         return None
     sender, receiver, p = holes[0]
-    node = {r: str((peers.get(r) or {}).get("node") or f"rank {r}") for r in (sender, receiver)}
-    ifname = str(picks.get(receiver, {}).get("ifname") or "?")
-    mtus = [_mtu_of(peers.get(r) or {}, addrs.get(r, "")) for r in (sender, receiver)]
+    info: Dict[int, Dict[str, Any]] = {}
+    for r in (sender, receiver):
+        peer = peers.get(r)
+        info[r] = peer if isinstance(peer, dict) else {}
+    node = {r: str(info[r].get("node") or f"rank {r}") for r in (sender, receiver)}
+    pick = picks.get(receiver)
+    ifname = str((pick.get("ifname") if isinstance(pick, dict) else None) or "?")
+    mtus = [_mtu_of(info[r], addrs.get(r, "")) for r in (sender, receiver)]
     mtu_s = (f"both interfaces at MTU {mtus[0]}" if mtus[0] == mtus[1] and mtus[0]
              else f"MTU {mtus[0] or '?'} on {node[sender]}, {mtus[1] or '?'} on {node[receiver]}")
     pairs = {frozenset((s, r)) for s, r, _ in holes}
