@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
+import pytest
 from hypothesis import given, strategies as st
 
 from disttrain_probe.contract import settings as S
@@ -185,3 +186,23 @@ def test_generated_gid_tables_fail_exactly_when_the_index_is_empty(table, index)
     assert (limits.failure is not None) == expect_fail
     assert all(len(m["message"]) <= 400 for m in [*limits.warnings, *([limits.failure] if
                                                                      limits.failure else [])])
+
+
+@pytest.mark.parametrize("spec,port1,port2", [
+    (None, True, True), ("", True, True),
+    ("^", False, False), ("^=", False, False),  # NCCL: the empty list matches all, ^ inverts it
+    ("=", True, True), (",,", True, True),  # an empty list: every device
+    (":1", True, True), ("^:1", False, False),  # an entry without a name is skipped
+    ("mlx5", True, True), ("^mlx5", False, False), ("=mlx5", False, False),
+    ("=mlx5_0:1", True, False), ("^=mlx5_0:1", False, True), ("mlx5_0:1,mlx5_1", True, False),
+])
+def test_nccl_ib_hca_selects_as_nccl_parses_it(spec, port1, port2):
+    assert (rdmalimits.hca_selected(spec, "mlx5_0", 1),
+            rdmalimits.hca_selected(spec, "mlx5_0", 2)) == (port1, port2)
+
+
+def test_memlock_is_not_failed_when_nccl_ib_hca_excludes_every_port(tmp_path):
+    make_roce(tmp_path, "mlx5_0", NCCL_1573)
+    hw = inventory(tmp_path, ULIMIT_8192_KIB)
+    assert rdmalimits.check(hw, {"NCCL_IB_HCA": "^"}, "n", "nccl") == rdmalimits.Limits()
+    assert rdmalimits.check(hw, {"NCCL_IB_HCA": "="}, "n", "nccl").failure is not None

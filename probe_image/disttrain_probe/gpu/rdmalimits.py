@@ -43,17 +43,21 @@ def hca_selected(spec: Optional[str], dev: str, port: int) -> bool:
     """Whether ``NCCL_IB_HCA`` = ``spec`` lets NCCL use ``dev``:``port``. NCCL's syntax: a
     comma-separated list of ``name[:port]``; each name is a prefix (``mlx5`` matches
     ``mlx5_0``) unless the list starts with ``=`` (exact names); a leading ``^`` (before
-    any ``=``) excludes the listed ones instead. Unset or empty: every device. Pure."""
+    any ``=``) excludes the listed ones instead. An entry without a name (``:1``) is
+    skipped, and a list with no entry (unset, empty, ``=``, ``,,``) matches every device,
+    so ``^`` alone excludes them all (NCCL's ``parseStringList`` and ``matchIfList``). Pure."""
     text = (spec or "").strip()
-    if not text:
-        return True
     exclude = text.startswith("^")
     text = text[1:] if exclude else text
     exact = text.startswith("=")
     text = text[1:] if exact else text
+    items = [i.partition(":") for i in (t.strip() for t in text.split(","))
+             if i.partition(":")[0].strip()]
+    if not items:
+        return not exclude
     hit = False
-    for item in (t.strip() for t in text.split(",") if t.strip()):
-        name, _, want_port = item.partition(":")
+    for name, _, want_port in items:
+        name = name.strip()
         if not (dev == name if exact else dev.startswith(name)):
             continue
         if want_port.strip() and want_port.strip().split(":")[0] != str(port):
