@@ -66,12 +66,14 @@ class RouterPair:
 def plan(links: Sequence[RoutedLink], subnets: dict[str, str], prefix: str) -> list[RouterPair]:
     """The router pairs of ``links`` (``subnets``: segment -> IPv4 subnet; ``prefix``: the
     cluster's namespace prefix). Each router takes host .1 of its segment. Raises
-    ValueError naming the entry for an unknown or repeated segment, or too many entries.
-    Pure."""
+    ValueError naming the entry for an unknown or repeated segment (one router per
+    segment: both would take its .1), two segments whose subnets overlap, a subnet that
+    overlaps the middle links' :data:`WAN_NET`, or too many entries. Pure."""
     if len(links) > MAX_ROUTERS:
         raise ValueError(f"routers: at most {MAX_ROUTERS} entries")
     out = []
     wans = list(WAN_NET.subnets(new_prefix=30))
+    routed: dict[str, int] = {}
     for k, link in enumerate(links):
         a, b = link.between
         for seg in (a, b):
@@ -80,8 +82,20 @@ def plan(links: Sequence[RoutedLink], subnets: dict[str, str], prefix: str) -> l
                                  f"(segments: {', '.join(sorted(subnets))})")
         if a == b:
             raise ValueError(f"routers.{k}.between: two different segments, not {a} twice")
-        w = list(wans[k].hosts())
+        for seg in (a, b):
+            if seg in routed:
+                raise ValueError(f"routers.{k}.between: segment {seg} already has a router "
+                                 f"(routers.{routed[seg]}) on its host .1; one router per segment")
+            routed[seg] = k
         nets = [ipaddress.ip_network(subnets[s]) for s in (a, b)]
+        if nets[0].overlaps(nets[1]):
+            raise ValueError(f"routers.{k}.between: {a} ({nets[0]}) and {b} ({nets[1]}) overlap: "
+                             f"a router joins two different subnets")
+        for seg, net in zip((a, b), nets):
+            if net.overlaps(WAN_NET):
+                raise ValueError(f"routers.{k}.between: {seg}'s subnet {net} overlaps the "
+                                 f"routers' middle links ({WAN_NET}); pick another subnet")
+        w = list(wans[k].hosts())
         lans = [f"{n.network_address + 1}/{n.prefixlen}" for n in nets]
         legs = (Leg(f"{prefix}rt{k}a", a, lans[0], f"{w[0]}/30", str(w[1]), str(nets[1])),
                 Leg(f"{prefix}rt{k}b", b, lans[1], f"{w[1]}/30", str(w[0]), str(nets[0])))
@@ -92,9 +106,13 @@ def plan(links: Sequence[RoutedLink], subnets: dict[str, str], prefix: str) -> l
 def node_routes(pairs: Sequence[RouterPair], nics: dict[str, str]) -> list[dict[str, str]]:
     """The routes of a node whose NICs are ``nics`` (name -> segment): for each router leg on
     one of its segments, ``{"to": the other segment's subnet, "via": the leg's lan address,
-    "dev": the NIC}``. Pure."""
+    "dev": the NIC}``; none through a pair whose other side the node is on too (its own
+    connected route reaches it; ``ip route replace`` would replace that). Pure."""
     out = []
+    on = set(nics.values())
     for pair in pairs:
+        if all(leg.segment in on for leg in pair.legs):
+            continue
         for leg in pair.legs:
             for nic, seg in sorted(nics.items()):
                 if seg == leg.segment:

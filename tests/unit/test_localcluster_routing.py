@@ -67,3 +67,43 @@ def test_a_nic_on_the_routers_address_is_refused():
                           "      - {name: eth1, segment: datb, addresses: [10.102.0.1/24]}")
     with pytest.raises(scn.ScenarioError, match="10.102.0.1 is the address of the router"):
         scn.topology(parse(text))
+
+
+TWO_SIDES = """
+segments:
+  mgmt: {subnet: 10.100.0.0/24}
+  data: {subnet: 10.101.0.0/24}
+  datb: {subnet: %s}
+  datc: {subnet: 10.103.0.0/24}
+routers: %s
+expect: {status: 'True'}
+"""
+
+
+@pytest.mark.parametrize("datb,routers,error", [
+    # both routers took 10.101.0.1 and each node routed its own subnet via it
+    ("10.101.0.0/24", "[{between: [data, datb]}]", "routers.0.between: data (10.101.0.0/24) and "
+     "datb (10.101.0.0/24) overlap"),
+    ("10.101.0.0/16", "[{between: [data, datb]}]", "overlap"),
+    # two routers on br-data, both with 10.101.0.1
+    ("10.102.0.0/24", "[{between: [data, datb]}, {between: [data, datc]}]",
+     "routers.1.between: segment data already has a router (routers.0)"),
+    ("10.102.0.0/24", "[{between: [data, datb]}, {between: [datb, data]}]", "routers.1.between"),
+    # the router's lan address 169.254.254.1/24 is its own wan address
+    ("169.254.254.0/24", "[{between: [data, datb]}]", "routers.0.between: datb's subnet "
+     "169.254.254.0/24 overlaps the routers' middle links"),
+])
+def test_routers_that_would_share_an_address_are_refused(datb, routers, error):
+    with pytest.raises(scn.ScenarioError) as e:
+        parse(TWO_SIDES % (datb, routers))
+    assert error in str(e.value)
+
+
+def test_a_node_on_both_sides_of_a_router_keeps_its_connected_routes():
+    """`ip route replace 10.101.0.0/24 via 10.102.0.1` would replace eth1's own route."""
+    text = ROUTED.replace("nodeOverrides:", "nodeOverrides:\n  node-b:\n    nics:\n"
+                          "      - {name: eth0, segment: mgmt}\n      - {name: eth1, segment: data}\n"
+                          "      - {name: eth2, segment: datb}")
+    topos = {t.name: t for t in scn.topology(parse(text))}
+    assert topos["node-b"].routes == []
+    assert topos["node-a"].routes == [{"to": "10.102.0.0/24", "via": "10.101.0.1", "dev": "eth1"}]
