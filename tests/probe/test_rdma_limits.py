@@ -3,7 +3,6 @@
 pod (no SettingsMismatch)."""
 from __future__ import annotations
 
-import re
 import tempfile
 from pathlib import Path
 from typing import Dict, Optional, Tuple
@@ -181,8 +180,8 @@ def test_generated_gid_tables_fail_exactly_when_the_index_is_empty(table, index)
     limits = rdmalimits.check(hw, env, "n", "nccl")
     filled = {i for i, e in table.items() if e}
     read_whole = not port["gidsTruncated"]
-    expect_fail = (index is not None and re.fullmatch("[0-9]+", index.strip()) is not None and read_whole
-                   and int(index) not in filled)
+    number = None if index is None else rdmalimits.nccl_int(index)  # NCCL reads "010" as 8
+    expect_fail = number is not None and 0 <= number < 10 ** 9 and read_whole and number not in filled
     assert (limits.failure is not None) == expect_fail
     assert all(len(m["message"]) <= 400 for m in [*limits.warnings, *([limits.failure] if
                                                                      limits.failure else [])])
@@ -206,3 +205,23 @@ def test_memlock_is_not_failed_when_nccl_ib_hca_excludes_every_port(tmp_path):
     hw = inventory(tmp_path, ULIMIT_8192_KIB)
     assert rdmalimits.check(hw, {"NCCL_IB_HCA": "^"}, "n", "nccl") == rdmalimits.Limits()
     assert rdmalimits.check(hw, {"NCCL_IB_HCA": "="}, "n", "nccl").failure is not None
+
+
+@pytest.mark.parametrize("value,number", [
+    ("1", 1), (" 2", 2), ("+1", 1), ("-1", -1), ("0x10", 16), ("010", 8), ("08", 0), ("1abc", 1),
+    ("", None), ("true", None), ("9" * 5000, None), ("9" * 20, None)])
+def test_integer_variables_read_as_ncclloadparam_reads_them(value, number):
+    assert rdmalimits.nccl_int(value) == number
+
+
+def test_nccl_ib_disable_and_gid_index_are_numbers_to_nccl(tmp_path):
+    make_roce(tmp_path, "mlx5_0", NCCL_1573)  # entries 4-7
+    hw = inventory(tmp_path, ULIMIT_8192_KIB)
+    # any nonzero NCCL_IB_DISABLE turns IB off: no memory registered, nothing to fail
+    assert rdmalimits.check(hw, {"NCCL_IB_DISABLE": "2"}, "n", "nccl") == rdmalimits.Limits()
+    # strtoll(base 0): "010" is entry 8 (empty), "07" is entry 7 (RoCE v2 IPv4)
+    hw = inventory(tmp_path)
+    assert rdmalimits.check(hw, {"NCCL_IB_GID_INDEX": "07"}, "n", "nccl") == rdmalimits.Limits()
+    failure = rdmalimits.check(hw, {"NCCL_IB_GID_INDEX": "010"}, "n", "nccl").failure
+    assert failure is not None and "NCCL_IB_GID_INDEX=8 " in failure["message"]
+    assert rdmalimits.check(hw, {"NCCL_IB_GID_INDEX": "0x7"}, "n", "nccl") == rdmalimits.Limits()

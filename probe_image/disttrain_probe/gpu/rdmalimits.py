@@ -39,6 +39,19 @@ class Limits:
     warnings: List[Dict[str, str]] = field(default_factory=list)
 
 
+def nccl_int(value: object) -> Optional[int]:
+    """An integer variable as NCCL reads it (``strtoll(value, &end, 0)``: leading blanks, a
+    sign, then decimal, ``0x`` hex or ``0`` octal, up to the first other character); None
+    for no number at all (NCCL reads 0) or one out of int64 (NCCL keeps its default). Pure."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", str(value))
+    if not m or len(m.group(2)) > 24:
+        return None
+    sign, digits = m.groups()
+    v = int(digits, 16 if digits[:2] in ("0x", "0X") else 8 if digits[0] == "0" else 10)
+    v = -v if sign == "-" else v
+    return v if -(1 << 63) <= v < (1 << 63) else None
+
+
 def hca_selected(spec: Optional[str], dev: str, port: int) -> bool:
     """Whether ``NCCL_IB_HCA`` = ``spec`` lets NCCL use ``dev``:``port``. NCCL's syntax: a
     comma-separated list of ``name[:port]``; each name is a prefix (``mlx5`` matches
@@ -72,7 +85,7 @@ def ports_in_use(hw: Dict[str, Any], env: Mapping[str, str], backend: Optional[s
     may use its IB transport (``NCCL_IB_DISABLE`` is not 1, ``NCCL_NET`` is not Socket,
     ``libibverbs`` is in the image) and the port is ACTIVE and selected by
     ``NCCL_IB_HCA``. Pure."""
-    if backend != "nccl" or str(env.get("NCCL_IB_DISABLE", "")).strip() == "1":
+    if backend != "nccl" or nccl_int(env.get("NCCL_IB_DISABLE", "")) not in (None, 0):
         return []
     if str(env.get("NCCL_NET", "")).strip().lower() == "socket" or not hw.get("ibverbs"):
         return []
@@ -134,10 +147,9 @@ def gid_finding(ports: List[Port], env: Mapping[str, str], node: str) -> Limits:
     itself, nothing to check) on the RoCE ports in use: ``GIDIndexInvalid`` when the
     index selects an empty entry of a port's table (when the table was read whole), a
     ``RiskySetting`` warning when it selects a link-local or RoCE v1 GID. Pure."""
-    raw = str(env.get("NCCL_IB_GID_INDEX", "")).strip()
-    if not re.fullmatch(r"[0-9]{1,9}", raw):
+    index = nccl_int(env.get("NCCL_IB_GID_INDEX", ""))
+    if index is None or not 0 <= index < 10 ** 9:
         return Limits()
-    index = int(raw)
     roce = [(d, p) for d, p in ports if (p.get("linkLayer") or "").lower() == "ethernet"]
     empty: List[str] = []
     weak: List[str] = []
@@ -181,4 +193,4 @@ def check(hw: Dict[str, Any], env: Mapping[str, str], node: str, backend: Option
 
 
 __all__ = ["Limits", "MEMLOCK_MIN_BYTES", "check", "gid_finding", "hca_selected",
-           "memlock_finding", "ports_in_use", "size_text"]
+           "memlock_finding", "nccl_int", "ports_in_use", "size_text"]
