@@ -206,7 +206,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     controlplane.ensure_control_plane(state, timeout=timeout)
     _say(f"control plane ready ({time.monotonic() - t0:.1f}s)")
     network.ensure_fabric(segments)
-    routing.ensure(routing.plan(scenario.routers, {k: v.subnet for k, v in scenario.segments.items()},
+    routers_changed = routing.ensure(routing.plan(scenario.routers, {k: v.subnet for k, v in scenario.segments.items()},
                                 NODE_NS_PREFIX) if scenario is not None else [],
                    FABRIC_NS, network.our_netns(), NODE_NS_PREFIX)
     cfg = _load_cfg(state)
@@ -266,9 +266,10 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
                                                "nics": nics, "code": code, "topology": digest,
                                                "runtime": runtime}
         _save_cfg(state, cfg)
-    if rebuilt:  # a rebuilt node's NICs have new MACs: peers must not use cached ones
+    if rebuilt or routers_changed:  # new MACs (a rebuilt node, a router): forget cached ones
         for n in desired:
             network.flush_neighbours(n.netns)
+            network.flush_route_cache(n.netns)  # and path MTUs learnt through an old router
     _save_cfg(state, cfg)
     client = admin_client(state)
     deadline = time.monotonic() + timeout

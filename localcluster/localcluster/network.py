@@ -212,6 +212,12 @@ def flush_neighbours(ns: str) -> None:
     _ip("-n", ns, "neigh", "flush", "all", check=False)
 
 
+def flush_route_cache(ns: str) -> None:
+    """Forget the namespace's cached routes, path MTU exceptions among them (a path MTU
+    learnt through a router of an earlier scenario would hide this one's black hole)."""
+    _ip("-n", ns, "route", "flush", "cache", check=False)
+
+
 def netns_pids(ns: str) -> list[int]:
     """PIDs of processes whose network namespace is ``ns`` (``ip netns pids``)."""
     out = _ip("netns", "pids", ns, check=False).stdout
@@ -224,6 +230,6 @@ def delete_netns(ns: str) -> None:
 
 
 __all__ = [
-    "NetworkError", "flush_neighbours", "list_netns", "our_netns", "ensure_fabric", "ensure_node", "node_healthy",
+    "NetworkError", "flush_neighbours", "flush_route_cache", "list_netns", "our_netns", "ensure_fabric", "ensure_node", "node_healthy",
     "netns_pids", "delete_netns",
 ]

@@ -180,15 +180,18 @@ def _build(pair: RouterPair, fabric_ns: str) -> None:
             _run("ip", "netns", "exec", leg.netns, "nft", "-f", "-", stdin=NFT_DROP_FRAG_NEEDED)
 
 
-def ensure(pairs: Sequence[RouterPair], fabric_ns: str, existing: Sequence[str], prefix: str) -> None:
+def ensure(pairs: Sequence[RouterPair], fabric_ns: str, existing: Sequence[str], prefix: str) -> bool:
     """Rebuild this cluster's routers as ``pairs`` say: every namespace in ``existing``
     named ``<prefix>rt*`` is deleted first (its fabric ports go with it), then each pair is
-    created. Raises RuntimeError naming the command that failed."""
-    for ns in existing:
-        if ns.startswith(prefix + "rt"):
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    created. Returns whether any router went or came: the nodes' neighbour and route
+    caches then hold a gone router's MAC address and a path MTU learnt through it, and
+    must be flushed (the caller does). Raises RuntimeError naming the command that failed."""
+    gone = [ns for ns in existing if ns.startswith(prefix + "rt")]
+    for ns in gone:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
     for pair in pairs:
         _build(pair, fabric_ns)
+    return bool(gone or pairs)
 
 
 __all__ = ["MAX_ROUTERS", "RoutedLink", "RouterPair", "ensure", "leg_addresses", "node_routes", "plan"]
