@@ -148,8 +148,10 @@ bench-screening: venv
 # The probe's NCCL path on every local GPU (one process per GPU, NCCL_DEBUG=INFO): init,
 # all-reduce correctness, algbw/busbw for a few sizes, versions, the transports NCCL used;
 # one JSON summary on stdout (< 5 min). Without a GPU it says so and exits 0.
-gpu-check: venv
-	$(VPY) -m disttrain_probe.gpu.check $(GPU_CHECK_ARGS)
+# GPU_PY=python3: a Python that already has torch (a GPU machine without PyPI), no venv.
+GPU_PY ?=
+gpu-check: $(if $(GPU_PY),,venv)
+	$(if $(GPU_PY),PYTHONPATH=probe_image $(GPU_PY),$(VPY)) -m disttrain_probe.gpu.check $(GPU_CHECK_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

@@ -15,6 +15,8 @@ from probe_helpers import ROOT
 from test_nccllog import (BOOTSTRAP_FMT, NET_IB_NONE, NET_SOCKET_DEV_FMT, NET_SOCKET_FMT,
                           P2P_CUMEM_FMT, SHM_FMT, SOCKADDR_FMT, USING_NETWORK_FMT, VERSION_FMT,
                           info, init_complete)
+from test_nccldiag import (NVL_ADVICE, SUMMARY_FMT, TAG_OK, WRITE_MISMATCH_FMT, edge, raw,
+                           ras)
 
 
 def worker(rank: int, busbw=(1.5, 20.1), correct=True, error=None) -> dict:
@@ -78,6 +80,26 @@ def test_summary_names_wrong_results_missing_ranks_and_fallbacks():
     lines = [ln for ln in nccl_lines() if "rank 1 nranks" not in ln]
     s = gpucheck.summarize([worker(0), worker(1)], lines, HW, gpucheck.CheckRun("gpu-1", 2, 1))
     assert s["ok"] is False and s["failures"][0]["reason"] == "ProcessGroupInitFailed"
+
+
+def test_nccl_diagnostics_from_2_31_join_the_summary():
+    """Each rank's captured NCCL DIAG lines: wrong P2P data fails the check, a clean report
+    is no evidence, and below 2.31 the check says it did not run them."""
+    clean = [ras("=== RAS Diagnostics ==="), raw(SUMMARY_FMT % (TAG_OK, "all 2"))]
+    w0, w1 = worker(0), worker(1)
+    for w in (w0, w1):
+        w["versions"]["nccl"] = "2.31.2"
+    w0["diagLines"], w1["diagLines"] = clean, ["not a DIAG line"]
+    s = gpucheck.summarize([w0, w1], nccl_lines(), HW, gpucheck.CheckRun("gpu-1", 2, 1))
+    assert s["ok"] is True and s["failures"] == []
+    d = s["ncclDiagnostics"]
+    assert d["ran"] is True and d["lines"] == 2 and d["sample"] == clean
+    assert d["parsed"]["p2p"] == {"passed": 2, "tested": 2, "skipped": 0}
+    w1["diagLines"] = [raw(WRITE_MISMATCH_FMT % (edge(1, 0), 7, 0, 0, NVL_ADVICE))]
+    s = gpucheck.summarize([w0, w1], nccl_lines(), HW, gpucheck.CheckRun("gpu-1", 2, 1))
+    assert s["ok"] is False and [f["reason"] for f in s["failures"]] == ["P2PCheckFailed"]
+    s = gpucheck.summarize([worker(0), worker(1)], nccl_lines(), HW, gpucheck.CheckRun("gpu-1", 2, 1))
+    assert s["ncclDiagnostics"]["ran"] is False and s["ncclDiagnostics"]["lines"] == 0
 
 
 @pytest.mark.parametrize("text,sizes", [("1M,16M", [1 << 20, 16 << 20]), ("1022", [1020]),

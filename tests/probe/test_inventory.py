@@ -68,6 +68,31 @@ def test_loaded_nccl_reads_the_library_in_the_process_not_torchs_build(tmp_path)
     assert none.stdout.strip() == "(None, None)"  # nothing loaded (torch not imported)
 
 
+def test_a_preloaded_libnccl_wins_over_torchs_own_copy(tmp_path):
+    """LD_PRELOAD of another libnccl.so.2 beside torch's: two copies are mapped and NCCL's
+    calls bind to the preloaded one (on an H200 NCCL logged 2.32.6 while the first mapped
+    copy, torch's, said 2.28.9); the inventory must report the preloaded one."""
+    import os
+    import subprocess
+    import sys
+    torch = pytest.importorskip("torch")
+    if inv.torch_nccl_build(torch) is None or shutil.which("cc") is None:
+        pytest.skip("this torch build has no NCCL, or no C compiler")
+    src = tmp_path / "fake.c"
+    src.write_text("int ncclGetVersion(int *v) { *v = 23206; return 0; }\n")
+    # its own soname, so torch still loads its libnccl.so.2 (mapped lower: found first in
+    # /proc/self/maps) while ncclGetVersion binds to the preloaded stand-in
+    lib = tmp_path / "libnccl.so.2.32.6"
+    subprocess.run(["cc", "-shared", "-fPIC", "-Wl,-soname,libnccl.so.2.32.6", "-o", str(lib),
+                    str(src)], check=True)
+    code = ("import torch; from disttrain_probe.phases import inventory as inv; "
+            "print(inv.loaded_nccl(), sorted({ln.split()[-1].rsplit('/', 1)[-1] for ln in "
+            "open('/proc/self/maps') if '/libnccl.so' in ln}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, LD_PRELOAD=str(lib))).stdout.strip()
+    assert out == f"{('2.32.6', os.path.realpath(lib))!r} ['libnccl.so.2', 'libnccl.so.2.32.6']"
+
+
 def test_versions_report_nccl_without_a_gpu():
     torch = pytest.importorskip("torch")
     if inv.torch_nccl_build(torch) is None:

@@ -170,6 +170,36 @@ def test_other_nccl_variables_that_differ_warn():
     assert not fails and w["reason"] == V.RISKY_SETTING and "NCCL_IB_TIMEOUT=22 on node-a" in w["message"]
 
 
+# What NCCL 2.32.6 printed for one rank on an H200 (driver 580.159.04, torch 2.11.0+cu130 with
+# the libnccl preloaded), captured by the whole probe on 2026-12-04: the first live run.
+H200_2_32_6 = """\
+vm:622 NCCL DIAG === RAS Diagnostics ===
+vm:622 NCCL DIAG === NCCL Diagnostics ===
+vm:622 NCCL DIAG [OK] net bw: skipped (single host or no network transport)
+vm:622 NCCL DIAG NCCL diagnostics completed in 0.5 ms across 1 ranks
+vm:622 NCCL DIAG [OK]   GPU inventory: 1x NVIDIA H200 per node consistent across 1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [OK]   CUDA driver version: 13000 consistent across 1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [OK]   ECC: no uncorrected volatile errors across 1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [OK]   NCCL environment: NCCL_* env vars consistent across 1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [INFO] rdma_topo check: not usable on 1/1 ranks in comm 0xcd22cca137dd86c3 (unavailable)
+vm:622 NCCL DIAG [INFO] IOMMU mode: unable to identify relevant GPU/NIC pairs on 1/1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [INFO] ATS state: unable to identify relevant NICs on 1/1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [OK]   Xid/SXid: no events requiring immediate attention across 1 host
+vm:622 NCCL DIAG [OK]   NVIDIA graphics driver version: 580.159.04 consistent across 1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [OK]   Paths: self across 1 ranks in comm 0xcd22cca137dd86c3
+vm:622 NCCL DIAG [INFO] Net device: skipped across 1 ranks in comm 0xcd22cca137dd86c3 (network plugin is not a recognized verbs-based InfiniBand/RoCE plugin)
+vm:622 NCCL DIAG RAS diagnostics completed in 19.3 ms across 1 ranks""".splitlines()
+
+
+def test_a_clean_live_report_from_nccl_2_32_is_no_evidence():
+    p = nccldiag.parse(H200_2_32_6)
+    assert p["lines"] == 16 and p["completed"] == 2
+    assert p["reports"] == ["RAS Diagnostics", "NCCL Diagnostics"]
+    assert (p["differ"], p["ecc"], p["env"], p["edges"], p["incomplete"], p["p2p"]) == (
+        [], [], {}, [], [], None)
+    assert nccldiag.findings(p, "h200") == ([], [])
+
+
 def test_active_p2p_summaries_from_the_docs():
     p = nccldiag.parse(NVIDIA_P2P_OK)
     assert p["p2p"] == {"passed": 56, "tested": 56, "skipped": 0} and p["reports"] == ["NCCL Diagnostics"]

@@ -181,6 +181,18 @@ def test_gpudirect_rdma_off():
     assert "mlx5_0" in w["message"] and "nvidia-peermem" in w["message"]
 
 
+def test_the_socket_nets_gdr_line_is_not_gpudirect_evidence():
+    """NCCL 2.28.9 on one H200 (``make gpu-check``, 2026-12-04) logged this for its own
+    sockets; it used to read as 'GPUDirect RDMA off over IB'."""
+    lines = [info("vm", 0, GDR_FMT % ("Socket", "Disabled", 0, "eth0")),
+             info("vm", 0, USING_NETWORK_FMT % "Socket"), init_complete("vm", 0, 1, 0, 0x1B000)]
+    p = nccllog.parse(lines)
+    assert p["gdr"] == {} and p["network"] == "Socket"
+    assert nccllog.warnings(p, "vm", []) == []
+    p = nccllog.parse([info("vm", 0, GDR_FMT % ("AWS Libfabric", "Disabled", 0, "rdmap0"))])
+    assert p["gdr"] == {"rdmap0": False}  # a plugin's RDMA net is
+
+
 def test_older_formats_and_plugins_and_warn_lines():
     lines = [info("n", 0, BOOTSTRAP_FMT_2_21 % (" ib0:" + SOCKADDR_FMT % ("192.168.1.5", "0"))),
              info("n", 0, INIT_FMT_2_18 % ("0x1", 0, 1, 0, 0, 0x1B000, 0x12)),

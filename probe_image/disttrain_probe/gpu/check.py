@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence
 
-from disttrain_probe.gpu import hardware, nccllog
+from disttrain_probe.gpu import hardware, nccldiag, nccllog
 from disttrain_probe.contract import vocabulary
 
 DEFAULT_SIZES = (1 << 20, 16 << 20, 256 << 20)  # bytes
@@ -67,7 +67,8 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
     from disttrain_probe.runtime.deadline import ProbeFailure, Tracker
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    out: Dict[str, Any] = {"rank": rank, "results": [], "versions": None, "error": None}
+    out: Dict[str, Any] = {"rank": rank, "results": [], "versions": None, "error": None,
+                           "diagLines": []}
 
     def overrun(phase: str, reason: Optional[str], message: str) -> None:
         out["error"] = {"reason": reason, "message": message}
@@ -76,8 +77,12 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
 
     tracker = Tracker(timeout, on_overrun=overrun)
     node = socket.gethostname()
+    diag = None
     try:
         out["versions"] = inventory.versions()
+        # NCCL >= 2.31: its own diagnostics, as the probe runs them (every rank sets the
+        # variables; each prints its NCCL DIAG lines to its own standard output)
+        diag = hardware.start_diag_capture(backend, out["versions"].get("nccl"))
         port = int(os.environ["MASTER_PORT"])
         store = dist.TCPStore("127.0.0.1", port, world, rank == 0,
                               timeout=timedelta(seconds=max(5.0, timeout / 2)))
@@ -96,11 +101,13 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
         if rank == 0:  # rank 0 hosts the store: keep it until every rank is done with it
             while store.add("gpucheck/done", 0) < world and not d.expired():
                 time.sleep(0.05)
+        out["diagLines"] = hardware.stop_diag_capture(diag, min(2.0, d.remaining()), sys.stderr)
     except ProbeFailure as f:
         out["error"] = {"reason": f.reason, "message": f.message}
     except Exception as e:  # report it: the summary must still come out
         out["error"] = {"reason": vocabulary.PROBE_INTERNAL_ERROR, "message": f"{type(e).__name__}: {e}"[:300]}
     tracker.finish()
+    hardware.stop_diag_capture(diag, 0.0, sys.stderr)  # stdout back (a no-op when done above)
     print(json.dumps(out), flush=True)
     return 0 if out["error"] is None else 1
 
@@ -148,10 +155,11 @@ def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict
          "nccl": {"network", "bootstrap", "initComplete", "peers", "ranks", "ib", "socket",
                   "netPlugin", "gdr", "warnLines"},
          "inventory": {"gpus", "rdma", "peermem", "shm", "ibverbs", "netPlugin"},
+         "ncclDiagnostics": {"ran", "lines", "sample", "parsed"} (NCCL >= 2.31),
          "warnings": [{"reason", "message"}], "failures": [{"rank", "reason", "message"}]}
 
-    ``ok`` means every rank reported, every size was correct on every rank and (nccl)
-    NCCL completed init on every rank. Pure."""
+    ``ok`` means every rank reported, every size was correct on every rank, (nccl) NCCL
+    completed init on every rank and its own diagnostics found no failure. Pure."""
     node, gpus, seconds, backend = run.node, run.gpus, run.seconds, run.backend
     parsed = nccllog.parse(nccl_lines)
     failures = [dict({"rank": w.get("rank")}, **w["error"]) for w in workers if w.get("error")]
@@ -172,6 +180,8 @@ def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict
     v0 = next((w.get("versions") for w in workers if w.get("versions")), None) or {}
     inv_gpus = hw.get("gpus") or {}
     nccl_ok = backend != "nccl" or parsed["initComplete"] >= gpus
+    diag = _diagnostics(workers, node, backend, v0.get("nccl"))
+    failures += [dict({"rank": None}, **f) for f in diag.pop("failures")]
     ok = (not failures and len(workers) == gpus and bool(allreduce)
           and all(a["correct"] for a in allreduce) and nccl_ok)
     if not failures and not nccl_ok:
@@ -188,9 +198,25 @@ def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict
         "nccl": {k: parsed[k] for k in ("network", "bootstrap", "initComplete", "peers", "ranks",
                                         "ib", "socket", "netPlugin", "gdr", "warnLines")},
         "inventory": hw,
-        "warnings": hardware.findings(hw, node, parsed),
+        "ncclDiagnostics": diag,
+        "warnings": hardware.findings(hw, node, parsed) + diag.pop("warnings"),
         "failures": failures,
     }
+
+
+def _diagnostics(workers: List[Dict[str, Any]], node: str, backend: str,
+                 nccl_version: Optional[str]) -> Dict[str, Any]:
+    """NCCL's own diagnostics as the check saw them: ``{"ran" (NCCL >= 2.31 with nccl),
+    "lines" (NCCL DIAG lines, every rank), "sample" (the first 60 of them, as printed),
+    "parsed" (``nccldiag.parse``), "failures", "warnings"}`` (``nccldiag.findings``; the
+    caller moves the last two into the summary's lists). Pure."""
+    lines = [ln for w in workers for ln in (w.get("diagLines") or []) if isinstance(ln, str)]
+    diag_only = [ln for ln in lines if "NCCL DIAG" in ln]
+    parsed = nccldiag.parse(lines)
+    fails, warns = nccldiag.findings(parsed, node)
+    return {"ran": nccldiag.wanted(backend, nccl_version), "lines": len(diag_only),
+            "sample": [ln[:300] for ln in diag_only[:60]], "parsed": parsed,
+            "failures": fails, "warnings": warns}
 
 
 def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "nccl",

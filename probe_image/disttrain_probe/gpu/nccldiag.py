@@ -27,6 +27,12 @@ tests/probe/test_nccldiag.py cites each):
 
 A rank set is ``{0,1,2}``, or ``{0,1,...} (N=9)`` when NCCL cut it short.
 
+Seen live (NCCL 2.32.6 on an H200, 2026-12-04; tests/probe/test_nccldiag.py ``H200_2_32_6``):
+the ``[OK]`` lines above and checks this module does not read yet, whose failing formats
+nobody here has seen: ``net bw``, ``rdma_topo check``, ``IOMMU mode``, ``ATS state``,
+``Xid/SXid``, ``NVIDIA graphics driver version``, ``Paths``, ``Net device``. Each process
+group prints one pair of reports.
+
 NCCL calls all of this informational: a reported issue never fails its init. The preflight
 decides from the evidence (:func:`findings`):
 

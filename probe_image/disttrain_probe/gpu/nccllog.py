@@ -59,7 +59,7 @@ SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<ifname>[^:\s]+):(?P<addr>[^<\s]+)<(?
 PLUGIN = re.compile(r"^NET/Plugin ?: Loaded (?P<kind>net|collnet) plugin (?P<name>.+?)"
                     r"(?: \(v\d+\))?$")
 USING_NETWORK = re.compile(r"^Using network (?P<name>.+)$")
-GDR = re.compile(r"^NET/(?P<net>\S+) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA "
+GDR = re.compile(r"^NET/(?P<net>.+?) : GPU Direct RDMA (?P<state>Enabled|Disabled) for HCA "
                  r"(?P<i>\d+) '(?P<hca>[^']*)'")
 CHANNEL = re.compile(r"^Channel (?P<ch>\d+)(?:/(?P<conn>\d+))? : (?P<src>\d+)\[(?P<srcdev>-?\d+)\]"
                      r" -> (?P<dst>\d+)\[(?P<dstdev>-?\d+)\] (?:\[(?P<dir>send|receive)\] )?"
@@ -186,7 +186,11 @@ def _transport_line(out: Dict[str, Any], msg: str, host: str) -> None:
         return
     m = GDR.match(msg)
     if m:
-        out["gdr"][m.group("hca")] = m.group("state") == "Enabled"
+        # NCCL prints this line for every net, its own sockets too ("NET/Socket : GPU Direct
+        # RDMA Disabled for HCA 0 'eth0'", seen with 2.28.9 on an H200): GPUDirect RDMA is a
+        # property of an RDMA net only
+        if m.group("net") != "Socket":
+            out["gdr"][m.group("hca")] = m.group("state") == "Enabled"
         return
     m = CHANNEL.match(msg)
     if m:

@@ -282,34 +282,73 @@ def _mapped_library(prefix: str, maps: str = "/proc/self/maps") -> Optional[str]
 
 
 def loaded_nccl() -> Tuple[Optional[str], Optional[str]]:
-    """(version, path) of the NCCL library this process has loaded, from its own
+    """(version, path) of the NCCL library this process's NCCL calls bind to, from its own
     ``ncclGetVersion`` (the runtime version, which is what NCCL logs at init and what
     must match across nodes; torch's ``torch.cuda.nccl.version()`` is the version torch
     was compiled against). Needs no GPU. (None, None) when no libnccl is loaded (a
     CPU-only torch build, or NCCL linked statically into torch); never raises.
+
+    The global symbol scope comes first: with ``LD_PRELOAD=.../libnccl.so.2`` two copies are
+    mapped (the preloaded one and torch's own), and torch's calls bind to the preloaded one,
+    which comes first in the dynamic linker's lookup (seen on an H200: NCCL logged 2.32.6
+    while the first mapped copy said 2.28.9). Then the first mapped ``libnccl.so*``.
     """
     import ctypes
 
+    try:
+        fn = ctypes.CDLL(None).ncclGetVersion  # dlsym(RTLD_DEFAULT): what a call binds to
+        v = _call_version(fn)
+        if v:
+            return v, _defining_object(fn)
+    except (OSError, AttributeError):
+        pass
     path = _mapped_library("libnccl.so")
     mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 1)
     for name in ([path] if path else []) + ["libnccl.so.2"]:
         try:
             lib = ctypes.CDLL(name, mode=mode)  # RTLD_NOLOAD: only an already loaded one
-            fn = lib.ncclGetVersion
+            v = _call_version(lib.ncclGetVersion)
         except (OSError, AttributeError):
             continue
-        fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
-        fn.restype = ctypes.c_int
-        code = ctypes.c_int(0)
-        try:
-            if fn(ctypes.byref(code)) != 0:
-                continue
-        except Exception:  # a foreign symbol of that name: not NCCL's
-            continue
-        v = nccl_version_string(code.value)
         if v:
             return v, (path if name == path else None)
     return None, None
+
+
+def _call_version(fn: Any) -> Optional[str]:
+    """``ncclGetVersion`` called through ctypes -> "2.28.9"; None when it fails or is not
+    NCCL's."""
+    import ctypes
+
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_int
+    code = ctypes.c_int(0)
+    try:
+        if fn(ctypes.byref(code)) != 0:
+            return None
+    except Exception:  # a foreign symbol of that name: not NCCL's
+        return None
+    return nccl_version_string(code.value)
+
+
+def _defining_object(fn: Any) -> Optional[str]:
+    """Path of the shared object defining the ctypes function ``fn`` (glibc's ``dladdr``);
+    None when it cannot say."""
+    import ctypes
+
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+    try:
+        dladdr = ctypes.CDLL(None).dladdr
+        dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+        info = DlInfo()
+        if not dladdr(ctypes.cast(fn, ctypes.c_void_p), ctypes.byref(info)) or not info.dli_fname:
+            return None
+        return os.path.realpath(info.dli_fname.decode(errors="replace"))
+    except Exception:
+        return None
 
 
 def torch_nccl_build(torch: Any) -> Optional[str]:
