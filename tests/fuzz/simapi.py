@@ -99,6 +99,7 @@ class SimApi:
         self._uid = itertools.count(1)
         self.max_attempt: dict[tuple[str, str], int] = {}  # (job uid, role) -> highest created
         self.unlisted: set[str] = set()  # pods left out of the next list only (they still exist)
+        self.network_policies: list[Any] = []  # of the namespace, as written (any shape)
 
     # ---- helpers --------------------------------------------------------------------------
     def _fault(self, kind: str) -> None:
@@ -169,6 +170,11 @@ class SimApi:
                  if (p["metadata"].get("labels") or {}).get(key) == value and n not in self.unlisted]
         self.unlisted.clear()
         return SimpleNamespace(items=items)
+
+    # ---- NetworkingV1Api ------------------------------------------------------------------
+    def list_namespaced_network_policy(self, namespace, limit=None):
+        self._fault("read")
+        return SimpleNamespace(items=copy.deepcopy(self.network_policies[:limit]))
 
     def read_namespaced_service(self, name, namespace):
         self._fault("read")
@@ -265,6 +271,7 @@ def kube_for(sim: SimApi) -> Kube:
     k.api = sim
     k.core = sim
     k.custom = sim
+    k.networking = sim
     return k
 
 

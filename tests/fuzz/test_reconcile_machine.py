@@ -162,6 +162,18 @@ class ReconcileMachine(RuleBasedStateMachine):
         pod["status"].update(hostIP=NODE_IP[node], podIP=NODE_IP[node], conditions=[
             {"type": "PodScheduled", "status": "True"}])
 
+    @rule(policy=st.sampled_from(["deny-ingress", "deny-egress", "admit-job", "junk", "none"]))
+    def network_policy(self, policy):
+        """A NetworkPolicy appears in (or all leave) the job's namespace, at any moment."""
+        specs = {"deny-ingress": {"podSelector": {}, "policyTypes": ["Ingress"]},
+                 "deny-egress": {"podSelector": {}, "policyTypes": ["Egress"]},
+                 "admit-job": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]},
+                 "junk": ["not", {"a": "policy"}]}
+        if policy == "none":
+            self.sim.network_policies.clear()
+        else:
+            self.sim.network_policies.append({"metadata": {"name": policy}, "spec": specs[policy]})
+
     @precondition(_any(_unscheduled))
     @rule(i=st.integers(0, 5))
     def schedule(self, i):

@@ -144,7 +144,7 @@ class StepBuilder:
 
     def observing(self, **observed: Any) -> "StepBuilder":
         """The rest of :class:`~disttrain.reconcile.step.Observed`: api_failures,
-        capabilities, kueue."""
+        capabilities, kueue, network_policies."""
         self.observed.update(observed)
         return self
 
@@ -170,7 +170,8 @@ class StepBuilder:
         s = Step(job=JobRef.from_body(o.body), spec=spec, generation=1, now=o.now, plan=plan,
                  pods=list(o.pods), services=list(o.services), parse_report=json_parser,
                  probe_image="probe:1", api_failures=o.api_failures, capabilities=o.capabilities,
-                 labels=dict(o.body["metadata"].get("labels") or {}), kueue=o.kueue)
+                 labels=dict(o.body["metadata"].get("labels") or {}), kueue=o.kueue,
+                 network_policies=o.network_policies)
         for ctype, status, reason in self.conds:
             s.set(ctype, status, reason, "given")
         s.gangs = gangpolicy.gangs(s)

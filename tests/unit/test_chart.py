@@ -66,6 +66,8 @@ def test_rbac_least_privilege():
     assert [v for _, res, v in flat if res == "services"] == ["get", "create"]
     # the job itself: deleted only by ttlSecondsAfterFinished; never patched or updated
     assert [v for _, res, v in flat if res == "disttrainingjobs"] == ["get", "list", "watch", "delete"]
+    # NetworkPolicies: read only, to name one that drops a job's traffic
+    assert [(g, v) for g, res, v in flat if res == "networkpolicies"] == [("networking.k8s.io", "list")]
 
 
 def test_namespaced_mode_uses_roles():

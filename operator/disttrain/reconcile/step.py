@@ -87,7 +87,8 @@ class Observed:
     the Service(s) named after the job; ``api_failures``: the calls of the previous step
     that failed; ``capabilities``: what the cluster serves (``workload-api``:
     :mod:`.policies.gang`); ``kueue``: what was read of a queued job's Kueue objects
-    (:mod:`.policies.admission`)."""
+    (:mod:`.policies.admission`); ``network_policies``: the NetworkPolicies of the job's
+    namespace, read while the job is probing (:mod:`disttrain.diagnosis.networkpolicy`)."""
 
     body: dict[str, Any]
     pods: tuple[dict[str, Any], ...]
@@ -96,15 +97,18 @@ class Observed:
     api_failures: tuple[ApiFailure, ...] = ()
     capabilities: frozenset[str] = frozenset()
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)
+    network_policies: tuple[dict[str, Any], ...] = ()
 
     # one parameter per field of Observed (a constructor that only turns iterables into tuples)
     @classmethod
     def of(cls, body: dict[str, Any], pods: Iterable[dict[str, Any]], now: datetime,  # noqa: PLR0913
            services: Iterable[dict[str, Any]] = (), api_failures: Iterable[ApiFailure] = (),
-           capabilities: Iterable[str] = (), kueue: Optional[kueue_objects.KueueRead] = None) -> "Observed":
+           capabilities: Iterable[str] = (), kueue: Optional[kueue_objects.KueueRead] = None,
+           network_policies: Iterable[dict[str, Any]] = ()) -> "Observed":
         """From any iterables (copied into tuples; ``kueue`` None: nothing read)."""
         return cls(body, tuple(pods), now, tuple(services), tuple(api_failures),
-                   frozenset(capabilities), kueue or kueue_objects.KueueRead())
+                   frozenset(capabilities), kueue or kueue_objects.KueueRead(),
+                   tuple(network_policies))
 
 
 @dataclass
@@ -154,6 +158,7 @@ class Step:
     labels: dict[str, str] = field(default_factory=dict)  # the job's metadata.labels
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)  # the queued job's Kueue objects
     placement: Optional[tuple[dict[str, str], list[dict]]] = None  # flavors' nodeSelector, tolerations
+    network_policies: tuple[dict[str, Any], ...] = ()  # of the job's namespace (Observed's)
     probe_run: Optional[ProbeRun] = None  # set by policies.probing once the verdict can be reached
 
     @property

@@ -69,6 +69,7 @@ class Kube:
         self.api = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.networking = client.NetworkingV1Api(self.api)
 
     def _plain(self, obj: Any) -> Any:
         return self.api.sanitize_for_serialization(obj)
@@ -89,6 +90,11 @@ class Kube:
         """Every pod labelled with the job's name (any owner, any attempt, any role)."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=f"{constants.LABEL_JOB}={job}")
         return [self._plain(p) for p in pods.items]
+
+    def list_network_policies(self, namespace: str, limit: int = 256) -> list[dict[str, Any]]:
+        """The NetworkPolicies of ``namespace`` as dicts (at most ``limit``: one page)."""
+        pols = self.networking.list_namespaced_network_policy(namespace, limit=limit)
+        return [self._plain(p) for p in pols.items]
 
     def get_object(self, api_version: str, kind: str, namespace: Optional[str],
                    name: str) -> Optional[dict[str, Any]]:

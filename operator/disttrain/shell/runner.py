@@ -20,7 +20,7 @@ from kubernetes.client.rest import ApiException
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.children import kueue
+from disttrain.children import kueue, observe
 from disttrain.shell import metrics
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
@@ -64,6 +64,7 @@ class Reconciler:
         self.failures: dict[Key, tuple[str, dict[tuple[str, str, str], ApiFailure]]] = {}
         self.read_errors: dict[Key, int] = {}
         self._capabilities: Optional[frozenset[str]] = None
+        self._netpol_warned = False
 
     def capabilities(self) -> frozenset[str]:
         """What the cluster serves that changes the plan (discovered once; a failed
@@ -112,6 +113,32 @@ class Reconciler:
             return []
         return self.kube.get_services(namespace, service_name(ref, spec))
 
+    def network_policies(self, namespace: str, job: dict, pods: list[dict]) -> tuple[dict, ...]:
+        """The NetworkPolicies of the job's namespace while its preflight is undecided and
+        probe pods exist (the verdict names one that drops the job's traffic:
+        :mod:`disttrain.diagnosis.networkpolicy`); () otherwise. A list the operator may not
+        make (no RBAC for networkpolicies, or the API not served) is (): the verdict is then
+        the probes' own, and the log says why once."""
+        status = job.get("status")
+        conds = status.get("conditions") if isinstance(status, dict) else None
+        decided = any(isinstance(c, dict) and c.get("type") == constants.VALIDATED
+                      and c.get("status") in (cond.TRUE, cond.FALSE)
+                      for c in (conds if isinstance(conds, list) else []))
+        if decided or not any(
+                observe.role(p) == constants.ROLE_PROBE for p in pods):
+            return ()
+        try:
+            return tuple(self.kube.list_network_policies(namespace))
+        except ApiException as exc:
+            if exc.status not in (401, 403, 404):
+                raise
+            if not self._netpol_warned:
+                self._netpol_warned = True
+                log.warning("cannot list NetworkPolicies (HTTP %s): verdicts will not name a policy "
+                            "that drops a job's traffic; grant list on networking.k8s.io "
+                            "networkpolicies (the chart does)", exc.status)
+            return ()
+
     def kueue(self, namespace: str, job: dict) -> Optional[kueue.KueueRead]:
         """For a job queued in Kueue: its Workload and the ResourceFlavors it was admitted
         with, or why they cannot be read (:mod:`disttrain.reconcile.policies.admission`); None when the
@@ -153,6 +180,7 @@ class Reconciler:
             services = self.services(namespace, job)
             capabilities = self.capabilities()
             queued = self.kueue(namespace, job)
+            policies = self.network_policies(namespace, job, pods)
         except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
             n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
             f = failure_from(exc, "get", "DistTrainingJob", name)
@@ -163,7 +191,7 @@ class Reconciler:
         uid = job["metadata"].get("uid", "")
         seen = Observed.of(job, pods, now or datetime.now(timezone.utc), services=services,
                            api_failures=self.failures_for(key, uid), capabilities=capabilities,
-                           kueue=queued)
+                           kueue=queued, network_policies=policies)
         plan = reconcile(seen, parse_report, probe_image=self.probe_image)
         new_failures = self.kube.apply(job, plan)
         self.remember(key, uid, new_failures)

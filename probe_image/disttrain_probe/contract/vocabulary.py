@@ -108,6 +108,10 @@ MASTER_ADDR_UNKNOWN = _r("MasterAddrUnknown", (VALIDATED,), (PROGRESS, FAILURE),
 # rank 0's own node resolves MASTER_ADDR to an address rank 0 does not hold, the others to
 # rank 0's (the probe's MasterAddrNotLocal warning, made a failure by the others' evidence)
 MASTER_ADDR_RESOLVES_ELSEWHERE = _r("MasterAddrResolvesElsewhere", (MASTER_REACHABLE,), _F, OPERATOR)
+# a Kubernetes NetworkPolicy of the job's namespace drops traffic between the job's own pods
+# (the operator evaluates the policies; the probes only saw timeouts)
+NETWORK_POLICY_BLOCKS = _r("NetworkPolicyBlocks", (MASTER_REACHABLE, NETWORK_VALIDATED,
+                                                   COLLECTIVE_VALIDATED), _F, OPERATOR)
 API_ERROR = _r("APIError", (VALIDATED, TRAINING_STARTED, SUCCEEDED, FAILED), _G, OPERATOR)
 OPERATOR_ERROR = _r("OperatorError", (VALIDATED, TRAINING_STARTED), _G, OPERATOR)
 

@@ -18,6 +18,10 @@ LOOPBACK = {"reason": V.HOSTNAME_LOOPBACK, "message": "node-b: hostname node-b r
 LOST = ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", error="node-b stopped reporting (NotReady)",
                     error_reason=V.PROBE_POD_LOST)
 BLOCKED = {"reason": V.EPHEMERAL_PORTS_BLOCKED, "phase": "choice", "message": "node-a: ephemeral ports blocked"}
+DENY = {"kind": "NetworkPolicy", "metadata": {"name": "default-deny"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
+ADMIT_JOB = {"kind": "NetworkPolicy", "metadata": {"name": "job-peers"},
+             "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {C.LABEL_JOB: "j"}}}]}]}}
 RENDEZVOUS = {"masterAddr": "10.100.0.10", "masterPort": 29500, "socketIfname": "eth1"}
 
 
@@ -79,6 +83,29 @@ def events(*want):
      .with_probe_reports(report(0, "node-a", ok=False, failure=BLOCKED), report(1, "node-b", ok=False, failure=BLOCKED)),
      Want(Outcome.FINISHED, {C.NETWORK_VALIDATED: (FALSE, V.EPHEMERAL_PORTS_BLOCKED)},
           says={C.NETWORK_VALIDATED: "blocked; with hostNetwork the operator cannot set net.ipv4.ip_local_port_range"})),
+    ("a NetworkPolicy drops the job's traffic: the policy is named, not a firewall",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(DENY,))
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
+     Want(Outcome.FINISHED, {C.MASTER_REACHABLE: (FALSE, V.NETWORK_POLICY_BLOCKS),
+                             C.VALIDATED: (FALSE, V.NETWORK_POLICY_BLOCKS), C.FAILED: PREFLIGHT_FAILED},
+          says={C.VALIDATED: "NetworkPolicy default-deny in namespace ns drops TCP 29500 (rendezvous), 29501"},
+          more=lambda s: "firewall" not in s.status["probe"]["failures"][0].replace("not a host firewall", "")
+          and s.status["probe"]["failures"][1] == TIMEOUT["message"])),
+    ("a policy that admits the job's pods: the probes' own verdict stands",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(DENY, ADMIT_JOB))
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.MASTER_PORT_TIMEOUT)})),
+    ("hostNetwork pods are exempt from NetworkPolicy: the probes' verdict stands",
+     given().spec(network={"hostNetwork": True}).observing(network_policies=(DENY,))
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.MASTER_PORT_TIMEOUT)})),
+    ("a failure a dropped connection does not cause is not blamed on a policy",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(DENY,))
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", torch="2.7.0")),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.TORCH_VERSION_MISMATCH)})),
+    ("the probes passed under a policy the operator reads as dropping: validated (no enforcer)",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(DENY,)).with_probe_reports(),
+     Want(Outcome.CONTINUE, {C.VALIDATED: PASSED})),
     ("many failing ranks: at most MAX_DETAIL_EVENTS Events, 16 in status.probe",
      given().nodes(20).with_probe_reports(report(0, "node-a", world_size=20), *(
          report(r, f"node-{r}", ok=False, world_size=20, failure=dict(TIMEOUT, message=f"node-{r}: timeout"))

@@ -16,8 +16,11 @@ from typing import Optional
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
+from disttrain.children.names import job_selector
+from disttrain.children.podbase import beacon_port
+from disttrain.diagnosis import networkpolicy
 from disttrain.diagnosis.advice import apply_advice
-from disttrain.diagnosis.diagnose import Policy, ProbeOutcome, diagnose, summarize_ifnames
+from disttrain.diagnosis.diagnose import Diagnosis, Policy, ProbeOutcome, diagnose, summarize_ifnames
 from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import nodeloss
 
@@ -33,11 +36,46 @@ def apply(s: Step) -> Outcome:
     return Outcome.FINISHED if s.terminal else Outcome.CONTINUE
 
 
+EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's net.ipv4.ip_local_port_range default
+
+
+def needs(s: Step, outcomes: list[ProbeOutcome]) -> list[networkpolicy.Need]:
+    """The TCP ports the job's pods dial each other on: the rendezvous port, the probe's
+    beacon port and the ephemeral range NCCL and gloo listen on (``network.portRange``,
+    else the range the probes reported, else Linux's default)."""
+    rng = s.spec.network.port_range
+    if rng:
+        lo, hi = (int(x) for x in rng.split("-"))
+    else:
+        reported = (o.report.get("portRange") if isinstance(o.report, dict)
+                    else getattr(o.report, "port_range", None) for o in outcomes)
+        lo, hi = next(((r[0], r[1]) for r in reported if isinstance(r, list) and len(r) == 2
+                       and all(isinstance(x, int) and 1 <= x <= 65535 for x in r) and r[0] <= r[1]),
+                      EPHEMERAL_DEFAULT)
+    port = s.spec.rendezvous.port
+    return [networkpolicy.Need(port, port, "rendezvous"),
+            networkpolicy.Need(beacon_port(s.spec), beacon_port(s.spec), "the probe's second port"),
+            networkpolicy.Need(lo, hi, "ephemeral range, for NCCL and gloo")]
+
+
+def _network_policies(s: Step, diag: Diagnosis, outcomes: list[ProbeOutcome]) -> None:
+    """A NetworkPolicy that drops the job's own traffic is the cause of a dropped-connection
+    failure (:mod:`disttrain.diagnosis.networkpolicy`); hostNetwork pods are exempt."""
+    if s.spec.network.host_network or not s.network_policies or diag.validated:
+        return
+    names = {o.pod for o in outcomes}
+    seen = list(s.probe_run.by_rank.values()) if s.probe_run is not None else s.ours
+    pods = [networkpolicy.PodView.of(p) for p in seen if observe.name(p) in names]
+    blocks = networkpolicy.blocked(s.network_policies, pods, s.job.namespace, needs(s, outcomes))
+    networkpolicy.override(diag, blocks, s.job.namespace, job_selector(s.job))
+
+
 def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     """Write the verdict; True when the job was validated."""
     diag = diagnose(outcomes, master, Policy.of(s.spec))
     apply_advice(diag, s.job, s.spec)
-    nodeloss.override(diag, outcomes)  # a lost probe pod is the cause, not what followed
+    if not nodeloss.override(diag, outcomes):  # a lost probe pod is the cause, not what followed
+        _network_policies(s, diag, outcomes)
     for ctype, v in diag.conditions.items():
         if ctype == constants.PROBES_SCHEDULED and s.is_true(ctype):
             continue  # keep the rank:node placement message
