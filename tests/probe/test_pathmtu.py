@@ -17,7 +17,7 @@ from hypothesis import given, strategies as st
 
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.phases import pathmtu
+from disttrain_probe.phases import interfaces, pathmtu
 from localcluster import routing
 
 from probe_helpers import run_ranks
@@ -82,6 +82,22 @@ def test_the_verdict_names_the_path_the_mtus_the_size_and_the_fix():
     other = {r: {"ifname": "eth0", "addr": f"10.100.0.{11 + r}"} for r in (0, 1)}
     assert pathmtu.black_hole_failure(PEERS, mesh_with_hole(addrs), other) is None
 
+
+
+def test_a_black_holed_network_passed_over_says_why():
+    """eth0 and eth1 equally fast, eth1 loses full-size packets: eth0 is chosen and eth1's
+    rejection names the black hole, not the ranking."""
+    peers = {r: {"node": f"node-{'ab'[r]}", "interfaces": [
+        {"name": "eth0", "addrs": [f"10.100.0.{11 + r}/24"], "mtu": 1500, "up": True},
+        {"name": "eth1", "addrs": [f"10.101.0.{11 + r}/24"], "mtu": 1500, "up": True}]} for r in (0, 1)}
+    ok = {"r": "ok", "ms": 0.4}
+    mesh = {0: {1: {"10.101.0.12": dict(ok, pmtu={"passes": 1400, "lost": 1401}), "10.100.0.12": ok}},
+            1: {0: {"10.101.0.11": ok, "10.100.0.11": ok}}}
+    got = interfaces.choose(peers, mesh)
+    assert got["failure"] is None and got["chosen"][0]["ifname"] == "eth0"
+    [rej] = [x for x in got["rejected"][0] if x["ifname"] == "eth1"]
+    assert rej["reason"] == vocabulary.REJ_NOT_PREFERRED
+    assert "loses full-size packets" in rej["message"] and "1401 bytes are lost" in rej["message"]
 
 
 @pytest.mark.parametrize("peers,picks", [

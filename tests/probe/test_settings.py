@@ -30,6 +30,11 @@ def test_risky_settings():
     w = S.risky("node-a", {"NCCL_IB_DISABLE": "1"}, ["mlx5_0"], "eth1")
     assert [x["reason"] for x in w] == [vocabulary.RISKY_SETTING] and "mlx5_0" in w[0]["message"]
     assert S.risky("node-a", {"NCCL_IB_DISABLE": "1"}, [], "eth1") == []  # no RDMA: harmless
+    # read as NCCL's strtoll reads it: any nonzero number turns IB off, 0 or none does not
+    for on in (" 1", "0x1", "2", "1abc"):
+        assert "NCCL_IB_DISABLE=" in S.risky("node-a", {"NCCL_IB_DISABLE": on}, ["mlx5_0"], "eth1")[0]["message"]
+    for off in ("0", "00", "", "no"):
+        assert S.risky("node-a", {"NCCL_IB_DISABLE": off}, ["mlx5_0"], "eth1") == []
     w = S.risky("node-a", {"NCCL_SOCKET_IFNAME": "eth0"}, [], "eth1")
     assert "sets NCCL_SOCKET_IFNAME=eth0, not the validated eth1" in w[0]["message"]
     assert S.risky("node-a", {"NCCL_SOCKET_IFNAME": "=eth1"}, [], "eth1") == []

@@ -9,6 +9,7 @@ settings that override or hobble what the operator validated (``RiskySetting``).
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Dict, List, Mapping, Optional
 
 from . import vocabulary
@@ -60,6 +61,19 @@ def mismatch(peers: Dict[int, Dict[str, Any]]) -> Optional[Dict[str, str]]:
     return None
 
 
+def nccl_int(value: object) -> Optional[int]:
+    """An integer variable as NCCL reads it (``strtoll(value, &end, 0)``: leading blanks, a
+    sign, then decimal, ``0x`` hex or ``0`` octal, up to the first other character); None
+    for no number at all (NCCL reads 0) or one out of int64 (NCCL keeps its default). Pure."""
+    m = re.match(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", str(value))
+    if not m or len(m.group(2)) > 24:
+        return None
+    sign, digits = m.groups()
+    v = int(digits, 16 if digits[:2] in ("0x", "0X") else 8 if digits[0] == "0" else 10)
+    v = -v if sign == "-" else v
+    return v if -(1 << 63) <= v < (1 << 63) else None
+
+
 def _nodes(names: List[str], most: int = 4) -> str:
     return ", ".join(names) if len(names) <= most else f"{', '.join(names[:most - 1])} and {len(names) - most + 1} more"
 
@@ -68,9 +82,9 @@ def risky(node: str, env: Mapping[str, str], rdma: List[str],
           chosen_ifname: Optional[str]) -> List[Dict[str, str]]:
     """Warnings (RiskySetting) for settings known to break or slow training on this node."""
     out = []
-    if str(env.get("NCCL_IB_DISABLE", "")).strip() == "1" and rdma:
+    if nccl_int(env.get("NCCL_IB_DISABLE", "")) not in (None, 0) and rdma:
         out.append({"reason": vocabulary.RISKY_SETTING, "message": (
-            f"{node}: NCCL_IB_DISABLE=1 while it has RDMA devices ({', '.join(rdma[:3])}): NCCL "
+            f"{node}: NCCL_IB_DISABLE={str(env.get('NCCL_IB_DISABLE')).strip()[:16]} while it has RDMA devices ({', '.join(rdma[:3])}): NCCL "
             f"will use TCP sockets instead of InfiniBand/RoCE, far slower; unset it unless that "
             f"is intended")})
     for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):

@@ -21,10 +21,10 @@ the collective's backend.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
+from disttrain_probe.contract.settings import nccl_int
 from disttrain_probe.contract.vocabulary import GID_INDEX_INVALID, MEMLOCK_TOO_LOW, RISKY_SETTING
 
 MEMLOCK_MIN_BYTES = 64 << 20  # below this NCCL's buffers for a few channels do not fit
@@ -37,19 +37,6 @@ class Limits:
     number of ``warnings`` of the same shape; messages at most 400 characters."""
     failure: Optional[Dict[str, str]] = None
     warnings: List[Dict[str, str]] = field(default_factory=list)
-
-
-def nccl_int(value: object) -> Optional[int]:
-    """An integer variable as NCCL reads it (``strtoll(value, &end, 0)``: leading blanks, a
-    sign, then decimal, ``0x`` hex or ``0`` octal, up to the first other character); None
-    for no number at all (NCCL reads 0) or one out of int64 (NCCL keeps its default). Pure."""
-    m = re.match(r"[ \t\n\v\f\r]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", str(value))
-    if not m or len(m.group(2)) > 24:
-        return None
-    sign, digits = m.groups()
-    v = int(digits, 16 if digits[:2] in ("0x", "0X") else 8 if digits[0] == "0" else 10)
-    v = -v if sign == "-" else v
-    return v if -(1 << 63) <= v < (1 << 63) else None
 
 
 def hca_selected(spec: Optional[str], dev: str, port: int) -> bool:

@@ -174,7 +174,12 @@ def measure(addr: str, port: int, want_rank: int, want_nonce: Optional[str], nby
     (1e6 bit/s), timed from the request to the last byte; after ``limit`` seconds, what
     arrived so far counts. None when the peer is not the expected one (rank, nonce) or
     nothing arrived. Never raises (socket errors give None)."""
-    got = pathmtu.transfer(addr, port, (want_rank, want_nonce), nbytes, limit)
+    return mbps(pathmtu.transfer(addr, port, (want_rank, want_nonce), nbytes, limit))
+
+
+def mbps(got: Optional[Tuple[int, float]]) -> Optional[float]:
+    """``pathmtu.transfer``'s (bytes, seconds) -> Mb/s (1e6 bit/s, one decimal); None when
+    nothing arrived or no time passed. Pure."""
     if got is None or got[0] <= 0 or got[1] <= 0:
         return None
     return round(got[0] * 8 / got[1] / 1e6, 1)
@@ -251,8 +256,9 @@ def _time_transfers(cfg: Any, inv: Dict[str, Any], allpeers: Dict[int, Dict[str,
     for _round in range(BULK_ROUNDS):
         for peer, addr, port, peer_nonce in targets:
             got = pathmtu.transfer(addr, port, (peer, peer_nonce), nbytes, limit)
-            if got is not None and got[0] > 0 and got[1] > 0:
-                rounds.setdefault((peer, addr), []).append(round(got[0] * 8 / got[1] / 1e6, 1))
+            rate = mbps(got)
+            if rate is not None:
+                rounds.setdefault((peer, addr), []).append(rate)
             elif got is not None:
                 stalled[(peer, addr)] = port
     for (peer, addr), got_mbps in rounds.items():

@@ -117,14 +117,21 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     inputs = _inputs(peers, mesh, spec, master_port, dial_plan)
     ranks = sorted(peers)
     nets, usable = _rank_networks(inputs)
-    # A network that loses full-size packets on some path gives way to one that does not.
-    whole = [u for u in usable if black_hole_failure(peers, mesh, u.pick) is None]
+    # A network that loses full-size packets on some path gives way to one that does not,
+    # and its rejection says so (not "equal speed").
+    holes = [black_hole_failure(peers, mesh, u.pick) for u in usable]
+    whole = [u for u, h in zip(usable, holes) if h is None]
     best = (whole or usable)[0] if usable else None
+    for u, h in zip(usable, holes):
+        if h is not None and u is not best:
+            u.reason, u.message = vocabulary.REJ_NOT_PREFERRED, (
+                f"{u.where()} loses full-size packets, {best.where() if best else '?'} does not: "
+                f"{h['message']}")
     failure = interface_not_found(inputs)
     if best is not None and failure is None:  # part of a node's range blocked on the best network
         failure = partial_range_failure(peers, mesh, {r: e["addr"] for r, e in best.pick.items()})
     if best is not None and failure is None:  # full-size packets lost on a path of it
-        failure = black_hole_failure(peers, mesh, best.pick)
+        failure = holes[usable.index(best)]
     if best is None and failure is None:
         failure = partial_range_failure(peers, mesh) or no_network_failure(
             inputs, nets, lambda: choose(peers, mesh, "auto", master_port, inputs.dial_plan))
