@@ -300,7 +300,7 @@ def message(blocks: Sequence[Block], namespace: str, selector: Mapping[str, str]
         "it admits none of them"
     sel = ", ".join(f"{k}: {v}" for k, v in list(selector.items())[:1])
     text = (f"NetworkPolicy {pols} in namespace {namespace} drops TCP {what} between the job's "
-            f"pods ({b.direction} of {b.pod}; {part}), not a host firewall; add an "
+            f"pods ({b.direction} of {b.pod}; {part}); add an "
             f"{b.direction} rule admitting pods matching {{{sel}}} on those ports, or all ports "
             f"between the job's pods")
     return messages.bound(text, messages.LIMIT)

@@ -89,7 +89,7 @@ def events(*want):
      Want(Outcome.FINISHED, {C.MASTER_REACHABLE: (FALSE, V.NETWORK_POLICY_BLOCKS),
                              C.VALIDATED: (FALSE, V.NETWORK_POLICY_BLOCKS), C.FAILED: PREFLIGHT_FAILED},
           says={C.VALIDATED: "NetworkPolicy default-deny in namespace ns drops TCP 29500 (rendezvous), 29501"},
-          more=lambda s: "firewall" not in s.status["probe"]["failures"][0].replace("not a host firewall", "")
+          more=lambda s: "firewall" not in s.status["probe"]["failures"][0]
           and s.status["probe"]["failures"][1] == TIMEOUT["message"])),
     ("a policy that admits the job's pods: the probes' own verdict stands",
      given().spec(network={"hostNetwork": False}).observing(network_policies=(DENY, ADMIT_JOB))
