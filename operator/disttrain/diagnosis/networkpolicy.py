@@ -279,9 +279,7 @@ def _first_block(policies: Sequence[dict], views: list[PodView], namespace: str,
                 continue
             names, ranges = admitted(policies, direction, pod, peer, namespace)
             if names and not _covers(ranges, need.lo, need.hi):
-                part = tuple((max(a, need.lo), min(b, need.hi)) for a, b in ranges
-                             if b >= need.lo and a <= need.hi)
-                return Block(need, direction, pod.name, peer.name, tuple(names), part)
+                return Block(need, direction, pod.name, peer.name, tuple(names), tuple(ranges))
     return None
 
 
@@ -296,8 +294,8 @@ def message(blocks: Sequence[Block], namespace: str, selector: Mapping[str, str]
     needs = list({x.need: None for x in blocks})
     spans = [f"{_span(n.lo, n.hi)} ({n.what})" for n in needs[:3]]
     what = ", ".join(spans[:-1]) + (" and " if len(spans) > 1 else "") + spans[-1]
-    part = ("it admits only " + ", ".join(_span(a, c) for a, c in b.admitted[:3])) if b.admitted else \
-        "it admits none of them"
+    part = ("it admits only " + ", ".join(_span(a, c) for a, c in b.admitted[:3])
+            + (" and more" if len(b.admitted) > 3 else "")) if b.admitted else "it admits no TCP port"
     sel = ", ".join(f"{k}: {v}" for k, v in list(selector.items())[:1])
     text = (f"NetworkPolicy {pols} in namespace {namespace} drops TCP {what} between the job's "
             f"pods ({b.direction} of {b.pod}; {part}); add an "
