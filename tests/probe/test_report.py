@@ -106,7 +106,8 @@ def test_reasons_are_unique_camelcase_and_cover_the_design_table():
               "ProcessGroupInitFailed", "RendezvousTimeout", "ProbeInternalError"}
     assert set(vocabulary.PROBE_FAILURES) == design | {"TorchImportTimeout", "SettingsMismatch",
                                                        "MemlockTooLow", "GIDIndexInvalid",
-                                                       "P2PCheckFailed", "PathMTUBlackHole"}
+                                                       "P2PCheckFailed", "PathMTUBlackHole",
+                                                       "ConnectionIntercepted"}
     for group in (vocabulary.PROBE_FAILURES, vocabulary.PROBE_WARNINGS, vocabulary.PROBE_REJECTIONS):
         assert len(set(group)) == len(group)
         for x in group:

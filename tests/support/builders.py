@@ -133,12 +133,16 @@ class StepBuilder:
         return self.with_outcomes(*(ProbeOutcome(rank=x["rank"], pod=f"j-probe-{x['rank']}", node=x["node"], report=x)
                                     for x in reports), master=master)
 
-    def with_outcomes(self, *outcomes: ProbeOutcome, master: Optional[str] = MASTER) -> "StepBuilder":
+    def with_outcomes(self, *outcomes: ProbeOutcome, master: Optional[str] = MASTER,
+                      sidecar: Optional[str] = None) -> "StepBuilder":
         """The probe run reached its verdict with these outcomes (``s.probe_run``, what
         :mod:`disttrain.reconcile.policies.probing` hands :mod:`.verdict`), the probe pods
-        finished with their reports."""
+        finished with their reports (and a ``sidecar`` container a mesh injected)."""
         by_rank = {x.rank: pod(x.pod, constants.ROLE_PROBE, x.rank, phase="Succeeded", node=x.node,
                                message=json.dumps(x.report), exit_code=0) for x in outcomes}
+        for p in by_rank.values():
+            if sidecar:
+                p["spec"]["containers"].append({"name": sidecar})
         self.run = ProbeRun(list(outcomes), master, by_rank)
         return self
 

@@ -273,7 +273,7 @@ class ProbeReport(_Model):
     # -- evidence added by the diagnosis work (additive; older probes leave them empty) --
     paths: Dict[str, str] = Field(
         default_factory=dict, description="network -> one character per peer rank: what this "
-        "rank's dial did (disttrain_probe/contract/paths.py: o ok, w wrong host, r refused, t timeout, "
+        "rank's dial did (disttrain_probe/contract/paths.py: o ok, w wrong host, c closed (an intercepting proxy), r refused, t timeout, "
         "u unreachable, e error, m mixed, - not dialled, . self; upper case: another source)")
     path_mbps: Dict[str, Dict[str, float]] = Field(
         default_factory=dict, alias="pathMbps",

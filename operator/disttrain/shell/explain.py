@@ -28,7 +28,8 @@ from disttrain_probe.contract import vocabulary
 # How a matrix cell is shown: (symbol, style). Upper case in a row (another source address)
 # adds a trailing '*'.
 CELLS = {
-    "o": ("ok", "green"), "w": ("wrong", "bold red"), "r": ("refused", "bold red"),
+    "o": ("ok", "green"), "w": ("wrong", "bold red"), "c": ("closed", "bold red"),
+    "r": ("refused", "bold red"),
     "t": ("timeout", "bold red"), "u": ("unreach", "bold red"), "e": ("error", "bold red"),
     "m": ("mixed", "bold yellow"), "-": ("·", "dim"), ".": ("—", "dim"),
 }

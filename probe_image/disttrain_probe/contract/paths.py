@@ -8,6 +8,8 @@ rank), so 64 ranks on four networks take about 350 bytes and fit the 4 KiB repor
 ``-``  not dialled (outside the dial plan, or the peer has no address there)
 ``o``  connected, and the right peer answered (rank and nonce)
 ``w``  answered by the wrong host (a dial that landed on a local bridge: docker0)
+``c``  accepted, then closed before the peer's probe answered (an intercepting proxy: a
+       service-mesh sidecar)
 ``r``  refused (a reset: a firewall's reject, or nothing listening)
 ``t``  timed out (dropped: a firewall's drop, or no route back)
 ``u``  unreachable (no route, or no ARP answer)
@@ -28,8 +30,8 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Dict, List, Optional, Tuple
 
-CODE = {"ok": "o", "wrong": "w", "refused": "r", "timeout": "t", "unreachable": "u",
-        "error": "e"}
+CODE = {"ok": "o", "wrong": "w", "closed": "c", "refused": "r", "timeout": "t",
+        "unreachable": "u", "error": "e"}
 SELF, NOT_DIALLED, MIXED = ".", "-", "m"
 OUTCOME = {v: k for k, v in CODE.items()}
 

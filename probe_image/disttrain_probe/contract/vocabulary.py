@@ -128,6 +128,10 @@ MASTER_ADDR_UNRESOLVABLE = _r("MasterAddrUnresolvable", (MASTER_REACHABLE,), _F,
 MASTER_PORT_REFUSED = _r("MasterPortRefused", (MASTER_REACHABLE,), _F, PROBE)
 MASTER_PORT_TIMEOUT = _r("MasterPortTimeout", (MASTER_REACHABLE,), _F, PROBE)
 RENDEZVOUS_TIMEOUT = _r("RendezvousTimeout", (MASTER_REACHABLE,), _F, PROBE, generic=True)
+# connections between the job's pods are accepted and then closed before the peer's probe
+# answers (a probe always answers at once): a proxy intercepts them, such as a service-mesh
+# sidecar (the operator names the sidecar it finds on the pods: diagnosis/mesh.py)
+CONNECTION_INTERCEPTED = _r("ConnectionIntercepted", (MASTER_REACHABLE,), _F, PROBE)
 MASTER_ADDR_NOT_LOCAL = _r("MasterAddrNotLocal", (MASTER_REACHABLE,), _W, PROBE)
 
 # ---- NetworkValidated ------------------------------------------------------------------

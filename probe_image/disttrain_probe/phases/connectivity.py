@@ -122,7 +122,9 @@ def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
          answer_timeout: Optional[float] = None) -> Dict[str, Any]:
     """Connect within ``timeout`` seconds and read the listener's identity within
     ``answer_timeout`` (default: ``timeout``) more. Returns {r, ms, src}; ``r`` is ok,
-    wrong (another listener), refused, timeout, unreachable or error. Once connected the
+    wrong (another listener answered), closed (accepted, then closed or reset before a byte
+    came: something between intercepts the connection, such as a service-mesh sidecar's
+    proxy; a probe listener always answers), refused, timeout, unreachable or error. Once connected the
     path is proven (the SYN-ACK came back): a peer slow to answer (its probe starved of
     CPU) gets the longer answer budget instead of reading as a dropped path."""
     t0 = time.monotonic()
@@ -144,12 +146,18 @@ def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
             who = json.loads(buf.decode("utf-8", "replace").strip() or "{}")
         except ValueError:
             who = {}
+        if not isinstance(who, dict):
+            who = {}
         if who.get("nonce") == want_nonce and who.get("rank") == want_rank:
             res["r"] = "ok"
+        elif not buf:  # accepted, then closed with not a byte: no probe listener does that
+            res["r"] = "closed"
         else:
             res["r"] = "wrong"
             if "rank" in who:
                 res["got"] = who.get("rank")
+    except ConnectionResetError:  # reset after the handshake: "closed"; before it: refused
+        res["r"] = "closed" if res.get("connected") else "refused"
     except ConnectionRefusedError:
         res["r"] = "refused"
     except socket.timeout:

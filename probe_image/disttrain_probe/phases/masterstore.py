@@ -87,16 +87,50 @@ def start_beacon(port: int, token: bytes) -> Tuple[Optional[socket.socket], Opti
 def beacon_answers(addr: str, port: int, token: bytes, timeout: float = BEACON_SECONDS) -> bool:
     """True when ``addr``:``port`` answers with exactly ``token`` (this job's rank 0 probe,
     which listened on MASTER_PORT before it listened here) within ``timeout`` seconds."""
+    return beacon_reply(addr, port, token, timeout) == "token"
+
+
+def beacon_reply(addr: str, port: int, token: bytes, timeout: float = BEACON_SECONDS) -> str:
+    """What ``addr``:``port`` did, in ``timeout`` seconds: "token" (rank 0's probe answered),
+    "closed" (the connection was accepted, then closed or reset before a byte came: rank 0's
+    probe always sends the token at once, so something between intercepts the connection,
+    such as a service-mesh sidecar's proxy), "other" (other bytes, or silence), or "none"
+    (no connection). Never raises."""
     try:
         with socket.create_connection((addr, port), timeout=max(0.05, timeout)) as c:
             c.settimeout(max(0.05, timeout))
             got = b""
-            while len(got) < len(token):
-                more = c.recv(len(token) - len(got))
-                if not more:
-                    break
-                got += more
-            return got == token
+            try:
+                while len(got) < len(token):
+                    more = c.recv(len(token) - len(got))
+                    if not more:
+                        break
+                    got += more
+            except ConnectionResetError:
+                pass
+            except OSError:
+                return "other"
+            if got == token:
+                return "token"
+            return "closed" if not got else "other"
+    except OSError:
+        return "none"
+
+
+def closed_on_connect(addr: str, port: int, wait: float = 1.0) -> bool:
+    """True when a connection to ``addr``:``port`` is accepted and then closed or reset
+    within ``wait`` seconds with not a byte sent. A TCPStore server never does that (it
+    waits for the client to speak), so on MASTER_PORT it means a proxy took the connection
+    (a service-mesh sidecar's). False for anything else, a refusal included. Never raises."""
+    try:
+        with socket.create_connection((addr, port), timeout=max(0.05, wait)) as c:
+            c.settimeout(max(0.05, wait))
+            try:
+                return c.recv(1) == b""
+            except ConnectionResetError:
+                return True
+            except OSError:
+                return False  # silence: what a TCPStore server does
     except OSError:
         return False
 

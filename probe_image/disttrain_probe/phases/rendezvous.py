@@ -16,7 +16,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases.dialing import order
-from disttrain_probe.phases.masterstore import serve_store
+from disttrain_probe.phases import masterstore
+from disttrain_probe.phases.masterstore import beacon_token, serve_store
 from disttrain_probe.phases.reachmaster import reach_master
 from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
 from disttrain_probe.runtime.results import SharedState
@@ -108,6 +109,28 @@ class Bus:
         return True
 
 
+def handshake_failure(cfg: Any, where: str, addr: str, error: str) -> ProbeFailure:
+    """The failure when TCP to MASTER_ADDR:MASTER_PORT connected but the TCPStore handshake
+    failed (torch's ``recvValue failed ... got 0 bytes``, a reset): the master port closing
+    a connection on its own, or rank 0's beacon port doing so (rank 0's probe sends its
+    token at once), means a proxy intercepts the job's connections, such as a service-mesh
+    sidecar: ``ConnectionIntercepted``; otherwise another service owns the master port."""
+    first = (error.splitlines() or [""])[0][:160]
+    beacon = (masterstore.beacon_reply(addr, cfg.beacon_port, beacon_token(cfg))
+              if cfg.beacon_port else "none")
+    if beacon == "closed" or masterstore.closed_on_connect(addr, cfg.master_port):
+        ports = (f"MASTER_PORT {cfg.master_port} and port {cfg.beacon_port}" if beacon == "closed"
+                 else f"MASTER_PORT {cfg.master_port}")
+        return ProbeFailure(vocabulary.CONNECTION_INTERCEPTED, (
+            f"{where}: connections to {addr} ({ports}) are accepted and then closed before "
+            f"rank 0's probe answers ({first}): a proxy intercepts them, such as a service-mesh "
+            f"sidecar (istio-proxy, linkerd-proxy); exclude the job's ports from it or disable "
+            f"injection for the job's pods"))
+    return ProbeFailure(vocabulary.MASTER_PORT_TIMEOUT, (
+        f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore handshake failed "
+        f"({first}); another service may own that port; change rendezvous.port"))
+
+
 def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
                state: SharedState, addr: Optional[str]) -> Tuple[Any, Bus]:
     """The torch half: rank 0 serves the TCPStore on the socket it listened on early, the
@@ -132,15 +155,16 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
         assert addr is not None  # reach_master returns the address it reached for every rank but 0
         tracker.step(vocabulary.MASTER_PORT_TIMEOUT,
                      f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore did not answer")
+        # torch's client retries a connection closed on it until its timeout: tell a proxy
+        # that accepts and closes (a mesh sidecar) first, in about a second
+        if masterstore.closed_on_connect(addr, cfg.master_port, min(1.0, max(0.1, deadline.remaining()))):
+            raise handshake_failure(cfg, where, addr, "accepted, then closed with no byte")
         try:
             store = dist.TCPStore(host_name=addr, port=cfg.master_port, world_size=cfg.world_size,
                                   is_master=False,
                                   timeout=timedelta(seconds=max(1.0, deadline.remaining())))
         except Exception as e:
-            raise ProbeFailure(vocabulary.MASTER_PORT_TIMEOUT, (
-                f"{where}: TCP to {addr}:{cfg.master_port} works but the TCPStore handshake failed "
-                f"({str(e).splitlines()[0][:160]}); another service may own that port; change "
-                f"rendezvous.port"))
+            raise handshake_failure(cfg, where, addr, str(e)) from None
     if getattr(cfg, "store_prefix", ""):  # a shared store: keys of this attempt only
         store = dist.PrefixStore(cfg.store_prefix, store)
     store.set_timeout(timedelta(seconds=max(5.0, cfg.timeout_seconds)))

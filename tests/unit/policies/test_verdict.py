@@ -22,6 +22,12 @@ DENY = {"kind": "NetworkPolicy", "metadata": {"name": "default-deny"},
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
 ADMIT_JOB = {"kind": "NetworkPolicy", "metadata": {"name": "job-peers"},
              "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {C.LABEL_JOB: "j"}}}]}]}}
+INTERCEPTED_FAILURE = {"reason": V.CONNECTION_INTERCEPTED, "phase": "rendezvous", "message": (
+    "node-b (rank 1): connections to 10.100.0.10 (MASTER_PORT 29500) are accepted and then closed "
+    "before rank 0's probe answers")}
+INTERCEPTED = (ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=report(0, "node-a")),
+               ProbeOutcome(rank=1, pod="j-probe-1", node="node-b",
+                            report=report(1, "node-b", ok=False, failure=INTERCEPTED_FAILURE)))
 RENDEZVOUS = {"masterAddr": "10.100.0.10", "masterPort": 29500, "socketIfname": "eth1"}
 
 
@@ -106,6 +112,15 @@ def events(*want):
     ("the probes passed under a policy the operator reads as dropping: validated (no enforcer)",
      given().spec(network={"hostNetwork": False}).observing(network_policies=(DENY,)).with_probe_reports(),
      Want(Outcome.CONTINUE, {C.VALIDATED: PASSED})),
+    ("connections intercepted on pods carrying Istio's sidecar: the sidecar and its fix are named",
+     given().with_outcomes(*INTERCEPTED, sidecar="istio-proxy"),
+     Want(Outcome.FINISHED, {C.MASTER_REACHABLE: (FALSE, V.CONNECTION_INTERCEPTED),
+                             C.VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED)},
+          says={C.MASTER_REACHABLE: "the Istio sidecar (container istio-proxy) injected into the job's pods"})),
+    ("connections intercepted, no sidecar on the pods: the probe's own words stand",
+     given().with_outcomes(*INTERCEPTED),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED)},
+          says={C.MASTER_REACHABLE: "node-b (rank 1): connections to 10.100.0.10"})),
     ("many failing ranks: at most MAX_DETAIL_EVENTS Events, 16 in status.probe",
      given().nodes(20).with_probe_reports(report(0, "node-a", world_size=20), *(
          report(r, f"node-{r}", ok=False, world_size=20, failure=dict(TIMEOUT, message=f"node-{r}: timeout"))

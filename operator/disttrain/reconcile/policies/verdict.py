@@ -18,7 +18,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.children.names import job_selector
 from disttrain.children.podbase import beacon_port
-from disttrain.diagnosis import networkpolicy
+from disttrain.diagnosis import mesh, networkpolicy
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Diagnosis, Policy, ProbeOutcome, diagnose, summarize_ifnames
 from disttrain.reconcile.step import Outcome, Step
@@ -58,14 +58,19 @@ def needs(s: Step, outcomes: list[ProbeOutcome]) -> list[networkpolicy.Need]:
             networkpolicy.Need(lo, hi, "ephemeral range, for NCCL and gloo")]
 
 
+def _probe_pods(s: Step, outcomes: list[ProbeOutcome]) -> list[dict]:
+    """The probe pods of the outcomes, as observed."""
+    names = {o.pod for o in outcomes}
+    seen = list(s.probe_run.by_rank.values()) if s.probe_run is not None else s.ours
+    return [p for p in seen if observe.name(p) in names]
+
+
 def _network_policies(s: Step, diag: Diagnosis, outcomes: list[ProbeOutcome]) -> None:
     """A NetworkPolicy that drops the job's own traffic is the cause of a dropped-connection
     failure (:mod:`disttrain.diagnosis.networkpolicy`); hostNetwork pods are exempt."""
     if s.spec.network.host_network or not s.network_policies or diag.validated:
         return
-    names = {o.pod for o in outcomes}
-    seen = list(s.probe_run.by_rank.values()) if s.probe_run is not None else s.ours
-    pods = [networkpolicy.PodView.of(p) for p in seen if observe.name(p) in names]
+    pods = [networkpolicy.PodView.of(p) for p in _probe_pods(s, outcomes)]
     blocks = networkpolicy.blocked(s.network_policies, pods, s.job.namespace, needs(s, outcomes))
     networkpolicy.override(diag, blocks, s.job.namespace, job_selector(s.job))
 
@@ -76,6 +81,7 @@ def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     apply_advice(diag, s.job, s.spec)
     if not nodeloss.override(diag, outcomes):  # a lost probe pod is the cause, not what followed
         _network_policies(s, diag, outcomes)
+        mesh.override(diag, _probe_pods(s, outcomes))  # the sidecar that intercepts, by name
     for ctype, v in diag.conditions.items():
         if ctype == constants.PROBES_SCHEDULED and s.is_true(ctype):
             continue  # keep the rank:node placement message
