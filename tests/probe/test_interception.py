@@ -54,7 +54,10 @@ def server(mode: str) -> int:
 @pytest.mark.parametrize("mode,want", [("token", "token"), ("close", "closed"), ("reset", "closed"),
                                        ("junk", "other")])
 def test_the_beacons_reply_tells_rank_0_from_an_intercepting_proxy(mode, want):
-    assert masterstore.beacon_reply("127.0.0.1", server(mode), TOKEN, 2.0) == want
+    port = server(mode)
+    for _ in range(20):  # a reset may reach connect() itself: the same answer either way
+        assert masterstore.beacon_reply("127.0.0.1", port, TOKEN, 2.0) == want
+        assert masterstore.closed_on_connect("127.0.0.1", port, 0.5) is (want == "closed")
 
 
 def test_no_connection_is_none():
@@ -68,7 +71,7 @@ def test_no_connection_is_none():
 @pytest.mark.parametrize("mode,want", [("close", "closed"), ("reset", "closed"), ("junk", "wrong")])
 def test_a_mesh_dial_accepted_and_closed_is_closed_not_a_wrong_host(mode, want):
     got = connectivity.dial("127.0.0.1", server(mode), 1, "nonce", 2.0)
-    assert got["r"] == want and got.get("connected") is True
+    assert got["r"] == want
 
 
 PROXY = """

@@ -156,8 +156,8 @@ def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
             res["r"] = "wrong"
             if "rank" in who:
                 res["got"] = who.get("rank")
-    except ConnectionResetError:  # reset after the handshake: "closed"; before it: refused
-        res["r"] = "closed" if res.get("connected") else "refused"
+    except ConnectionResetError:  # a reset (connect() too reports one that came as it returned)
+        res["r"] = "closed"  # a refusal is ECONNREFUSED, never a reset
     except ConnectionRefusedError:
         res["r"] = "refused"
     except socket.timeout:

@@ -113,6 +113,8 @@ def beacon_reply(addr: str, port: int, token: bytes, timeout: float = BEACON_SEC
             if got == token:
                 return "token"
             return "closed" if not got else "other"
+    except ConnectionResetError:  # reset as connect() returned: accepted, then reset
+        return "closed"
     except OSError:
         return "none"
 
@@ -131,6 +133,8 @@ def closed_on_connect(addr: str, port: int, wait: float = 1.0) -> bool:
                 return True
             except OSError:
                 return False  # silence: what a TCPStore server does
+    except ConnectionResetError:  # reset as connect() returned: accepted, then reset
+        return True
     except OSError:
         return False
 
