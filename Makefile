@@ -27,7 +27,7 @@ venv: $(STAMP)
 
 # Control-plane and node binaries (kube-apiserver, controller-manager, scheduler, kubectl,
 # kubelet, kube-proxy, etcd, helm),
-# CoreDNS and Kubeflow's training operator built from their Go modules, cached by version
+# CoreDNS, Kubeflow's training operator, Kueue and kube-network-policies built from their Go modules, cached by version
 # under $(DISTTRAIN_CACHE).
 build-cluster: system-deps
 	bash localcluster/build/build-k8s.sh all

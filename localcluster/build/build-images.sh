@@ -3,7 +3,7 @@
 # a Debian base made by mmdebstrap from Debian's packages, the Dockerfiles built by buildah.
 #
 #   bash localcluster/build/build-images.sh [all]   # base, torch tree, operator, probe, example
-#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause|garbage-probe|alpine
+#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol
 #   bash localcluster/build/build-images.sh archives   # docker-archive files the nodes import
 #   bash localcluster/build/build-images.sh buildah ARGS...   # buildah on the project's storage
 #   bash localcluster/build/build-images.sh info              # images, sizes, disk used
@@ -18,6 +18,8 @@
 #                  localhost/disttrain/pause:3.10           the pod sandbox (localcluster/images/pause)
 #                  localhost/disttrain/garbage-probe:$VERSION  a test probe writing a broken report
 #                  localhost/disttrain/alpine:$VERSION     alpine:3.10 for Kubeflow's init container
+#                  localhost/disttrain/kube-network-policies:$KNP   the NetworkPolicy enforcer's
+#                  DaemonSet image: build-k8s.sh netpol's static binary at /bin/netpol, from scratch
 #   archives/<name>-c-<key>.tar   each image as a docker-archive, named as the chart and the
 #                  example name it (ghcr.io/disttrain/...), which each real node's containerd
 #                  imports (localcluster/localcluster/realnode.py)
@@ -171,6 +173,27 @@ build_pause() {
   log "pause: built $tagged in $((SECONDS - t0)) s"
 }
 
+# The NetworkPolicy enforcer (kube-network-policies, built by build-k8s.sh netpol, which runs
+# here when the binary is not cached): its static binary at /bin/netpol (CMD, no ENTRYPOINT: the
+# DaemonSet's args start with /bin/netpol), as upstream's image
+# has it, in an image from scratch (it speaks netlink itself: no nft, no shell needed).
+# Cached by the binary's content. Scenarios with networkPolicies: run it as a DaemonSet.
+KNP_VERSION="$(sed -n 's/^KUBE_NETWORK_POLICIES_VERSION=//p' "$here/versions.env")"
+NETPOL_NAME="$PREFIX/kube-network-policies:$KNP_VERSION"
+build_netpol() {
+  local bin="$CACHE/kube-network-policies-$KNP_VERSION/bin/kube-network-policies" key tagged c t0=$SECONDS
+  [ -x "$bin" ] || bash "$here/build-k8s.sh" netpol
+  key="$( { sha256sum < "$bin"; echo "$KNP_VERSION cmd"; } | sha)"
+  tagged="$PREFIX/kube-network-policies:$(ctag "$key")"
+  if have_image "$tagged"; then "${B[@]}" tag "$tagged" "$NETPOL_NAME"; log "netpol: cached ($tagged)"; return; fi
+  c="$("${B[@]}" from scratch)"
+  "${B[@]}" copy --quiet "$c" "$bin" /bin/netpol >/dev/null
+  "${B[@]}" config --cmd '["/bin/netpol"]' --label "disttrain.dev/content-key=$key" "$c"
+  "${B[@]}" commit --quiet --rm "$c" "$tagged" >/dev/null
+  "${B[@]}" tag "$tagged" "$NETPOL_NAME"
+  log "netpol: built $tagged in $((SECONDS - t0)) s"
+}
+
 # Every image as a docker-archive under the name pods use: the chart's and the example's
 # defaults (ghcr.io/disttrain/<name>:<version>) and the sandbox image. One file per content
 # key (kept), so a node imports an image only when it changed. Prints "<name> <file>" lines.
@@ -179,13 +202,20 @@ ARCHIVE_NAMES=("disttrain-operator ghcr.io/disttrain/disttrain-operator:$VERSION
                "examples-digits ghcr.io/disttrain/examples-digits:$VERSION"
                "pause localhost/disttrain/pause:3.10"
                "garbage-probe disttrain.dev/test/garbage-probe:v1"
-               "alpine docker.io/library/alpine:3.10")
+               "alpine docker.io/library/alpine:3.10"
+               "kube-network-policies registry.k8s.io/networking/kube-network-policies:$KNP_VERSION")
 archives() {
   local entry short ref src key file
   mkdir -p "$CACHE/archives"
   for entry in "${ARCHIVE_NAMES[@]}"; do
     read -r short ref <<<"$entry"
-    if [ "$short" = pause ]; then src="$PAUSE_NAME"; else src="$PREFIX/$short:$VERSION"; fi
+    case "$short" in
+      pause) src="$PAUSE_NAME" ;;
+      kube-network-policies) src="$NETPOL_NAME"
+        # optional: built by `make images`; a cache from before it simply lacks the enforcer
+        have_image "$src" || { log "archive: $src not built (make images): skipped"; continue; } ;;
+      *) src="$PREFIX/$short:$VERSION" ;;
+    esac
     key="$("${B[@]}" inspect --type image --format '{{.FromImageID}}' "$src")" \
       || die "$src is not built: run make images"
     file="$CACHE/archives/$short-${key:0:16}.tar"
@@ -218,8 +248,10 @@ info() {
 
 what="${1:-all}"
 case "$what" in
-  all) build_base; torch_tree; build_operator; build_probe; build_example; build_pause; build_garbage_probe; build_alpine ;;
+  all) build_base; torch_tree; build_operator; build_probe; build_example; build_pause; build_garbage_probe; build_alpine
+       build_netpol ;;
   pause) build_pause ;;
+  netpol) build_netpol ;;
   garbage-probe) build_base; build_garbage_probe ;;
   alpine) build_base; build_alpine ;;
   archives) archives ;;
@@ -228,5 +260,5 @@ case "$what" in
   torch-tree) torch_tree ;;
   buildah) shift; exec "${B[@]}" "$@" ;;
   info) info ;;
-  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|archives|info|buildah ARGS...]" ;;
+  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol|archives|info|buildah ARGS...]" ;;
 esac

@@ -12,6 +12,8 @@
 #     module: Kubeflow's training operator, the peer `localcluster up --kubeflow` runs
 #   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/bin/kueue        (Kueue's manager, cmd/kueue)
 #   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/config/           (its CRDs, ClusterRole, webhooks)
+#   $DISTTRAIN_CACHE/kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION/bin/kube-network-policies
+#     (sigs.k8s.io/kube-network-policies ./cmd: the NetworkPolicy enforcer scenarios run)
 #
 # k8s.io/kubernetes cannot be `go get`-ed alone: its go.mod replaces every staging module
 # k8s.io/* with ./staging/src/k8s.io/*. We write a throw-away module that requires it and
@@ -209,6 +211,24 @@ build_kueue() {
   fi
 }
 
+# kube-network-policies (sigs.k8s.io/kube-network-policies): no replace directives, so
+# `go install m/cmd@v` builds its main package; the binary (named cmd by go install) is
+# renamed. Its image (build-images.sh netpol) copies it into an image from scratch.
+build_kube_network_policies() {
+  local top="$CACHE/kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION"
+  local out="$top/bin"
+  if [ -x "$out/kube-network-policies" ]; then log "kube-network-policies $KUBE_NETWORK_POLICIES_VERSION: cached"; return; fi
+  mkdir -p "$out"
+  local tmpbin="$top/bin.tmp" t0=$SECONDS
+  rm -rf "$tmpbin" && mkdir -p "$tmpbin"
+  log "kube-network-policies $KUBE_NETWORK_POLICIES_VERSION: go install sigs.k8s.io/kube-network-policies/cmd"
+  (cd /tmp && GOBIN="$tmpbin" go install -trimpath -ldflags "-s -w" \
+    "sigs.k8s.io/kube-network-policies/cmd@$KUBE_NETWORK_POLICIES_VERSION") \
+    && mv "$tmpbin/cmd" "$out/kube-network-policies"
+  rm -rf "$tmpbin"
+  log "kube-network-policies $KUBE_NETWORK_POLICIES_VERSION: built in $((SECONDS - t0)) s"
+}
+
 what="${1:-all}"
 case "$what" in
   k8s) build_k8s ;;
@@ -217,8 +237,10 @@ case "$what" in
   coredns) build_coredns ;;
   kubeflow) build_training_operator ;;
   kueue) build_kueue ;;
+  netpol) build_kube_network_policies ;;
   # what `make demo` starts: no Kueue, no Kubeflow training operator (their targets build them)
   demo) build_etcd; build_k8s; build_helm; build_coredns ;;
-  all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator; build_kueue ;;
-  *) echo "usage: $0 [all|demo|k8s|etcd|helm|coredns|kubeflow|kueue]" >&2; exit 2 ;;
+  all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator; build_kueue
+       build_kube_network_policies ;;
+  *) echo "usage: $0 [all|demo|k8s|etcd|helm|coredns|kubeflow|kueue|netpol]" >&2; exit 2 ;;
 esac

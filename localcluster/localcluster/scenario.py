@@ -6,7 +6,8 @@ into), node-local decoy bridges, extra hosts-file lines, a node-local DNS answer
 names itself (``dns``), an nftables input firewall, extra
 environment and library paths for every container, GPU capacity, routed links between
 segments through a middle link with its own MTU (``routers``, routing.py), overrides of the example
-job's spec (``examples/ddp-digits.yaml``), and the expected outcome. In env values,
+job's spec (``examples/ddp-digits.yaml``), NetworkPolicies enforced for real
+(``networkPolicies``, ``netpol.py``), and the expected outcome. In env values,
 libraryPaths and pythonpath, ``{nccl:VERSION}`` stands for the directory holding
 ``libnccl.so.2`` of that NCCL release (the nvidia-nccl-cu12 wheel, installed on demand
 under the cache by ``altlibs.py``). Example::
@@ -364,10 +365,19 @@ class Scenario(_Strict):
     routers: list[RoutedLink] = Field(default_factory=list, description="routed links between "
                                       "segments, each through a middle link with its own MTU "
                                       "(routing.py)")
+    networkPolicies: list[dict[str, Any]] = Field(
+        default_factory=list, description="NetworkPolicy manifests (metadata.namespace: the "
+        "job's by default), applied before the job; any turns the enforcer on (netpol.py)")
     slow: bool = Field(False, description="takes minutes: run by `make test-scale` "
                        "(DISTTRAIN_SLOW_SCENARIOS=1), left out of `make test`")
     expect: Expect
     name: str = Field("", exclude=True)
+
+    @field_validator("networkPolicies")
+    @classmethod
+    def _policies(cls, v):
+        from .netpol import check_manifests  # not at import: node processes load this module
+        return check_manifests(v, "networkPolicies")
 
     @model_validator(mode="after")
     def _cross(self):

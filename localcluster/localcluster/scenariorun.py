@@ -153,6 +153,9 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
         kueue.apply(cli.admin_client(config.state_dir()), kueue.local_queue(ns))
         if sc.kueue.holdSeconds:
             _hold_quota(sc, ns, say)
+    if sc.networkPolicies:  # enforced before the job's first pod exists
+        from . import netpol
+        netpol.apply_policies(sc.networkPolicies, ns)
     docs = scn.job_documents(sc)
     t0 = time.monotonic()
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
@@ -243,6 +246,9 @@ def prepare(sc: scn.Scenario, say=print) -> None:
         operator_install.stop(timeout=5.0)
         cli.down()
         raise
+    if sc.networkPolicies:  # the enforcer only for scenarios that ask for it
+        from . import netpol
+        netpol.ensure(say=say)
     operator_install.stop()  # a fresh operator: the one running may be older code
     operator_install.start()
 
