@@ -54,8 +54,8 @@ def needs(s: Step, outcomes: list[ProbeOutcome]) -> list[networkpolicy.Need]:
                       EPHEMERAL_DEFAULT)
     port = s.spec.rendezvous.port
     return [networkpolicy.Need(port, port, "rendezvous"),
-            networkpolicy.Need(beacon_port(s.spec), beacon_port(s.spec), "the probe's second port"),
-            networkpolicy.Need(lo, hi, "ephemeral range, for NCCL and gloo")]
+            networkpolicy.Need(beacon_port(s.spec), beacon_port(s.spec), "probe's 2nd port"),
+            networkpolicy.Need(lo, hi, "ephemeral: NCCL, gloo")]
 
 
 def _probe_pods(s: Step, outcomes: list[ProbeOutcome]) -> list[dict]:
