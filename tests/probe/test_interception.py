@@ -151,3 +151,18 @@ def test_a_sidecar_that_excludes_the_jobs_ports_validates(sidecar, tmp_path):
     for run in run_pair(sidecar, tmp_path, timeout_seconds="40"):
         rep = parse_report(run.report_text)
         assert run.rc == 0 and rep.ok, (rep.failure, run.stderr[-2000:])
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("sidecar", [(29500, 29501)], indirect=True)
+def test_a_sidecar_that_excludes_only_the_master_port_is_named_at_the_mesh(sidecar, tmp_path):
+    """The rendezvous works; every dial to an ephemeral port is intercepted: named as such in
+    the connectivity choice (NetworkValidated), not as a firewall on the ephemeral range."""
+    runs = run_pair(sidecar, tmp_path, timeout_seconds="40")
+    reps = [parse_report(r.report_text) for r in runs]
+    assert all(r.failure is not None for r in reps), [r.stderr[-1500:] for r in runs]
+    assert {r.failure.reason for r in reps} == {vocabulary.CONNECTION_INTERCEPTED}, [r.failure for r in reps]
+    assert vocabulary.check_of(reps[0].failure.reason, reps[0].failure.phase) == vocabulary.NETWORK_VALIDATED
+    msg = reps[0].failure.message
+    assert msg.startswith("node-b: connections to the ephemeral ports of node-a on eth0"), msg
+    assert "accepted and then closed" in msg and "firewall" not in msg and len(msg) <= 400

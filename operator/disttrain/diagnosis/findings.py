@@ -68,6 +68,12 @@ class Finding:
     reason: str
     node: str
     message: str
+    phase: str = ""  # the probe phase a reported failure came from ('' otherwise)
+
+    @property
+    def check(self) -> Optional[str]:
+        """The check this finding is the cause of (:func:`vocabulary.check_of`)."""
+        return vocabulary.check_of(self.reason, self.phase or None)
 
     @property
     def text(self) -> str:
@@ -131,7 +137,7 @@ def rank_failure(r: RankInput) -> Optional[Finding]:
             if not message.strip():
                 message = (f"{r.pod} failed in {rep.failure.phase or rep.phase or 'an unknown phase'} "
                            f"without a message; read its log (probe.keepPods: Always)")
-            return Finding(reason, r.node, message)
+            return Finding(reason, r.node, message, rep.failure.phase or "")
         return Finding(vocabulary.PROBE_FAILED, r.node, "probe reported not ok")
     if not (rep.chosen and rep.chosen.ifname):
         return Finding(vocabulary.PROBE_REPORT_INVALID, r.node, (
@@ -212,10 +218,10 @@ def relayed(f: Finding) -> bool:
     return bool(_RELAYED.match(f.message))
 
 
-def failure_order(reason: str) -> tuple[int, int]:
-    """Sort key of a failure reason: specific before generic, then by its check's order
-    (reasons of no check last)."""
-    check = vocabulary.check_of(reason)
+def failure_order(reason: str, phase: Optional[str] = None) -> tuple[int, int]:
+    """Sort key of a failure reason (from ``phase``): specific before generic, then by its
+    check's order (reasons of no check last)."""
+    check = vocabulary.check_of(reason, phase)
     order = vocabulary.CHECK_CONDITIONS.index(check) if check else len(vocabulary.CHECK_CONDITIONS)
     return (1 if vocabulary.is_generic(reason) else 0, order)
 
@@ -223,7 +229,7 @@ def failure_order(reason: str) -> tuple[int, int]:
 def cause(found: Sequence[Finding]) -> Optional[Finding]:
     """The failure that is the cause: the earliest check's, a specific reason before a
     generic one (rank 0's RendezvousTimeout is usually a peer's MasterAddrLoopback)."""
-    return min(found, key=lambda f: failure_order(f.reason)) if found else None
+    return min(found, key=lambda f: failure_order(f.reason, f.phase or None)) if found else None
 
 
 def warnings(ranks: Sequence[RankInput]) -> list[Finding]:

@@ -52,7 +52,7 @@ def merged_message(found: Sequence[Finding], reason: str, limit: int = messages.
 def failed(cause: Finding, message: str, nodes: Sequence[str]) -> dict[str, Verdict]:
     """The probe checks and Validated when ``cause`` failed with ``message`` (already
     bounded); ``nodes`` the node(s) it names, for Validated's pointer."""
-    check = vocabulary.check_of(cause.reason)
+    check = cause.check
     out: dict[str, Verdict] = {}
     if check is None:
         for ctype in vocabulary.PROBE_CHECKS:

@@ -131,7 +131,7 @@ RENDEZVOUS_TIMEOUT = _r("RendezvousTimeout", (MASTER_REACHABLE,), _F, PROBE, gen
 # connections between the job's pods are accepted and then closed before the peer's probe
 # answers (a probe always answers at once): a proxy intercepts them, such as a service-mesh
 # sidecar (the operator names the sidecar it finds on the pods: diagnosis/mesh.py)
-CONNECTION_INTERCEPTED = _r("ConnectionIntercepted", (MASTER_REACHABLE,), _F, PROBE)
+CONNECTION_INTERCEPTED = _r("ConnectionIntercepted", (MASTER_REACHABLE, NETWORK_VALIDATED), _F, PROBE)
 MASTER_ADDR_NOT_LOCAL = _r("MasterAddrNotLocal", (MASTER_REACHABLE,), _W, PROBE)
 
 # ---- NetworkValidated ------------------------------------------------------------------
@@ -259,10 +259,22 @@ def condition_of(name: str) -> Optional[str]:
     return r.condition if r else None
 
 
-def check_of(name: str) -> Optional[str]:
+# The check a probe phase decides: a reason a probe reports from more than one phase
+# (``ConnectionIntercepted``: the rendezvous or the connectivity mesh) is the cause of the
+# check of the phase it came from.
+PHASE_CHECK: Dict[str, str] = {
+    "rendezvous": MASTER_REACHABLE, "connectivity": NETWORK_VALIDATED, "choice": NETWORK_VALIDATED,
+    "versions": VERSIONS_CONSISTENT, "collective": COLLECTIVE_VALIDATED,
+}
+
+
+def check_of(name: str, phase: Optional[str] = None) -> Optional[str]:
     """The check condition a failure or warning ``name`` makes the cause of (None when it
-    belongs to the summary or to no check: the checks then stay Unknown)."""
+    belongs to the summary or to no check: the checks then stay Unknown). A reason of
+    several checks is its ``phase``'s check when that is one of them, else its first."""
     r = REASONS.get(name)
+    if r and phase and len(r.conditions) > 1 and PHASE_CHECK.get(phase) in r.conditions:
+        return PHASE_CHECK[phase]
     return r.condition if r and r.condition in CHECK_CONDITIONS else None
 
 

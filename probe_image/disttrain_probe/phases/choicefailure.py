@@ -49,6 +49,20 @@ def no_network_failure(inputs: ChoiceInputs, nets: List[Network],
                  for res in [(mesh.get(i) or {}).get(j, {}).get(n.pick[j]["addr"])])
     inbound = _inbound_blocked(blocked, ranks, mesh, inputs.dial_plan)
     port_s = f" {inputs.master_port}" if inputs.master_port else ""
+    dials = [(i, j, res.get("r")) for n in blocked for i in ranks for j in inputs.dial_plan.get(i, [])
+             if i != j and j in n.pick
+             for res in [(mesh.get(i) or {}).get(j, {}).get(n.pick[j]["addr"])] if isinstance(res, dict)]
+    if {r for _, _, r in dials} - {"ok"} == {"closed"}:  # every failed dial accepted, then closed
+        nics = "/".join(dict.fromkeys(i for n in blocked for i in n.ifnames()))
+        closed = [(i, j) for i, j, r in dials if r == "closed"]
+        return {"reason": vocabulary.CONNECTION_INTERCEPTED, "message": (
+            f"{nodes_text(peers, sorted({i for i, _ in closed}))}: connections to the ephemeral "
+            f"ports of {nodes_text(peers, sorted({j for _, j in closed}))} on {nics} "
+            f"(net.ipv4.ip_local_port_range {_range_text(peers, ranks)}) were accepted and then "
+            f"closed before the peer's probe answered, while the master port{port_s} worked: a "
+            f"proxy intercepts them, such as a service-mesh sidecar (istio-proxy, "
+            f"linkerd-proxy); exclude that range from it too, or disable injection for the "
+            f"job's pods")}
     if inbound:
         others = [r for r in ranks if r not in inbound]
         where = nodes_text(peers, inbound)

@@ -121,6 +121,13 @@ def events(*want):
      given().with_outcomes(*INTERCEPTED),
      Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED)},
           says={C.MASTER_REACHABLE: "node-b (rank 1): connections to 10.100.0.10"})),
+    ("dials to the ephemeral ports intercepted after the rendezvous worked: NetworkValidated carries it",
+     given().with_outcomes(*(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=n, report=report(r, n, ok=False, failure=dict(
+         INTERCEPTED_FAILURE, phase="choice"))) for r, n in ((0, "node-a"), (1, "node-b"))), sidecar="istio-proxy"),
+     Want(Outcome.FINISHED, {C.MASTER_REACHABLE: (TRUE, V.MASTER_PORT_OPEN),
+                             C.NETWORK_VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED),
+                             C.VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED)},
+          says={C.NETWORK_VALIDATED: "the Istio sidecar (container istio-proxy)"})),
     ("many failing ranks: at most MAX_DETAIL_EVENTS Events, 16 in status.probe",
      given().nodes(20).with_probe_reports(report(0, "node-a", world_size=20), *(
          report(r, f"node-{r}", ok=False, world_size=20, failure=dict(TIMEOUT, message=f"node-{r}: timeout"))
