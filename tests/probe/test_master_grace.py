@@ -89,7 +89,7 @@ def test_store_serves_connections_queued_before_it_existed():
     t.start()
     time.sleep(1.0)
     cfg = C.Config(rank=0, world_size=2, master_addr="127.0.0.1", master_port=port, node_name="n")
-    store = masterstore.serve_store(dist, cfg, sock, timedelta(seconds=20))
+    store = masterstore.serve_store(dist, cfg, sock, timedelta(seconds=20), "127.0.0.1")
     store.set("k", "v")
     t.join(25)
     assert got == {"v": b"v"}
@@ -341,3 +341,30 @@ def test_a_lookup_the_resolver_never_answers_is_abandoned_at_the_window(monkeypa
     got, err = reachmaster._resolve_retry("j-0.j", Deadline(time.monotonic() + 30), 1.0)
     assert got == [] and "no answer from the resolver" in err
     assert time.monotonic() - t0 < 3
+
+
+def test_rank_0_serves_the_store_without_dialing_its_own_answer_for_the_name():
+    """Rank 0's node may resolve the MASTER_ADDR name to an address it does not hold (a stale
+    /etc/hosts entry): the probe must still serve the store, at once, and leave the verdict to
+    the resolution it recorded. Before, torch's client inside rank 0's store dialed the name
+    and the probe hung there until its phase deadline."""
+    import torch.distributed as dist  # noqa: F401 - the store is torch's
+    from disttrain_probe.phases import rendezvous
+    from disttrain_probe.runtime.deadline import Deadline
+
+    port = free_port()
+    sock, err = masterstore.listen_early(port)
+    assert err is None
+    cfg = C.Config(rank=0, world_size=1, master_addr="rank0.stale.invalid", master_port=port, node_name="n")
+    state = {"master_listener": (sock, None), "self_summary": lambda: {"node": "n"},
+             "master": {"resolved": ["10.100.0.99"], "connected": None}}
+
+    class Steps:
+        def step(self, *_):
+            pass
+
+    t0 = time.monotonic()
+    store, bus = rendezvous.join_store(cfg, {"interfaces": [{"addrs": ["10.100.0.1/24"]}]},
+                                      Deadline(time.monotonic() + 20), Steps(), state, None)
+    assert time.monotonic() - t0 < 10  # the old code dialed the name for the whole deadline
+    assert store.host == "127.0.0.1" and bus.nodes[0] == "n"

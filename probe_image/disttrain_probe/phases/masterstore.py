@@ -139,11 +139,15 @@ def closed_on_connect(addr: str, port: int, wait: float = 1.0) -> bool:
         return False
 
 
-def serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: timedelta) -> Any:
+def serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: timedelta,
+                own_addr: str) -> Any:
     """Rank 0's TCPStore, adopting the early socket (torch >= 2.4: ``master_listen_fd``) so
     connections queued on it are served; older torch binds the port itself after the early
-    socket is closed. Raises what TCPStore raises."""
-    kw = dict(host_name=cfg.master_addr, port=cfg.master_port, world_size=cfg.world_size,
+    socket is closed. Either way the server listens on every address; torch's own client
+    in rank 0 dials ``own_addr`` (an address of this node, not the MASTER_ADDR name: a name
+    this node resolves elsewhere would hang the probe here, and the verdict reports it
+    instead). Raises what TCPStore raises."""
+    kw = dict(host_name=own_addr, port=cfg.master_port, world_size=cfg.world_size,
               is_master=True, timeout=timeout, wait_for_workers=False)
     if sock is not None:
         try:

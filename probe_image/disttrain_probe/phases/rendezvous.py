@@ -145,7 +145,8 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
         tracker.step(vocabulary.MASTER_PORT_REFUSED, f"{where}: starting the TCPStore on port {cfg.master_port} hung")
         sock, _ = state.get("master_listener") or (None, None)
         try:
-            store = serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())))
+            store = serve_store(dist, cfg, sock, timedelta(seconds=max(1.0, deadline.remaining())),
+                                local_store_addr(cfg, inv, state))
         except Exception as e:
             raise ProbeFailure(vocabulary.MASTER_PORT_REFUSED, (
                 f"{where}: rank 0 could not listen on MASTER_PORT {cfg.master_port}: "
