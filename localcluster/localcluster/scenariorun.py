@@ -190,18 +190,31 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
         time.sleep(0.5)
 
 
+def holder_pods(cpu: str) -> tuple[int, str]:
+    """(pods, CPU request of each) that together hold a quota of ``cpu`` (a Kubernetes
+    quantity: "2", "1.5", "2500m"): pods of at most one CPU each, so that every one fits a
+    node whose CPUs are partly requested by DaemonSets (the NetworkPolicy enforcer's
+    100m); one pod of all the quota fits no 2-CPU node then, and holds the quota forever."""
+    millis = int(float(cpu[:-1])) if cpu.endswith("m") else int(float(cpu) * 1000)
+    pods = max(1, -(-millis // 1000))
+    return pods, f"{millis // pods}m"
+
+
 def _hold_quota(sc: scn.Scenario, ns: str, say=print) -> None:
     """A batch/v1 Job queued in the same LocalQueue that holds all of the quota's CPU for
     ``kueue.holdSeconds``: the scenario's job waits in the queue until it ends."""
     from . import kueue
     from .config import UTILITY_IMAGE
     cpu = dict(kueue.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
+    pods, per_pod = holder_pods(cpu)
     hold = {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "quota-holder", "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
-            "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
-                "restartPolicy": "Never", "containers": [{
-                    "name": "hold", "image": UTILITY_IMAGE, "command": ["sleep", str(sc.kueue.holdSeconds)],
-                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}}
+            "spec": {"suspend": True, "backoffLimit": 0, "parallelism": pods, "completions": pods,
+                     "template": {"spec": {
+                         "restartPolicy": "Never", "containers": [{
+                             "name": "hold", "image": UTILITY_IMAGE,
+                             "command": ["sleep", str(sc.kueue.holdSeconds)],
+                             "resources": {"requests": {"cpu": per_pod, "memory": "64Mi"}}}]}}}}
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(hold))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

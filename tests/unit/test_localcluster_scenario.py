@@ -255,3 +255,11 @@ def test_repeat_and_slow_fields_and_same_outcome_over_runs():
     mixed = sr.same_outcome([run(True, "eth0"), run(True, "cni0")])
     assert not mixed.ok and "different interfaces: ['eth0', 'cni0']" in mixed.why
     assert sr.same_outcome([run(True, "eth0"), run(False, "eth0")]).why == "failed"
+
+
+@pytest.mark.parametrize("cpu, pods, each", [("2", 2, "1000m"), ("1", 1, "1000m"), ("500m", 1, "500m"),
+                                             ("1.5", 2, "750m"), ("2500m", 3, "833m"), ("4", 4, "1000m")])
+def test_the_quota_holder_splits_its_cpu_into_pods_that_fit_a_node(cpu, pods, each):
+    # one pod of 2 CPU fits no 2-CPU node once a DaemonSet requests 100m there: it stayed
+    # Pending and held the quota forever (kueue-queued, after the NetworkPolicy scenarios)
+    assert scenariorun.holder_pods(cpu) == (pods, each)
