@@ -52,6 +52,7 @@ from disttrain.reconcile.policies import (
     verdict,
 )
 from disttrain.reconcile.policies import gang as gangpolicy
+from disttrain.reconcile.jobstatus import JobStatus
 from disttrain.reconcile.status_repair import repair
 from disttrain.reconcile.step import ApiFailure, Observed, Outcome, Plan, ReportParser, Step
 
@@ -79,8 +80,8 @@ def _reconcile(observed: Observed, parse_report: ReportParser, probe_image: str)
     raw_status = body.get("status")
     old = repair(raw_status, ts)
     plan = Plan(status=copy.deepcopy(old))
-    plan.status["observedGeneration"] = gen
-    conds = plan.status["conditions"]
+    JobStatus(plan.status).observe(gen)
+    conds = JobStatus(plan.status).conditions
 
     problem = job_name_problem(meta.get("name"))
     try:
@@ -113,11 +114,10 @@ def _recall_attempts(s: Step) -> None:
     def top(role: str) -> int:
         return max((observe.int_label(p, constants.LABEL_ATTEMPT) for p in s.ours if observe.role(p) == role), default=-1)
 
-    if top(constants.ROLE_WORKER) > int(s.status.get("restarts") or 0):
-        s.status["restarts"] = top(constants.ROLE_WORKER)
-    probe = s.status.setdefault("probe", {})
-    if top(constants.ROLE_PROBE) > int(probe.get("attempt") or 0):
-        s.status["probe"] = {"attempt": top(constants.ROLE_PROBE)}
+    if top(constants.ROLE_WORKER) > s.st.restarts:
+        s.st.restarts = top(constants.ROLE_WORKER)
+    if top(constants.ROLE_PROBE) > (s.st.probe.attempt or 0):
+        s.st.new_probe_attempt(top(constants.ROLE_PROBE))
 
 
 # The policies in the order they run, each ``apply(s: Step) -> Outcome`` (see step.Outcome).
@@ -159,7 +159,7 @@ def _cleanup(s: Step) -> None:
     s.plan.creates.clear()
     s.plan.services.clear()
     admission.finish(s)
-    finished = observe.parse_time(s.status.get("completionTime"))
+    finished = observe.parse_time(s.st.completion_time)
     if finished is None:
         for ctype in (constants.SUCCEEDED, constants.FAILED):
             x = cond.get(s.conds, ctype)
@@ -171,7 +171,7 @@ def _cleanup(s: Step) -> None:
     if left <= 0:
         s.plan.delete_job = True
         s.plan.events.append(("Normal", vocabulary.TTL_EXPIRED, (
-            f"deleting the job: finished at {s.status.get('completionTime') or 'an unknown time'}, "
+            f"deleting the job: finished at {s.st.completion_time or 'an unknown time'}, "
             f"runPolicy.ttlSecondsAfterFinished={s.spec.run_policy.ttl_seconds_after_finished}")))
     else:
         s.plan.requeue(left)
@@ -195,7 +195,7 @@ def _headless_service(s: Step) -> None:
 
 def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str, msg: str) -> Plan:
     """A job the operator cannot act on: Failed (terminal) with InvalidSpec naming the field."""
-    conds = plan.status["conditions"]
+    conds = JobStatus(plan.status).conditions
     if not conds:
         conds.extend(cond.initial(gen, ts, True))
     msg = cond.clip(msg)
@@ -204,7 +204,7 @@ def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str
         cond.set_condition(conds, constants.FAILED, cond.Verdict(cond.TRUE, vocabulary.INVALID_SPEC, msg), gen, ts)
         cond.set_condition(conds, constants.SUCCEEDED, cond.Verdict(cond.FALSE, vocabulary.INVALID_SPEC, "invalid spec"),
                            gen, ts)
-        plan.status.setdefault("completionTime", ts)
+        JobStatus(plan.status).complete(ts)
     return _events(plan, old, raw_status, probing=False)
 
 
@@ -214,7 +214,7 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
     raw_status = body.get("status") if isinstance(body, dict) else None
     old = repair(raw_status, ts)
     plan = Plan(status=copy.deepcopy(old))
-    conds = plan.status["conditions"]
+    conds = JobStatus(plan.status).conditions
     if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
         where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
         at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
@@ -234,8 +234,8 @@ def _finish(s: Step, old: dict, raw_status: Any) -> Plan:
 
 def _events(plan: Plan, old: dict, raw_status: Any, probing: bool) -> Plan:
     """Phase, one Event per condition change, and whether the status must be written."""
-    conds = plan.status["conditions"]
-    plan.status["phase"] = cond.phase(conds, probing)
+    conds = JobStatus(plan.status).conditions
+    JobStatus(plan.status).set_phase(cond.phase(conds, probing))
     old_conds = {x["type"]: x for x in old.get("conditions") or []}
     for new in conds:
         prev = old_conds.get(new["type"])

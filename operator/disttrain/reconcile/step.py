@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Optional
 
 from disttrain.reconcile import conditions as cond
+from disttrain.reconcile.jobstatus import JobStatus
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import gang as gang_objects
@@ -170,8 +171,13 @@ class Step:
         return self.plan.status
 
     @property
+    def st(self) -> JobStatus:
+        """The status being written, typed (:class:`disttrain.reconcile.jobstatus.JobStatus`)."""
+        return JobStatus(self.plan.status)
+
+    @property
     def conds(self) -> list[dict[str, Any]]:
-        return self.plan.status.setdefault("conditions", [])
+        return self.st.conditions
 
     # ---- children ---------------------------------------------------------------------
     @property
@@ -247,7 +253,7 @@ class Step:
         win, lose = (constants.SUCCEEDED, constants.FAILED) if succeeded else (constants.FAILED, constants.SUCCEEDED)
         self.set(win, cond.TRUE, reason, message)
         self.set(lose, cond.FALSE, reason, short)
-        self.status.setdefault("completionTime", self.ts)
+        self.st.complete(self.ts)
 
     def fail_preflight(self, reason: str, message: str) -> None:
         """The preflight (or the spec) failed: Validated=False with the cause, the checks not
@@ -263,6 +269,5 @@ class Step:
             self.finish(False, vocabulary.PREFLIGHT_FAILED,
                         cond.clip(f"preflight failed ({reason}), no training pods were created: "
                                   f"{message}"), "preflight failed")
-        probe = self.status.get("probe")
-        if isinstance(probe, dict) and probe.get("startTime"):
-            probe.setdefault("completionTime", self.ts)
+        if self.st.has_probe_record() and self.st.probe.start_time:
+            self.st.probe.complete(self.ts)

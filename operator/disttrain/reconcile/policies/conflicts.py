@@ -31,11 +31,11 @@ def check(s: Step, names: list[str]) -> Optional[tuple[str, bool]]:
     The message (< 400 characters for a few names) names the pods and the fix."""
     held = s.blockers(names)
     if not held:
-        s.status.pop("nameConflictSince", None)
+        s.st.name_conflict_since = None
         return None
-    since = s.status.get("nameConflictSince")
+    since = s.st.name_conflict_since
     if not isinstance(since, str) or observe.parse_time(since) is None:  # new, or edited to garbage
-        since = s.status["nameConflictSince"] = s.ts
+        since = s.st.name_conflict_since = s.ts
     left = seconds_left(observe.parse_time(since), NAME_CONFLICT_SECONDS, s.now)
     shown = sorted(observe.name(p) for p in held)
     names_text = ", ".join(shown[:4]) + (f" and {len(shown) - 4} more" if len(shown) > 4 else "")

@@ -61,10 +61,8 @@ def gangs(s: Step) -> dict[str, gang.Gang]:
     provider = gang.provider(s.spec, CAP_WORKLOAD_API in s.capabilities)
     if provider is None:
         return {}
-    probe = v if isinstance(v := s.status.get("probe"), dict) else {}
-    attempt = int(probe.get("attempt") or 1)
-    restarts = int(s.status.get("restarts") or 0)
-    suspensions = int(s.status.get("suspensions") or 0)
+    attempt = s.st.probe.attempt or 1
+    restarts, suspensions = s.st.restarts, s.st.suspensions
     n = s.spec.num_nodes
     return {
         constants.ROLE_PROBE: gang.Gang(provider, gang.group_name(s.job.name, "probe", attempt), "probe", n),

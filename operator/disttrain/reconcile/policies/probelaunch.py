@@ -54,11 +54,10 @@ def peers_wait_left(rank0: dict, now: datetime) -> Optional[float]:
 
 def attempt_of(s: Step) -> int:
     """The current probe attempt (1-based), recorded in status.probe.attempt."""
-    pst = s.status.setdefault("probe", {})
-    attempt = pst.get("attempt")
-    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
-        attempt = 1
-        pst["attempt"] = attempt
+    record = s.st.probe
+    attempt = record.attempt
+    if attempt is None or attempt < 1:
+        attempt = record.attempt = 1
     return attempt
 
 
@@ -78,12 +77,12 @@ def current_probes(s: Step, attempt: int) -> dict[int, dict]:
 def record_start(s: Step, by_rank: dict[int, dict]) -> None:
     """status.probe.startTime: when the attempt's first probe pod was created (its budget
     starts then, not while the job waits for a name or for quota)."""
-    pst = s.status["probe"]
-    if pst.get("startTime") or not by_rank:
+    record = s.st.probe
+    if record.start_time or not by_rank:
         return
     created = [observe.parse_time(observe.meta(p).get("creationTimestamp")) for p in by_rank.values()]
     first = min((t for t in created if t), default=None)
-    pst["startTime"] = (first.strftime("%Y-%m-%dT%H:%M:%SZ") if first else s.ts)
+    record.start_time = first.strftime("%Y-%m-%dT%H:%M:%SZ") if first else s.ts
 
 
 def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
@@ -93,7 +92,7 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
     master = master_addr(job, spec, rank0)
     if constants.ROLE_PROBE in s.gangs:  # a gang is placed only once all its pods exist: all at once
         master = master_dns_name(job, spec)
-        s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
+        s.st.rendezvous.record(master, spec.rendezvous.port)
         for rank in range(spec.num_nodes):
             if rank not in by_rank:
                 s.create(build_probe_pod(job, spec, rank, ProbeMaster(master if rank else None), attempt, s.probe_image))
@@ -108,7 +107,7 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
         if left is not None:
             s.plan.requeue(left)
         return master
-    s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port)
+    s.st.rendezvous.record(master, spec.rendezvous.port)
     started = observe.started_at(rank0, "probe")
     for rank in range(1, spec.num_nodes):
         if rank not in by_rank:

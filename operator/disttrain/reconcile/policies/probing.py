@@ -93,11 +93,11 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
 def _name_conflicts(s: Step) -> bool:
     """Say which foreign pods hold names this attempt needs (they block its creation); True
     when the conflict outlasted its bound and the preflight failed with NameConflict."""
-    waited = "nameConflictSince" in s.status
+    waited = s.st.waiting_for_name
     found = conflicts.check(s, [probe_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
     if found is None:
         if waited:  # the name is free now: the budget starts again
-            s.status["probe"]["startTime"] = s.ts
+            s.st.probe.start_time = s.ts
         return False
     msg, expired = found
     if not expired:
@@ -165,8 +165,7 @@ def _master_given(s: Step, by_rank: dict[int, dict]) -> Optional[str]:
         given = given_master(by_rank[r]) if r else None
         if given:
             return given
-    recorded = (s.status.get("rendezvous") or {}).get("masterAddr")
-    return recorded if isinstance(recorded, str) and recorded else None
+    return s.st.recorded_master
 
 
 def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
@@ -179,7 +178,7 @@ def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
     if sched.get("reason") in (vocabulary.WAITING_FOR_RESOURCES, vocabulary.NAME_CONFLICT):
         return
     budget = probe_budget_seconds(s.spec)
-    start = observe.parse_time(s.status["probe"].get("startTime"))
+    start = observe.parse_time(s.st.probe.start_time)
     scheduled = [observe.scheduled_at(p) for p in by_rank.values()]
     known = [t for t in scheduled if t is not None]
     if start is not None and scheduled and len(known) == len(scheduled):  # every pod scheduled

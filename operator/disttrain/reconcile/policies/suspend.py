@@ -53,9 +53,9 @@ def stop_run(s: Step, reason: str, why: str, first: bool) -> None:
                 s.set(ctype, cond.UNKNOWN, reason, f"{why}: checked again when the job runs again")
         else:
             s.set(ctype, cond.UNKNOWN, reason, f"{why}: training has not started")
-    probe = v if isinstance(v := s.status.get("probe"), dict) else {}
-    if probe.get("startTime"):  # a probe run began: the next one is a new attempt
-        s.status["probe"] = {"attempt": int(probe.get("attempt") or 1) + 1}
-    s.status.pop("startTime", None)
+    probe = s.st.probe
+    if probe.start_time:  # a probe run began: the next one is a new attempt
+        s.st.new_probe_attempt((probe.attempt or 1) + 1)
+    s.st.start_time = None
     # a resumed training gang is a new instance (its PodGroup name counts suspensions)
-    s.status["suspensions"] = int(s.status.get("suspensions") or 0) + 1
+    s.st.suspensions += 1

@@ -15,7 +15,7 @@ job; :mod:`.deadline` bounds the run.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
@@ -53,12 +53,9 @@ def _may_create(s: Step, attempt: int) -> bool:
 
 
 def _create_probed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
-    nodes: dict[int, dict[str, Any]] = {}
-    for x in s.status.get("nodes") or []:
-        if isinstance(x, dict) and isinstance(x.get("rank"), int):
-            nodes[x["rank"]] = x
-    rdzv = s.status.get("rendezvous") or {}
-    if not rdzv.get("masterAddr"):  # validated, but the status lost it (edited, restored)
+    nodes = s.st.nodes
+    master = s.st.recorded_master
+    if not master:  # validated, but the status lost it (edited, restored)
         s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.TRAINING_PENDING,
               "status.rendezvous.masterAddr is missing from the validated status: probing again "
               "to learn it")
@@ -68,7 +65,7 @@ def _create_probed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
         if r in by_rank:
             continue
         info = nodes.get(r, {})
-        rv = Rendezvous(rdzv["masterAddr"], s.spec.rendezvous.port, info.get("interface"), exact=True)
+        rv = Rendezvous(master, s.spec.rendezvous.port, info.get("interface"), exact=True)
         s.create(build_worker_pod(s.job, s.spec, r, info.get("name") or None, rv, attempt))
 
 
@@ -81,8 +78,7 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
     master: Optional[str]
     if constants.ROLE_WORKER in s.gangs:  # all ranks together, MASTER_ADDR rank 0's DNS name
         master = master_dns_name(s.job, spec)
-        s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port,
-                                                     socketIfname=ifname)
+        s.st.rendezvous.record(master, spec.rendezvous.port, ifname)
         for r in range(spec.num_nodes):
             if r not in by_rank:
                 s.create(build_worker_pod(s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname),
@@ -101,8 +97,7 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
     master = master_addr(s.job, spec, rank0)
     if not master:
         return
-    s.status.setdefault("rendezvous", {}).update(masterAddr=master, masterPort=spec.rendezvous.port,
-                                                 socketIfname=ifname)
+    s.st.rendezvous.record(master, spec.rendezvous.port, ifname)
     for r in range(1, spec.num_nodes):
         if r not in by_rank:
             s.create(build_worker_pod(s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname),
@@ -173,7 +168,7 @@ def apply(s: Step) -> Outcome:
 
 def run(s: Step) -> None:
     """Advance training: create the missing pods, then follow them to the job's outcome."""
-    attempt = int(s.status.get("restarts") or 0)
+    attempt = s.st.restarts
     by_rank = current_workers(s, attempt)
     # The attempt is decided before anything of it is created: a rank that failed (or whose
     # pod vanished while training) ends this attempt, and its pods are never created again.
@@ -189,8 +184,8 @@ def run(s: Step) -> None:
     if _name_conflicts(s):
         return
     _unplaced(s, by_rank)
-    if by_rank and not s.status.get("startTime"):
-        s.status["startTime"] = s.ts
+    if by_rank and not s.st.start_time:
+        s.st.start_time = s.ts
     n = s.spec.num_nodes
     if len(by_rank) == n and all(observe.phase(p) in ("Running", "Succeeded", "Failed") for p in by_rank.values())\
             and not s.is_true(constants.TRAINING_STARTED):
@@ -204,7 +199,7 @@ def run(s: Step) -> None:
     if len(by_rank) == n and all(observe.phase(p) == "Succeeded" for p in by_rank.values()):
         s.finish(True, vocabulary.ALL_RANKS_SUCCEEDED, f"all {n} ranks exited 0", "no rank failed")
         return
-    left = training_seconds_left(s.spec, observe.parse_time(s.status.get("startTime")), s.now)
+    left = training_seconds_left(s.spec, observe.parse_time(s.st.start_time), s.now)
     if left is not None and left <= 0:
         msg = f"training ran longer than runPolicy.activeDeadlineSeconds={s.spec.run_policy.active_deadline_seconds}"
         s.finish(False, vocabulary.DEADLINE_EXCEEDED, msg, msg)
@@ -219,7 +214,7 @@ def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str) -> N
     if not d.restart:
         s.finish(False, d.reason, text, "a rank failed")
         return
-    s.status["restarts"] = attempt + 1
+    s.st.restarts = attempt + 1
     for p in by_rank.values():
         s.delete(p)
     s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.RESTARTING,
@@ -235,5 +230,4 @@ def _reprobe(s: Step, why: str) -> None:
     s.set(constants.VALIDATED, constants.UNKNOWN, vocabulary.PROBING, f"re-probing: {why}")
     for ctype in constants.CHECK_CONDITIONS:
         s.set(ctype, constants.UNKNOWN, vocabulary.NOT_CHECKED, f"re-probing: {why}")
-    old = s.status.get("probe") or {}
-    s.status["probe"] = {"attempt": int(old.get("attempt") or 1) + 1}
+    s.st.new_probe_attempt((s.st.probe.attempt or 1) + 1)

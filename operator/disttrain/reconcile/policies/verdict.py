@@ -86,35 +86,30 @@ def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
         if ctype == constants.PROBES_SCHEDULED and s.is_true(ctype):
             continue  # keep the rank:node placement message
         s.set(ctype, v.status, v.reason, v.message)
-    s.status["nodes"] = diag.nodes
-    s.status.setdefault("rendezvous", {}).update(
-        masterAddr=master,
-        masterPort=s.spec.rendezvous.port,
-        socketIfname=summarize_ifnames(list(diag.socket_ifnames.values())),
+    s.st.set_nodes(diag.nodes)
+    s.st.rendezvous.record(master, s.spec.rendezvous.port,
+                           summarize_ifnames(list(diag.socket_ifnames.values())))
+    old = s.st.probe
+    started = observe.parse_time(old.start_time) or s.now
+    summary = dict(
+        attempt=old.attempt if old.attempt is not None else 1,
+        start_time=old.start_time or s.ts,
+        completion_time=s.ts,
+        duration_seconds=round((s.now - started).total_seconds(), 3),
+        backend=diag.backend,
+        message_size_bytes=diag.message_size_bytes,
+        alg_bandwidth_gbps=diag.alg_bandwidth_gbps,
+        bus_bandwidth_gbps=diag.bus_bandwidth_gbps,
+        phase_seconds=diag.phase_seconds,
+        failures=diag.failures[:16] or None,
+        warnings=diag.warnings[:16] or None,
     )
-    old = s.status.get("probe") or {}
-    started = observe.parse_time(old.get("startTime")) or s.now
-    probe = {
-        "attempt": old.get("attempt", 1),
-        "startTime": old.get("startTime") or s.ts,
-        "completionTime": s.ts,
-        "durationSeconds": round((s.now - started).total_seconds(), 3),
-        "backend": diag.backend,
-        "messageSizeBytes": diag.message_size_bytes,
-        "algBandwidthGBps": diag.alg_bandwidth_gbps,
-        "busBandwidthGBps": diag.bus_bandwidth_gbps,
-        "phaseSeconds": diag.phase_seconds,
-    }
-    if diag.failures:
-        probe["failures"] = diag.failures[:16]
-    if diag.warnings:
-        probe["warnings"] = diag.warnings[:16]
     # The conditions say the cause in <= 400 characters; each finding in full goes to an
     # Event (kubectl describe dtj, kubectl get events), a Warning for a failure.
     for kind, lines in (("Warning", diag.failures), ("Normal", diag.warnings)):
         for line in lines[:MAX_DETAIL_EVENTS]:
             s.plan.events.append((kind, vocabulary.PROBE_DETAIL, line))
-    s.status["probe"] = {k: v for k, v in probe.items() if v is not None}
+    s.st.set_probe_summary(**summary)
     if not diag.validated:
         v = diag.conditions[constants.VALIDATED]
         s.fail_preflight(v.reason, v.message)
