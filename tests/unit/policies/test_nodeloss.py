@@ -224,3 +224,34 @@ def test_lost_ranks_past_their_own_budget(name, pods, n, now, timeout, want_lost
     assert sorted(lost) == want_lost
     assert all("past its own 20s budget" in why for why in lost.values())
     assert wait == (pytest.approx(want_wait) if want_wait is not None else None)
+
+
+def intercepted():
+    """Rank 1's report when a mesh's proxy accepted and closed its connections to rank 0."""
+    return report(1, "node-b", ok=False, failure={
+        "reason": vocabulary.CONNECTION_INTERCEPTED, "phase": "rendezvous",
+        "message": "node-b (rank 1): connections to 10.244.0.2 (MASTER_PORT 29500 and port 29501) are "
+                   "accepted and then closed before rank 0's probe answers"})
+
+
+def test_rank0_waiting_for_a_rank_that_never_reached_it_is_not_lost():
+    """Found on real nodes (scenario mesh-sidecar-intercepts): Istio's sidecar closed rank 1's
+    connections, rank 1 ended in 1.6 s, and rank 0, waiting at its store for a rank that could
+    never arrive, was named lost 15 s later ("node-a was lost during the probe"). Rank 1's
+    report is the cause and says nothing against node-a."""
+    body = advance(job(), step(job(), []))
+    for now in (NOW, LATER, LATER + timedelta(seconds=20)):  # however late the operator looks
+        plan = step(body, [running(0, "node-a"), ended(1, "node-b", intercepted())], now=now)
+        v = cond.get(plan.status["conditions"], constants.VALIDATED)
+        assert (v["status"], v["reason"]) == ("False", vocabulary.CONNECTION_INTERCEPTED), (now, v)
+        assert "was lost" not in v["message"] and "node-b" in v["message"]
+        m = cond.get(plan.status["conditions"], constants.MASTER_REACHABLE)
+        assert m["reason"] == vocabulary.CONNECTION_INTERCEPTED and "node-b (rank 1)" in m["message"]
+
+
+def test_an_excused_rank_is_judged_by_its_own_budget_only():
+    pods = {0: running(0, "node-a"), 1: ended(1, "node-b", intercepted())}
+    assert lost_ranks(pods, 2, LATER, 60.0, frozenset({0})) == ({}, pytest.approx(10.0 + 60 - 45))
+    assert list(lost_ranks(pods, 2, LATER, 60.0)[0]) == [0]  # not excused: rule 1 names it
+    late = NOW + timedelta(seconds=60 + 10 - 29)  # 70 s after its start at 11:59:30
+    assert list(lost_ranks(pods, 2, late, 60.0, frozenset({0}))[0]) == [0]

@@ -79,6 +79,10 @@ ROWS = [  # (name, the probe pods, rank0_wait, what stranded() answers)
       failed(2, REFUSED, "2026-11-30T11:59:59Z", **HOST_ANSWERS), running(3)], 0.0, (False, 1.0)),
     ("rank 0's host silent but rank 0 ended: no wait",
      [done(0, "2026-11-30T11:59:55Z"), failed(1, TIMEOUT), done(2)], 30.0, (True, None)),
+    ("a rank's connections to rank 0 intercepted in the rendezvous: stranded",
+     [running(0), failed(1, V.CONNECTION_INTERCEPTED), done(2)], 0.0, (True, None)),
+    ("intercepted in the connectivity phase, after the store was joined: not stranded",
+     [running(0), failed(1, V.CONNECTION_INTERCEPTED, phase="connectivity"), running(2)], 0.0, (False, None)),
     ("rank 0's host and store silent: the longer wait",
      [running(0, "2026-11-30T11:59:55Z"), failed(1, TIMEOUT, "2026-11-30T11:59:58Z", connected="10.100.0.10"),
       done(2)], 30.0, (False, 25.0)),
@@ -89,3 +93,20 @@ ROWS = [  # (name, the probe pods, rank0_wait, what stranded() answers)
 def test_stranded(name, pods, rank0_wait, want):
     by_rank = {int(p["metadata"]["labels"][C.LABEL_RANK]): p for p in pods}
     assert stranded.stranded(by_rank, len(pods), json_parser, NOW, rank0_wait) == want
+
+
+EXCUSED = [  # (name, the probe pods, whether rank 0 may outlive them only by waiting for them)
+    ("intercepted: rank 0 waits for a rank that never reached it", [running(0), failed(1, V.CONNECTION_INTERCEPTED)], True),
+    ("refused, rank 0's host answered", [running(0), failed(1, REFUSED, **HOST_ANSWERS)], True),
+    ("rank 0's host silent: its node may be lost", [running(0), failed(1, TIMEOUT)], False),
+    ("rank 0's store silent: its node may be lost", [running(0), failed(1, TIMEOUT, **STORE_QUIET)], False),
+    ("nobody stranded", [running(0), failed(1, V.ALL_REDUCE_WRONG_RESULT)], False),
+    ("intercepted after the store was joined", [running(0), failed(1, V.CONNECTION_INTERCEPTED, phase="connectivity")],
+     False),
+]
+
+
+@pytest.mark.parametrize("name,pods,want", EXCUSED, ids=[r[0] for r in EXCUSED])
+def test_rank0_excused(name, pods, want):
+    by_rank = {int(p["metadata"]["labels"][C.LABEL_RANK]): p for p in pods}
+    assert stranded.rank0_excused(by_rank, len(pods), json_parser) is want

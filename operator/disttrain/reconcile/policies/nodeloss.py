@@ -63,8 +63,8 @@ def _earliest(*waits: Optional[float]) -> Optional[float]:
     return min(left) if left else None
 
 
-def lost_ranks(by_rank: dict[int, dict], n: int, now: datetime,
-               timeout_seconds: Optional[float] = None) -> tuple[dict[int, str], Optional[float]]:
+def lost_ranks(by_rank: dict[int, dict], n: int, now: datetime, timeout_seconds: Optional[float] = None,
+               excused: frozenset[int] = frozenset()) -> tuple[dict[int, str], Optional[float]]:
     """The ranks whose node is lost, each with the evidence (a phrase for the message), and
     the seconds until a rule can decide (None: none can, or one already did).
 
@@ -72,7 +72,10 @@ def lost_ranks(by_rank: dict[int, dict], n: int, now: datetime,
     ``spec.probe.timeoutSeconds`` (None: rule 2 off). See the module docstring for the rules:
     every other rank ended :data:`NODE_LOST_SETTLE_SECONDS` ago (their ``finishedAt``), or
     the silent probe's own budget plus :data:`OWN_DEADLINE_MARGIN_SECONDS` has passed since
-    its container started."""
+    its container started. Rule 1 does not judge the ``excused`` ranks: rank 0 when the
+    ranks that ended never reached it and say nothing against its node
+    (:func:`disttrain.reconcile.policies.stranded.rank0_excused`): it waits for them until
+    its own deadline, which rule 2 still watches."""
     if n < 1 or len(by_rank) < n:
         return {}, None
     silent = {r: p for r, p in by_rank.items() if not observe.finished(p) and observe.started_at(p, "probe")}
@@ -99,8 +102,9 @@ def lost_ranks(by_rank: dict[int, dict], n: int, now: datetime,
             since = (now - max(t for t in ends if t is not None)).total_seconds()
             if since >= NODE_LOST_SETTLE_SECONDS:
                 for r in silent:
-                    lost.setdefault(r, f"{since:.0f}s after every other rank ended (a probe on a "
-                                       "live node ends within seconds of its peers)")
+                    if r not in excused:
+                        lost.setdefault(r, f"{since:.0f}s after every other rank ended (a probe on "
+                                           "a live node ends within seconds of its peers)")
             else:
                 wait_peers = NODE_LOST_SETTLE_SECONDS - since
     if lost:

@@ -1,7 +1,8 @@
 """Ranks stranded outside the rendezvous (pure): when the verdict need not wait for every probe.
 
 A rank >= 1 that failed before joining rank 0's store (its MASTER_ADDR loopback or
-unresolvable, the master port refused or silent, a failure in config or inventory) is seen
+unresolvable, the master port refused or silent, its connections to rank 0 intercepted, a
+failure in config or inventory) is seen
 by no peer: the others would wait for it until their own deadline. :func:`stranded` says
 when the verdict can go without the probes still running (after
 :data:`STRANDED_SETTLE_SECONDS`), and how long it first waits for rank 0's own report when
@@ -29,6 +30,13 @@ STRANDING_REASONS = frozenset({
     vocabulary.MASTER_ADDR_LOOPBACK, vocabulary.MASTER_ADDR_UNRESOLVABLE,
     vocabulary.MASTER_PORT_REFUSED, vocabulary.MASTER_PORT_TIMEOUT,
 })
+# These strand a rank only when it reported them from the rendezvous phase, before it joined
+# the store: a proxy (a mesh's sidecar) that accepts and closes every connection to rank 0
+# (ConnectionIntercepted) leaves rank 0 waiting for it, as a refusal does. From the
+# connectivity phase the same reason comes after the store was joined, and the peers learn
+# of it there. Found on real nodes (scenario mesh-sidecar-intercepts): rank 1 ended in 1.6 s,
+# and rank 0, waiting for it, was named lost (ProbePodLost) 15 s later.
+STRANDING_IN_RENDEZVOUS = frozenset({vocabulary.CONNECTION_INTERCEPTED})
 # After the first such rank ended, how long the other dialling ranks get to end on their
 # own (they run the same checks at about the same time) before the verdict goes without them.
 STRANDED_SETTLE_SECONDS = 3.0
@@ -37,8 +45,8 @@ STRANDED_SETTLE_SECONDS = 3.0
 
 def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, dict]]:
     """(the probe container's terminated state, its parsed report) when ``pod`` failed
-    before joining rank 0's store (STRANDING_REASONS, or a failure in config/inventory),
-    else None."""
+    before joining rank 0's store (STRANDING_REASONS, STRANDING_IN_RENDEZVOUS from the
+    rendezvous phase, or a failure in config/inventory), else None."""
     if pod is None or observe.phase(pod) != "Failed":
         return None
     term = observe.terminated(pod, "probe")
@@ -49,7 +57,9 @@ def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Option
     except ValueError:
         return None
     failure = v if isinstance(v := rep.get("failure"), dict) else {}
-    if failure.get("reason") in STRANDING_REASONS or rep.get("phase") in ("config", "inventory"):
+    reason, phase = failure.get("reason"), rep.get("phase")
+    if reason in STRANDING_REASONS or phase in ("config", "inventory") \
+            or (reason in STRANDING_IN_RENDEZVOUS and phase == "rendezvous"):
         return term, rep
     return None
 
@@ -135,6 +145,17 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
         if left is not None and left > 0:
             waits.append(left)
     return (False, max(waits)) if waits else (True, None)
+
+
+def rank0_excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) -> bool:
+    """Whether rank 0's probe may still run only because it waits for ranks that never
+    reached it: some rank >= 1 failed before joining its store, and no such rank found rank
+    0's host or store silent (:func:`master_silent`, :func:`store_silent`: those point at
+    rank 0's node, which may be lost). A proxy that intercepts rank 1's connections, or a
+    refusal, says nothing against rank 0's node, so :mod:`.nodeloss` must not name it for
+    outliving rank 1 (its own deadline still applies). Pure; never raises."""
+    found = [got[1] for r in range(1, n) if (got := _stranding_report(by_rank.get(r), parse_report))]
+    return bool(found) and not any(master_silent(rep) or store_silent(rep) for rep in found)
 
 
 def rank0_wait(spec: DistTrainingJobSpec) -> float:
