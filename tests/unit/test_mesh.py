@@ -37,6 +37,13 @@ def test_the_message_names_the_sidecar_the_pods_and_the_fix():
     assert text.startswith("the Istio sidecar (container istio-proxy) injected into the job's pods "
                            "(j-probe-0, j-probe-1 and 2 more) intercepts their connections")
     assert 'sidecar.istio.io/inject: "false"' in text and "firewall" not in text
+    # the other fix keeps the sidecar: excluding ports cannot name NCCL's ephemeral ones
+    assert text.endswith("or exclude the job's traffic from its capture "
+                         "(traffic.sidecar.istio.io/excludeOutboundIPRanges: the pod CIDR)")
+    assert "(node-b (rank 1): connections to 10.244.1.5 ... xx" in text  # the evidence, cut to fit
+    linkerd = mesh.injected([pod("j-probe-0", containers=("probe", "linkerd-proxy"))])
+    text = mesh.message(linkerd, "node-b (rank 1): ...")
+    assert "linkerd.io/inject: disabled" in text and "skip-outbound-ports" in text and len(text) <= 400
 
 
 JUNK = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=12),

@@ -30,8 +30,10 @@ from disttrain_probe.contract import vocabulary
 @dataclass(frozen=True)
 class Mesh:
     """One mesh: its ``name``, its proxy container, its init containers, the annotation its
-    injector writes, the pod annotation that turns injection off and the ones that exclude
-    ports from interception."""
+    injector writes, the pod annotation that turns injection off and what excludes the
+    job's traffic from interception (Istio documents excludeOutboundPorts as a list of ports,
+    and NCCL and gloo connect on any ephemeral port, so its fix is the pod network's address
+    range; Linkerd's skip-ports take ranges)."""
 
     name: str
     proxy: str
@@ -44,10 +46,11 @@ class Mesh:
 MESHES = (
     Mesh("Istio", "istio-proxy", ("istio-init", "istio-validation"), "sidecar.istio.io/status",
          'sidecar.istio.io/inject: "false"',
-         "traffic.sidecar.istio.io/excludeInboundPorts and excludeOutboundPorts"),
+         "traffic.sidecar.istio.io/excludeOutboundIPRanges: the pod CIDR"),
     Mesh("Linkerd", "linkerd-proxy", ("linkerd-init", "linkerd-network-validator"),
          "linkerd.io/proxy-version", "linkerd.io/inject: disabled",
-         "config.linkerd.io/skip-inbound-ports and skip-outbound-ports"),
+         "config.linkerd.io/skip-outbound-ports and skip-inbound-ports: the rendezvous port and the "
+         "ephemeral range"),
 )
 
 
@@ -96,17 +99,20 @@ def injected(pods: Sequence[Any]) -> Optional[Injected]:
 
 
 def message(found: Injected, cause: str) -> str:
-    """One sentence (at most 400 characters): the sidecar, the pods, the fix, then the
-    probe's own evidence (``cause``) as far as it fits."""
+    """One sentence (at most 400 characters): the sidecar and the pods, the probe's own
+    evidence (``cause``: which node's connections, to which address) as far as it fits, then
+    the fix, which is always whole."""
     m = found.mesh
     pods = ", ".join(found.pods[:2]) + (f" and {len(found.pods) - 2} more" if len(found.pods) > 2 else "")
-    text = (f"the {m.name} sidecar ({found.evidence}) injected into the job's pods ({pods}) "
-            f"intercepts their connections; set {m.opt_out} in spec.template.metadata."
-            f"annotations (NCCL connects on any ephemeral port), or exclude the job's ports "
-            f"({m.exclude}); ")
-    room = messages.LIMIT - len(text)
-    return messages.bound(text + (cause if len(cause) <= room else cause[:max(0, room - 3)] + "..."),
-                          messages.LIMIT)
+    head = (f"the {m.name} sidecar ({found.evidence}) injected into the job's pods ({pods}) "
+            f"intercepts their connections (")
+    fix = (f"); set {m.opt_out} in spec.template.metadata.annotations, or exclude the job's "
+           f"traffic from its capture ({m.exclude})")
+    room = messages.LIMIT - len(head) - len(fix)
+    cause = cause.strip()
+    if len(cause) > room:
+        cause = cause[:max(0, room - 3)].rstrip() + "..."
+    return messages.bound(head + cause + fix, messages.LIMIT)
 
 
 def override(diag: Diagnosis, pods: Sequence[Any]) -> bool:
