@@ -3,7 +3,7 @@
 # a Debian base made by mmdebstrap from Debian's packages, the Dockerfiles built by buildah.
 #
 #   bash localcluster/build/build-images.sh [all]   # base, torch tree, operator, probe, example
-#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol
+#   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol|mesh
 #   bash localcluster/build/build-images.sh archives   # docker-archive files the nodes import
 #   bash localcluster/build/build-images.sh buildah ARGS...   # buildah on the project's storage
 #   bash localcluster/build/build-images.sh info              # images, sizes, disk used
@@ -20,6 +20,8 @@
 #                  localhost/disttrain/alpine:$VERSION     alpine:3.10 for Kubeflow's init container
 #                  localhost/disttrain/kube-network-policies:$KNP   the NetworkPolicy enforcer's
 #                  DaemonSet image: build-k8s.sh netpol's static binary at /bin/netpol, from scratch
+#                  localhost/disttrain/mesh-sidecar:$VERSION   a service-mesh sidecar (istio-init and
+#                  istio-proxy's stand-in, localcluster/images/mesh) for scenarios with mesh: istio
 #   archives/<name>-c-<key>.tar   each image as a docker-archive, named as the chart and the
 #                  example name it (ghcr.io/disttrain/...), which each real node's containerd
 #                  imports (localcluster/localcluster/realnode.py)
@@ -149,6 +151,8 @@ build_probe() {
 build_example() { build_image examples-digits examples/Dockerfile examples "BASE_IMAGE=$BASE_NAME"; }
 # alpine:3.10 for Kubeflow's PyTorch init container on real nodes (localcluster/images/alpine).
 build_alpine() { build_image alpine localcluster/images/alpine/Dockerfile localcluster/images/alpine "PYTHON_IMAGE=$BASE_NAME"; }
+# Istio's sidecar for scenarios with `mesh: istio` (localcluster/images/mesh, localcluster/mesh.py).
+build_mesh() { build_image mesh-sidecar localcluster/images/mesh/Dockerfile localcluster/images/mesh "PYTHON_IMAGE=$BASE_NAME"; }
 # A test image: a probe that writes a broken report (tests/e2e/test_operator.py).
 build_garbage_probe() {
   build_image garbage-probe tests/e2e/images/garbage-probe/Dockerfile tests/e2e/images/garbage-probe \
@@ -203,6 +207,7 @@ ARCHIVE_NAMES=("disttrain-operator ghcr.io/disttrain/disttrain-operator:$VERSION
                "pause localhost/disttrain/pause:3.10"
                "garbage-probe disttrain.dev/test/garbage-probe:v1"
                "alpine docker.io/library/alpine:3.10"
+               "mesh-sidecar disttrain.dev/test/mesh-sidecar:v1"
                "kube-network-policies registry.k8s.io/networking/kube-network-policies:$KNP_VERSION")
 archives() {
   local entry short ref src key file
@@ -211,6 +216,8 @@ archives() {
     read -r short ref <<<"$entry"
     case "$short" in
       pause) src="$PAUSE_NAME" ;;
+      mesh-sidecar) src="$PREFIX/mesh-sidecar:$VERSION"
+        have_image "$src" || { log "archive: $src not built (make images): skipped"; continue; } ;;
       kube-network-policies) src="$NETPOL_NAME"
         # optional: built by `make images`; a cache from before it simply lacks the enforcer
         have_image "$src" || { log "archive: $src not built (make images): skipped"; continue; } ;;
@@ -249,16 +256,17 @@ info() {
 what="${1:-all}"
 case "$what" in
   all) build_base; torch_tree; build_operator; build_probe; build_example; build_pause; build_garbage_probe; build_alpine
-       build_netpol ;;
+       build_netpol; build_mesh ;;
   pause) build_pause ;;
   netpol) build_netpol ;;
   garbage-probe) build_base; build_garbage_probe ;;
   alpine) build_base; build_alpine ;;
+  mesh) build_base; build_mesh ;;
   archives) archives ;;
   base) build_base ;;
   operator|probe|example) build_base; "build_$what" ;;
   torch-tree) torch_tree ;;
   buildah) shift; exec "${B[@]}" "$@" ;;
   info) info ;;
-  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol|archives|info|buildah ARGS...]" ;;
+  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol|mesh|archives|info|buildah ARGS...]" ;;
 esac

@@ -7,7 +7,8 @@ names itself (``dns``), an nftables input firewall, extra
 environment and library paths for every container, GPU capacity, routed links between
 segments through a middle link with its own MTU (``routers``, routing.py), overrides of the example
 job's spec (``examples/ddp-digits.yaml``), NetworkPolicies enforced for real
-(``networkPolicies``, ``netpol.py``), and the expected outcome. In env values,
+(``networkPolicies``, ``netpol.py``), Istio's sidecar injected into the job's pods
+(``mesh: istio``, ``mesh.py``), and the expected outcome. In env values,
 libraryPaths and pythonpath, ``{nccl:VERSION}`` stands for the directory holding
 ``libnccl.so.2`` of that NCCL release (the nvidia-nccl-cu12 wheel, installed on demand
 under the cache by ``altlibs.py``). Example::
@@ -368,6 +369,10 @@ class Scenario(_Strict):
     networkPolicies: list[dict[str, Any]] = Field(
         default_factory=list, description="NetworkPolicy manifests (metadata.namespace: the "
         "job's by default), applied before the job; any turns the enforcer on (netpol.py)")
+    mesh: Optional[Literal["istio"]] = Field(
+        None, description="inject Istio's sidecar (istio-init's outbound capture, an "
+        "istio-proxy that closes what it captures) into the pods of the job's namespace, as "
+        "Istio's injector does: a MutatingAdmissionPolicy (mesh.py)")
     slow: bool = Field(False, description="takes minutes: run by `make test-scale` "
                        "(DISTTRAIN_SLOW_SCENARIOS=1), left out of `make test`")
     expect: Expect

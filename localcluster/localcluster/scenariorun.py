@@ -126,20 +126,35 @@ def _kubectl(*args: str, input: Optional[str] = None, check_: bool = True):
     return kubectl(*args, input=input, check=check_)
 
 
-def _rank_nodes(ns: str) -> dict[int, str]:
+def _job_pods(ns: str) -> list[dict]:
+    """The job's pods in ``ns`` as the API returns them ([] when the list fails)."""
     out = _kubectl("get", "pods", "-n", ns, "-l", f"disttrain.dev/job-name={JOB}", "-o", "json",
                    check_=False)
+    return json.loads(out.stdout).get("items", []) if out.returncode == 0 else []
+
+
+def _rank_nodes(pods: list[dict]) -> dict[int, str]:
+    """Probe rank -> node, from the job's ``pods``."""
     res = {}
-    if out.returncode == 0:
-        for p in json.loads(out.stdout).get("items", []):
-            name = p["metadata"]["name"]
-            node = (p.get("spec") or {}).get("nodeName")
-            if node and f"{JOB}-probe-" in name:
-                try:
-                    res[int(name.rsplit("-", 1)[1])] = node
-                except ValueError:
-                    pass
+    for p in pods:
+        name = p["metadata"]["name"]
+        node = (p.get("spec") or {}).get("nodeName")
+        if node and f"{JOB}-probe-" in name:
+            try:
+                res[int(name.rsplit("-", 1)[1])] = node
+            except ValueError:
+                pass
     return res
+
+
+def sidecar_check(injected: dict[str, bool]) -> Optional[str]:
+    """Why a ``mesh`` scenario proves nothing, or None: every pod of the job seen
+    (``injected``: pod name -> whether it carries ``istio-proxy``) must carry the sidecar,
+    and at least one must have been seen; else the outcome says nothing about the mesh."""
+    if not injected:
+        return "no pod of the job was seen, so none was seen with Istio's sidecar"
+    bare = sorted(name for name, has in injected.items() if not has)
+    return f"pods without Istio's sidecar (istio-proxy): {', '.join(bare)}" if bare else None
 
 
 def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.0,
@@ -156,6 +171,9 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     if sc.networkPolicies:  # enforced before the job's first pod exists
         from . import netpol
         netpol.apply_policies(sc.networkPolicies, ns)
+    if sc.mesh:  # the sidecar is injected from the job's first pod on
+        from . import mesh
+        mesh.enable(ns)
     docs = scn.job_documents(sc)
     t0 = time.monotonic()
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
@@ -164,6 +182,7 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     deadline = t0 + sc.expect.withinSeconds
     job = None
     rank_nodes: dict[int, str] = {}
+    injected: dict[str, bool] = {}  # pod name -> carries istio-proxy (scenarios with mesh)
     while True:
         out = _kubectl("get", "dtj", JOB, "-n", ns, "-o", "json", check_=False)
         job = json.loads(out.stdout) if out.returncode == 0 else None
@@ -174,13 +193,19 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
                 seen[cnd["type"]] = key
                 say(f"  {now:6.1f}s {cnd['type']:<20} {cnd.get('status'):<7} {cnd.get('reason')}: "
                     f"{cnd.get('message', '')}")
-        rank_nodes.update(_rank_nodes(ns))  # kept: a probe still running at the verdict is deleted
+        pods = _job_pods(ns)
+        rank_nodes.update(_rank_nodes(pods))  # kept: a probe still running at the verdict is deleted
+        if sc.mesh:
+            injected.update({p["metadata"]["name"]: "istio-proxy" in [
+                c.get("name") for c in (p.get("spec") or {}).get("initContainers") or []] for p in pods})
         cond_only = sc.expect.model_copy(update={"phase": None})
         if met_at is None and check(job, cond_only, rank_nodes)[0]:
             met_at = now
             if sc.expect.phase:
                 deadline = t0 + met_at + training_timeout
         verdict, why = check(job, sc.expect, rank_nodes)
+        if verdict and sc.mesh and (bare := sidecar_check(injected)):
+            verdict, why = False, f"{why}; but {bare}"
         if verdict is not None:
             conds = ((job or {}).get("status") or {}).get("conditions") or []
             return Outcome(bool(verdict), why, met_at, now, job, conds)
@@ -262,6 +287,9 @@ def prepare(sc: scn.Scenario, say=print) -> None:
     if sc.networkPolicies:  # the enforcer only for scenarios that ask for it
         from . import netpol
         netpol.ensure(say=say)
+    if sc.mesh:  # the injector only for scenarios that ask for it
+        from . import mesh
+        mesh.ensure(say=say)
     operator_install.stop()  # a fresh operator: the one running may be older code
     operator_install.start()
 

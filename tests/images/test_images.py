@@ -129,7 +129,7 @@ def test_garbage_probe_image_writes_a_broken_report(images):
 
 # What `build-images.sh all` makes, in its order: each reports "<name>: cached" or "<name>: built".
 ALL_IMAGES = ("base", "torch tree", "disttrain-operator", "disttrain-probe", "examples-digits", "pause",
-              "garbage-probe", "alpine", "netpol")
+              "garbage-probe", "alpine", "netpol", "mesh-sidecar")
 
 
 def test_images_are_cached_by_content(images, tmp_path):
@@ -143,7 +143,7 @@ def test_images_are_cached_by_content(images, tmp_path):
     # A copy of the build inputs with one operator module changed: only the operator rebuilds.
     copy = tmp_path / "repo"
     for part in ("operator", "probe_image", "examples", "localcluster/build", "localcluster/images/pause",
-                 "localcluster/images/alpine", "tests/e2e/images/garbage-probe"):
+                 "localcluster/images/alpine", "localcluster/images/mesh", "tests/e2e/images/garbage-probe"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     for f in ("pyproject.toml", ".dockerignore"):
         shutil.copy(REPO / f, copy / f)

@@ -263,3 +263,10 @@ def test_the_quota_holder_splits_its_cpu_into_pods_that_fit_a_node(cpu, pods, ea
     # one pod of 2 CPU fits no 2-CPU node once a DaemonSet requests 100m there: it stayed
     # Pending and held the quota forever (kueue-queued, after the NetworkPolicy scenarios)
     assert scenariorun.holder_pods(cpu) == (pods, each)
+
+
+def test_a_mesh_scenario_proves_something_only_when_every_pod_carried_the_sidecar():
+    assert scenariorun.sidecar_check({"j-probe-0": True, "j-worker-0": True}) is None
+    assert scenariorun.sidecar_check({"j-probe-0": True, "j-worker-0": False}) == \
+        "pods without Istio's sidecar (istio-proxy): j-worker-0"
+    assert "no pod of the job was seen" in scenariorun.sidecar_check({})
