@@ -30,6 +30,7 @@ def test_contract_every_rank_report_parses(loopback_run):
         assert rep.node == "host-a" and rep.pod == f"probe-{run.rank}"
         assert rep.versions and rep.versions.torch and rep.versions.python
         assert rep.master and rep.master.port and rep.master.resolved == ["127.0.0.1"]
+        assert rep.master.joined is True  # rank 0 served the store, rank 1 joined it
         assert rep.port_range and rep.port_range[0] <= rep.port_range[1]
         assert any(i.name == "lo" for i in rep.interfaces)
         assert set(rep.timings) >= {"inventory", "rendezvous", "connectivity", "choice",
@@ -61,6 +62,7 @@ def test_wrong_master_port_is_refused_within_deadline(tmp_path):
     rep = parse_report(run.report_text)
     assert not rep.ok and rep.failure.reason == vocabulary.MASTER_PORT_REFUSED
     assert rep.failure.phase == "rendezvous" and str(port) in rep.failure.message
+    assert rep.master.joined is False  # no peer learns of it: the operator goes without them
 
 
 def test_master_addr_loopback_on_nonzero_rank(tmp_path):

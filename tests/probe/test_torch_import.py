@@ -79,3 +79,6 @@ def test_import_past_the_budget_is_torch_import_timeout(tmp_path):
     assert runs[1].seconds < 25  # it gives up within its budget (12 s + the watchdog's grace)
     rep0 = parse_report(runs[0].report_text)
     assert rep0.failure.reason != vocabulary.PROBE_INTERNAL_ERROR, rep0.failure
+    # rank 1 never joined rank 0's store (its report says so: the operator need not wait for
+    # rank 0, which waits for it); rank 0 served it
+    assert (rep1.master.joined, rep0.master.joined) == (False, True)

@@ -112,6 +112,9 @@ class Master(_Model):
     resolved: List[str] = Field(default_factory=list, description="getaddrinfo answers")
     route: Optional[Route] = None
     connected: Optional[str] = Field(default=None, description="address the TCP dial reached")
+    joined: Optional[bool] = Field(
+        default=None, description="whether this rank joined rank 0's store (rank 0: served it); "
+        "False: it failed before, so no peer learns of its failure (None: an older probe)")
     host_check: Optional[HostCheck] = None
     dns: Optional[DnsPath] = None
     peer_name: Optional[str] = Field(

@@ -108,7 +108,7 @@ def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any
     master port until it answers. Fills ``state['master']``; returns the address the dial
     reached (None for rank 0). Raises :class:`ProbeFailure` with the classified reason."""
     master: Dict[str, Any] = {"addr": cfg.master_addr, "port": cfg.master_port,
-                              "resolved": [], "route": None}
+                              "resolved": [], "route": None, "joined": False}
     state["master"] = master
     r = _Reach(cfg, inv, deadline, tracker, state, master)
     t_resolve = time.monotonic()

@@ -171,6 +171,9 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
     store.set_timeout(timedelta(seconds=max(5.0, cfg.timeout_seconds)))
     bus = Bus(store, cfg.rank, cfg.world_size, node)
     state["bus"] = bus  # the caller needs it to abort peers even if the gather below fails
+    master = state.get("master")
+    if isinstance(master, dict):  # from here on, a failure of this rank reaches its peers
+        master["joined"] = True
     tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{where}: waiting for peers at the rendezvous")
     bus.publish("inv", state["self_summary"]())
     peers = bus.gather("inv", deadline, vocabulary.RENDEZVOUS_TIMEOUT,

@@ -255,3 +255,42 @@ def test_an_excused_rank_is_judged_by_its_own_budget_only():
     assert list(lost_ranks(pods, 2, LATER, 60.0)[0]) == [0]  # not excused: rule 1 names it
     late = NOW + timedelta(seconds=60 + 10 - 29)  # 70 s after its start at 11:59:30
     assert list(lost_ranks(pods, 2, late, 60.0, frozenset({0}))[0]) == [0]
+
+
+def broken_torch():
+    """Rank 1's report when ``import torch`` failed on its node: in the rendezvous phase,
+    before it joined rank 0's store (``master.joined`` false)."""
+    rep = report(1, "node-b", ok=False, failure={
+        "reason": vocabulary.PROBE_INTERNAL_ERROR, "phase": "rendezvous",
+        "message": "node-b: import torch failed: ImportError: libcudart.so.12: cannot open shared "
+                   "object file; the training image's torch is broken: check it with python -c "
+                   "'import torch'"})
+    rep["master"]["joined"] = False
+    return rep
+
+
+def test_rank0_waiting_for_a_rank_whose_torch_never_loaded_is_not_lost():
+    """Any failure before a rank joined rank 0's store strands it, whatever the reason: rank 0
+    waits at its store for it until its own deadline, and its outliving node-b says nothing
+    against node-a. The verdict is node-b's report, however late the operator looks."""
+    body = advance(job(), step(job(), []))
+    for now in (NOW, LATER, LATER + timedelta(seconds=20)):
+        plan = step(body, [running(0, "node-a"), ended(1, "node-b", broken_torch())], now=now)
+        v = cond.get(plan.status["conditions"], constants.VALIDATED)
+        assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_INTERNAL_ERROR), (now, v)
+        assert "was lost" not in v["message"] and "node-b: import torch failed" in v["message"]
+
+
+def test_ranks_dialling_a_rank_0_whose_torch_never_loaded_are_not_lost():
+    """The mirror case: rank 0's ``import torch`` failed before it served its store; rank 1
+    dials a store that will never answer until its own deadline. An operator that looks late
+    (restarted, say) must still name node-a's report, not take node-b for lost."""
+    rep = broken_torch()
+    rep.update(rank=0, node="node-a", hostname="node-a")
+    rep["failure"]["message"] = rep["failure"]["message"].replace("node-b", "node-a")
+    body = advance(job(), step(job(), []))
+    for now in (NOW, LATER, LATER + timedelta(seconds=20)):
+        plan = step(body, [ended(0, "node-a", rep), running(1, "node-b")], now=now)
+        v = cond.get(plan.status["conditions"], constants.VALIDATED)
+        assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_INTERNAL_ERROR), (now, v)
+        assert "was lost" not in v["message"] and "node-a: import torch failed" in v["message"]

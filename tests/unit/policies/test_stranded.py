@@ -83,6 +83,20 @@ ROWS = [  # (name, the probe pods, rank0_wait, what stranded() answers)
      [running(0), failed(1, V.CONNECTION_INTERCEPTED), done(2)], 0.0, (True, None)),
     ("intercepted in the connectivity phase, after the store was joined: not stranded",
      [running(0), failed(1, V.CONNECTION_INTERCEPTED, phase="connectivity"), running(2)], 0.0, (False, None)),
+    ("a rank whose torch failed to import before it joined the store: stranded",
+     [running(0), failed(1, V.PROBE_INTERNAL_ERROR, joined=False), running(2)], 0.0, (True, None)),
+    ("a torch import that timed out before the store, the others ended: stranded",
+     [running(0), failed(1, V.TORCH_IMPORT_TIMEOUT, "2026-11-30T11:59:59Z", joined=False), done(2)], 0.0,
+     (True, None)),
+    ("a rank failed at the rendezvous after it joined the store: not stranded",
+     [running(0), failed(1, V.RENDEZVOUS_TIMEOUT, joined=True), running(2)], 0.0, (False, None)),
+    ("rank 0 failed in the rendezvous before serving the store: no wait",
+     [failed(0, V.PROBE_INTERNAL_ERROR, joined=False), running(1), running(2)], 0.0, (True, None)),
+    ("rank 0 failed in the rendezvous after serving the store: wait",
+     [failed(0, V.RENDEZVOUS_TIMEOUT, joined=True), running(1), running(2)], 0.0, (False, None)),
+    ("not joined, but after the rendezvous (a report cannot say so): not stranded",
+     [running(0), failed(1, V.ALL_REDUCE_WRONG_RESULT, phase="collective", joined=False), running(2)], 0.0,
+     (False, None)),
     ("rank 0's host and store silent: the longer wait",
      [running(0, "2026-11-30T11:59:55Z"), failed(1, TIMEOUT, "2026-11-30T11:59:58Z", connected="10.100.0.10"),
       done(2)], 30.0, (False, 25.0)),
@@ -103,6 +117,9 @@ EXCUSED = [  # (name, the probe pods, whether rank 0 may outlive them only by wa
     ("nobody stranded", [running(0), failed(1, V.ALL_REDUCE_WRONG_RESULT)], False),
     ("intercepted after the store was joined", [running(0), failed(1, V.CONNECTION_INTERCEPTED, phase="connectivity")],
      False),
+    ("torch broken on rank 1, which never joined", [running(0), failed(1, V.PROBE_INTERNAL_ERROR, joined=False)], True),
+    ("rank 1 failed at the gather, after it joined (rank 0 reads its abort)",
+     [running(0), failed(1, V.RENDEZVOUS_TIMEOUT, joined=True)], False),
 ]
 
 
@@ -110,3 +127,20 @@ EXCUSED = [  # (name, the probe pods, whether rank 0 may outlive them only by wa
 def test_rank0_excused(name, pods, want):
     by_rank = {int(p["metadata"]["labels"][C.LABEL_RANK]): p for p in pods}
     assert stranded.rank0_excused(by_rank, len(pods), json_parser) is want
+
+
+RULE1_EXCUSED = [  # (name, the probe pods, the ranks node-loss rule 1 must not judge)
+    ("rank 0's torch broken before it served the store: the others wait for it",
+     [failed(0, V.PROBE_INTERNAL_ERROR, joined=False), running(1), running(2)], {1, 2}),
+    ("rank 0 failed after serving its store: its peers read its abort",
+     [failed(0, V.RENDEZVOUS_TIMEOUT, joined=True), running(1), running(2)], set()),
+    ("rank 1 intercepted: rank 0 waits for it", [running(0), failed(1, V.CONNECTION_INTERCEPTED), running(2)], {0}),
+    ("rank 0's store silent: nobody", [running(0), failed(1, TIMEOUT, **STORE_QUIET), running(2)], set()),
+    ("every probe running: nobody", [running(0), running(1), running(2)], set()),
+]
+
+
+@pytest.mark.parametrize("name,pods,want", RULE1_EXCUSED, ids=[r[0] for r in RULE1_EXCUSED])
+def test_excused(name, pods, want):
+    by_rank = {int(p["metadata"]["labels"][C.LABEL_RANK]): p for p in pods}
+    assert stranded.excused(by_rank, len(pods), json_parser) == frozenset(want)

@@ -72,10 +72,11 @@ def lost_ranks(by_rank: dict[int, dict], n: int, now: datetime, timeout_seconds:
     ``spec.probe.timeoutSeconds`` (None: rule 2 off). See the module docstring for the rules:
     every other rank ended :data:`NODE_LOST_SETTLE_SECONDS` ago (their ``finishedAt``), or
     the silent probe's own budget plus :data:`OWN_DEADLINE_MARGIN_SECONDS` has passed since
-    its container started. Rule 1 does not judge the ``excused`` ranks: rank 0 when the
-    ranks that ended never reached it and say nothing against its node
-    (:func:`disttrain.reconcile.policies.stranded.rank0_excused`): it waits for them until
-    its own deadline, which rule 2 still watches."""
+    its container started. Rule 1 does not judge the ``excused`` ranks
+    (:func:`disttrain.reconcile.policies.stranded.excused`): rank 0 when the ranks that ended
+    never reached it and say nothing against its node, the others when rank 0 failed before
+    serving its store; they wait for what never comes until their own deadline, which rule
+    2 still watches."""
     if n < 1 or len(by_rank) < n:
         return {}, None
     silent = {r: p for r, p in by_rank.items() if not observe.finished(p) and observe.started_at(p, "probe")}

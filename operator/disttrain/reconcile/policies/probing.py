@@ -24,7 +24,7 @@ from disttrain.reconcile.policies import conflicts, nodeloss, scheduling
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
 from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, record_start
 from disttrain.reconcile.policies.probereports import collect, given_master
-from disttrain.reconcile.policies.stranded import rank0_excused, rank0_wait, stranded
+from disttrain.reconcile.policies.stranded import excused, rank0_wait, stranded
 
 
 def _pull_summary(pull: list[tuple[int, dict, str]]) -> str:
@@ -135,8 +135,8 @@ def run(s: Step) -> Optional[ProbeRun]:
         done, settle = stranded(by_rank, n, s.parse_report, s.now, rank0_wait(s.spec))\
             if complete else (False, None)
         # a rank silent past the rules is lost even when the others' reports would decide
-        excused = frozenset({0}) if complete and rank0_excused(by_rank, n, s.parse_report) else frozenset()
-        lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now, s.spec.probe.timeout_seconds, excused)
+        waiting = excused(by_rank, n, s.parse_report) if complete else frozenset()
+        lost, silent_wait = nodeloss.lost_ranks(by_rank, n, s.now, s.spec.probe.timeout_seconds, waiting)
         if not done and not lost:
             for wait in (settle, silent_wait):
                 if wait is not None:

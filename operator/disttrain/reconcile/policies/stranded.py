@@ -2,8 +2,8 @@
 
 A rank >= 1 that failed before joining rank 0's store (its MASTER_ADDR loopback or
 unresolvable, the master port refused or silent, its connections to rank 0 intercepted, a
-failure in config or inventory) is seen
-by no peer: the others would wait for it until their own deadline. :func:`stranded` says
+failure in config or inventory, or any failure its report marks ``master.joined: false``,
+such as an import of torch that failed) is seen by no peer: the others would wait for it until their own deadline. :func:`stranded` says
 when the verdict can go without the probes still running (after
 :data:`STRANDED_SETTLE_SECONDS`), and how long it first waits for rank 0's own report when
 only rank 0 can name its node's fault (:func:`master_silent`, :func:`store_silent`). Used
@@ -45,8 +45,9 @@ STRANDED_SETTLE_SECONDS = 3.0
 
 def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, dict]]:
     """(the probe container's terminated state, its parsed report) when ``pod`` failed
-    before joining rank 0's store (STRANDING_REASONS, STRANDING_IN_RENDEZVOUS from the
-    rendezvous phase, or a failure in config/inventory), else None."""
+    before joining rank 0's store (STRANDING_REASONS; STRANDING_IN_RENDEZVOUS, or any reason
+    with :func:`never_joined`, from the rendezvous phase; a failure in config/inventory),
+    else None."""
     if pod is None or observe.phase(pod) != "Failed":
         return None
     term = observe.terminated(pod, "probe")
@@ -59,14 +60,23 @@ def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Option
     failure = v if isinstance(v := rep.get("failure"), dict) else {}
     reason, phase = failure.get("reason"), rep.get("phase")
     if reason in STRANDING_REASONS or phase in ("config", "inventory") \
-            or (reason in STRANDING_IN_RENDEZVOUS and phase == "rendezvous"):
+            or (phase == "rendezvous" and (reason in STRANDING_IN_RENDEZVOUS or never_joined(rep))):
         return term, rep
     return None
 
 
+def never_joined(report: dict) -> bool:
+    """Whether a rank's report says it failed before joining rank 0's store (``master.joined``
+    false: an import of torch that failed or timed out, an error of the probe's own, whatever
+    the reason): no peer learns of its failure then. False when the report does not say (a
+    probe older than the field). Pure; never raises."""
+    m = v if isinstance(v := report.get("master"), dict) else {}
+    return m.get("joined") is False
+
+
 def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Optional[dict]:
     """The probe container's terminated state when ``pod`` failed before joining rank 0's
-    store (STRANDING_REASONS, or a failure in config/inventory), else None."""
+    store (as :func:`_stranding_report` decides), else None."""
     found = _stranding_report(pod, parse_report)
     return found[0] if found else None
 
@@ -156,6 +166,17 @@ def rank0_excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) 
     outliving rank 1 (its own deadline still applies). Pure; never raises."""
     found = [got[1] for r in range(1, n) if (got := _stranding_report(by_rank.get(r), parse_report))]
     return bool(found) and not any(master_silent(rep) or store_silent(rep) for rep in found)
+
+
+def excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) -> frozenset[int]:
+    """The ranks :mod:`.nodeloss` must not take for lost for outliving the others (its rule
+    1): every rank >= 1 when rank 0 failed before serving its store (they dial or wait for a
+    store that will never answer, until their own deadline), else rank 0 when
+    :func:`rank0_excused`, else none. Their own deadline (rule 2) still applies. Pure;
+    never raises."""
+    if _failed_before_store(by_rank.get(0), parse_report) is not None:
+        return frozenset(range(1, n))
+    return frozenset({0}) if rank0_excused(by_rank, n, parse_report) else frozenset()
 
 
 def rank0_wait(spec: DistTrainingJobSpec) -> float:
