@@ -42,9 +42,19 @@ class RankRun:
         return json.loads(self.stdout.strip().splitlines()[-1])
 
 
-def run_ranks(envs: Sequence[Dict[str, str]], tmp: Path, timeout: float = 90.0,
-              prefix: Optional[Sequence[Sequence[str]]] = None) -> List[RankRun]:
-    """Start one probe per env (with optional argv prefixes, e.g. ``ip netns exec``), wait all."""
+@dataclass
+class Started:
+    """One probe process started by :func:`start_ranks`: its index, process, start time
+    (monotonic seconds) and report path."""
+    index: int
+    proc: subprocess.Popen
+    t0: float
+    path: Path
+
+
+def start_ranks(envs: Sequence[Dict[str, str]], tmp: Path,
+                prefix: Optional[Sequence[Sequence[str]]] = None) -> List[Started]:
+    """Start one probe per env (with optional argv prefixes, e.g. ``ip netns exec``)."""
     procs = []
     for i, extra in enumerate(envs):
         path = tmp / f"report-{i}.json"
@@ -58,18 +68,31 @@ def run_ranks(envs: Sequence[Dict[str, str]], tmp: Path, timeout: float = 90.0,
         t0 = time.monotonic()
         p = subprocess.Popen(cmd, env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
-        procs.append((i, p, t0, path))
+        procs.append(Started(i, p, t0, path))
+    return procs
+
+
+def wait_ranks(envs: Sequence[Dict[str, str]], procs: Sequence[Started], timeout: float = 90.0) -> List[RankRun]:
+    """Wait for every process of :func:`start_ranks` (killed past ``timeout`` seconds from
+    its start); their runs, in order."""
     out = []
-    for i, p, t0, path in procs:
+    for st in procs:
+        p = st.proc
         try:
-            so, se = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - t0)))
+            so, se = p.communicate(timeout=max(1.0, timeout - (time.monotonic() - st.t0)))
         except subprocess.TimeoutExpired:
             p.kill()
             so, se = p.communicate()
-        dt = time.monotonic() - t0
-        text = path.read_text() if path.exists() else ""
-        out.append(RankRun(int(envs[i].get("RANK", i)), p.returncode, dt, so, se, text))
+        dt = time.monotonic() - st.t0
+        text = st.path.read_text() if st.path.exists() else ""
+        out.append(RankRun(int(envs[st.index].get("RANK", st.index)), p.returncode, dt, so, se, text))
     return out
+
+
+def run_ranks(envs: Sequence[Dict[str, str]], tmp: Path, timeout: float = 90.0,
+              prefix: Optional[Sequence[Sequence[str]]] = None) -> List[RankRun]:
+    """Start one probe per env (with optional argv prefixes, e.g. ``ip netns exec``), wait all."""
+    return wait_ranks(envs, start_ranks(envs, tmp, prefix), timeout)
 
 
 def probe_env(rank: int, world: int, port: int, **kw: str) -> Dict[str, str]:

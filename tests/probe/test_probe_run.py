@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
 
-from probe_helpers import free_port, probe_env, run_ranks
+from probe_helpers import free_port, probe_env, run_ranks, start_ranks, wait_ranks
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +176,34 @@ def test_rank0_name_mapped_to_loopback_in_its_hosts_file_is_blocked(tmp_path):
     assert run.rc == 1 and rep.failure.reason == vocabulary.MASTER_ADDR_LOOPBACK, run.stderr[-2000:]
     assert "node-b (rank 0)" in rep.failure.message and "/etc/hosts" in rep.failure.message
     assert run.seconds < 15, "decided at once, not at the rendezvous deadline"
+
+
+def test_a_killed_rank_leaves_its_pessimistic_report_and_tells_its_peer_nothing(tmp_path):
+    """The kernel kills rank 1 (SIGKILL, as the OOM killer does) in the connectivity phase:
+    its report file holds the one written before that phase (``final: false``, joined), and
+    rank 0, told nothing, waits for it at the gather: it outlives rank 1 by far more than
+    the second a published failure takes to reach it (what the operator's node-loss rule
+    must not take for a lost node)."""
+    port = free_port()
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo", DISTTRAIN_PROBE_TIMEOUT_SECONDS="60")
+            for r in range(2)]
+    envs[1]["DISTTRAIN_PROBE_TEST_STALL_PHASE"] = "connectivity"
+    procs = start_ranks(envs, tmp_path)
+    rank1 = procs[1]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        text = rank1.path.read_text() if rank1.path.exists() else ""
+        if '"phase":"connectivity"' in text:
+            break
+        time.sleep(0.1)
+    rank1.proc.kill()
+    killed_at = time.monotonic()
+    runs = wait_ranks(envs, procs, timeout=90)
+    rep1 = parse_report(runs[1].report_text)
+    assert runs[1].rc == -9 and rep1.final is False and rep1.phase == "connectivity", rep1
+    assert rep1.master.joined is True and "without a final report" in rep1.failure.message
+    rep0 = parse_report(runs[0].report_text)
+    assert runs[0].rc == 1 and rep0.final is None, rep0  # its own, final report
+    assert rep0.failure.reason == vocabulary.RENDEZVOUS_TIMEOUT and "rank(s) 1 never" in rep0.failure.message
+    outlived = procs[0].t0 + runs[0].seconds - killed_at
+    assert outlived > 5, outlived

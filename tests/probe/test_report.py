@@ -85,6 +85,25 @@ def test_a_passing_report_cut_to_the_bone_keeps_its_chosen_interface_and_master(
     parse_report(text)
 
 
+@pytest.mark.parametrize("node_len", [900, 5000])  # the essentials; the bone (the node name cut)
+@pytest.mark.parametrize("joined,final", [(False, False), (True, False), (True, None)])
+def test_a_report_cut_to_the_bone_still_says_whether_it_joined_and_was_final(joined, final, node_len):
+    """What the operator's stranded and node-loss rules read survives the last resorts: whether
+    the rank joined rank 0's store (False is kept, not dropped as empty) and whether the
+    report is the pessimistic one written before a phase."""
+    r = big_report(300)
+    r["node"] = "n" * node_len
+    r["master"]["resolved"] = [f"fd00::{i:x}" for i in range(400)]
+    r["master"]["joined"] = joined
+    if final is not None:
+        r["final"] = final
+    text, truncated = REP.cap(r)
+    rep = parse_report(text)
+    assert truncated and rep.master.joined is joined and rep.final is final
+    assert rep.master.addr == "job-master.ns.svc" and not rep.interfaces  # the last resorts
+    assert (rep.versions is None) is (node_len == 5000)  # the bone keeps no versions
+
+
 def test_mesh_dropped_before_anything_else():
     r = big_report(4)
     r["failure"]["message"] = "short"

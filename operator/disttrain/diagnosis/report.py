@@ -273,6 +273,10 @@ class ProbeReport(_Model):
     timings: Dict[str, float] = Field(default_factory=dict, description="seconds per phase")
     mesh: List[MeshResult] = Field(default_factory=list)
     truncated: bool = False
+    final: Optional[bool] = Field(
+        default=None, description="False: the pessimistic report the probe writes before each "
+        "phase, so the rank ended without its final one (killed, out of memory) and told its "
+        "peers nothing; absent in a final report")
     # -- evidence added by the diagnosis work (additive; older probes leave them empty) --
     paths: Dict[str, str] = Field(
         default_factory=dict, description="network -> one character per peer rank: what this "

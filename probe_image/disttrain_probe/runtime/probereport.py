@@ -121,9 +121,12 @@ def nccl_bootstrap(p: Probe) -> Optional[Dict[str, Any]]:
 
 def prewrite(p: Probe, phase: str, reason: Optional[str]) -> None:
     """Write a pessimistic report before each phase: if the process is killed (OOM,
-    SIGKILL, the C-level backstop) the termination message still names the phase."""
+    SIGKILL, the C-level backstop) the termination message still names the phase. It says
+    ``final: false`` (the final report has no such key): a rank that ends with it told its
+    peers nothing, so they may wait for it until their own deadline."""
     r = build(p)
     r["ok"] = False
+    r["final"] = False  # the operator: this rank's peers were told nothing if it ends with this
     r["failure"] = {"reason": reason or vocabulary.PROBE_INTERNAL_ERROR, "phase": phase, "message": (
         f"{p.cfg.node_name}: the probe ended during {phase} without a final report "
         f"(killed, out of memory, or hung past the {p.cfg.timeout_seconds:g}s budget)")}

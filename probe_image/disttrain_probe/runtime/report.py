@@ -154,7 +154,7 @@ STEPS: List[Callable[[Dict[str, Any]], None]] = [
 
 ESSENTIAL = ("v", "rank", "worldSize", "node", "hostname", "ok", "phase", "failure", "warnings",
              "versions", "master", "chosen", "backend", "allreduce", "ncclDefaultIfname", "paths",
-             "settings", "localWorldSize", "intraNode", "localRanks")
+             "settings", "localWorldSize", "intraNode", "localRanks", "final")
 
 
 def cap(report: Dict[str, Any], limit: int = MAX_REPORT_BYTES) -> Tuple[str, bool]:
@@ -195,7 +195,11 @@ def cap(report: Dict[str, Any], limit: int = MAX_REPORT_BYTES) -> Tuple[str, boo
             "failure": r.get("failure"), "warnings": [], "truncated": True,
             "chosen": {k: _cut(chosen.get(k), 63) for k in ("ifname", "addr", "subnet") if chosen.get(k)}
             or None,
-            "master": {k: master.get(k) for k in ("addr", "port") if master.get(k)} or None}
+            "master": dict({k: master.get(k) for k in ("addr", "port") if master.get(k)},
+                           **({"joined": master["joined"]} if isinstance(master.get("joined"), bool) else {}))
+            or None}
+    if r.get("final") is False:  # the pessimistic report written before a phase
+        keep["final"] = False
     if r.get("localWorldSize") is not None:  # several processes per node: how many, which failed
         keep["localWorldSize"] = r.get("localWorldSize")
         keep["localRanks"] = [{"localRank": e.get("localRank"), "ok": False,

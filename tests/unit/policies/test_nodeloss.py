@@ -294,3 +294,34 @@ def test_ranks_dialling_a_rank_0_whose_torch_never_loaded_are_not_lost():
         v = cond.get(plan.status["conditions"], constants.VALIDATED)
         assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_INTERNAL_ERROR), (now, v)
         assert "was lost" not in v["message"] and "node-a: import torch failed" in v["message"]
+
+
+def killed_in_connectivity():
+    """Rank 1's pod after the kernel killed its probe (out of memory) in the connectivity
+    phase: its termination message is the pessimistic report written before that phase
+    (``final: false``), and it told rank 0 nothing."""
+    rep = report(1, "node-b", ok=False, failure={
+        "reason": vocabulary.RENDEZVOUS_TIMEOUT, "phase": "connectivity",
+        "message": "node-b: the probe ended during connectivity without a final report (killed, "
+                   "out of memory, or hung past the 60s budget)"})
+    rep["master"]["joined"] = True
+    rep["final"] = False
+    p = ended(1, "node-b", rep)
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    term.update(exitCode=137, reason="OOMKilled")
+    return p
+
+
+def test_a_rank_killed_without_a_word_does_not_make_its_waiting_peer_lost():
+    """A killed probe publishes no abort: rank 0 waits for it at the connectivity gather
+    until its own deadline, on a live node. Outliving node-b's end is no evidence against
+    node-a; only rank 0's own budget (rule 2) is."""
+    body = advance(job(), step(job(), []))
+    for now in (NOW, LATER, NOW + timedelta(seconds=35)):  # rank 0 started at 11:59:30
+        plan = step(body, [running(0, "node-a"), killed_in_connectivity()], now=now)
+        v = cond.get(plan.status["conditions"], constants.VALIDATED)
+        assert (v["status"], v["reason"]) == ("Unknown", vocabulary.PROBING), (now, v)
+    plan = step(body, [running(0, "node-a"), killed_in_connectivity()], now=NOW + timedelta(seconds=45))
+    v = cond.get(plan.status["conditions"], constants.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", vocabulary.PROBE_POD_LOST), v
+    assert v["message"].startswith("node-a was lost") and "past its own 60s budget" in v["message"]

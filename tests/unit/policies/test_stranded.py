@@ -144,3 +144,42 @@ RULE1_EXCUSED = [  # (name, the probe pods, the ranks node-loss rule 1 must not 
 def test_excused(name, pods, want):
     by_rank = {int(p["metadata"]["labels"][C.LABEL_RANK]): p for p in pods}
     assert stranded.excused(by_rank, len(pods), json_parser) == frozenset(want)
+
+
+def killed(rank, phase="connectivity", final=False, message=True):
+    """Rank ``rank``'s pod after its probe was killed (exit 137) with the pessimistic report
+    written before ``phase`` (``final``), or no report at all (``message`` False)."""
+    p = failed(rank, V.RENDEZVOUS_TIMEOUT, phase=phase, joined=True)
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    if final is not None:
+        rep = json.loads(term["message"])
+        rep["final"] = final
+        term["message"] = json.dumps(rep)
+    if not message:
+        term["message"] = ""
+    term["exitCode"] = 137
+    return p
+
+
+UNHEARD = [  # (name, the pod, whether it ended without telling its peers)
+    ("killed, its pessimistic report left", killed(1), True),
+    ("killed before any report", killed(1, message=False), True),
+    ("a final report (no final key)", killed(1, final=None), False),
+    ("a final report that says final: true", killed(1, final=True), False),
+    ("running", running(1), False),
+    ("no pod", None, False),
+    ("Succeeded with a report that says final: false", dict(killed(1), status=dict(
+        killed(1)["status"], phase="Succeeded")), False),
+]
+
+
+@pytest.mark.parametrize("name,pod_,want", UNHEARD, ids=[r[0] for r in UNHEARD])
+def test_ended_unheard(name, pod_, want):
+    assert stranded.ended_unheard(pod_, json_parser) is want
+
+
+def test_a_rank_killed_unheard_excuses_every_rank_from_rule_1():
+    pods = {0: running(0), 1: killed(1), 2: running(2)}
+    assert stranded.excused(pods, 3, json_parser) == frozenset({0, 1, 2})
+    pods[1] = killed(1, final=None)  # the same failure, reported: rank 0 and 2 read its abort
+    assert stranded.excused(pods, 3, json_parser) == frozenset()

@@ -168,12 +168,30 @@ def rank0_excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) 
     return bool(found) and not any(master_silent(rep) or store_silent(rep) for rep in found)
 
 
+def ended_unheard(pod: Optional[dict], parse_report: ReportParser) -> bool:
+    """Whether ``pod``'s probe failed without its final report: its termination message is
+    the pessimistic report written before a phase (``final: false``) or none that parses.
+    The process was killed (out of memory, SIGKILL) and told its peers nothing: a final
+    failure is published to them through the store, a kill is not, so they wait for it at
+    their next gather until their own deadline. Pure; never raises."""
+    if pod is None or observe.phase(pod) != "Failed" or not observe.terminated(pod, "probe"):
+        return False
+    try:
+        rep = parse_report(observe.termination_message(pod, "probe"))
+    except ValueError:
+        return True
+    return rep.get("final") is False
+
+
 def excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) -> frozenset[int]:
     """The ranks :mod:`.nodeloss` must not take for lost for outliving the others (its rule
-    1): every rank >= 1 when rank 0 failed before serving its store (they dial or wait for a
-    store that will never answer, until their own deadline), else rank 0 when
-    :func:`rank0_excused`, else none. Their own deadline (rule 2) still applies. Pure;
+    1): every rank when one ended unheard (:func:`ended_unheard`: the others may wait for
+    it until their own deadline); every rank >= 1 when rank 0 failed before serving its
+    store (they dial or wait for a store that will never answer); else rank 0 when
+    :func:`rank0_excused`; else none. Their own deadline (rule 2) still applies. Pure;
     never raises."""
+    if any(ended_unheard(by_rank.get(r), parse_report) for r in range(n)):
+        return frozenset(range(n))
     if _failed_before_store(by_rank.get(0), parse_report) is not None:
         return frozenset(range(1, n))
     return frozenset({0}) if rank0_excused(by_rank, n, parse_report) else frozenset()
