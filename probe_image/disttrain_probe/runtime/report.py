@@ -189,15 +189,16 @@ def cap(report: Dict[str, Any], limit: int = MAX_REPORT_BYTES) -> Tuple[str, boo
     # training pod must use and the master it reached.
     chosen = v if isinstance(v := r.get("chosen"), dict) else {}
     master = v if isinstance(v := r.get("master"), dict) else {}
+    kept_master = {k: master.get(k) for k in ("addr", "port") if master.get(k)}
+    if isinstance(master.get("joined"), bool):  # False too: the operator reads it
+        kept_master["joined"] = master["joined"]
     keep = {"v": r.get("v", REPORT_VERSION), "rank": r.get("rank"), "worldSize": r.get("worldSize"),
             "jobUid": _cut(r.get("jobUid"), 63), "attempt": r.get("attempt"),
             "pod": _cut(r.get("pod"), 253), "node": _cut(r.get("node"), 63), "ok": r.get("ok"), "phase": r.get("phase"),
             "failure": r.get("failure"), "warnings": [], "truncated": True,
             "chosen": {k: _cut(chosen.get(k), 63) for k in ("ifname", "addr", "subnet") if chosen.get(k)}
             or None,
-            "master": dict({k: master.get(k) for k in ("addr", "port") if master.get(k)},
-                           **({"joined": master["joined"]} if isinstance(master.get("joined"), bool) else {}))
-            or None}
+            "master": kept_master or None}
     if r.get("final") is False:  # the pessimistic report written before a phase
         keep["final"] = False
     if r.get("localWorldSize") is not None:  # several processes per node: how many, which failed

@@ -3,8 +3,8 @@
 A rank >= 1 that failed before joining rank 0's store (its MASTER_ADDR loopback or
 unresolvable, the master port refused or silent, its connections to rank 0 intercepted, a
 failure in config or inventory, or any failure its report marks ``master.joined: false``,
-such as an import of torch that failed) is seen by no peer: the others would wait for it until their own deadline. :func:`stranded` says
-when the verdict can go without the probes still running (after
+such as an import of torch that failed) is seen by no peer: the others would wait for it
+until their own deadline. :func:`stranded` says when the verdict can go without the probes still running (after
 :data:`STRANDED_SETTLE_SECONDS`), and how long it first waits for rank 0's own report when
 only rank 0 can name its node's fault (:func:`master_silent`, :func:`store_silent`). Used
 by :mod:`.probing`.
@@ -43,19 +43,30 @@ STRANDED_SETTLE_SECONDS = 3.0
 
 
 
-def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, dict]]:
-    """(the probe container's terminated state, its parsed report) when ``pod`` failed
-    before joining rank 0's store (STRANDING_REASONS; STRANDING_IN_RENDEZVOUS, or any reason
-    with :func:`never_joined`, from the rendezvous phase; a failure in config/inventory),
-    else None."""
+def _failed_probe(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, Optional[dict]]]:
+    """(the probe container's terminated state, its parsed report or None when none parses)
+    when ``pod`` Failed, else None."""
     if pod is None or observe.phase(pod) != "Failed":
         return None
     term = observe.terminated(pod, "probe")
     if not term:
         return None
     try:
-        rep = parse_report(observe.termination_message(pod, "probe"))
+        return term, parse_report(observe.termination_message(pod, "probe"))
     except ValueError:
+        return term, None
+
+
+def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, dict]]:
+    """(the probe container's terminated state, its parsed report) when ``pod`` failed
+    before joining rank 0's store (STRANDING_REASONS; STRANDING_IN_RENDEZVOUS, or any reason
+    with :func:`never_joined`, from the rendezvous phase; a failure in config/inventory),
+    else None."""
+    found = _failed_probe(pod, parse_report)
+    if found is None:
+        return None
+    term, rep = found
+    if rep is None:
         return None
     failure = v if isinstance(v := rep.get("failure"), dict) else {}
     reason, phase = failure.get("reason"), rep.get("phase")
@@ -174,13 +185,8 @@ def ended_unheard(pod: Optional[dict], parse_report: ReportParser) -> bool:
     The process was killed (out of memory, SIGKILL) and told its peers nothing: a final
     failure is published to them through the store, a kill is not, so they wait for it at
     their next gather until their own deadline. Pure; never raises."""
-    if pod is None or observe.phase(pod) != "Failed" or not observe.terminated(pod, "probe"):
-        return False
-    try:
-        rep = parse_report(observe.termination_message(pod, "probe"))
-    except ValueError:
-        return True
-    return rep.get("final") is False
+    found = _failed_probe(pod, parse_report)
+    return found is not None and (found[1] is None or found[1].get("final") is False)
 
 
 def excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) -> frozenset[int]:
