@@ -114,5 +114,5 @@ QUIET_REASONS = frozenset(PASS_REASON.values()) | {
 # Reasons of a job that waits (not a verdict): the condition can still turn either way.
 WAITING_REASONS = frozenset({
     vocabulary.WAITING_FOR_QUOTA, vocabulary.WAITING_FOR_RESOURCES, vocabulary.NAME_CONFLICT, vocabulary.API_ERROR,
-    vocabulary.KUEUE_UNAVAILABLE, vocabulary.WORKLOAD_EVICTED,
+    vocabulary.KUEUE_UNAVAILABLE, vocabulary.WORKLOAD_EVICTED, vocabulary.RESOURCE_NOT_OFFERED,
 })

@@ -100,7 +100,7 @@ def _reconcile(observed: Observed, parse_report: ReportParser, probe_image: str)
              pods=list(observed.pods), services=list(observed.services), parse_report=parse_report,
              probe_image=probe_image, api_failures=observed.api_failures, capabilities=capabilities,
              labels=dict(meta.get("labels") or {}) if isinstance(meta.get("labels"), dict) else {},
-             kueue=kueue, network_policies=observed.network_policies)
+             kueue=kueue, network_policies=observed.network_policies, nodes=observed.nodes)
     s.gangs = gangpolicy.gangs(s)
     _recall_attempts(s)
     _stages(s)
@@ -243,7 +243,7 @@ def _events(plan: Plan, old: dict, raw_status: Any, probing: bool) -> Plan:
             continue
         if new["status"] == cond.UNKNOWN and (prev is None or prev["status"] == cond.UNKNOWN)\
                 and new.get("reason") not in (vocabulary.API_ERROR, vocabulary.OPERATOR_ERROR,
-                                              vocabulary.NAME_CONFLICT):
+                                              vocabulary.NAME_CONFLICT, vocabulary.RESOURCE_NOT_OFFERED):
             continue
         if new["type"] in (constants.SUCCEEDED, constants.FAILED) and new["status"] == cond.FALSE:
             continue  # the other outcome condition carries the event

@@ -80,6 +80,23 @@ class ApiFailure:
 
 
 @dataclass(frozen=True)
+class NodeOffers:
+    """What the shell read of the cluster's nodes for a job whose pods the scheduler finds
+    ``Insufficient`` resources for (:mod:`.policies.offers`).
+
+    ``allocatable``: one ``(node name, status.allocatable)`` per node read (resource name ->
+    quantity text, as the API writes it); ``complete``: False when the read stopped at its
+    page bound, so "no node offers" cannot be said; ``autoscaler``: per pod name, the
+    latest word of a node autoscaler on it, ``(event reason, message)``
+    (``TriggeredScaleUp``, ``NotTriggerScaleUp``, Karpenter's ``Nominated``); empty when
+    the pods' Events were not read."""
+
+    allocatable: tuple[tuple[str, dict[str, Any]], ...] = ()
+    complete: bool = True
+    autoscaler: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Observed:
     """What one reconcile step sees of one job, as the shell read it at ``now`` (UTC).
 
@@ -89,7 +106,9 @@ class Observed:
     that failed; ``capabilities``: what the cluster serves (``workload-api``:
     :mod:`.policies.gang`); ``kueue``: what was read of a queued job's Kueue objects
     (:mod:`.policies.admission`); ``network_policies``: the NetworkPolicies of the job's
-    namespace, read while the job is probing (:mod:`disttrain.diagnosis.networkpolicy`)."""
+    namespace, read while the job is probing (:mod:`disttrain.diagnosis.networkpolicy`);
+    ``nodes``: the nodes' allocatable resources, read only while a pod of the job waits for
+    an ``Insufficient`` resource (None: not read, or the operator may not list nodes)."""
 
     body: dict[str, Any]
     pods: tuple[dict[str, Any], ...]
@@ -99,17 +118,19 @@ class Observed:
     capabilities: frozenset[str] = frozenset()
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)
     network_policies: tuple[dict[str, Any], ...] = ()
+    nodes: Optional[NodeOffers] = None
 
     # one parameter per field of Observed (a constructor that only turns iterables into tuples)
     @classmethod
     def of(cls, body: dict[str, Any], pods: Iterable[dict[str, Any]], now: datetime,  # noqa: PLR0913
            services: Iterable[dict[str, Any]] = (), api_failures: Iterable[ApiFailure] = (),
            capabilities: Iterable[str] = (), kueue: Optional[kueue_objects.KueueRead] = None,
-           network_policies: Iterable[dict[str, Any]] = ()) -> "Observed":
+           network_policies: Iterable[dict[str, Any]] = (),
+           nodes: Optional[NodeOffers] = None) -> "Observed":
         """From any iterables (copied into tuples; ``kueue`` None: nothing read)."""
         return cls(body, tuple(pods), now, tuple(services), tuple(api_failures),
                    frozenset(capabilities), kueue or kueue_objects.KueueRead(),
-                   tuple(network_policies))
+                   tuple(network_policies), nodes)
 
 
 @dataclass
@@ -160,6 +181,7 @@ class Step:
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)  # the queued job's Kueue objects
     placement: Optional[tuple[dict[str, str], list[dict]]] = None  # flavors' nodeSelector, tolerations
     network_policies: tuple[dict[str, Any], ...] = ()  # of the job's namespace (Observed's)
+    nodes: Optional[NodeOffers] = None  # the nodes' allocatable (Observed's; policies.offers)
     probe_run: Optional[ProbeRun] = None  # set by policies.probing once the verdict can be reached
 
     @property

@@ -102,6 +102,10 @@ TRAINING_RUNNING = _r("TrainingRunning", (SUCCEEDED, FAILED, TRAINING_STARTED), 
 RESTARTING = _r("Restarting", (TRAINING_STARTED,), _G, OPERATOR)
 
 WAITING_FOR_RESOURCES = _r("WaitingForResources", (PROBES_SCHEDULED, TRAINING_STARTED), _G, OPERATOR)
+# the scheduler finds a resource Insufficient that no node's allocatable has (or none as much
+# as one pod requests): Unknown while the schedule timeout runs, then the job fails with it
+RESOURCE_NOT_OFFERED = _r("ResourceNotOffered", (PROBES_SCHEDULED, TRAINING_STARTED, VALIDATED, SUCCEEDED,
+                                                 FAILED), (PROGRESS, FAILURE), OPERATOR)
 NAME_CONFLICT = _r("NameConflict", (PROBES_SCHEDULED, TRAINING_STARTED, VALIDATED, SUCCEEDED,
                                     FAILED), (PROGRESS, FAILURE), OPERATOR)
 MASTER_ADDR_UNKNOWN = _r("MasterAddrUnknown", (VALIDATED,), (PROGRESS, FAILURE), OPERATOR)

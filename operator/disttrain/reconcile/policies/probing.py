@@ -20,7 +20,7 @@ from disttrain.children import observe
 from disttrain.children.names import probe_pod_name
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
 
-from disttrain.reconcile.policies import conflicts, nodeloss, scheduling
+from disttrain.reconcile.policies import conflicts, nodeloss, offers, scheduling
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
 from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, record_start
 from disttrain.reconcile.policies.probereports import collect, given_master
@@ -53,10 +53,8 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         words = [(r, m) for r, _, m in unsched]
         msg = scheduling.summarize(words, n)
         if kinds <= {"wait"}:  # only busy nodes (or a gang waiting for them): it schedules later
-            s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, cond.clip(
-                f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
-                "(without gang scheduling, pods already placed keep their nodes meanwhile)"))
-            return False
+            decided = _not_offered(s, unsched)
+            return _wait(s, msg) if decided is None else decided
         scheduled = sorted({node for p in by_rank.values() if (node := observe.node(p))})
         if "not-enough-nodes" in kinds:
             reason = vocabulary.NOT_ENOUGH_NODES
@@ -87,6 +85,35 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
     else:
         s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.PROBES_PENDING,
               f"{len(placed)}/{n} probe pods scheduled")
+    return False
+
+
+def _wait(s: Step, msg: str) -> bool:
+    """WaitingForResources: the nodes are only busy; False (the preflight goes on)."""
+    s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, cond.clip(
+        f"waiting for capacity: {msg}; the probes start when the scheduler can place them "
+        "(without gang scheduling, pods already placed keep their nodes meanwhile)"))
+    return False
+
+
+def _not_offered(s: Step, unsched: list[tuple[int, dict, str]]) -> Optional[bool]:
+    """ResourceNotOffered when the probes request a resource no node offers enough of
+    (:mod:`.offers`): Unknown until the schedule timeout, then the preflight fails (True);
+    WaitingForResources while a node autoscaler adds a node. None: the nodes are only busy
+    (or not known)."""
+    found = offers.find(unsched, s.nodes, s.spec, s.now)
+    if found is None:
+        return None
+    if found.scaling:
+        s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, found.message)
+        return False
+    if found.expired:
+        s.set(constants.PROBES_SCHEDULED, constants.FALSE, vocabulary.RESOURCE_NOT_OFFERED, found.message)
+        s.fail_preflight(vocabulary.RESOURCE_NOT_OFFERED, found.message)
+        return True
+    s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.RESOURCE_NOT_OFFERED, found.message)
+    if found.left is not None:
+        s.plan.requeue(found.left)
     return False
 
 
@@ -173,10 +200,12 @@ def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
     """ProbeTimeout once the attempt overran its budget (``waiting``: what the verdict waits
     for, when not a running pod). The budget counts from the attempt's first pod or, if
     later, from when its last pod was scheduled; it does not run while the job waits for
-    capacity (WaitingForResources says so instead) or for a name another pod holds
+    capacity (WaitingForResources, or ResourceNotOffered with its own timeout, says so
+    instead) or for a name another pod holds
     (:func:`_name_conflicts`)."""
     sched = cond.get(s.conds, constants.PROBES_SCHEDULED) or {}
-    if sched.get("reason") in (vocabulary.WAITING_FOR_RESOURCES, vocabulary.NAME_CONFLICT):
+    if sched.get("reason") in (vocabulary.WAITING_FOR_RESOURCES, vocabulary.RESOURCE_NOT_OFFERED,
+                                 vocabulary.NAME_CONFLICT):
         return
     budget = probe_budget_seconds(s.spec)
     start = observe.parse_time(s.st.probe.start_time)

@@ -24,7 +24,7 @@ from disttrain.children import observe
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
-from disttrain.reconcile.policies import conflicts, restart
+from disttrain.reconcile.policies import conflicts, offers, restart
 from disttrain.reconcile.policies.deadline import training_seconds_left
 from disttrain.reconcile.policies.probelaunch import master_addr
 
@@ -144,14 +144,30 @@ def _name_conflicts(s: Step) -> bool:
     return False
 
 
-def _unplaced(s: Step, by_rank: dict[int, dict]) -> None:
-    """Say which training pods the scheduler cannot place on their validated node yet."""
-    stuck = [(r, p, observe.unschedulable(p)) for r, p in sorted(by_rank.items())]
-    stuck = [(r, p, m) for r, p, m in stuck if m]
-    if stuck and not s.is_true(constants.TRAINING_STARTED):
-        s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, cond.clip(
-            "; ".join(f"rank {r} ({observe.name(p)}) cannot be placed yet: {m}" for r, p, m in stuck)
-            + "; it starts when its validated node has room"))
+def _unplaced(s: Step, by_rank: dict[int, dict]) -> bool:
+    """Say which training pods the scheduler cannot place on their validated node yet; True
+    when one asks for a resource no node offers enough of past the schedule timeout (the
+    job failed with ResourceNotOffered, :mod:`.offers`)."""
+    stuck = [(r, p, m) for r, p in sorted(by_rank.items()) if (m := observe.unschedulable(p))]
+    if not stuck or s.is_true(constants.TRAINING_STARTED):
+        return False
+    found = offers.find(stuck, s.nodes, s.spec, s.now)
+    if found is not None:
+        if found.scaling:
+            s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, found.message)
+            return False
+        status = constants.FALSE if found.expired else constants.UNKNOWN
+        s.set(constants.TRAINING_STARTED, status, vocabulary.RESOURCE_NOT_OFFERED, found.message)
+        if found.expired:
+            s.finish(False, vocabulary.RESOURCE_NOT_OFFERED, found.message, "a resource no node offers")
+            return True
+        if found.left is not None:
+            s.plan.requeue(found.left)
+        return False
+    s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.WAITING_FOR_RESOURCES, cond.clip(
+        "; ".join(f"rank {r} ({observe.name(p)}) cannot be placed yet: {m}" for r, p, m in stuck)
+        + "; it starts when its validated node has room"))
+    return False
 
 
 def apply(s: Step) -> Outcome:
@@ -183,7 +199,8 @@ def run(s: Step) -> None:
             _create_unprobed(s, attempt, by_rank)
     if _name_conflicts(s):
         return
-    _unplaced(s, by_rank)
+    if _unplaced(s, by_rank):
+        return
     if by_rank and not s.st.start_time:
         s.st.start_time = s.ts
     n = s.spec.num_nodes
