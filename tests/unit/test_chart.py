@@ -59,7 +59,7 @@ def test_rbac_least_privilege():
     rules = [r for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]]
     flat = [(g, res, v) for r in rules for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]]
     assert not any("*" in x for t in flat for x in t), "no wildcards"
-    assert not any(res in ("secrets", "nodes", "configmaps") for _, res, _ in flat)
+    assert not any(res in ("secrets", "configmaps") for _, res, _ in flat)
     assert ("disttrain.dev", "disttrainingjobs/status", "patch") in flat
     assert ("", "pods", "create") in flat and ("", "pods", "delete") in flat
     assert not any(res == "pods" and v in ("update", "patch") for _, res, v in flat)
@@ -68,6 +68,23 @@ def test_rbac_least_privilege():
     assert [v for _, res, v in flat if res == "disttrainingjobs"] == ["get", "list", "watch", "delete"]
     # NetworkPolicies: read only, to name one that drops a job's traffic
     assert [(g, v) for g, res, v in flat if res == "networkpolicies"] == [("networking.k8s.io", "list")]
+    # nodes: listed only (their allocatable: a resource no node offers), events: posted and listed
+    assert [(g, v) for g, res, v in flat if res == "nodes"] == [("", "list")]
+    assert sorted(v for _, res, v in flat if res == "events") == ["create", "list"]
+
+
+@pytest.mark.parametrize("sets", [(), ("watchNamespaces={team-a,team-b}",)])
+def test_nodes_are_listed_cluster_wide_in_every_mode(sets):
+    """Nodes are cluster-scoped: a Role cannot grant them, so the ClusterRole lists them
+    whether the operator watches all namespaces or some; nothing more on nodes."""
+    docs = render(*sets)
+    cluster = next(d for d in docs if d["kind"] == "ClusterRole")["rules"]
+    assert [r["verbs"] for r in cluster if "nodes" in r["resources"]] == [["list"]]
+    roles = [r for d in docs if d["kind"] == "Role" for r in d["rules"]]
+    assert not any("nodes" in r["resources"] for r in roles)
+    events = [r["verbs"] for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]
+              if "events" in r["resources"]]
+    assert events and all(v == ["create", "list"] for v in events)
 
 
 def test_namespaced_mode_uses_roles():

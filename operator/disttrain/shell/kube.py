@@ -96,6 +96,36 @@ class Kube:
         pols = self.networking.list_namespaced_network_policy(namespace, limit=limit)
         return [self._plain(p) for p in pols.items]
 
+    def list_node_allocatable(self, limit: int = 500, max_pages: int = 10
+                              ) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
+        """Every node's ``(name, status.allocatable)``, read in pages of ``limit`` nodes and
+        at most ``max_pages`` pages (5000 nodes by default), each page's JSON parsed
+        without building the client's models (a node's image list is large). Returns the
+        nodes and whether the list is complete (False: stopped at the page bound). Raises
+        ApiException (403 without RBAC for nodes)."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        token: Optional[str] = None
+        for _ in range(max_pages):
+            kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            resp: Any = self.core.list_node(**kwargs)  # an HTTP response: _preload_content=False
+            page = json.loads(resp.data)
+            for node in page.get("items") or []:
+                meta, st = node.get("metadata") or {}, node.get("status") or {}
+                alloc = st.get("allocatable")
+                out.append((str(meta.get("name") or "?"), alloc if isinstance(alloc, dict) else {}))
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return out, True
+        return out, False
+
+    def list_pod_events(self, namespace: str, pod: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The Events on pod ``pod`` of ``namespace`` as dicts (at most ``limit``: one page)."""
+        events = self.core.list_namespaced_event(namespace, field_selector=f"involvedObject.name={pod}",
+                                                 limit=limit)
+        return [self._plain(e) for e in events.items]
+
     def get_object(self, api_version: str, kind: str, namespace: Optional[str],
                    name: str) -> Optional[dict[str, Any]]:
         """A custom object (namespaced, or cluster-scoped when ``namespace`` is None) as a

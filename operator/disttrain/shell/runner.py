@@ -11,6 +11,7 @@ reconcile tests use it with a simulated apiserver behind the same interface.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Optional
@@ -25,15 +26,20 @@ from disttrain.shell import metrics
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
 from disttrain.shell.kube import Kube, failure_from
+from disttrain.reconcile.policies import offers
 from disttrain.reconcile.policies.apierrors import SHOW_AFTER, backoff_seconds
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
 from disttrain.reconcile.loop import reconcile
 from disttrain.diagnosis.report import parse_report as _parse_report_model
-from disttrain.reconcile.step import ApiFailure, Observed
+from disttrain.reconcile.step import ApiFailure, NodeOffers, Observed
 
 log = logging.getLogger("disttrain.runner")
 
 Key = tuple[str, str]
+NODES_TTL_SECONDS = 30.0  # the nodes' allocatable is read at most this often (all jobs together)
+NODES_RETRY_SECONDS = 600.0  # after a refused or failed read of the nodes
+EVENTS_TTL_SECONDS = 15.0  # a pod's autoscaler Events are read at most this often
+EVENT_PODS = 3  # pods whose Events are read per step (the autoscaler speaks on each)
 
 
 def parse_report(raw: str) -> dict:
@@ -65,6 +71,11 @@ class Reconciler:
         self.read_errors: dict[Key, int] = {}
         self._capabilities: Optional[frozenset[str]] = None
         self._netpol_warned = False
+        self.clock = time.monotonic
+        self._nodes: Optional[tuple[float, Optional[tuple[tuple[tuple[str, dict], ...], bool]]]] = None
+        self._nodes_warned = False
+        self._events_warned = False
+        self._events: dict[tuple[str, str], tuple[float, Optional[tuple[str, str]]]] = {}
 
     def capabilities(self) -> frozenset[str]:
         """What the cluster serves that changes the plan (discovered once; a failed
@@ -139,6 +150,64 @@ class Reconciler:
                             "networkpolicies (the chart does)", exc.status)
             return ()
 
+    def nodes(self, namespace: str, pods: list[dict]) -> Optional[NodeOffers]:
+        """The nodes' allocatable, and a node autoscaler's word on the pods, while a pod of
+        the job waits for an ``Insufficient`` resource (:mod:`disttrain.reconcile.policies.offers`);
+        None otherwise. The nodes are read at most every :data:`NODES_TTL_SECONDS` for all
+        jobs, bounded by pages (:meth:`Kube.list_node_allocatable`); the Events of at most
+        :data:`EVENT_PODS` pods whose resource no node offers, each at most every
+        :data:`EVENTS_TTL_SECONDS`. Never raises: a read the operator may not make (no RBAC
+        for nodes) or that fails gives None (the job waits as before), said once in the log."""
+        waiting = [(p, m) for p in pods if (m := observe.unschedulable(p)) and offers.insufficient(m)]
+        read = self._node_allocatable() if waiting else None
+        if read is None:
+            return None
+        found = NodeOffers(*read)
+        unoffered = [p for p, m in waiting if offers.shortages(p, m, found)]
+        words = {}
+        for p in unoffered[:EVENT_PODS]:
+            word = self._autoscaler_word(namespace, observe.name(p))
+            if word is not None:
+                words[observe.name(p)] = word
+        return NodeOffers(found.allocatable, found.complete, words)
+
+    def _node_allocatable(self) -> Optional[tuple[tuple[tuple[str, dict], ...], bool]]:
+        now = self.clock()
+        if self._nodes is not None and now < self._nodes[0]:
+            return self._nodes[1]
+        try:
+            items, complete = self.kube.list_node_allocatable()
+            self._nodes = (now + NODES_TTL_SECONDS, (tuple(items), complete))
+        except Exception as exc:  # noqa: BLE001 - optional evidence: never fails a step
+            self._nodes = (now + NODES_RETRY_SECONDS, None)
+            if not self._nodes_warned:
+                self._nodes_warned = True
+                f = failure_from(exc, "list", "Node", "")
+                log.warning("cannot list nodes (HTTP %s: %s): a job whose pods request a resource no "
+                            "node offers will wait as if the nodes were busy; grant list on nodes "
+                            "(the chart does)", f.code, f.message[:200])
+        return self._nodes[1]
+
+    def _autoscaler_word(self, namespace: str, pod: str) -> Optional[tuple[str, str]]:
+        now, key = self.clock(), (namespace, pod)
+        cached = self._events.get(key)
+        if cached is not None and now < cached[0]:
+            return cached[1]
+        if len(self._events) > 1024:  # forget pods long gone
+            self._events = {k: v for k, v in self._events.items() if now < v[0]}
+        try:
+            word = offers.autoscaler_word(self.kube.list_pod_events(namespace, pod))
+            self._events[key] = (now + EVENTS_TTL_SECONDS, word)
+        except Exception as exc:  # noqa: BLE001 - optional evidence: never fails a step
+            self._events[key] = (now + NODES_RETRY_SECONDS, None)
+            if not self._events_warned:
+                self._events_warned = True
+                f = failure_from(exc, "list", "Event", pod)
+                log.warning("cannot list the Events of pod %s/%s (HTTP %s): a node autoscaler's "
+                            "scale-up for it is not seen; grant list on events", namespace, pod, f.code)
+            return None
+        return word
+
     def kueue(self, namespace: str, job: dict) -> Optional[kueue.KueueRead]:
         """For a job queued in Kueue: its Workload and the ResourceFlavors it was admitted
         with, or why they cannot be read (:mod:`disttrain.reconcile.policies.admission`); None when the
@@ -181,6 +250,7 @@ class Reconciler:
             capabilities = self.capabilities()
             queued = self.kueue(namespace, job)
             policies = self.network_policies(namespace, job, pods)
+            nodes = self.nodes(namespace, pods)
         except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
             n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
             f = failure_from(exc, "get", "DistTrainingJob", name)
@@ -191,7 +261,7 @@ class Reconciler:
         uid = job["metadata"].get("uid", "")
         seen = Observed.of(job, pods, now or datetime.now(timezone.utc), services=services,
                            api_failures=self.failures_for(key, uid), capabilities=capabilities,
-                           kueue=queued, network_policies=policies)
+                           kueue=queued, network_policies=policies, nodes=nodes)
         plan = reconcile(seen, parse_report, probe_image=self.probe_image)
         new_failures = self.kube.apply(job, plan)
         self.remember(key, uid, new_failures)
