@@ -205,8 +205,12 @@ class SchedulingPolicy(CamelModel):
     )
     schedule_timeout_seconds: Optional[int] = Field(
         None, strict=True, ge=1, le=MAX_INT32,
-        description="coscheduling: the PodGroup's scheduleTimeoutSeconds, in seconds (at most "
-        "2147483647, the PodGroup field's int32)."
+        description="How long, in seconds, the job's pods may wait for the scheduler (at most "
+        "2147483647, the PodGroup field's int32). With any gang setting: when a pod requests "
+        "a resource no node offers (none has it in status.allocatable, or none as much), the "
+        "job fails this long after the pod became unschedulable (ResourceNotOffered; unset: "
+        "300) unless a node autoscaler is adding a node for it. coscheduling: also the "
+        "PodGroup's scheduleTimeoutSeconds (unset: the plugin's default)."
     )
 
 
