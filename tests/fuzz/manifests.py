@@ -167,7 +167,7 @@ container_security = optional_dict({}, {
     "privileged": maybe(st.booleans()), "runAsUser": maybe(ints(0, 2**31 - 1)),
     "runAsNonRoot": maybe(st.booleans()), "capabilities": maybe(capabilities),
 })
-container_names = weighted((12, st.sampled_from(["trainer", "sidecar", "probe", "install-probe"])),
+container_names = weighted((12, st.sampled_from(["trainer", "sidecar", "probe", "install-probe", "pytorch", "node"])),
                            (1, st.sampled_from(["Trainer", "t" * 64, "", "trainer.1", "t" * 63])))
 
 
@@ -190,6 +190,7 @@ def containers(init: bool = False) -> st.SearchStrategy:
                                 max_size=2)),
         "tty": maybe(st.booleans()),
         "terminationMessagePolicy": maybe(st.sampled_from(["File", "FallbackToLogsOnError", "Logs"])),
+        **({"restartPolicy": maybe(st.sampled_from(["Always", "Never"]))} if init else {}),
     })
     return weighted((3, st.lists(maybe(one, junk_weight=0 if not init else 1), min_size=0 if init else 1,
                                  max_size=1)),
@@ -340,6 +341,7 @@ SPEC_OPTIONAL = {
     "probe": maybe_unset(fields({}, PROBE_FIELDS)),
     "runPolicy": maybe_unset(fields({}, RUN_POLICY_FIELDS)),
     "suspend": maybe_unset(st.booleans()),
+    "trainerContainer": maybe_unset(st.sampled_from(["trainer", "sidecar", "pytorch", "node", "Trainer", ""])),
 }
 spec = fields(SPEC_REQUIRED, SPEC_OPTIONAL)
 

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.api import torchrun
-from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
+from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message, trainer_index, trainer_of
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
 from disttrain.reconcile.loop import Observed, reconcile
 from disttrain.children.names import JobRef, uses_dns_hostnames
@@ -131,6 +131,14 @@ def _job(name: str, **spec) -> dict:
     (_job("ddp", numProcPerNode=257), "both refuse"),
     (_job("ddp", numProcPerNode=2**40), "both refuse"),
     (_job("ddp", runPolicy={"activeDeadlineSeconds": 2**31}), "both refuse"),
+    # the trainer: the only container, the one trainerContainer names, or the one named so
+    (_job("ddp", template={"spec": {"containers": [{"name": "logs"}, {"name": "main"}]}}), "both refuse"),
+    (_job("ddp", template={"spec": {"containers": [{"name": "logs"}, {"name": "pytorch"}]}}), "both accept"),
+    (_job("ddp", template={"spec": {"containers": [{"name": "node"}, {"name": "trainer"}]}}), "both refuse"),
+    (_job("ddp", trainerContainer="main", template={"spec": {"containers": [{"name": "logs"}, {"name": "main"}]}}),
+     "both accept"),
+    (_job("ddp", trainerContainer="main"), "both refuse"),
+    (_job("ddp", template={"spec": {"containers": [{"name": "x"}]}}), "both accept"),
 ])
 def test_crd_and_operator_agree_on_the_cases_that_once_split_them(m, outcome):
     assert _agree(m) == outcome
@@ -189,8 +197,11 @@ def _check_pod(pod: dict, spec: DistTrainingJobSpec, raw_trainer: dict, role: st
     terms = (((ps.get("affinity") or {}).get("nodeAffinity") or {})
              .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms")
     assert terms is None or (isinstance(terms, list) and all(isinstance(t, dict) for t in terms)), name
+    if role == constants.ROLE_WORKER:  # the rendezvous goes to the trainer alone
+        others = [c for i, c in enumerate(ps["containers"]) if i != trainer_index(spec)]
+        assert all(e["name"] != "PET_NNODES" for c in others for e in c.get("env") or []), name
     if role == constants.ROLE_WORKER and spec.launcher == "torchrun":
-        trainer = ps["containers"][0]
+        trainer = ps["containers"][trainer_index(spec)]
         env = {e["name"]: e.get("value") for e in trainer["env"]}
         wrapped = trainer["command"][:1] == ["torchrun"] or trainer["command"][1:3] == ["-m", "torch.distributed.run"]
         if not wrapped or torchrun.launches(list(raw_trainer.get("command") or []) + list(raw_trainer.get("args") or [])):
@@ -205,7 +216,7 @@ def _check_pod(pod: dict, spec: DistTrainingJobSpec, raw_trainer: dict, role: st
 
 def _build_all(name: str, spec: DistTrainingJobSpec) -> None:
     job = JobRef(name, "ns", "uid-1")
-    raw_trainer = spec.template.spec["containers"][0]
+    raw_trainer = trainer_of(spec)
     n = spec.num_nodes
     for rank in sorted({0, min(1, n - 1), n - 1}):
         master = None if rank == 0 else "10.0.0.1"
@@ -238,8 +249,8 @@ def test_crd_pydantic_and_builders_agree(m):
         assert spec is not None or "torchrun" in err, f"CRD admitted, pydantic refused: {err}"
         if spec is None:
             event("admitted, then refused by the operator: contradicting torchrun option")
-        elif torchrun.launches(list(spec.template.spec["containers"][0].get("command") or [])
-                               + list(spec.template.spec["containers"][0].get("args") or [])):
+        elif torchrun.launches(list(trainer_of(spec).get("command") or [])
+                               + list(trainer_of(spec).get("args") or [])):
             event("admitted: the user's own torchrun")
         if spec is not None:
             assert job_name_problem(name, spec) is None, "CRD admitted a name the operator refuses"

@@ -139,6 +139,9 @@ class InitContainer(K8sModel):
     tty: Optional[bool] = None
     termination_message_path: Optional[str] = None
     termination_message_policy: Optional[Literal["File", "FallbackToLogsOnError"]] = None
+    restart_policy: Optional[Literal["Always"]] = Field(
+        None, description="Always on an init container: a native sidecar (runs beside the "
+        "containers; Kubernetes 1.29+).")
 
     @model_validator(mode="after")
     def _unique_mounts(self) -> "InitContainer":
@@ -147,7 +150,8 @@ class InitContainer(K8sModel):
 
 
 class Container(InitContainer):
-    """A container; the first one runs training and gets the rendezvous environment."""
+    """A container: the trainer (it runs training and gets the rendezvous environment) or a
+    sidecar (passed through)."""
 
     # a narrower item type than InitContainer's (a list is invariant to mypy; pydantic
     # validates this field on its own)

@@ -153,11 +153,13 @@ INIT_NAME_CLASH = "an initContainer has the name of a container; names must be u
 
 
 class PodSpec(K8sModel):
-    """A core/v1 PodSpec. containers[0] runs the training command."""
+    """A core/v1 PodSpec. One container runs the training command (the trainer, see
+    spec.trainerContainer); the others are sidecars."""
 
     containers: list[Container] = Field(
         min_length=1, max_length=MAX_CONTAINERS,
-        description="Containers; the first one runs the training command.",
+        description="Containers: the trainer (the only one, the one spec.trainerContainer "
+        "names, or the one named trainer, pytorch or node) and sidecars, in any order.",
         json_schema_extra=LIST_MAP_BY_NAME)
     init_containers: Optional[list[InitContainer]] = Field(
         None, max_length=MAX_CONTAINERS, json_schema_extra=LIST_MAP_BY_NAME)
@@ -254,8 +256,8 @@ _AS_GIVEN = PlainSerializer(lambda v: v, return_type=dict)
 
 class PodTemplate(BaseModel):
     """A PodTemplateSpec for one node's pod (metadata + spec); only ``spec.containers`` is
-    required. The first container is the trainer; the operator injects rendezvous
-    environment into it. The fields the operator reads are typed (see this module); all
+    required. One container is the trainer (see :mod:`disttrain.api.trainer`); the operator
+    injects the rendezvous environment into it alone. The fields the operator reads are typed (see this module); all
     others (serviceAccountName, annotations such as Multus networks, ...) pass through.
     ``metadata`` and ``spec`` are the plain dicts given, after validation."""
 
@@ -268,7 +270,9 @@ class PodTemplate(BaseModel):
         metadata: Annotated[TemplateMetadata, WrapValidator(_keep_input), _AS_GIVEN] = Field(
             default_factory=dict, description="Labels and annotations copied to every pod.")
         spec: Annotated[PodSpec, WrapValidator(_keep_input), _AS_GIVEN] = Field(
-            description="A core/v1 PodSpec. spec.containers[0] runs the training command.")
+            description="A core/v1 PodSpec. The trainer container (see spec.trainerContainer) "
+            "runs the training command; the other containers and initContainers with "
+            "restartPolicy Always are sidecars, passed through.")
 
     @field_validator("metadata", mode="before")
     @classmethod

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import Field, StrictInt, field_validator, model_validator
+from pydantic import Field, JsonValue, StrictInt, field_validator, model_validator
 
 from disttrain.api import constants
 from disttrain.api import torchrun
+from disttrain.api import trainer as trainer_rule
 from disttrain.api.common import (
     CamelModel,
     CleanPodPolicy,
@@ -265,6 +266,14 @@ class DistTrainingJobSpec(CamelModel):
         },
     )
     template: PodTemplate = Field(description="PodTemplateSpec for one node's pod.")
+    trainer_container: Optional[str] = Field(
+        None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        description="The name of the template's container that runs training (gets the "
+        "rendezvous environment, the torchrun wrapping and the GPUs counted). Unset: the only "
+        "container, else the one named trainer, pytorch (Kubeflow PyTorchJob) or node "
+        "(Kubeflow Trainer v2). The other containers, and initContainers with restartPolicy "
+        "Always, are sidecars: passed through untouched, and their exit never ends a rank.",
+    )
     launcher: Launcher = Field(
         Launcher.torchrun,
         description="torchrun: the operator wraps the container command in torchrun with the "
@@ -297,6 +306,9 @@ class DistTrainingJobSpec(CamelModel):
         for rule in SPEC_RULES:
             if not rule["check"](self):
                 raise ValueError(rule["message"])
+        problem = trainer_rule.trainer_problem(self.template.spec.get("containers"), self.trainer_container)
+        if problem:
+            raise ValueError(problem)
         problem = torchrun_option_problem(self)
         if problem:
             raise ValueError(problem)
@@ -334,20 +346,35 @@ SPEC_TRANSITION_RULES: list[dict[str, str]] = [
         "message": "numNodes is immutable: delete the job and create it again",
     }
 ]
-DistTrainingJobSpec.model_config["json_schema_extra"] = {
-    "x-kubernetes-validations": [
-        {"rule": r["rule"], "message": r["message"]} for r in SPEC_RULES + SPEC_TRANSITION_RULES
-    ]
-}
+_SPEC_CEL: list[JsonValue] = [{"rule": r["rule"], "message": r["message"]}
+                               for r in SPEC_RULES + SPEC_TRANSITION_RULES]
+_SPEC_CEL += [dict(r) for r in trainer_rule.TRAINER_RULES]  # the trainer's choice (api/trainer.py)
+DistTrainingJobSpec.model_config["json_schema_extra"] = {"x-kubernetes-validations": _SPEC_CEL}
 DistTrainingJobSpec.model_rebuild(force=True)
+
+
+def trainer_index(spec: DistTrainingJobSpec) -> int:
+    """The trainer's position in ``spec.template.spec.containers``
+    (:func:`disttrain.api.trainer.trainer_name` decides it); 0 for a spec whose trainer
+    cannot be told (never validated: the model refuses it)."""
+    index = trainer_rule.trainer_index(spec.template.spec.get("containers"), spec.trainer_container)
+    return 0 if index is None else index
+
+
+def trainer_of(spec: DistTrainingJobSpec) -> dict[str, Any]:
+    """The trainer container as written in the template (not a copy; {} when absent)."""
+    containers = spec.template.spec.get("containers")
+    containers = containers if isinstance(containers, list) else []
+    i = trainer_index(spec)
+    return containers[i] if i < len(containers) and isinstance(containers[i], dict) else {}
 
 
 def nproc_for(spec: DistTrainingJobSpec) -> int:
     """Processes per node: the explicit number, or for ``auto`` the GPUs the trainer
-    container requests (``nvidia.com/gpu``), or 1 without GPUs."""
+    container requests (``nvidia.com/gpu``; sidecars' GPUs do not count), or 1 without GPUs."""
     if spec.num_proc_per_node != "auto":
         return int(spec.num_proc_per_node)
-    return max(1, gpus_requested(spec.template.spec["containers"][0]))
+    return max(1, gpus_requested(trainer_of(spec)))
 
 
 def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
@@ -356,7 +383,7 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
     message naming the field, the option, why and the fix; else None. Checked by the
     operator (an InvalidSpec condition within a second of apply), not by the CRD: telling
     torchrun's options from the training script's needs torchrun's parser."""
-    trainer = spec.template.spec["containers"][0]
+    trainer = trainer_of(spec)
     command = list(trainer.get("command") or [])
     argv = command + list(trainer.get("args") or [])
     problems = torchrun.conflicting_options(
@@ -376,7 +403,7 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
     others = [p.text[:60] for p, _ in problems[1:]]
     more = (f" (also {', '.join(others[:2])}" + (f" and {len(others) - 2} more" if len(others) > 2 else "")
             + ")") if others else ""
-    return (f"spec.template.spec.containers[0].{field}: torchrun option {opt.text[:60]} "
+    return (f"spec.template.spec.containers[{trainer_index(spec)}].{field}: torchrun option {opt.text[:60]} "
             f"contradicts the validated rendezvous ({why}){more}; {fix}")
 
 

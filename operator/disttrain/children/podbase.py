@@ -10,7 +10,7 @@ import copy
 from typing import Any
 
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec, gpus_requested, nproc_for
+from disttrain.api.types import DistTrainingJobSpec, gpus_requested, nproc_for, trainer_index, trainer_of
 from disttrain.children.names import JobRef, job_selector, pod_hostname, service_name, uses_dns_hostnames
 
 
@@ -36,9 +36,18 @@ def nproc_per_node(spec: DistTrainingJobSpec) -> int:
 
 
 def trainer_container(spec: DistTrainingJobSpec) -> dict[str, Any]:
-    """A deep copy of the template's first container (the trainer)."""
-    containers = list_of(dict_of(spec.template.spec).get("containers"))
-    return copy.deepcopy(dict_of(containers[0])) if containers else {}
+    """A deep copy of the template's trainer container (:func:`disttrain.api.types.trainer_of`:
+    the only one, the one ``spec.trainerContainer`` names, or the one named ``trainer``,
+    ``pytorch`` or ``node``); {} when absent."""
+    return copy.deepcopy(dict_of(trainer_of(spec)))
+
+
+def with_trainer(spec: DistTrainingJobSpec, pod_spec: dict[str, Any], trainer: dict[str, Any]) -> None:
+    """Put ``trainer`` in ``pod_spec``'s containers in the trainer's place; the sidecars
+    keep theirs, untouched."""
+    containers = list_of(pod_spec.get("containers"))
+    i = trainer_index(spec)
+    pod_spec["containers"] = containers[:i] + [trainer] + containers[i + 1:]
 
 
 def template_labels(spec: DistTrainingJobSpec) -> dict[str, str]:

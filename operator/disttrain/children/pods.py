@@ -32,6 +32,7 @@ from disttrain.children.podbase import (
     require_node_affinity,
     template_labels,
     trainer_container,
+    with_trainer,
 )
 
 
@@ -117,8 +118,8 @@ def build_worker_pod(
     """The training pod for node rank ``rank``.
 
     Pinned to ``node`` (the node whose probe validated rank ``rank``) by a required
-    nodeAffinity, so the scheduler still checks resources and taints. The first container
-    gets MASTER_ADDR/MASTER_PORT, WORLD_SIZE/RANK/LOCAL_RANK (env launcher), PET_* (read by
+    nodeAffinity, so the scheduler still checks resources and taints. The trainer container
+    (:func:`disttrain.api.types.trainer_of`; sidecars, plain or native, are left as written) gets MASTER_ADDR/MASTER_PORT, WORLD_SIZE/RANK/LOCAL_RANK (env launcher), PET_* (read by
     torchrun and Kubeflow tooling: PET_NNODES, PET_NODE_RANK, PET_NPROC_PER_NODE,
     PET_MASTER_ADDR, PET_MASTER_PORT, and for rendezvous.backend c10d PET_RDZV_BACKEND,
     PET_RDZV_ENDPOINT, PET_RDZV_ID), NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME. With the
@@ -171,5 +172,5 @@ def build_worker_pod(
         trainer["args"] = []
     trainer.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     declare_rendezvous_port(trainer, spec, rank)
-    pod_spec["containers"] = [trainer] + list_of(pod_spec.get("containers"))[1:]
+    with_trainer(spec, pod_spec, trainer)
     return pod
