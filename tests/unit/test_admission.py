@@ -103,3 +103,15 @@ def test_deactivated_workload_fails_the_job_and_unreadable_kueue_is_said():
 def test_unqueued_jobs_are_untouched():
     plan = step(job(), [])
     assert cond.get(plan.status["conditions"], constants.ADMITTED) is None and names(plan) == ["j-probe-0"]
+
+
+def test_the_workload_counts_sidecars_and_init_containers_as_the_scheduler_does():
+    body = queued()
+    tmpl = body["spec"]["template"]["spec"]
+    tmpl["containers"].insert(0, {"name": "logs", "image": "l:1", "resources": {"requests": {"cpu": "1"}}})
+    tmpl["initContainers"] = [{"name": "ship", "image": "s:1", "restartPolicy": "Always",
+                               "resources": {"requests": {"cpu": "1"}}, "command": ["x"]}]
+    pod = step(body, []).objects[0]["spec"]["podSets"][0]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["logs", "trainer"]
+    assert pod["initContainers"] == [{"name": "ship", "image": "s:1", "resources": {"requests": {"cpu": "1"}},
+                                      "restartPolicy": "Always"}]

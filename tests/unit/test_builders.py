@@ -42,7 +42,7 @@ def test_probe_pod_runs_in_training_image_with_same_constraints():
     assert pod["metadata"]["labels"][constants.LABEL_ATTEMPT] == "3"
     assert ps["nodeSelector"] == {"pool": "gpu"} and ps["tolerations"]
     probe = ps["containers"][0]
-    assert probe["image"] == "example/train:1" and probe["resources"] == {"limits": {"cpu": "2"}}
+    assert probe["image"] == "example/train:1" and probe["resources"] == {"requests": {"cpu": "2"}, "limits": {"cpu": "2"}}
     assert probe["command"] == ["python", constants.PROBE_LAUNCHER]
     assert ps["initContainers"][0]["image"] == "probe:1"
     e = env(probe)

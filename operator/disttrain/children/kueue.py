@@ -42,15 +42,27 @@ def workload_name(job: JobRef) -> str:
     return f"{job.name}-{job.uid[:8]}".rstrip("-")
 
 
+def _quota_containers(containers: Any) -> list[dict[str, Any]]:
+    """Containers as the quota sees them: name, image, resources (and an init container's
+    restartPolicy, which makes it a sidecar)."""
+    out = []
+    for ctr in containers if isinstance(containers, list) else []:
+        if isinstance(ctr, dict):
+            out.append({"name": ctr.get("name"), "image": ctr.get("image") or "unknown",
+                        "resources": copy.deepcopy(ctr.get("resources") or {}),
+                        **({"restartPolicy": ctr["restartPolicy"]} if ctr.get("restartPolicy") else {})})
+    return out
+
+
 def workload(job: JobRef, spec: DistTrainingJobSpec, queue: str) -> dict[str, Any]:
     """The Workload Kueue admits: one pod set of numNodes pods with the template's
-    containers (their resource requests are what the quota counts), node selector,
+    containers and init containers (their resource requests are what the quota counts, as
+    the scheduler sums them), node selector,
     affinity and tolerations (Kueue matches them against the ResourceFlavors)."""
     tmpl = spec.template.spec
-    pod_spec: dict[str, Any] = {"containers": [
-        {"name": ctr.get("name"), "image": ctr.get("image") or "unknown",
-         "resources": copy.deepcopy(ctr.get("resources") or {})}
-        for ctr in tmpl.get("containers") or [] if isinstance(ctr, dict)]}
+    pod_spec: dict[str, Any] = {"containers": _quota_containers(tmpl.get("containers"))}
+    if tmpl.get("initContainers"):  # sidecars and init containers count as the scheduler counts them
+        pod_spec["initContainers"] = _quota_containers(tmpl.get("initContainers"))
     for key in ("nodeSelector", "affinity", "tolerations", "priorityClassName"):
         if tmpl.get(key):
             pod_spec[key] = copy.deepcopy(tmpl[key])

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from disttrain.api import constants
+from disttrain.api.podresources import pod_resources
 from disttrain.api.types import DistTrainingJobSpec, gpus_requested
 from disttrain.children.names import (
     JobRef,
@@ -22,7 +23,6 @@ from disttrain.children.podbase import (
     beacon_port,
     declare_beacon_port,
     declare_rendezvous_port,
-    dict_of,
     env_var,
     field_env,
     list_of,
@@ -132,8 +132,10 @@ def build_probe_pod(
 ) -> dict[str, Any]:
     """The probe pod for node rank ``rank``.
 
-    Same scheduling constraints and resources as training (the template's pod spec, its
-    first container's image, resources and mounts), one probe pod per node (required pod
+    Same scheduling constraints as training (the template's pod spec), the trainer's image,
+    env and mounts, and resources that reserve what the whole training pod will need on its
+    node (:func:`disttrain.api.podresources.pod_resources`: its containers, native sidecars
+    and init containers, as the scheduler sums them), one probe pod per node (required pod
     anti-affinity on kubernetes.io/hostname), ``restartPolicy: Never``. With
     ``probe.useTrainingImage`` an init container copies the probe program from the probe
     image into an emptyDir and the probe runs inside the training image; otherwise it runs
@@ -159,7 +161,8 @@ def build_probe_pod(
         "command": ["python", "-m", "disttrain_probe"],
         "args": [],
         "env": merge_env(trainer.get("env"), env),
-        "resources": dict_of(trainer.get("resources")),
+        # what the training pod (trainer, sidecars, init containers) will need on this node
+        "resources": pod_resources(spec.template.spec),
         # The probe program's own mount wins over one of the trainer's at the same path.
         "volumeMounts": [m for m in list_of(trainer.get("volumeMounts")) if isinstance(m, dict)
                          and m.get("mountPath") != constants.PROBE_INSTALL_DIR
