@@ -67,6 +67,18 @@ class StepBuilder:
         """``spec.probe.enabled: false``: training starts without a preflight."""
         return self.spec(probe={"enabled": False})
 
+    def sidecar(self, first: bool = True, native: bool = False) -> "StepBuilder":
+        """A log-shipping sidecar ``logs`` in the template: a container listed before the
+        trainer (or after it), or a native one (an init container, restartPolicy Always)."""
+        logs = {"name": "logs", "image": "example/logs:1", "command": ["sh", "-c", "tail -F /logs/x"],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}
+        tmpl = self.body["spec"]["template"]["spec"]
+        if native:
+            tmpl["initContainers"] = [{**logs, "restartPolicy": "Always"}]
+        else:
+            tmpl["containers"] = [logs] + tmpl["containers"] if first else tmpl["containers"] + [logs]
+        return self
+
     def run_policy(self, **fields: Any) -> "StepBuilder":
         """``spec.runPolicy`` (backoffLimit, reprobeOnFailure, activeDeadlineSeconds, ...)."""
         return self.spec(runPolicy=fields)

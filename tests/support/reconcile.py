@@ -49,3 +49,34 @@ def workers(*phases, attempt=0, exit_code=1):
     return [pod(f"j-worker-{r}", "worker", r, attempt=attempt, phase=ph, node=node_name(r),
                 container="trainer", exit_code=exit_code if ph == "Failed" else None,
                 message="Traceback: boom" if ph == "Failed" else None) for r, ph in enumerate(phases)]
+
+
+def _state(state, message=None):
+    """A container status' ``state``: "running", or an exit code (terminated)."""
+    if state == "running":
+        return {"running": {"startedAt": "2026-11-30T11:59:30Z"}}
+    return {"terminated": {"exitCode": state, "message": message}}
+
+
+def sidecar_worker(rank, trainer="running", sidecar="running", *, phase="Running", attempt=0,
+                   sidecar_first=True, init=None, host_port=False):
+    """Rank ``rank``'s training pod with a plain sidecar ``logs`` (listed before the trainer
+    unless ``sidecar_first`` is False) and the trainer ``trainer``, on node r; each
+    container's state "running" or its exit code; a failed trainer's message says
+    "Traceback: boom", a sidecar's "proxy: all good". ``init``: (name, exit code) of a
+    plain init container; ``host_port``: the trainer declares hostPort 29500."""
+    p = pod(f"j-worker-{rank}", "worker", rank, attempt=attempt, phase=phase, node=node_name(rank),
+            container="trainer")
+    ctrs = [{"name": "logs"}, {"name": "trainer"}]
+    if host_port:
+        ctrs[1]["ports"] = [{"containerPort": 29500, "hostPort": 29500}]
+    p["spec"]["containers"] = ctrs if sidecar_first else ctrs[::-1]
+    p["status"]["containerStatuses"] = [
+        {"name": "logs", "state": _state(sidecar, "proxy: all good")},
+        {"name": "trainer", "state": _state(trainer, "Traceback: boom" if trainer not in ("running", 0) else None)}]
+    if init:
+        p["spec"]["initContainers"] = [{"name": init[0]}, {"name": "shipper", "restartPolicy": "Always"}]
+        p["status"]["initContainerStatuses"] = [
+            {"name": init[0], "state": _state(init[1], "pip: no such package")},
+            {"name": "shipper", "state": _state("running")}]
+    return p

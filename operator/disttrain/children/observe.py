@@ -149,15 +149,6 @@ def node(pod: Any) -> Optional[str]:
     return v if isinstance(v, str) and v else None
 
 
-def container_names(pod: Any) -> list[str]:
-    return [str(_dict(x).get("name")) for x in _list(_dict(_dict(pod).get("spec")).get("containers"))]
-
-
-def first_container(pod: Any) -> str:
-    names = container_names(pod)
-    return names[0] if names else ""
-
-
 def _container_statuses(pod: Any, init: bool = False) -> list[dict]:
     key = "initContainerStatuses" if init else "containerStatuses"
     return [_dict(x) for x in _list(status(pod).get(key))]

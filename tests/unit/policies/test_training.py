@@ -4,21 +4,36 @@ training run, from the validated job to its outcome."""
 import json
 
 from disttrain.api import constants as C
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import training
 from disttrain.reconcile.step import Outcome
 from disttrain_probe.contract import vocabulary as V
 
 from ...support.builders import Want, check, given, table
 from ...support.fixtures import node_name, pod
-from ...support.reconcile import workers
+from ...support.reconcile import sidecar_worker, workers
 
 UNK, TRUE, FALSE = C.UNKNOWN, C.TRUE, C.FALSE
 NOT_STARTED = (UNK, V.TRAINING_PENDING)
 
 
+def trainer_of(p):
+    """The pod's container named ``trainer``."""
+    return next(c for c in p["spec"]["containers"] if c["name"] == "trainer")
+
+
 def env(p, name):
-    """The value of ``name`` in the pod's first container's environment (None: not set)."""
-    return next((e.get("value") for e in p["spec"]["containers"][0]["env"] if e["name"] == name), None)
+    """The value of ``name`` in the trainer's environment (None: not set)."""
+    return next((e.get("value") for e in trainer_of(p).get("env") or [] if e["name"] == name), None)
+
+
+def sidecar_untouched(s):
+    """Every planned pod has its sidecar ``logs`` exactly as the template wrote it (no
+    rendezvous environment, no torchrun), and its trainer the rendezvous and torchrun."""
+    tmpl = {c["name"]: c for c in s.spec.template.spec["containers"]}
+    return all([c for c in p["spec"]["containers"] if c["name"] == "logs"] == [tmpl["logs"]]
+               and env(p, "MASTER_ADDR") and "torch.distributed.run" in trainer_of(p)["command"]
+               for p in s.plan.creates) and s.plan.creates
 
 
 def pinned(s, master="10.100.0.10", ifname="eth1"):
@@ -84,7 +99,7 @@ def rank0(host_ip="10.100.0.10"):
     ("a rank failed, no restarts allowed: the job failed naming it",
      given().training().workers("Running", "Failed"),
      Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.RANK_FAILED)}, creates=[],
-          says={C.FAILED: "rank 1 (j-worker-1 on node-b) exited 1: Traceback: boom"})),
+          says={C.FAILED: "rank 1 (j-worker-1 on node-b) container trainer exited 1: Traceback: boom"})),
     ("a rank failed, restarts left: gang restart",
      given().training().run_policy(backoffLimit=2).workers("Running", "Failed"),
      Want(Outcome.CONTINUE, {C.TRAINING_STARTED: (UNK, V.RESTARTING), C.FAILED: (UNK, V.RESTARTING),
@@ -115,6 +130,44 @@ def rank0(host_ip="10.100.0.10"):
      given().training().run_policy(activeDeadlineSeconds=90).workers("Running", "Running"),
      Want(Outcome.CONTINUE, {C.FAILED: (UNK, V.TRAINING_RUNNING)}, says={C.TRAINING_STARTED: "given"},
           more=lambda s: s.plan.requeue_after == 30.0)),
+    ("a sidecar listed first: the rendezvous and torchrun go to the trainer alone",
+     given().sidecar().validated().probes("Succeeded", "Succeeded"),
+     Want(Outcome.CONTINUE, creates=["j-worker-0", "j-worker-1"], more=lambda s: pinned(s) and sidecar_untouched(s))),
+    ("a sidecar listed first, without probes: rank 0's own address on the trainer",
+     given().sidecar().without_probes(),
+     Want(Outcome.CONTINUE, creates=["j-worker-0"],
+          more=lambda s: env(s.plan.creates[0], "MASTER_ADDR") == "$(OWN_IP)"
+          and env(s.plan.creates[0], "OWN_IP") is None and sidecar_untouched(s))),
+    ("every trainer exited 0, a plain sidecar still running: the job succeeded",
+     given().sidecar().training().with_pods(sidecar_worker(0, trainer=0), sidecar_worker(1, trainer=0)),
+     Want(Outcome.FINISHED, {C.SUCCEEDED: (TRUE, V.ALL_RANKS_SUCCEEDED)})),
+    ("one trainer exited 0, the other runs: still running",
+     given().sidecar().training().with_pods(sidecar_worker(0, trainer=0), sidecar_worker(1)),
+     Want(Outcome.CONTINUE, {C.SUCCEEDED: (UNK, V.TRAINING_RUNNING)})),
+    ("a trainer exited 1, its sidecar still running (pod Running): the job failed naming it",
+     given().sidecar().training().with_pods(sidecar_worker(0), sidecar_worker(1, trainer=1)),
+     Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.RANK_FAILED)},
+          says={C.FAILED: "rank 1 (j-worker-1 on node-b) container trainer exited 1: Traceback: boom"})),
+    ("a trainer exited 1 behind a proxy that exited 0: the trainer's code and log",
+     given().sidecar().training().with_pods(sidecar_worker(0), sidecar_worker(1, trainer=1, sidecar=0, phase="Failed")),
+     Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.RANK_FAILED)},
+          says={C.FAILED: "container trainer exited 1: Traceback: boom"},
+          more=lambda s: "proxy" not in cond.get(s.conds, C.FAILED)["message"])),
+    ("a trainer exited 1 with its sidecar running, restarts left: gang restart",
+     given().sidecar().training().run_policy(backoffLimit=1).with_pods(sidecar_worker(0), sidecar_worker(1, trainer=1)),
+     Want(Outcome.CONTINUE, {C.TRAINING_STARTED: (UNK, V.RESTARTING)}, deletes=["j-worker-0", "j-worker-1"],
+          status={"restarts": 1})),
+    ("a sidecar exited 1, the trainers run: not a failure",
+     given().sidecar().training().with_pods(sidecar_worker(0, sidecar=1), sidecar_worker(1)),
+     Want(Outcome.CONTINUE, {C.FAILED: (UNK, V.TRAINING_RUNNING)}, deletes=[])),
+    ("a sidecar exited 1 after every trainer exited 0 (pods Failed): the job succeeded",
+     given().sidecar().training().with_pods(sidecar_worker(0, trainer=0, sidecar=1, phase="Failed"),
+                                            sidecar_worker(1, trainer=0)),
+     Want(Outcome.FINISHED, {C.SUCCEEDED: (TRUE, V.ALL_RANKS_SUCCEEDED)})),
+    ("a plain init container exited 1: the rank failed, naming it",
+     given().sidecar().training().with_pods(sidecar_worker(0), sidecar_worker(1, init=("fetch", 1), phase="Failed")),
+     Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.RANK_FAILED)},
+          says={C.FAILED: "rank 1 (j-worker-1 on node-b) container fetch exited 1: pip: no such package"})),
     ("without probes: rank 0 first, its own address",
      given().without_probes(),
      Want(Outcome.CONTINUE, creates=["j-worker-0"],

@@ -4,7 +4,8 @@
   follow ``probe.keepPods`` (Never, OnFailure: kept only when the preflight failed,
   Always);
 - training pods: ``runPolicy.cleanPodPolicy`` (Running: those still pending or running,
-  All, None), as Kubeflow's;
+  All, None), as Kubeflow's; with None, a pod still running that holds host ports is
+  deleted all the same (a sidecar that outlives the trainer would hold them for good);
 - the job: ``runPolicy.ttlSecondsAfterFinished`` seconds after it finished it is deleted
   (its children go with it through their ownerReferences), as batch/v1 Job and Kubeflow do.
 """
@@ -33,13 +34,31 @@ def probes_to_delete(spec: DistTrainingJobSpec, preflight_failed: bool,
 
 
 def workers_to_delete(spec: DistTrainingJobSpec, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The training pods to delete once the job has finished (cleanPodPolicy)."""
+    """The training pods to delete once the job has finished (cleanPodPolicy); with None,
+    still those pending or running that hold host ports (:func:`holds_host_ports`: a pod
+    whose trainer ended but whose sidecar runs on would keep the next job's pods off the
+    node's ports for good)."""
     policy = spec.run_policy.clean_pod_policy
     if policy == "All":
         return list(workers)
-    if policy == "Running":
-        return [p for p in workers if observe.phase(p) in ("Pending", "Running")]
-    return []
+    running = [p for p in workers if observe.phase(p) in ("Pending", "Running")]
+    return running if policy == "Running" else [p for p in running if holds_host_ports(p)]
+
+
+def holds_host_ports(pod: Any) -> bool:
+    """Whether a pod declares a port on its node: a hostPort of a container or init
+    container, or any containerPort with hostNetwork (the apiserver makes it a hostPort)."""
+    spec = pod.get("spec") if isinstance(pod, dict) else None
+    spec = spec if isinstance(spec, dict) else {}
+    host_network = spec.get("hostNetwork") is True
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        for c in items if isinstance(items, list) else []:
+            ports = c.get("ports") if isinstance(c, dict) else None
+            for port in ports if isinstance(ports, list) else []:
+                if isinstance(port, dict) and (port.get("hostPort") or (host_network and port.get("containerPort"))):
+                    return True
+    return False
 
 
 def ttl_seconds_left(spec: DistTrainingJobSpec, finished_at: Optional[datetime],

@@ -8,9 +8,10 @@ validated rank r, with the MASTER_ADDR, MASTER_PORT and NCCL_SOCKET_IFNAME that 
 validated; without probes, rank 0 first (its MASTER_ADDR is its own DNS name or address)
 and the others once rank 0 has its address.
 
-Once every rank runs, ``TrainingStarted`` is True. A failed rank (exit code, eviction, or
-its pod deleted while training) is handed to :mod:`.restart`; all ranks Succeeded ends the
-job; :mod:`.deadline` bounds the run.
+Once every rank runs, ``TrainingStarted`` is True. A failed rank (a non-zero exit of its
+trainer or a plain init container, eviction, or its pod deleted while training) is handed
+to :mod:`.restart`; every rank's trainer exited 0 ends the job, whatever its sidecars still
+do; :mod:`.deadline` bounds the run.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Optional
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.children import observe
+from disttrain.api.types import trainer_index, trainer_of
+from disttrain.children import observe, rankend
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
@@ -88,7 +90,7 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
         dns = uses_dns_hostnames(spec)
         rv = Rendezvous(master_dns_name(s.job, spec) if dns else "$(OWN_IP)", spec.rendezvous.port, ifname)
         pod = build_worker_pod(s.job, spec, 0, None, rv, attempt)
-        ctr = pod["spec"]["containers"][0]
+        ctr = pod["spec"]["containers"][trainer_index(spec)]
         if not dns:
             path = "status.hostIP" if spec.network.host_network else "status.podIP"
             ctr["env"] = [{"name": "OWN_IP", "valueFrom": {"fieldRef": {"fieldPath": path}}}] + ctr["env"]
@@ -105,9 +107,12 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
 
 
 def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
-    """One line per failed rank of the attempt (a rank whose pod vanished after training
-    started counts: it was deleted or evicted and removed)."""
+    """One line per failed rank of the attempt: a non-sidecar container (the trainer, a
+    plain init container) exited non-zero, its pod failed or was evicted before the trainer
+    exited 0, or its pod vanished after training started (deleted or evicted and removed).
+    A sidecar's exit never fails a rank (:mod:`disttrain.children.rankend`)."""
     out = []
+    trainer = _trainer(s)
     for r in range(s.spec.num_nodes):
         p = by_rank.get(r)
         if p is None:
@@ -115,16 +120,26 @@ def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
                 out.append(f"rank {r} ({worker_pod_name(s.job.name, r)}): its pod was deleted "
                            "while training")
             continue
-        if observe.phase(p) != "Failed":
+        if rankend.done(p, trainer):
             continue
-        ctr = observe.first_container(p)
-        code = observe.exit_code(p, ctr)
-        tail = observe.termination_message(p, ctr).strip().splitlines()[-2:]
+        end = rankend.failure(p, trainer)
+        if end is None and observe.phase(p) != "Failed":
+            continue
+        end = end or rankend.trainer_end(p, trainer) or rankend.ContainerEnd(trainer, None, "")
+        tail = end.message.strip().splitlines()[-2:]
         why = observe.evicted(p)
-        line = f"rank {r} ({observe.name(p)} on {observe.node(p)}) " + (f"was evicted ({why})" if why and code is None
-                                                           else f"exited {code}")
-        out.append(line + (f": {' | '.join(tail)}" if tail else ""))
+        what = (f"was evicted ({why})" if why and end.code is None
+                else f"container {end.container} exited {end.code}" if end.code is not None
+                else "failed before its trainer exited")
+        out.append(f"rank {r} ({observe.name(p)} on {observe.node(p)}) {what}"
+                   + (f": {' | '.join(tail)}" if tail else ""))
     return out
+
+
+def _trainer(s: Step) -> str:
+    """The trainer container's name in the job's pods (:func:`disttrain.api.types.trainer_of`)."""
+    name = trainer_of(s.spec).get("name")
+    return name if isinstance(name, str) else ""
 
 
 def _name_conflicts(s: Step) -> bool:
@@ -213,7 +228,9 @@ def run(s: Step) -> None:
     if s.is_true(constants.TRAINING_STARTED):
         for ctype in (constants.SUCCEEDED, constants.FAILED):
             s.set(ctype, constants.UNKNOWN, vocabulary.TRAINING_RUNNING, "training is running")
-    if len(by_rank) == n and all(observe.phase(p) == "Succeeded" for p in by_rank.values()):
+    if len(by_rank) == n and all(rankend.done(p, _trainer(s)) for p in by_rank.values()):
+        # a plain sidecar may still run: cleanup deletes the pods (cleanPodPolicy Running,
+        # or holding hostPorts), so they do not hold the node's ports and resources
         s.finish(True, vocabulary.ALL_RANKS_SUCCEEDED, f"all {n} ranks exited 0", "no rank failed")
         return
     left = training_seconds_left(s.spec, observe.parse_time(s.st.start_time), s.now)
