@@ -52,6 +52,12 @@ CASES = [
      ["spec.template.spec.hostname", "must be of type string"]),
     ("too-many-processes-per-node", lambda j: j["spec"].update(numProcPerNode=257),
      ["spec.numProcPerNode", "from 1 to 256"]),
+    # which container trains cannot be told: refused by the CEL rules at the spec
+    ("no-trainer-among-two", lambda j: (_trainer(j).update(name="main"),
+                                        j["spec"]["template"]["spec"]["containers"].insert(0, {"name": "logs"})),
+     ["spec.template.spec.containers: with more than one container", "set spec.trainerContainer"]),
+    ("trainer-container-names-none", lambda j: j["spec"].update(trainerContainer="main"),
+     ["spec.trainerContainer: no container is named main"]),
 ]
 
 

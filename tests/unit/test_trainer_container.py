@@ -12,7 +12,7 @@ from disttrain.api import podresources as pr
 from disttrain.api import trainer as tr
 from disttrain.api.types import DistTrainingJobSpec, nproc_for, spec_error_message, trainer_index
 from disttrain.children.names import JobRef
-from disttrain.children.pods import Rendezvous, build_worker_pod
+from disttrain.children.pods import DEFAULT_CONTAINER, Rendezvous, build_worker_pod
 from disttrain.children.podbase import probe_backend
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
@@ -108,6 +108,8 @@ def test_sidecars_pass_through_and_the_trainer_alone_is_read(containers, inits):
     assert {"name": "rendezvous", "containerPort": 29500, "hostPort": 29500, "protocol": "TCP"} in trainer["ports"]
     assert [x for j, x in enumerate(pod["containers"]) if j != i] == [x for x in containers if x["name"] != "trainer"]
     assert pod.get("initContainers", []) == list(inits)
+    annotations = build_worker_pod(REF, s, 1, "node-b", Rendezvous("10.0.0.1", 29500), 0)["metadata"]["annotations"]
+    assert annotations.get(DEFAULT_CONTAINER) == ("trainer" if len(containers) > 1 else None)  # kubectl logs
     probe = build_probe_pod(REF, s, 0, ProbeMaster(), 1, "probe:1")["spec"]["containers"][0]
     assert probe["image"] == "example/train:1" and _env(probe)["DISTTRAIN_PROBE_GPUS"] == "4"
     assert _env(probe)["DISTTRAIN_PROBE_NPROC_PER_NODE"] == "4"

@@ -36,6 +36,10 @@ from disttrain.children.podbase import (
 )
 
 
+# kubectl's annotation naming the container `kubectl logs` and `exec` use by default
+DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"
+
+
 @dataclass(frozen=True)
 class Rendezvous:
     """Validated rendezvous for one pod: where the master is and which NIC to use."""
@@ -125,7 +129,8 @@ def build_worker_pod(
     PET_RDZV_ENDPOINT, PET_RDZV_ID), NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME. With the
     torchrun launcher its command is wrapped by :func:`torchrun_command`, unless it runs
     torchrun itself: then it is left as written and torchrun reads the PET_* variables.
-    Never raises for a validated spec.
+    With sidecars, the pod's kubectl.kubernetes.io/default-container annotation names the
+    trainer (unless the template sets it). Never raises for a validated spec.
     """
     labels = pod_labels(job, constants.ROLE_WORKER, rank, attempt, template_labels(spec))
     pod = base_pod(job, spec, worker_pod_name(job.name, rank), labels, rank)
@@ -173,4 +178,7 @@ def build_worker_pod(
     trainer.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
     declare_rendezvous_port(trainer, spec, rank)
     with_trainer(spec, pod_spec, trainer)
+    if len(list_of(pod_spec.get("containers"))) > 1 and isinstance(trainer.get("name"), str):
+        # `kubectl logs <pod>` (and exec) then show the trainer, not the first sidecar
+        pod["metadata"]["annotations"].setdefault(DEFAULT_CONTAINER, trainer["name"])
     return pod
