@@ -49,6 +49,8 @@ def test_pod_field_paths_become_the_jobs():
     out = apierrors.template_field_message(msg)
     assert "spec.template.spec.containers[0].resources.limits[cpu]" in out
     assert "spec.template.metadata.labels" in out and out.startswith('Pod "j-probe-0" is invalid: ')
+    # a probe pod's one container is the trainer's, wherever the trainer is in the template
+    assert "spec.template.spec.containers[2].resources" in apierrors.template_field_message(msg, probe_of=2)
 
 
 @table(
@@ -60,6 +62,10 @@ def test_pod_field_paths_become_the_jobs():
      Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.INVALID_POD_TEMPLATE), C.FAILED: (TRUE, V.INVALID_POD_TEMPLATE),
                              C.MASTER_REACHABLE: (UNK, V.NOT_REACHED)},
           says={C.FAILED: "spec.template.spec.containers[0].image"})),
+    ("a probe pod refused as invalid, the trainer second: the trainer's field named",
+     failing(INVALID_POD).sidecar(),
+     Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.INVALID_POD_TEMPLATE)},
+          says={C.FAILED: "spec.template.spec.containers[1].image"})),
     ("a training pod refused as invalid: the job failed, the preflight stays passed",
      given().validated().observing(api_failures=(INVALID_POD,)),
      Want(Outcome.FINISHED, {C.VALIDATED: (TRUE, "Passed"), C.FAILED: (TRUE, V.INVALID_POD_TEMPLATE),

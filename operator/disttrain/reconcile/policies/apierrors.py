@@ -22,6 +22,8 @@ from typing import Optional
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain.api.types import trainer_index
+from disttrain.children.names import probe_pod_name
 from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.step import ApiFailure, Outcome, Step
 
@@ -44,21 +46,31 @@ def is_terminal(f: ApiFailure) -> bool:
 _PATH = re.compile(r"(?<![\w.\[])(spec|metadata)\.")
 
 
-def template_field_message(message: str) -> str:
+def template_field_message(message: str, probe_of: Optional[int] = None) -> str:
     """The apiserver's message about a pod, with pod field paths turned into the job's:
-    ``spec.containers[0].image`` -> ``spec.template.spec.containers[0].image``."""
+    ``spec.containers[0].image`` -> ``spec.template.spec.containers[0].image``. For a probe
+    pod (``probe_of``: the trainer's index in the template), its one container is the
+    trainer's: ``spec.containers[0]`` -> ``spec.template.spec.containers[<probe_of>]``."""
     head, sep, tail = message.partition(" is invalid: ")
     if not sep:
         head, sep, tail = "", "", message
+    if probe_of is not None:
+        tail = tail.replace("spec.containers[0]", f"spec.containers[{probe_of}]")
     return head + sep + _PATH.sub(lambda m: f"spec.template.{m.group(1)}.", tail)
 
 
-def terminal_message(f: ApiFailure) -> str:
+def terminal_message(f: ApiFailure, probe_of: Optional[int] = None) -> str:
     what = "pod" if f.kind == "Pod" else "Service"
     fix = ("fix spec.template (the pods are built from it)" if f.kind == "Pod"
            else "fix the job's name or spec.rendezvous.port")
-    return cond.clip(f"the apiserver refused {what} {f.name}: {template_field_message(f.message)}; "
+    return cond.clip(f"the apiserver refused {what} {f.name}: {template_field_message(f.message, probe_of)}; "
                      f"{fix}")
+
+
+def _probe_of(s: Step, f: ApiFailure) -> Optional[int]:
+    """The trainer's index in the template when ``f`` is about one of the job's probe pods."""
+    probes = {probe_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)}
+    return trainer_index(s.spec) if f.kind == "Pod" and f.name in probes else None
 
 
 def waiting_condition(s: Step) -> list[str]:
@@ -87,9 +99,9 @@ def _fail_terminal(s: Step) -> Optional[str]:
         if is_terminal(f):
             reason = vocabulary.INVALID_POD_TEMPLATE if f.kind == "Pod" else vocabulary.INVALID_SPEC
             if s.is_true(constants.VALIDATED):  # a training pod was refused
-                s.finish(False, reason, terminal_message(f), "invalid spec")
+                s.finish(False, reason, terminal_message(f, _probe_of(s, f)), "invalid spec")
             else:
-                s.fail_preflight(reason, terminal_message(f))
+                s.fail_preflight(reason, terminal_message(f, _probe_of(s, f)))
             return reason
     return None
 
