@@ -173,7 +173,7 @@ def pytorchjob_documents(docs: list[dict], master_port: Optional[int] = None,
     """The same job as a Kubeflow PyTorchJob (kubeflow.org/v1): every document but the
     DistTrainingJob unchanged (e.g. the script's ConfigMap), and in its place a PyTorchJob
     of the same name with one Master and ``numNodes - 1`` Workers whose pod template is
-    the job's (same image, command, env, resources, volumes), its first container named
+    the job's (same image, command, env, resources, volumes), its trainer container named
     ``pytorch`` with port ``pytorchjob-port`` = ``master_port`` (default: the job's
     ``rendezvous.port``, 29500; the operator sets MASTER_ADDR=<job>-master-0, MASTER_PORT,
     WORLD_SIZE, RANK, PET_* from them).
@@ -200,7 +200,9 @@ def pytorchjob_documents(docs: list[dict], master_port: Optional[int] = None,
         containers = pod.get("containers") or []
         if not containers:
             raise ValueError("the job's template has no container")
-        main = containers[0]
+        from disttrain.api.trainer import trainer_index  # the operator's rule: the same trainer
+
+        main = containers[trainer_index(containers, spec.get("trainerContainer")) or 0]
         main["name"] = PYTORCH_CONTAINER
         ports = [p for p in main.get("ports") or [] if p.get("name") != PYTORCH_PORT_NAME]
         port = master_port or (spec.get("rendezvous") or {}).get("port") or 29500

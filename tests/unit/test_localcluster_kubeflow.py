@@ -183,6 +183,13 @@ def test_pytorchjob_documents_carry_what_a_user_would_set():
         kubeflow.pytorchjob_documents([docs[0]])
 
 
+def test_pytorchjob_documents_name_the_trainer_pytorch_not_the_first_sidecar():
+    docs = scn.job_documents(scn.load("sidecar-first"))
+    pod = kubeflow.pytorchjob_documents(docs)[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["log-shipper", "pytorch"]
+    assert pod["containers"][1]["command"] == ["python", "/workspace/train_digits.py"]
+
+
 def test_the_init_container_image_gets_nslookup_on_its_path():
     ent = podspec.image_entry(kubeflow.INIT_CONTAINER_IMAGE, podspec.load_image_map())
     [bindir] = ent["path"]
