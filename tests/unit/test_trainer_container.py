@@ -152,6 +152,16 @@ def test_format_quantity(q, binary, want):
     assert pr.quantity(want) >= q
 
 
+def test_a_sidecars_gpus_are_reserved_by_the_probe_but_never_start_a_process():
+    gpu_sidecar = {**LOGS, "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    s = _spec_with([gpu_sidecar, GPU_TRAINER])
+    assert nproc_for(s) == 4
+    probe = build_probe_pod(REF, s, 1, ProbeMaster("10.0.0.1"), 1, "probe:1")["spec"]["containers"][0]
+    assert probe["resources"]["limits"]["nvidia.com/gpu"] == "5"
+    assert _env(probe)["DISTTRAIN_PROBE_GPUS"] == "5"  # what the probe container will see
+    assert _env(probe)["DISTTRAIN_PROBE_NPROC_PER_NODE"] == "4"
+
+
 def test_the_probe_reserves_the_whole_training_pod():
     s = _spec_with([PROXY, {**TRAINER, "resources": {"requests": {"cpu": "2", "memory": "1Gi"},
                                                      "limits": {"cpu": "2", "memory": "1Gi"}}}])

@@ -68,8 +68,9 @@ def _probe_env(job: JobRef, spec: DistTrainingJobSpec, rank: int, master: ProbeM
         # The address this rank is known by: the node's, or the pod's on the pod network.
         field_env("HOST_IP", own_address_field(spec)),
         env_var(probe_env.BACKEND, probe_backend(spec)),
-        # the GPUs the pod asked for: the probe checks that it sees as many (GPUCountMismatch)
-        env_var(probe_env.GPUS, gpus_requested(trainer_container(spec))),
+        # the GPUs the probe container asks for (the training pod's: the trainer's, and a
+        # sidecar's if one wants any): the probe checks that it sees as many (GPUCountMismatch)
+        env_var(probe_env.GPUS, gpus_requested({"resources": pod_resources(spec.template.spec)})),
         env_var(probe_env.SOCKET_IFNAME, spec.network.socket_ifname),
         env_var(probe_env.MESSAGE_SIZE_BYTES, spec.probe.message_size_bytes),
         env_var(probe_env.ITERATIONS, spec.probe.iterations),
