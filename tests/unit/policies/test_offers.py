@@ -166,7 +166,8 @@ def test_pod_requests_counts_sidecars_init_containers_and_overhead():
                   "initContainers": [{"restartPolicy": "Always", "resources": {"limits": {GPU: "1"}}},
                                      {"resources": {"limits": {GPU: "8"}}}],
                   "overhead": {GPU: "1"}}}
-    assert offers.pod_requests(p, GPU) == Decimal(9)  # max(2 + 1 + 1, 8) + 1
+    # the plain init container runs beside the sidecar started before it: max(2 + 1 + 1, 8 + 1) + 1
+    assert offers.pod_requests(p, GPU) == Decimal(10)
     p["spec"]["initContainers"].pop()
     assert offers.pod_requests(p, GPU) == Decimal(5)
     assert offers.pod_requests({"spec": {"containers": [{"resources": {"requests": {"cpu": "500m"}}}]}},

@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any, Optional
 
 from disttrain.api import constants
+from disttrain.api.podresources import container_requests, effective
 from disttrain.api.quantity import parse_quantity
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import observe
@@ -103,26 +104,14 @@ def _amount(section: Any, resource: str) -> Decimal:
     return q if q is not None and q > 0 else Decimal(0)
 
 
-def _container(c: Any, resource: str) -> Decimal:
-    """A container's request of ``resource``: requests, else limits (the apiserver defaults
-    requests to limits)."""
-    res = c.get("resources") if isinstance(c, dict) else None
-    if not isinstance(res, dict):
-        return Decimal(0)
-    req = _amount(res.get("requests"), resource)
-    return req if req > 0 else _amount(res.get("limits"), resource)
-
-
 def pod_requests(pod: Any, resource: str) -> Decimal:
     """What the scheduler counts for ``pod``: the containers' and sidecars' (init containers
-    with restartPolicy Always) sum, or the largest other init container if larger, plus
-    ``spec.overhead``. 0 when the pod does not request it. Never raises."""
+    with restartPolicy Always) sum, or a plain init container beside the sidecars before it
+    if larger (:func:`disttrain.api.podresources.effective`), plus ``spec.overhead``. 0 when
+    the pod does not request it. Never raises."""
     spec = _d(_d(pod).get("spec"))
-    inits = [c for c in _l(spec.get("initContainers")) if isinstance(c, dict)]
-    sidecars = [c for c in inits if c.get("restartPolicy") == "Always"]
-    total = sum((_container(c, resource) for c in _l(spec.get("containers")) + sidecars), Decimal(0))
-    init = max((_container(c, resource) for c in inits if c not in sidecars), default=Decimal(0))
-    return max(total, init) + _amount(spec.get("overhead"), resource)
+    need = effective(spec, container_requests).get(resource, Decimal(0))
+    return need + _amount(spec.get("overhead"), resource)
 
 
 def shortages(pod: Any, message: str, nodes: Optional[NodeOffers]) -> list[Shortage]:
