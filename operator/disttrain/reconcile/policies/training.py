@@ -20,7 +20,7 @@ from typing import Optional
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.children import observe
+from disttrain.children import kubelet, observe
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
@@ -106,7 +106,8 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
 
 def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
     """One line per failed rank of the attempt (a rank whose pod vanished after training
-    started counts: it was deleted or evicted and removed)."""
+    started counts: it was deleted or evicted and removed; a pod the kubelet cannot start
+    counts too: a missing ConfigMap, Secret or key, an image it cannot pull)."""
     out = []
     for r in range(s.spec.num_nodes):
         p = by_rank.get(r)
@@ -115,16 +116,38 @@ def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
                 out.append(f"rank {r} ({worker_pod_name(s.job.name, r)}): its pod was deleted "
                            "while training")
             continue
-        if observe.phase(p) != "Failed":
-            continue
-        ctr = observe.first_container(p)
-        code = observe.exit_code(p, ctr)
-        tail = observe.termination_message(p, ctr).strip().splitlines()[-2:]
-        why = observe.evicted(p)
-        line = f"rank {r} ({observe.name(p)} on {observe.node(p)}) " + (f"was evicted ({why})" if why and code is None
-                                                           else f"exited {code}")
-        out.append(line + (f": {' | '.join(tail)}" if tail else ""))
+        line = _rank_failure(s, r, p)
+        if line:
+            out.append(line)
     return out
+
+
+# a training pod waiting in one of these fails its rank at once: the kubelet retries, but
+# nothing changes until someone fixes the job or its namespace
+_CANNOT_START = (kubelet.CONFIG, kubelet.CREATE, kubelet.IMAGE)
+
+
+def _rank_failure(s: Step, r: int, p: dict) -> Optional[str]:
+    """``rank r (pod on node) <what the kubelet says>: <the log's end>; <the fix>`` when
+    rank ``r``'s pod failed or cannot start, else None. Every container's state is read
+    (:func:`disttrain.children.kubelet.container_failure`), whichever is first."""
+    f = kubelet.container_failure(p)
+    if observe.phase(p) != "Failed" and not (f is not None and not f.ended and f.kind in _CANNOT_START):
+        return None
+    who = f"rank {r} ({observe.name(p)} on {observe.node(p)})"
+    ctr = f.container if f is not None and f.container else observe.first_container(p)
+    tail = observe.termination_message(p, ctr).strip().splitlines()[-2:]
+    quoted = f": {' | '.join(tail)}" if tail else ""
+    if f is None:
+        code = observe.exit_code(p, ctr)
+        why = observe.evicted(p)
+        return who + (f" was evicted ({why})" if why and code is None else f" exited {code}") + quoted
+    if f.kind == kubelet.EXIT and not f.init:
+        which = f" (container {f.container})" if len(observe.container_names(p)) > 1 else ""
+        return f"{who} exited {f.exit_code}{which}{quoted}"
+    names = [c.get("name") for c in s.spec.template.spec.get("containers") or [] if isinstance(c, dict)]
+    where = f"spec.template.spec.containers[{names.index(f.container)}]" if f.container in names else ""
+    return f"{who}: {f.describe()}{quoted if f.kind == kubelet.SIGNAL else ''}; {f.fix(where)}"
 
 
 def _name_conflicts(s: Step) -> bool:
