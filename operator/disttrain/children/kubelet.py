@@ -270,10 +270,27 @@ def failures(pod: Any) -> list[ContainerFailure]:
     return out
 
 
+def _sidecars(pod: Any) -> set[str]:
+    """Names of the pod's native sidecars (init containers with ``restartPolicy: Always``)."""
+    spec = _dict(_dict(pod).get("spec"))
+    return {_str(c.get("name")) for c in map(_dict, _list(spec.get("initContainers")))
+            if c.get("restartPolicy") == "Always"}
+
+
+def _order(f: ContainerFailure, sidecars: set[str]) -> int:
+    """Sort key: :data:`KINDS` order, except that an exit or a signal that follows from the
+    pod's end (SIGTERM, the kubelet's stop; a native sidecar's) comes after every other."""
+    if f.kind in (SIGNAL, EXIT) and (f.signal == signals.SIGTERM or (f.init and f.container in sidecars)):
+        return len(KINDS)
+    return KINDS.index(f.kind)
+
+
 def container_failure(pod: Any) -> Optional[ContainerFailure]:
     """The failure that explains the pod best (None: the kubelet reports none): the pod's own
     (evicted, preempted, its node lost), else the first of the (init) containers' by kind,
     in :data:`KINDS` order (an OOMKilled container before a sidecar that then exited with an
-    error). Reads every container, whichever is first. Never raises."""
+    error; a SIGTERM or a native sidecar's end last). Reads every container, whichever is
+    first. Never raises."""
     found = failures(pod)
-    return min(found, key=lambda f: KINDS.index(f.kind)) if found else None
+    sidecars = _sidecars(pod)
+    return min(found, key=lambda f: _order(f, sidecars)) if found else None

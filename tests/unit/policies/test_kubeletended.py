@@ -257,3 +257,22 @@ def test_ended_by_kubelet_ignores_an_unparsed_report_and_a_pull_error():
     p = pod("j-probe-1", C.ROLE_PROBE, 1, phase="Failed", node="node-b", exit_code=1, message="{not json")
     assert kubeletended.ended_by_kubelet(p, json_parser) is None  # ProbeReportInvalid says so
     assert kubeletended.ended_by_kubelet(cannot_start(1, "ErrImagePull", "not found"), json_parser) is None
+
+
+def test_a_sidecar_stopped_with_the_pod_is_not_the_cause():
+    """A trainer's own exit 1 is the cause, not the SIGTERM the kubelet then sent a log
+    shipper, nor a native sidecar's exit."""
+    status = {"containerStatuses": [
+        {"name": "shipper", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}},
+        {"name": "a", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}],
+        "initContainerStatuses": [{"name": "proxy", "state": {"terminated": {"exitCode": 137}}}]}
+    pod_ = {"status": status, "spec": {"containers": [{"name": "shipper"}, {"name": "a"}],
+                                       "initContainers": [{"name": "proxy", "restartPolicy": "Always"}]}}
+    f = kubelet.container_failure(pod_)
+    assert (f.kind, f.container, f.exit_code) == (kubelet.EXIT, "a", 1)
+
+
+def test_a_probe_evicted_after_its_final_report_keeps_its_word():
+    p = timed_out(1, 2)
+    p["status"].update(reason="Evicted", message="The node was low on resource: memory.")
+    assert kubeletended.ended_by_kubelet(p, json_parser) is None

@@ -79,22 +79,21 @@ def _report(pod: Any, parse_report: ReportParser) -> tuple[Optional[dict], bool]
 
 def ended_by_kubelet(pod: Any, parse_report: ReportParser) -> Optional[ContainerFailure]:
     """How the kubelet ended (or keeps from starting) this probe pod, or None when it did
-    not, or the probe had its own word: a final report (``final`` not false) after which
-    a container exited or was killed, or a message that is a report which does not parse
-    (ProbeReportInvalid says so). An image that cannot be pulled is ProbesScheduled's
-    (:func:`.probing.scheduling_verdict`); out of memory, eviction and a lost node are
-    the kubelet's whatever the report. Never raises."""
+    not, or the probe had its own word: a final report (``final`` not false) before the
+    pod or a container ended, or a container's exit with a message that is a report which
+    does not parse (ProbeReportInvalid says so). An image that cannot be pulled is
+    ProbesScheduled's (:func:`.probing.scheduling_verdict`); out of memory, and a container
+    that cannot start, are the kubelet's whatever the report. Never raises."""
     f = kubelet.container_failure(pod)
     if f is None or f.kind == kubelet.IMAGE:
         return None
-    if f.kind in (kubelet.SIGNAL, kubelet.EXIT, kubelet.CREATE) and f.ended:
-        rep, looks = _report(pod, parse_report)
-        if (rep is not None and rep.get("final") is not False) or (rep is None and looks):
-            return None
-    if f.kind == kubelet.NODE and observe.finished(pod):
-        rep, _ = _report(pod, parse_report)
-        if rep is not None and rep.get("final") is not False:
-            return None
+    if f.kind == kubelet.OOM or not f.ended:
+        return f
+    rep, looks = _report(pod, parse_report)
+    if rep is not None and rep.get("final") is not False:
+        return None  # it reported, and its peers heard: whatever ended the pod after that
+    if rep is None and looks and f.kind in (kubelet.SIGNAL, kubelet.EXIT, kubelet.CREATE):
+        return None
     return f
 
 
