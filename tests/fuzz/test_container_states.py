@@ -146,3 +146,54 @@ def test_a_probe_the_kubelet_ended_is_the_verdict_on_its_node(run):
     assert not [w for w in NETWORK_WORDS if w in v["message"]], v["message"]
     for ctype in C.CHECK_CONDITIONS[1:]:
         assert cond.get(plan.status["conditions"], ctype)["status"] != "False"
+
+
+TRAIN_STATES = [  # (pod phase, the trainer's state, words Failed's message must have)
+    ("Failed", {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}, ["OOMKilled", "64Mi"]),
+    ("Failed", {"terminated": {"exitCode": 139, "reason": "Error"}}, ["SIGSEGV"]),
+    ("Failed", {"terminated": {"exitCode": 3, "reason": "Error"}}, ["exited 3"]),
+    ("Failed", {"terminated": {"exitCode": 128, "reason": "ContainerCannotRun"}}, ["ContainerCannotRun"]),
+    ("Pending", {"waiting": {"reason": "CreateContainerConfigError", "message": 'secret "s" not found'}},
+     ['Secret "s"']),
+    ("Pending", {"waiting": {"reason": "CreateContainerError", "message": "no such file"}},
+     ["CreateContainerError"]),
+    ("Pending", {"waiting": {"reason": "InvalidImageName"}}, ["InvalidImageName"]),
+]
+
+
+@st.composite
+def trainings(draw):
+    phase, state, words = draw(st.sampled_from(TRAIN_STATES))
+    rank = draw(st.integers(0, 1))
+    first_is_sidecar = draw(st.booleans())
+    pods = [pod(f"j-worker-{r}", C.ROLE_WORKER, r, attempt=0, phase="Running", node=node_name(r),
+                container="trainer", started_at=STARTED) for r in range(2)]
+    p = pods[rank]
+    p["status"]["phase"] = phase
+    trainer = {"name": "trainer", "resources": copy.deepcopy(LIMITS)}
+    statuses = [{"name": "trainer", "state": copy.deepcopy(state)}]
+    if first_is_sidecar:  # a log shipper listed first, stopped by the kubelet after the trainer ended
+        p["spec"]["containers"] = [{"name": "shipper"}, trainer]
+        statuses.insert(0, {"name": "shipper", "state": {"terminated": {"exitCode": 143, "reason": "Error"}}})
+    else:
+        p["spec"]["containers"] = [trainer]
+    p["status"]["containerStatuses"] = statuses
+    malformed = draw(st.booleans())
+    if malformed:
+        malform(draw, p)
+    return rank, words, pods, malformed
+
+
+@given(trainings())
+def test_a_failed_training_rank_names_the_kubelets_reason(run):
+    from ..support.reconcile import validated_body
+    rank, words, pods, malformed = run
+    plan = step(validated_body(), pods, now=NOW)  # never raises
+    f = cond.get(plan.status["conditions"], C.FAILED)
+    if malformed:
+        return
+    assert f["status"] == "True", f
+    assert f"rank {rank}" in f["message"] and node_name(rank) in f["message"], f["message"]
+    for w in words:
+        assert w in f["message"], (w, f["message"])
+    assert len(f["message"]) <= 400

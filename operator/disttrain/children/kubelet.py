@@ -131,10 +131,11 @@ class ContainerFailure:
     def fix(self, where: str = "") -> str:
         """The fix, naming ``where`` the setting lives (``spec.template.spec.containers[0]``;
         default: the container's name)."""
+        field = f"{where}.resources.limits.memory" if where else \
+            f"resources.limits.memory of container {self.container or '?'}"
         where = where or f"container {self.container or '?'}"
         if self.kind == OOM:
-            return (f"raise {where}.resources.limits.memory above "
-                    f"{self.memory_limit or 'what it uses'}")
+            return f"raise {field} above {self.memory_limit or 'what it uses'}"
         if self.kind == CONFIG:
             missing = missing_reference(self.message)
             return (f"create {missing} in the job's namespace, or fix the reference in {where}"
@@ -151,7 +152,9 @@ class ContainerFailure:
                         "on the node, then run the job again")
             if self.reason == POD_DEADLINE:
                 return "raise spec.template.spec.activeDeadlineSeconds or remove it"
-            return "run the job again (a higher priorityClassName keeps it from being preempted)"
+            if self.reason == "Preempting":
+                return "run the job again (a higher priorityClassName keeps it from being preempted)"
+            return "run the job again once the node is back (kubectl describe node)"
         ctr = f" -c {self.container}" if self.container else ""
         if self.kind == SIGNAL and self.signal == signals.SIGKILL:
             return (f"find what sent {signal_name(self.signal)} (the node's kernel log: an out-of-memory kill "
@@ -215,6 +218,8 @@ def _pod_level(pod: Any) -> Optional[ContainerFailure]:
         pc = _dict(pc)
         if pc.get("type") == "DisruptionTarget" and pc.get("status") == constants.TRUE:
             why = _str(pc.get("reason")) or "DisruptionTarget"
+            if why == "DeletionByTaintManager":  # a NoExecute taint: node.kubernetes.io/unreachable, ...
+                return ContainerFailure(NODE, why, message=_clip(pc.get("message")))
             return ContainerFailure(POD, "Preempting" if "Preemption" in why else why,
                                     message=_clip(pc.get("message")))
         if pc.get("type") == "Ready" and pc.get("status") != constants.TRUE and pc.get("reason") in _NODE_REASONS:

@@ -230,6 +230,9 @@ READER = [  # (name, status, want kind, kubelet reason, container, exit code, si
     ("preempted by the scheduler", {"conditions": [{"type": "DisruptionTarget", "status": "True",
                                                     "reason": "PreemptionByScheduler"}]},
      kubelet.POD, "Preempting", "", None, None),
+    ("a NoExecute taint's eviction", {"conditions": [{"type": "DisruptionTarget", "status": "True",
+                                                      "reason": "DeletionByTaintManager"}]},
+     kubelet.NODE, "DeletionByTaintManager", "", None, None),
     ("ImagePullBackOff", {"containerStatuses": [{"name": "a", "state": {"waiting": {
         "reason": "ImagePullBackOff"}}}]}, kubelet.IMAGE, "ImagePullBackOff", "a", None, None),
     ("malformed everywhere", {"containerStatuses": [None, 3, {"name": 5, "state": {"terminated": {
