@@ -156,6 +156,9 @@ class ContainerFailure:
                 return "run the job again (a higher priorityClassName keeps it from being preempted)"
             return "run the job again once the node is back (kubectl describe node)"
         ctr = f" -c {self.container}" if self.container else ""
+        if self.kind == SIGNAL and self.signal == signals.SIGKILL and self.memory_limit:
+            return (f"a SIGKILL is most often the kernel's out-of-memory kill: if the node's kernel log "
+                    f"says so, raise {field} above {self.memory_limit}")
         if self.kind == SIGNAL and self.signal == signals.SIGKILL:
             return (f"find what sent {signal_name(self.signal)} (the node's kernel log: an out-of-memory kill "
                     f"above the container's own limit) and read its log (kubectl logs{ctr})")
