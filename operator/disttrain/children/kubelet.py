@@ -120,7 +120,8 @@ class ContainerFailure:
             said = facts or self.message
             return f"the pod was {what}" + (f" ({self.reason}: {said})" if said else f" ({self.reason})")
         if self.kind == NODE:
-            return f"its node stopped reporting ({self.reason})" + (f": {self.message}" if self.message else "")
+            what = f"its node lost {self.who}" if self.container else "its node stopped reporting"
+            return f"{what} ({self.reason})" + (f": {self.message}" if self.message else "")
         if self.kind == SIGNAL:
             return (f"{self.who} was killed by {signal_name(self.signal)} (signal {self.signal}, {code}, "
                     f"reason {self.reason or 'none'})")
@@ -239,6 +240,8 @@ def _terminated(pod: Any, name: str, init: bool, term: dict) -> Optional[Contain
         return ContainerFailure(OOM, reason, name, init, code, signal_of(code), "", limit, finished_at=when)
     if reason in _CREATE_REASONS:
         return ContainerFailure(CREATE, reason, name, init, code, None, msg, limit, finished_at=when)
+    if reason == "ContainerStatusUnknown":  # the node lost its containers (a restart, a reset runtime)
+        return ContainerFailure(NODE, reason, name, init, code, None, msg, limit, finished_at=when)
     if code is None or code == 0:
         return None
     sig = signal_of(code)

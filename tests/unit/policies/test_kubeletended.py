@@ -233,6 +233,9 @@ READER = [  # (name, status, want kind, kubelet reason, container, exit code, si
     ("a NoExecute taint's eviction", {"conditions": [{"type": "DisruptionTarget", "status": "True",
                                                       "reason": "DeletionByTaintManager"}]},
      kubelet.NODE, "DeletionByTaintManager", "", None, None),
+    ("ContainerStatusUnknown (exit 137)", {"containerStatuses": [{"name": "a", "state": {"terminated": {
+        "exitCode": 137, "reason": "ContainerStatusUnknown"}}}]}, kubelet.NODE, "ContainerStatusUnknown",
+     "a", 137, None),
     ("ImagePullBackOff", {"containerStatuses": [{"name": "a", "state": {"waiting": {
         "reason": "ImagePullBackOff"}}}]}, kubelet.IMAGE, "ImagePullBackOff", "a", None, None),
     ("malformed everywhere", {"containerStatuses": [None, 3, {"name": 5, "state": {"terminated": {
