@@ -196,6 +196,12 @@ TORCH_IMPORT_TIMEOUT = _r("TorchImportTimeout", (VALIDATED,), _F, PROBE)
 INVALID_SPEC = _r("InvalidSpec", (VALIDATED, FAILED), _F, OPERATOR)
 INVALID_POD_TEMPLATE = _r("InvalidPodTemplate", (VALIDATED, FAILED), _F, OPERATOR)
 PROBE_POD_LOST = _r("ProbePodLost", (VALIDATED,), _F, OPERATOR)
+# the kubelet ended a probe (its container's state, read by disttrain.children.kubelet): out of
+# memory; killed by a signal, exited without its final report, could not run (an init
+# container's too); a ConfigMap, Secret or key its container refers to is missing
+OOM_KILLED = _r("OOMKilled", (VALIDATED,), _F, OPERATOR)
+PROBE_CONTAINER_FAILED = _r("ProbeContainerFailed", (VALIDATED,), _F, OPERATOR)
+PROBE_CONFIG_ERROR = _r("ProbeContainerConfigError", (VALIDATED,), _F, OPERATOR)
 
 # ---- training outcome --------------------------------------------------------------------
 ALL_RANKS_RUNNING = _r("AllRanksRunning", (TRAINING_STARTED,), _P, OPERATOR)

@@ -20,7 +20,7 @@ from disttrain.children import observe
 from disttrain.children.names import probe_pod_name
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
 
-from disttrain.reconcile.policies import conflicts, nodeloss, offers, scheduling
+from disttrain.reconcile.policies import conflicts, kubeletended, nodeloss, offers, scheduling
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
 from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, record_start
 from disttrain.reconcile.policies.probereports import collect, given_master
@@ -157,8 +157,17 @@ def run(s: Step) -> Optional[ProbeRun]:
     n = s.spec.num_nodes
     complete = len(by_rank) == n
     finished = complete and all(observe.finished(p) for p in by_rank.values())
+    # the kubelet's word before any report: a probe it ended told its peers nothing
+    killed, settle_killed = kubeletended.ended(by_rank, n, s.parse_report, s.now)
+    if settle_killed is not None:
+        s.plan.requeue(settle_killed)
+        _budget(s, by_rank)
+        return None
+    if killed and not complete:
+        kubeletended.fail_now(s, killed, by_rank)
+        return None
     lost: dict[int, str] = {}
-    if not finished:
+    if not finished and not killed:
         done, settle = stranded(by_rank, n, s.parse_report, s.now, rank0_wait(s.spec))\
             if complete else (False, None)
         # a rank silent past the rules is lost even when the others' reports would decide
@@ -171,7 +180,7 @@ def run(s: Step) -> Optional[ProbeRun]:
             _budget(s, by_rank)
             return None
     master = master or _master_given(s, by_rank)
-    if not master:  # no verdict without the address training will be given as MASTER_ADDR
+    if not master and not killed:  # no verdict without the address training will be given as MASTER_ADDR
         rank0 = by_rank.get(0)
         what = (f"rank 0's probe pod {observe.name(rank0)} shows no "
                 f"{'status.hostIP' if s.spec.network.host_network else 'status.podIP'}")
@@ -182,6 +191,7 @@ def run(s: Step) -> Optional[ProbeRun]:
         _budget(s, by_rank, waiting=what)
         return None
     outcomes = collect(s, by_rank)
+    kubeletended.mark(outcomes, killed, by_rank, s.spec, s.parse_report)
     nodeloss.mark(outcomes, lost)
     return ProbeRun(outcomes, master, by_rank)
 

@@ -22,7 +22,7 @@ from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.api.types import trainer_index, trainer_of
-from disttrain.children import observe, rankend
+from disttrain.children import kubelet, observe, rankend
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
@@ -108,9 +108,11 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
 
 def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
     """One line per failed rank of the attempt: a non-sidecar container (the trainer, a
-    plain init container) exited non-zero, its pod failed or was evicted before the trainer
-    exited 0, or its pod vanished after training started (deleted or evicted and removed).
-    A sidecar's exit never fails a rank (:mod:`disttrain.children.rankend`)."""
+    plain init container) exited non-zero or was killed, its pod failed or was evicted
+    before the trainer exited 0, its pod cannot start (a missing ConfigMap, Secret or key,
+    an image it cannot pull), or its pod vanished after training started (deleted or
+    evicted and removed). A sidecar's exit never fails a rank
+    (:mod:`disttrain.children.rankend`)."""
     out = []
     trainer = _trainer(s)
     for r in range(s.spec.num_nodes):
@@ -120,19 +122,9 @@ def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
                 out.append(f"rank {r} ({worker_pod_name(s.job.name, r)}): its pod was deleted "
                            "while training")
             continue
-        if rankend.done(p, trainer):
-            continue
-        end = rankend.failure(p, trainer)
-        if end is None and observe.phase(p) != "Failed":
-            continue
-        end = end or rankend.trainer_end(p, trainer) or rankend.ContainerEnd(trainer, None, "")
-        tail = end.message.strip().splitlines()[-2:]
-        why = observe.evicted(p)
-        what = (f"was evicted ({why})" if why and end.code is None
-                else f"container {end.container} exited {end.code}" if end.code is not None
-                else "failed before its trainer exited")
-        out.append(f"rank {r} ({observe.name(p)} on {observe.node(p)}) {what}"
-                   + (f": {' | '.join(tail)}" if tail else ""))
+        line = _rank_failure(s, r, p, trainer)
+        if line:
+            out.append(line)
     return out
 
 
@@ -140,6 +132,41 @@ def _trainer(s: Step) -> str:
     """The trainer container's name in the job's pods (:func:`disttrain.api.types.trainer_of`)."""
     name = trainer_of(s.spec).get("name")
     return name if isinstance(name, str) else ""
+
+
+# a training pod waiting in one of these fails its rank at once: the kubelet retries, but
+# nothing changes until someone fixes the job or its namespace
+_CANNOT_START = (kubelet.CONFIG, kubelet.CREATE, kubelet.IMAGE)
+
+
+def _rank_failure(s: Step, r: int, p: dict, trainer: str) -> Optional[str]:
+    """``rank r (pod on node) <what ended it>: <the log's end>; <the fix>`` when rank
+    ``r``'s pod failed, its trainer or a plain init container exited non-zero, or it cannot
+    start; else None. Which container ended the rank is :mod:`disttrain.children.rankend`'s
+    (never a sidecar); what the kubelet says of it is
+    :func:`disttrain.children.kubelet.container_failure`'s."""
+    if rankend.done(p, trainer):
+        return None
+    f = kubelet.container_failure(p)
+    cannot_start = f is not None and not f.ended and f.kind in _CANNOT_START
+    end = rankend.failure(p, trainer)
+    if end is None and observe.phase(p) != "Failed" and not cannot_start:
+        return None
+    who = f"rank {r} ({observe.name(p)} on {observe.node(p)})"
+    if f is not None and f.kind != kubelet.EXIT and (end is None or f.container in ("", end.container)):
+        ctr = f.container or trainer
+        tail = observe.termination_message(p, ctr).strip().splitlines()[-2:]
+        quoted = f": {' | '.join(tail)}" if tail and f.kind == kubelet.SIGNAL else ""
+        names = [c.get("name") for c in s.spec.template.spec.get("containers") or [] if isinstance(c, dict)]
+        where = f"spec.template.spec.containers[{names.index(f.container)}]" if f.container in names else ""
+        return f"{who}: {f.describe()}{quoted}; {f.fix(where)}"
+    end = end or rankend.trainer_end(p, trainer) or rankend.ContainerEnd(trainer, None, "")
+    tail = end.message.strip().splitlines()[-2:]
+    why = observe.evicted(p)
+    what = (f"was evicted ({why})" if why and end.code is None
+            else f"container {end.container} exited {end.code}" if end.code is not None
+            else "failed before its trainer exited")
+    return f"{who} {what}" + (f": {' | '.join(tail)}" if tail else "")
 
 
 def _name_conflicts(s: Step) -> bool:

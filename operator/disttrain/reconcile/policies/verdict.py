@@ -22,7 +22,7 @@ from disttrain.diagnosis import mesh, networkpolicy
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Diagnosis, Policy, ProbeOutcome, diagnose, summarize_ifnames
 from disttrain.reconcile.step import Outcome, Step
-from disttrain.reconcile.policies import nodeloss
+from disttrain.reconcile.policies import kubeletended, nodeloss
 
 
 MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
@@ -79,7 +79,8 @@ def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
     """Write the verdict; True when the job was validated."""
     diag = diagnose(outcomes, master, Policy.of(s.spec))
     apply_advice(diag, s.job, s.spec)
-    if not nodeloss.override(diag, outcomes):  # a lost probe pod is the cause, not what followed
+    # a probe the kubelet ended, or a lost probe pod, is the cause, not what followed
+    if not kubeletended.override(diag, outcomes) and not nodeloss.override(diag, outcomes):
         _network_policies(s, diag, outcomes)
         mesh.override(diag, _probe_pods(s, outcomes))  # the sidecar that intercepts, by name
     for ctype, v in diag.conditions.items():
