@@ -24,6 +24,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.api.types import trainer_index, trainer_of
 from disttrain.children import observe, rankend
 from disttrain.children.pods import Rendezvous, build_worker_pod
+from disttrain.diagnosis import logline
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import conflicts, offers, restart
@@ -126,13 +127,13 @@ def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
         if end is None and observe.phase(p) != "Failed":
             continue
         end = end or rankend.trainer_end(p, trainer) or rankend.ContainerEnd(trainer, None, "")
-        tail = end.message.strip().splitlines()[-2:]
+        said = logline.meaningful_line(end.message)
         why = observe.evicted(p)
         what = (f"was evicted ({why})" if why and end.code is None
                 else f"container {end.container} exited {end.code}" if end.code is not None
                 else "failed before its trainer exited")
         out.append(f"rank {r} ({observe.name(p)} on {observe.node(p)}) {what}"
-                   + (f": {' | '.join(tail)}" if tail else ""))
+                   + (f": {said}" if said else ""))
     return out
 
 
