@@ -283,7 +283,7 @@ class ReconcileMachine(RuleBasedStateMachine):
 
     @rule(kind=st.sampled_from(["restarts-string", "condition-without-status", "fractional-time",
                                 "node-without-rank", "garbage-probe", "null-status", "drop-condition",
-                                "flip-condition", "drop-master-addr"]),
+                                "flip-condition", "drop-master-addr", "tamper-condition"]),
           which=st.sampled_from(constants.ALL_CONDITIONS))
     def hand_edit_status(self, kind, which):
         job = self.sim.job()
@@ -309,6 +309,11 @@ class ReconcileMachine(RuleBasedStateMachine):
             for x in st_.get("conditions") or []:
                 if x.get("type") == which and x.get("status") in ("True", "False"):
                     x["status"] = {"True": "False", "False": "True"}[x["status"]]
+        elif kind == "tamper-condition":  # the chosen condition loses its status, its reason is no string
+            for x in st_.get("conditions") or []:
+                if x.get("type") == which:
+                    x.pop("status", None)
+                    x["reason"] = {"edited": True}
         elif kind == "drop-master-addr":
             (st_.get("rendezvous") or {}).pop("masterAddr", None)
         if kind in ("null-status", "garbage-probe"):
