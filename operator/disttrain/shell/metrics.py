@@ -63,7 +63,7 @@ def _verdict(status: Any) -> Optional[tuple[str, str]]:
     if v is None or v.get("status") not in (constants.TRUE, constants.FALSE):
         return None
     reason = v.get("reason")
-    return v["status"], reason if isinstance(reason, str) and reason else "Unknown"
+    return v["status"], reason if isinstance(reason, str) and reason else constants.UNKNOWN
 
 
 def _number(value: Any) -> Optional[float]:
