@@ -122,7 +122,7 @@ def _probe(raw: Any) -> dict[str, Any]:
     if isinstance(phases, dict):
         out["phaseSeconds"] = {k: v for k, v in phases.items()
                                if isinstance(k, str) and _num(v) is not None}
-    for k in ("failures", "warnings"):
+    for k in ("failures", "warnings", "interfacesNotChosen"):
         items = raw.get(k)
         if isinstance(items, list):
             out[k] = [x for x in items if isinstance(x, str)]

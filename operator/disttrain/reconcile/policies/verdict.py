@@ -129,6 +129,7 @@ def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
         phase_seconds=diag.phase_seconds,
         failures=diag.failures[:16] or None,
         warnings=diag.warnings[:16] or None,
+        interfaces_not_chosen=diag.not_chosen or None,
     )
     # The conditions say the cause in <= 400 characters; each finding in full goes to an
     # Event (kubectl describe dtj, kubectl get events), a Warning for a failure.
