@@ -346,6 +346,15 @@ class ReconcileMachine(RuleBasedStateMachine):
         if job is not None:
             json.dumps(job.get("status"), allow_nan=False)
 
+    @invariant()
+    def messages_are_one_bounded_line(self):
+        job = self.sim.job() if hasattr(self, "sim") else None
+        st_ = (job or {}).get("status")
+        for c in (st_.get("conditions") if isinstance(st_, dict) else None) or []:
+            m = c.get("message") if isinstance(c, dict) else None
+            if isinstance(m, str):  # hand edits here never touch a message: every one is the operator's
+                assert "\n" not in m and len(m) <= 400, (c.get("type"), m)
+
     def teardown(self):
         if not hasattr(self, "sim"):
             return
