@@ -1,7 +1,8 @@
 """The line of a failed container's log tail that says why (:mod:`disttrain.diagnosis.logline`),
 over real tails: ``tests/unit/logtails/`` holds what ``python bad.py`` and ``python -m
 torch.distributed.run --nnodes=1 --nproc-per-node=1 bad.py`` (torch 2.8) printed for a
-script that raised, exited 3 and was killed (SIGKILL); paths shortened."""
+script that raised, exited 3 and was killed (SIGKILL), and for two local ranks that both
+raised (``--nproc-per-node=2``); paths shortened."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disttrain.diagnosis.logline import LINE_LIMIT, meaningful_line
+from disttrain.diagnosis.logline import LINE_LIMIT, meaningful_line, quote
 
 TAILS = Path(__file__).parent / "logtails"
 BAD = "ValueError: bad shape: expected (4, 8), got (4, 9)"
@@ -35,12 +36,25 @@ def test_the_trainers_own_line_not_the_launchers_banner(name, want, kubelet):
     assert meaningful_line(tail(name, kubelet)) == want
 
 
+def test_two_local_ranks_the_last_error_and_the_kubelet_tail_that_lost_it():
+    """--nproc-per-node=2, both local ranks raised: the last one's error; the kubelet's
+    2048 bytes hold only torchrun's two summary tables (starting mid-line): no line is
+    made up from them, and the message says where the error is."""
+    assert meaningful_line(tail("torchrun2_bad.txt")) == (
+        "RuntimeError: NCCL error on local rank 1: unhandled system error")
+    assert meaningful_line(tail("torchrun2_bad.txt", kubelet=True)) is None
+    assert quote(tail("torchrun2_bad.txt", kubelet=True), "j-worker-1", "trainer") == (
+        "no error line in its log's last 2048 bytes (kubectl logs j-worker-1 -c trainer)")
+    assert quote("", "j-worker-1") == "" and quote(tail("torchrun_bad.txt", kubelet=True), "p") == BAD
+
+
 @pytest.mark.parametrize("text,want", [
     ("step 9\nKilled", "Killed"),
     ("loss 0.1\nSegmentation fault (core dumped)\n", "Segmentation fault (core dumped)"),
     ("x\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nmore text",
      "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"),
     ("AssertionError\n", "AssertionError"),
+    ("Setting OMP_NUM_THREADS environment variable for each process to be 1 in default\nstep 3", "step 3"),
     ("====\n\n  traceback : To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html\n====", None),
     ("", None), (None, None), (42, None),
 ])
@@ -54,6 +68,7 @@ def test_a_long_line_is_cut_at_a_word_boundary():
 
 
 LAUNCHER = [ln for ln in tail("torchrun_exit3.txt").splitlines()[1:]]  # all torchrun's own
+LAUNCHER = [ln for ln in tail("torchrun2_bad.txt").splitlines()[:4]] + LAUNCHER  # its OMP banner
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,6 +12,10 @@ the trainer. :func:`meaningful_line` picks the line a person needs instead:
    ``Signal 9 (SIGKILL) received by PID 7384``);
 3. else the last line that is not launcher noise (banners, rules, traceback frames, the
    summary table, torch's ``E1205 12:00:00.000000 42 torch/...]`` log lines).
+
+A tail as long as the kubelet keeps starts wherever the cut fell: its first line is not
+read. With several local ranks torchrun's summary alone can fill those 2048 bytes;
+:func:`quote` then points at ``kubectl logs``.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ from typing import Optional
 from disttrain.diagnosis import messages
 
 LINE_LIMIT = 200  # characters of the chosen line kept in a message
+KUBELET_TAIL_BYTES = 2048  # FallbackToLogsOnError keeps at most this much of the log (or 80 lines)
 
 _EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)(?::\s.*|:)?$")
 _LAUNCHER_EXCEPTION = re.compile(r"(?:^|\.)ChildFailedError:?")
@@ -33,7 +38,7 @@ _NOISE = re.compile(
     r"(?:time|host|rank|exitcode|error_file|traceback)\s*:.*|"
     r"During handling of the above exception, another exception occurred:|"
     r"The above exception was the direct cause of the following exception:|"
-    r".*To enable traceback see:.*|\*+ ?Setting OMP_NUM_THREADS.*|"
+    r".*To enable traceback see:.*|\*? ?Setting OMP_NUM_THREADS environment variable.*|"
     r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S*torch/\S+\] .*)$")
 
 
@@ -50,6 +55,8 @@ def meaningful_line(text: object, limit: int = LINE_LIMIT) -> Optional[str]:
     if not isinstance(text, str):
         return None
     raw = [x.rstrip() for x in text.splitlines() if x.strip()]
+    if len(text.encode("utf-8", "replace")) >= KUBELET_TAIL_BYTES - 8 and len(raw) > 1:
+        raw = raw[1:]  # the kubelet cut the log there: its first line is likely a fragment
     lines = [x.strip() for x in raw]
     return _pick(lines, _frame_lines(raw, lines), limit)
 
@@ -95,4 +102,18 @@ def _pick(lines: list[str], frames: set[int], limit: int) -> Optional[str]:
     return messages.cut(" ".join(chosen.split()), max(limit, 1)) or None
 
 
-__all__ = ["LINE_LIMIT", "meaningful_line"]
+def quote(text: object, pod: str, container: Optional[str] = None) -> str:
+    """What a message says of a failed container's log tail ``text``: its
+    :func:`meaningful_line`; where the tail holds none but is not empty (the error scrolled
+    out of the kubelet's last 2048 bytes, e.g. above torchrun's summary tables), where to
+    read the whole log (``kubectl logs <pod> [-c <container>]``); "" for no tail at all."""
+    line = meaningful_line(text)
+    if line:
+        return line
+    if isinstance(text, str) and text.strip():
+        where = f"{pod} -c {container}" if container else pod
+        return f"no error line in its log's last {KUBELET_TAIL_BYTES} bytes (kubectl logs {where})"
+    return ""
+
+
+__all__ = ["KUBELET_TAIL_BYTES", "LINE_LIMIT", "meaningful_line", "quote"]

@@ -57,7 +57,7 @@ def collect(s: Step, by_rank: dict[int, dict]) -> list[ProbeOutcome]:
                 out.error = f"{name} on {node}: report invalid: {exc}"
                 out.error_reason = vocabulary.PROBE_REPORT_INVALID
             else:
-                said = logline.meaningful_line(raw) or " | ".join(raw.strip().splitlines()[-3:])
+                said = logline.quote(raw, name, "probe")
                 out.error = f"{name} on {node}: probe exited {code} without a report: {said}"
                 out.error_reason = vocabulary.PROBE_FAILED
             continue

@@ -127,7 +127,7 @@ def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
         if end is None and observe.phase(p) != "Failed":
             continue
         end = end or rankend.trainer_end(p, trainer) or rankend.ContainerEnd(trainer, None, "")
-        said = logline.meaningful_line(end.message)
+        said = logline.quote(end.message, observe.name(p), end.container)
         why = observe.evicted(p)
         what = (f"was evicted ({why})" if why and end.code is None
                 else f"container {end.container} exited {end.code}" if end.code is not None
