@@ -271,13 +271,17 @@ class NodeConfig(_Strict):
 class Expect(_Strict):
     """The expected outcome: condition ``condition`` reaches ``status``/``reason`` and its
     message contains every ``messageContains`` string ({node:N} = the node of probe rank
-    N) and none of ``messageLacks``; ``phase`` (e.g. Succeeded) must be reached too."""
+    N) and none of ``messageLacks``, ``status.probe.interfacesNotChosen`` every
+    ``notChosenContains`` string; ``phase`` (e.g. Succeeded) must be reached too."""
 
     condition: str = "Validated"
     status: Literal["True", "False", "Unknown"]
     reason: Optional[str] = None
     messageContains: list[str] = Field(default_factory=list)
     messageLacks: list[str] = Field(default_factory=list, description="strings the message must not contain")
+    notChosenContains: list[str] = Field(
+        default_factory=list, description="strings status.probe.interfacesNotChosen must hold "
+        "(each within one of its lines): why the interfaces not chosen were not")
     phase: Optional[Literal["Validated", "Running", "Succeeded", "Failed"]] = None
     socketIfname: Optional[str] = Field(
         None, description="the job's status.rendezvous.socketIfname once validated (the "

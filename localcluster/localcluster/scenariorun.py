@@ -77,6 +77,10 @@ def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -
              if s in (c.get("message") or "")]
     if extra:
         return False, f"{expect.condition} message should not name {extra}: {c.get('message', '')}"
+    lines = (((job or {}).get("status") or {}).get("probe") or {}).get("interfacesNotChosen") or []
+    absent = [s for s in expect.notChosenContains if not any(s in str(x) for x in lines)]
+    if absent:
+        return False, f"status.probe.interfacesNotChosen lacks {absent}: {lines}"
     if expect.socketIfname is not None:
         got_if = (((job or {}).get("status") or {}).get("rendezvous") or {}).get("socketIfname")
         if got_if is None:

@@ -44,3 +44,25 @@ def test_users_torchrun_command_trains(cluster, operator, ns):  # noqa: F811
     # torchrun started the script with the rendezvous it read from PET_*: both ranks met.
     assert "rank 0/2" in log and re.search(r"test accuracy ([0-9.]+)", log), log
     print(f"torchrun command: Succeeded {took:.1f}s after apply")
+
+
+FAILING = ["torchrun", "--nproc-per-node=1", "--no-python", "python", "-c",
+           "raise ValueError('bad shape: expected (4, 8), got (4, 9)')"]
+
+
+def test_a_failing_torchrun_trainer_is_quoted_by_its_exception(cluster, operator, ns):  # noqa: F811
+    """Each rank's torchrun runs a script that raises: the job fails quoting the script's
+    ValueError from the kubelet's log tail (FallbackToLogsOnError), not torchrun's
+    ChildFailedError summary table."""
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    job = next(d for d in docs if d["kind"] == "DistTrainingJob")
+    job["spec"]["template"]["spec"]["containers"][0]["command"] = FAILING
+    job["spec"].setdefault("runPolicy", {})["backoffLimit"] = 0
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+    cluster.kubectl("wait", "--for=condition=Failed", "dtj/ddp-digits", "-n", ns, "--timeout=240s",
+                    timeout=250)
+    st = json.loads(cluster.kubectl("get", "dtj", "ddp-digits", "-n", ns, "-o", "json").stdout)["status"]
+    failed = next(c for c in st["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "RankFailed", failed
+    assert "exited 1: ValueError: bad shape: expected (4, 8), got (4, 9)" in failed["message"], failed
+    assert "To enable traceback" not in failed["message"] and "====" not in failed["message"], failed

@@ -283,7 +283,7 @@ class ReconcileMachine(RuleBasedStateMachine):
 
     @rule(kind=st.sampled_from(["restarts-string", "condition-without-status", "fractional-time",
                                 "node-without-rank", "garbage-probe", "null-status", "drop-condition",
-                                "flip-condition", "drop-master-addr"]),
+                                "flip-condition", "drop-master-addr", "tamper-condition"]),
           which=st.sampled_from(constants.ALL_CONDITIONS))
     def hand_edit_status(self, kind, which):
         job = self.sim.job()
@@ -309,6 +309,11 @@ class ReconcileMachine(RuleBasedStateMachine):
             for x in st_.get("conditions") or []:
                 if x.get("type") == which and x.get("status") in ("True", "False"):
                     x["status"] = {"True": "False", "False": "True"}[x["status"]]
+        elif kind == "tamper-condition":  # the chosen condition loses its status, its reason is no string
+            for x in st_.get("conditions") or []:
+                if x.get("type") == which:
+                    x.pop("status", None)
+                    x["reason"] = {"edited": True}
         elif kind == "drop-master-addr":
             (st_.get("rendezvous") or {}).pop("masterAddr", None)
         if kind in ("null-status", "garbage-probe"):
@@ -340,6 +345,15 @@ class ReconcileMachine(RuleBasedStateMachine):
         job = self.sim.job() if hasattr(self, "sim") else None
         if job is not None:
             json.dumps(job.get("status"), allow_nan=False)
+
+    @invariant()
+    def messages_are_one_bounded_line(self):
+        job = self.sim.job() if hasattr(self, "sim") else None
+        st_ = (job or {}).get("status")
+        for c in (st_.get("conditions") if isinstance(st_, dict) else None) or []:
+            m = c.get("message") if isinstance(c, dict) else None
+            if isinstance(m, str):  # hand edits here never touch a message: every one is the operator's
+                assert "\n" not in m and len(m) <= 400, (c.get("type"), m)
 
     def teardown(self):
         if not hasattr(self, "sim"):

@@ -58,7 +58,7 @@ FIELDS = [
     "v", "rank", "worldSize", "node", "pod", "hostname", "hostIp", "ok", "phase", "failure",
     "warnings", "versions", "master", "portRange", "portRangeAllowed", "interfaces", "chosen",
     "network", "rejected", "ncclDefaultIfname", "socketIfname", "backend", "allreduce",
-    "timings", "mesh", "truncated", "localWorldSize", "intraNode", "localRanks",
+    "timings", "mesh", "truncated", "localWorldSize", "intraNode", "localRanks", "final",
 ]
 # Paths inside a valid report whose value a mutation replaces.
 NESTED_PATHS = [
@@ -67,7 +67,7 @@ NESTED_PATHS = [
     ("versions", "nccl"), ("master", "port"), ("master", "resolved"), ("failure", "reason"),
     ("timings", "rendezvous"), ("chosen", "ifname"), ("portRange", 0),
     ("intraNode", "correct"), ("intraNode", "busbwGBps"), ("localRanks", 0),
-    ("intraNode", "seconds"), ("master", "addr"),
+    ("intraNode", "seconds"), ("master", "addr"), ("master", "joined"),
 ]
 # Values of the right JSON type that no probe measures or no interface is named: what the
 # type checks let through and the report's own rules must refuse.
@@ -76,6 +76,7 @@ PLAUSIBLE_BAD = {
     "algbwGBps": st.sampled_from([-1.0, -1e-9, -3]),
     "seconds": st.sampled_from([-0.01, -1, -1e9]),
     "bytes": st.sampled_from([-4, -1]),
+    "joined": st.just(False),  # a rank that never joined rank 0's store did not pass
     "ifname": st.one_of(st.sampled_from(["eth1}", "ethé", "e" * 16, "eth 1", "eth/1", "a,b", "^lo",
                                          "=eth1", "", ".", "..", "eth1\n", "eth\x00"]),
                         st.text(min_size=1, max_size=20)),
@@ -186,10 +187,14 @@ def _check_strict_json(obj, path="$"):
 
 def _check_pass_is_plausible(rep):
     """A report the operator takes as a pass is one the probe could have written: in its
-    last phase, with its master block, non-negative measurements and an interface name
+    last phase, with its master block (its port; not a rank that never joined, nor the
+    pessimistic report), non-negative measurements and an interface name
     NCCL_SOCKET_IFNAME can carry."""
     assert rep.get("phase") == "report", rep.get("phase")
     assert isinstance(rep.get("master"), dict)
+    port = rep["master"].get("port")
+    assert isinstance(port, int) and not isinstance(port, bool), port
+    assert rep["master"].get("joined") is not False and rep.get("final") is not False
     for block in ("allreduce", "intraNode"):
         for k, v in (rep.get(block) or {}).items():
             if isinstance(v, (int, float)) and not isinstance(v, bool):

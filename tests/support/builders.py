@@ -244,6 +244,9 @@ def check(policy: Callable[[Step], Any], given: StepBuilder, want: Want) -> Step
         assert s.plan.requeue_after == want.requeue
     if want.more is not None:
         assert want.more(s)
+    for c in s.conds:  # every message any policy table produces: one line, at most 400 characters
+        m = c.get("message") or ""
+        assert "\n" not in m and "\r" not in m and len(m) <= cond.MAX_MESSAGE, (c.get("type"), m)
     return s
 
 

@@ -21,7 +21,8 @@ def job_from(name: str) -> dict:
             "status": {"phase": "Failed" if not d.validated else "Validated", "conditions": conds,
                        "nodes": d.nodes, "rendezvous": {"masterAddr": master, "masterPort": 29500,
                                                          "socketIfname": "eth1"},
-                       "probe": {"failures": d.failures, "warnings": d.warnings, "backend": "gloo"}}}
+                       "probe": {"failures": d.failures, "warnings": d.warnings, "backend": "gloo",
+                                 "interfacesNotChosen": d.not_chosen}}}
 
 
 def text_of(job: dict, width: int = 160) -> str:
@@ -49,6 +50,9 @@ def test_a_passing_job_lists_nodes_interfaces_and_throughput():
     assert "2.8.0+cu128" in out and "2.27.3" in out
     assert "Warnings (in full)" in out
     assert "Connectivity on 10.101.0.0/24  (chosen)" in out and "10.100.0.0/24  (chosen)" not in out
+    # the verdict names the choice; every interface not chosen, and why, is listed here
+    assert "Interfaces not chosen, and why" in out and "eth0 not preferred: faster by measurement" in out
+    assert "docker0 172.17.0.1 (DuplicateAddress" in out
 
 
 def test_main_says_when_the_job_does_not_exist(monkeypatch):

@@ -161,6 +161,12 @@ def test_check_expectations():
                              e_lacks, {})[0] is False
     wrong = _job(("MasterReachable", "False", "MasterPortRefused", "x"))
     assert scenariorun.check(wrong, e, {0: "node-b"})[0] is False
+    passed = _job(("NetworkValidated", "True", "InterfaceSelected", "eth0 (10.100.0.0/24) chosen on every node"))
+    passed["status"]["probe"] = {"interfacesNotChosen": ["not chosen: docker0 172.17.0.1 (DuplicateAddress: x)"]}
+    e_why = scn.Expect(condition="NetworkValidated", status="True", notChosenContains=["docker0 172.17.0.1"])
+    assert scenariorun.check(passed, e_why, {}) == (True, "")
+    e_why = e_why.model_copy(update={"notChosenContains": ["PodNetworkDevice"]})
+    assert scenariorun.check(passed, e_why, {})[0] is False
     e2 = scn.Expect(status="True", phase="Succeeded")
     assert scenariorun.check(_job(("Validated", "True", "AllChecksPassed", ""), phase="Running"), e2, {})[0] is None
     assert scenariorun.check(_job(("Validated", "True", "AllChecksPassed", ""), phase="Succeeded"), e2, {})[0]

@@ -3,6 +3,8 @@
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.trust import Expected, check, identity_problem
@@ -195,6 +197,10 @@ def test_the_local_rank_check_works_in_the_reports_size_not_the_number_of_local_
     (lambda r: r.update(phase="collective"), "passed in phase 'collective'"),
     (lambda r: r.pop("master"), "without its master block"),
     (lambda r: r.update(master=None), "without its master block"),
+    (lambda r: r.update(master={}), "without its master block"),
+    (lambda r: r["master"].pop("port"), "with master.port None"),
+    (lambda r: r["master"].update(joined=False), "master.joined is false"),
+    (lambda r: r.update(final=False), "final: false"),
 ])
 def test_a_pass_outside_the_last_phase_or_without_its_master_is_not_the_probes(mutate, needle):
     r = good()
@@ -202,3 +208,42 @@ def test_a_pass_outside_the_last_phase_or_without_its_master_is_not_the_probes(m
     out = check(r, EXP)
     assert out.report is None and needle in out.error and out.error.startswith("rank 1 ")
     assert len(out.error) <= 400
+
+
+@pytest.mark.parametrize("joined,final", [(True, None), (None, None)])
+def test_a_pass_that_joined_or_from_an_older_probe_without_joined_is_trusted(joined, final):
+    """``master.joined`` absent is an older probe's report (docs/probe-report.md): trusted."""
+    r = good()
+    if joined is not None:
+        r["master"]["joined"] = joined
+    out = check(r, EXP)
+    assert out.error is None and out.report["ok"] is True
+
+
+MASTER_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-3, 70000), st.text(max_size=6),
+                          st.floats(allow_nan=True), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(drop=st.sets(st.sampled_from(["addr", "port", "resolved", "route", "joined"])),
+       port=st.one_of(st.just(29500), MASTER_VALUES), joined=st.one_of(st.just(True), MASTER_VALUES),
+       final=st.one_of(st.just("absent"), MASTER_VALUES), master_kind=st.sampled_from(["dict", "empty", "other"]))
+def test_a_pass_is_trusted_only_with_its_master_port_joined_and_final(drop, port, joined, final, master_kind):
+    """Whatever the master block and ``final`` say, a report counts as a pass only with an
+    integer master.port (the one given), master.joined not false and final not false."""
+    r = good()
+    r["master"].update(port=port, joined=joined)
+    for k in drop:
+        r["master"].pop(k, None)
+    if master_kind == "empty":
+        r["master"] = {}
+    elif master_kind == "other":
+        r["master"] = [port]
+    if final != "absent":
+        r["final"] = final
+    out = check(r, EXP)
+    assert (out.report is None) != (out.error is None)
+    if out.report is not None and out.report.get("ok") is True:
+        m = out.report["master"]
+        assert isinstance(m, dict) and m.get("port") == 29500 and not isinstance(m.get("port"), bool)
+        assert m.get("joined") is not False and out.report.get("final") is not False

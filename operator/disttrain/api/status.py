@@ -88,6 +88,11 @@ class ProbeStatus(CamelModel):
     )
     failures: list[str] = Field(default_factory=list, description="One line per failing rank.")
     warnings: list[str] = Field(default_factory=list, description="Latent faults seen.")
+    interfaces_not_chosen: list[str] = Field(
+        default_factory=list, description="Every interface the probes did not choose and why, one "
+        "line per runner-up (the criterion that ranked it lower), per interface a named node "
+        "makes unreachable, then the rest grouped by reason (NetworkValidated names only the "
+        "choice).")
 
 
 class DistTrainingJobStatus(CamelModel):

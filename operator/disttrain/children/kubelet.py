@@ -110,7 +110,7 @@ class ContainerFailure:
         if self.kind == OOM:
             facts = ", ".join(x for x in (code, f"memory limit {self.memory_limit or 'none set'}",
                                           f"used {self.memory_used}" if self.memory_used else "") if x)
-            return f"{self.who} was OOMKilled, out of memory ({facts})"
+            return f"{self.who} was OOMKilled ({facts})"
         if self.kind == POD:
             what = {"Evicted": "evicted by the kubelet", "Preempting": "preempted",
                     POD_DEADLINE: "ended at its activeDeadlineSeconds"}.get(self.reason, f"ended ({self.reason})")

@@ -68,7 +68,8 @@ class Diagnosis:
     """The result of :func:`diagnose`: ``conditions`` (type -> Verdict) for the probe checks
     and Validated; ``nodes`` (``status.nodes``); ``socket_ifnames`` (rank -> interface);
     bandwidths in GB/s (1e9 B/s); ``failures``/``warnings``: one full line each, for
-    ``status.probe``."""
+    ``status.probe``; ``not_chosen``: every interface not chosen and why, one line per
+    reason (``status.probe.interfacesNotChosen``)."""
 
     conditions: dict[str, Verdict]
     nodes: list[dict[str, Any]] = field(default_factory=list)
@@ -82,6 +83,7 @@ class Diagnosis:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    not_chosen: list[str] = field(default_factory=list)  # status.probe.interfacesNotChosen
 
     @property
     def validated(self) -> bool:
@@ -135,7 +137,8 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
         conditions={vocabulary.PROBES_SCHEDULED: Verdict(constants.TRUE, vocabulary.PROBES_SCHEDULED_OK, "every probe pod ran")},
         nodes=netsummary.node_results(ranks), socket_ifnames=ifnames, master_addr=master_addr,
         backend=netsummary.backend(ranks), message_size_bytes=size, alg_bandwidth_gbps=algbw,
-        bus_bandwidth_gbps=busbw, phase_seconds=netsummary.phase_seconds(ranks))
+        bus_bandwidth_gbps=busbw, phase_seconds=netsummary.phase_seconds(ranks),
+        not_chosen=netsummary.not_chosen(ranks))
     for i, mbps in stragglers.node_throughput(ranks).items():  # noqa: B007
         diag.nodes[i]["throughputMbps"] = round(mbps, 1)
 

@@ -2,7 +2,8 @@
 
 Probe and operator messages are clauses joined by ``"; "``: the cause first, evidence in
 the middle, the fix last. :func:`bound` keeps the first clause and the last one (the
-fix) and as many of the middle ones as fit; what is cut is marked ``…``. The evidence
+fix) and as many of the middle ones as fit; what is cut is marked ``…``, and every cut
+falls at a word boundary (:func:`cut`). The evidence
 left out stays whole in ``status.probe.failures``/``warnings``, ``status.nodes``, the
 Events and ``kubectl disttrain explain``.
 """
@@ -25,19 +26,42 @@ def clauses(text: str) -> list[str]:
     return [c.strip() for c in (text or "").split(SEP) if c.strip()]
 
 
+# Where a cut may fall: before or after one of these (never inside a word, a node name
+# such as node-a, a number such as 10.100.0.1 or an identifier).
+BOUNDARY = frozenset(" \t,;:|()[]{}/=\"'<>")
+
+
+def one_line(text: str) -> str:
+    """``text`` stripped, its line breaks (and the blanks around them) joined by ``" | "``:
+    a condition message is one line."""
+    return re.sub(r"\s*[\r\n]+\s*", " | ", (text or "").strip())
+
+
+def _boundary(text: str, limit: int) -> int:
+    """The longest head ``text[:p]``, ``p <= limit``, that ends at a word boundary
+    (:data:`BOUNDARY` on either side of the cut), preferring a space in the last 40%;
+    0 when ``text`` has no boundary before ``limit`` (one token longer than the room)."""
+    at = [p for p in range(min(limit, len(text) - 1), 0, -1)
+          if text[p] in BOUNDARY or text[p - 1] in BOUNDARY]
+    space = next((p for p in at if text[p] == " "), 0)
+    if space >= limit * 0.6:
+        return space
+    return at[0] if at and at[0] >= limit * 0.6 else (space or (at[0] if at else 0))
+
+
 def cut(text: str, limit: int) -> str:
-    """``text`` shortened to at most ``limit`` characters, at a word boundary when one is
-    near, ending in ``…`` when shortened."""
+    """``text`` shortened to at most ``limit`` characters at a word boundary (a space,
+    else punctuation; a single token longer than the room is cut where it must), ending in
+    ``…`` when shortened. Never raises."""
     text = text.strip()
     if len(text) <= limit:
         return text
     if limit <= 1:
         return ELLIPSIS[:limit]
-    head = text[: limit - 1]
-    space = head.rfind(" ")
-    if space >= limit * 0.6:
-        head = head[:space]
-    return head.rstrip(" ,;:(") + ELLIPSIS
+    p = _boundary(text, limit - 1)
+    if not p:  # one token longer than the room: nowhere else to cut
+        return text[: limit - 1] + ELLIPSIS
+    return text[:p].rstrip(" ,;:(|") + ELLIPSIS
 
 
 def bound(text: str, limit: int = LIMIT) -> str:
@@ -51,8 +75,9 @@ def bound(text: str, limit: int = LIMIT) -> str:
     if len(parts) == 1:
         return cut(parts[0], limit)
     first, last, middle = parts[0], parts[-1], parts[1:-1]
-    # the fix gets at most half the room, the cause what is left
-    last = cut(last, max(limit // 2, limit - len(first) - 2 * len(SEP) - 1))
+    # the fix gets at most 60% of the room (a fix that fits there stays whole, so that only
+    # the cause is cut, once), the cause what is left
+    last = cut(last, max(limit * 3 // 5, limit - len(first) - 2 * len(SEP) - 1))
     room = limit - len(last) - len(SEP)
     first = cut(first, max(1, room - len(SEP) - len(ELLIPSIS)))
     kept: list[str] = [first]
@@ -111,4 +136,5 @@ def node_list(nodes: Sequence[str], most: int = 4) -> str:
     return f"{', '.join(nodes[:most - 1])} and {len(nodes) - most + 1} more"
 
 
-__all__ = ["LIMIT", "SUMMARY_LIMIT", "bound", "clauses", "cut", "join", "named_nodes", "node_list"]
+__all__ = ["BOUNDARY", "LIMIT", "SUMMARY_LIMIT", "bound", "clauses", "cut", "join", "named_nodes", "node_list",
+           "one_line"]

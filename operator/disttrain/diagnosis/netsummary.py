@@ -1,8 +1,9 @@
 """Per-node results and the network summary of a passing probe (pure).
 
 :func:`node_results` is ``status.nodes``; :func:`network_message` is ``NetworkValidated``'s
-message when it passed: the chosen interface, what it measured against the runner-up,
-then every interface not chosen, grouped by why, each reason said once.
+message when it passed, one sentence: the chosen interface and why (what it measured
+against the runner-up); :func:`not_chosen` is ``status.probe.interfacesNotChosen``: every
+interface not chosen, grouped by why, each reason said once.
 """
 from __future__ import annotations
 
@@ -149,13 +150,27 @@ def rejections(ranks: Sequence[RankInput]) -> dict[str, tuple[str, str]]:
     return out
 
 
-def _criterion(message: str) -> str:
+def _criterion(message: str, limit: int = 110) -> str:
     """Which ranking criterion decided, from a NotPreferred message ("<why>; ranked below
-    ...", or an older probe's "... ranked higher: <why>")."""
+    ...", or an older probe's "... ranked higher: <why>"), at most ``limit`` characters."""
     _, sep, why = message.partition("ranked higher: ")
     if not sep:
         why = message.rpartition("; ranked below ")[0] or message
-    return messages.cut(why, 110)
+    return messages.cut(" ".join(why.split()), limit)
+
+
+def _decisive(message: str) -> str:
+    """The criterion that ranked the choice above the runner-up, from the runner-up's
+    NotPreferred message, with what did not decide in parentheses: ``it carries the nodes'
+    own address / route to the master on 2 of 2 nodes vs 0 (equal speed (10000 Mb/s),
+    measured 16944 vs 13398 Mb/s, ...)``; the probe's "set network.socketIfname" advice is
+    left out (the choice passed)."""
+    parts = [c.strip() for c in _criterion(message, 400).split("; ")
+             if c.strip() and not c.strip().startswith("set network.socketIfname")]
+    if not parts:
+        return "ranked first"
+    last = re.sub(r"\s*\(set network\.socketIfname[^)]*\)$", "", parts[-1])
+    return last + (f" ({', '.join(parts[:-1])})" if len(parts) > 1 else "")
 
 
 def _duplicate_addr(message: str) -> str:
@@ -172,13 +187,13 @@ def _missing_on(message: str) -> str:
 
 
 def rejected_clauses(rej: dict[str, tuple[str, str]],
-                     culprits: Optional[dict[str, str]] = None) -> list[str]:
-    """One clause per runner-up (NotPreferred: the criterion that decided) and per
-    unreachable interface whose culprit the evidence names (``culprits``: ifname -> a short
-    explanation), then one ``not chosen: ...`` clause grouping every interface not chosen
-    by reason (each reason said once)."""
+                     culprits: Optional[dict[str, str]] = None, limit: int = 110) -> list[str]:
+    """One clause per runner-up (NotPreferred: the criterion that decided, at most ``limit``
+    characters) and per unreachable interface whose culprit the evidence names
+    (``culprits``: ifname -> a short explanation), then one ``not chosen: ...`` clause
+    grouping every interface not chosen by reason (each reason said once)."""
     culprits = culprits or {}
-    details = [f"{ifn} not preferred: {_criterion(msg)}" for ifn, (reason, msg) in rej.items()
+    details = [f"{ifn} not preferred: {_criterion(msg, limit)}" for ifn, (reason, msg) in rej.items()
                if reason == vocabulary.REJ_NOT_PREFERRED]
     details += [f"{ifn} unreachable: {culprits[ifn]}" for ifn, (reason, _) in rej.items()
                 if reason == vocabulary.REJ_UNREACHABLE and ifn in culprits]
@@ -192,12 +207,28 @@ def rejected_clauses(rej: dict[str, tuple[str, str]],
     for reason in sorted(groups, key=lambda x: order.get(x, len(order))):
         words = _REJECTION_WORDS.get(reason)
         parts.append(f"{', '.join(groups[reason])} ({reason}{': ' + words if words else ''})")
-    out: list[str] = []
     return details + (["not chosen: " + ", ".join(parts)] if parts else [])
 
 
+NOT_CHOSEN_LINES = 32  # status.probe.interfacesNotChosen holds at most this many lines
+NOT_CHOSEN_LINE = 400  # characters per line
+
+
+def not_chosen(ranks: Sequence[RankInput]) -> list[str]:
+    """``status.probe.interfacesNotChosen`` of a passing probe: every interface not chosen
+    and why, one line per runner-up (the criterion that decided, in full), per unreachable
+    interface whose culprit the evidence names, then the rest grouped by reason; at most
+    :data:`NOT_CHOSEN_LINES` lines of :data:`NOT_CHOSEN_LINE` characters."""
+    lines = rejected_clauses(rejections(ranks), unreachable_culprits(ranks), limit=NOT_CHOSEN_LINE)
+    return [messages.cut(x, NOT_CHOSEN_LINE) for x in lines[:NOT_CHOSEN_LINES]]
+
+
 def network_message(ranks: Sequence[RankInput]) -> str:
-    """NetworkValidated's message when it passed (at most :data:`messages.LIMIT`)."""
+    """NetworkValidated's message when it passed, one sentence of at most
+    :data:`messages.LIMIT` characters: the chosen interface and why (what it measured
+    against the runner-up, else the criterion that ranked it first), and an interface
+    unreachable because of a named node (a latent fault). Every other interface not chosen,
+    and why, is in :func:`not_chosen` (``status.probe.interfacesNotChosen``, ``explain``)."""
     ifnames = summarize_ifnames(list(socket_ifnames(ranks).values()))
     subnets = sorted({(r.report.chosen.subnet or "?") for r in ranks if r.report and r.report.chosen})
     head = f"{ifnames} ({', '.join(subnets) or '?'}) chosen on every node"
@@ -205,13 +236,21 @@ def network_message(ranks: Sequence[RankInput]) -> str:
     chosen_names = {n for n in socket_ifnames(ranks).values() if n}
     rej = rejections(ranks)
     mine = [v for k, v in measured.items() if k in chosen_names]
-    others = {k: v for k, v in measured.items() if k in rej and rej[k][0] == vocabulary.REJ_NOT_PREFERRED}
-    if mine and others:
+    runners = {k: msg for k, (reason, msg) in rej.items() if reason == vocabulary.REJ_NOT_PREFERRED}
+    others = {k: v for k, v in measured.items() if k in runners}
+    runner = max(runners, key=lambda k: (others.get(k, -1.0), -list(runners).index(k)), default=None)
+    by_measure = runner is None or _criterion(runners[runner], 400).startswith("faster by measurement")
+    if mine and others and by_measure:
         head += (f": {min(mine):.0f} Mb/s measured vs "
                  + ", ".join(f"{k} {v:.0f} Mb/s" for k, v in sorted(others.items(), key=lambda kv: -kv[1])))
+    elif runner is not None:
+        head += f" over {runner}: {_decisive(runners[runner])}"
     elif mine:
         head += f": {min(mine):.0f} Mb/s measured"
-    return messages.join([head, *rejected_clauses(rej, unreachable_culprits(ranks))], messages.LIMIT)
+    culprits = unreachable_culprits(ranks)
+    faults = [f"{ifn} unreachable: {culprits[ifn]}" for ifn, (reason, _) in rej.items()
+              if reason == vocabulary.REJ_UNREACHABLE and ifn in culprits]
+    return messages.join([head, *faults], messages.LIMIT)
 
 
 def unreachable_culprits(ranks: Sequence[RankInput]) -> dict[str, str]:
@@ -230,4 +269,4 @@ def unreachable_culprits(ranks: Sequence[RankInput]) -> dict[str, str]:
 
 
 __all__ = ["backend", "bandwidths", "measured_by_ifname", "network_message", "node_results",
-           "phase_seconds", "rejected_clauses", "rejections", "socket_ifnames", "summarize_ifnames"]
+           "not_chosen", "phase_seconds", "rejected_clauses", "rejections", "socket_ifnames", "summarize_ifnames"]

@@ -15,7 +15,9 @@ itself, before :func:`disttrain.diagnosis.diagnose.diagnose` reads it:
   it may be another job's report (a pod of a deleted job with the same name) or a
   foreign program's output;
 - consistency: ``ok: true`` with a ``failure`` is invalid; a passing report must be in
-  phase ``report`` (the probe passes only there), carry its ``master`` block and an
+  phase ``report`` (the probe passes only there), carry its ``master`` block with an
+  integer ``port``, not say ``master.joined: false`` (absent: an older probe, accepted)
+  nor ``final: false`` (the pessimistic report written before a phase), and an
   all-reduce that is marked correct with finite bandwidths (an incorrect all-reduce is
   ``AllReduceWrongResult`` whatever ``ok`` says); with several processes per node also the
   intra-node all-reduce, and no local rank that did not pass (:func:`local_ranks_problem`);
@@ -160,6 +162,26 @@ def first_missing(listed: set[Any], n: int, limit: int = SHOWN) -> list[int]:
     return out
 
 
+def _pass_master_problem(report: dict[str, Any]) -> Optional[str]:
+    """Why a report that says ``ok`` cannot be the probe's pass, from its ``master`` block and
+    ``final`` (docs/probe-report.md): the block with an integer ``port`` (the probe always
+    writes the MASTER_PORT it was given), ``master.joined`` not false (a rank that never
+    joined rank 0's store cannot have passed; absent in an older probe's report, which is
+    accepted), and not the pessimistic report (``final: false``) written before a phase.
+    None when none of these is wrong."""
+    master = report.get("master")
+    if not isinstance(master, dict) or not master:
+        return "without its master block (the MASTER_ADDR and port it reached)"
+    port = master.get("port")
+    if not isinstance(port, int) or isinstance(port, bool):
+        return f"with master.port {_short(port)}, not the MASTER_PORT it was given"
+    if master.get("joined") is False:
+        return "although master.joined is false (it never joined rank 0's store)"
+    if report.get("final") is False:
+        return "in a pessimistic report (final: false, written before a phase)"
+    return None
+
+
 def _as_failure(report: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
     out = dict(report)
     out["ok"] = False
@@ -184,9 +206,9 @@ def check(report: dict[str, Any], exp: Expected) -> Checked:
     if report.get("phase") != "report":
         return Checked(None, f"{who}: the report passed in phase {_short(report.get('phase'))}: "
                              "a probe passes only in its last phase, 'report'; it is not the probe's")
-    if not isinstance(report.get("master"), dict):
-        return Checked(None, f"{who}: the report passed without its master block (the "
-                             "MASTER_ADDR and port it reached): it is not the probe's")
+    master_problem = _pass_master_problem(report)
+    if master_problem:
+        return Checked(None, f"{who}: the report passed {master_problem}: it is not the probe's")
     ar = report.get("allreduce") if isinstance(report.get("allreduce"), dict) else None
     if ar is None:
         return Checked(None, f"{who}: the report passed without an all-reduce result")

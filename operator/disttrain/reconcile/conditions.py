@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional
 
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
+from disttrain.diagnosis import messages
 from disttrain.diagnosis.verdicts import Verdict
 
 TRUE, FALSE, UNKNOWN = constants.TRUE, constants.FALSE, constants.UNKNOWN
@@ -23,14 +24,10 @@ MAX_MESSAGE = 400
 
 
 def clip(message: str, limit: int = MAX_MESSAGE) -> str:
-    """``message`` cut to ``limit`` characters at a word boundary, ending in "..." when cut."""
-    if len(message) <= limit:
-        return message
-    cut = message[: limit - 3]
-    space = cut.rfind(" ")
-    if space > limit // 2:
-        cut = cut[:space]
-    return cut.rstrip(" ;,:") + "..."
+    """``message`` on one line (line breaks joined by " | ") and at most ``limit``
+    characters, cut at a word boundary and ending in "…" when cut
+    (:func:`disttrain.diagnosis.messages.cut`)."""
+    return messages.cut(messages.one_line(str(message)), limit)
 
 
 def now_rfc3339(now: Optional[datetime] = None) -> str:

@@ -122,7 +122,7 @@ def _probe(raw: Any) -> dict[str, Any]:
     if isinstance(phases, dict):
         out["phaseSeconds"] = {k: v for k, v in phases.items()
                                if isinstance(k, str) and _num(v) is not None}
-    for k in ("failures", "warnings"):
+    for k in ("failures", "warnings", "interfacesNotChosen"):
         items = raw.get(k)
         if isinstance(items, list):
             out[k] = [x for x in items if isinstance(x, str)]
@@ -160,8 +160,25 @@ def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:
     - neither True, one False (its partner removed or set Unknown): the partner becomes
       True with that reason (Succeeded only from Failed=False AllRanksSucceeded);
     - neither, but ``Validated=False``: the preflight failed, so ``Failed=True`` with
-      ``PreflightFailed`` (or the spec reason, InvalidSpec/InvalidPodTemplate).
+      ``PreflightFailed`` (or the spec reason, InvalidSpec/InvalidPodTemplate);
+    - otherwise the two are set together all the same: one missing gets the other's
+      reason and message as Unknown (the job has not ended), both missing (other
+      conditions left) become Unknown ``TrainingPending``; the next step writes them as
+      the job stands (a finished training ends again from its pods).
     Never raises."""
+    _restore_ended(conds, now)
+    if not conds:
+        return  # nothing at all: the step writes every condition afresh
+    present = [x for x in (cond.get(conds, constants.SUCCEEDED), cond.get(conds, constants.FAILED)) if x]
+    reason, message = ((present[0]["reason"], present[0].get("message") or "") if present
+                       else (vocabulary.TRAINING_PENDING, "training has not started"))
+    for ctype in (constants.SUCCEEDED, constants.FAILED):
+        if cond.get(conds, ctype) is None:
+            _put(conds, ctype, cond.UNKNOWN, reason, message, now)
+
+
+def _restore_ended(conds: list[dict[str, Any]], now: str) -> None:
+    """The rules of :func:`restore_outcome` for a job that ended."""
     def get(ctype: str) -> Optional[dict[str, Any]]:
         return cond.get(conds, ctype)
 

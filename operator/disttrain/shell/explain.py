@@ -4,9 +4,10 @@ the details behind a job's conditions, from its status, printed with rich.
 Conditions carry one sentence each (at most 400 characters); the evidence lives in
 ``status``: per node the chosen interface, address, versions and measured throughput
 (``status.nodes``), each node's row of the dial matrix per network
-(``status.nodes[].paths``), every failure and warning in full (``status.probe``). This
-command lays them out: the verdict, the conditions, the per-node table and the
-connectivity matrix per network, failing cells marked.
+(``status.nodes[].paths``), every failure and warning in full and every interface not
+chosen with why (``status.probe``). This command lays them out: the verdict, the
+conditions, the per-node table and the connectivity matrix per network, failing cells
+marked.
 
 :func:`render` is pure (job dict -> rich renderables, tested without a cluster);
 :func:`main` reads the job with the kubeconfig (or the in-cluster service account).
@@ -142,7 +143,8 @@ def render(job: dict[str, Any]) -> list[RenderableType]:
         out.append(nodes_table(nodes))
         out.extend(matrices(nodes))
     for key, title, style in (("failures", "Failures (one per rank, in full)", "red"),
-                              ("warnings", "Warnings (in full)", "yellow")):
+                              ("warnings", "Warnings (in full)", "yellow"),
+                              ("interfacesNotChosen", "Interfaces not chosen, and why", "dim")):
         items = probe.get(key) or []
         if items:
             out.append(Text(title, style=f"bold {style}"))

@@ -51,29 +51,51 @@ def serve(port: int) -> None:
     start_http_server(port, registry=REGISTRY)
 
 
-def _verdict(status: Optional[dict[str, Any]]) -> Optional[dict[str, Any]]:
-    v = cond.get((status or {}).get("conditions") or [], constants.VALIDATED)
-    return v if v and v["status"] in (constants.TRUE, constants.FALSE) else None
+def _dict(value: Any) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
-def observe(namespace: str, name: str, old: Optional[dict], new: dict) -> None:
-    """Record what changed between the status before (``old``) and after (``new``) a step."""
+def _verdict(status: Any) -> Optional[tuple[str, str]]:
+    """(status, reason) of a decided ``Validated`` condition, else None. ``status`` is
+    untrusted (a hand edit may leave any shape): anything malformed reads as undecided."""
+    conds = _dict(status).get("conditions")
+    v = cond.get([c for c in conds if isinstance(c, dict)] if isinstance(conds, list) else [], constants.VALIDATED)
+    if v is None or v.get("status") not in (constants.TRUE, constants.FALSE):
+        return None
+    reason = v.get("reason")
+    return v["status"], reason if isinstance(reason, str) and reason else constants.UNKNOWN
+
+
+def _number(value: Any) -> Optional[float]:
+    """A finite number of the status, else None (a hand edit may put anything there)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def observe(namespace: str, name: str, old: Any, new: Any) -> None:
+    """Record what changed between the status before (``old``) and after (``new``) a step.
+    Both are untrusted (``old`` is what the apiserver holds, hand edits included): never
+    raises for their shape."""
     key = (namespace, name)
-    phase = new.get("phase") or constants.PHASE_PENDING
+    new = _dict(new)
+    phase = new.get("phase")
+    phase = phase if isinstance(phase, str) and phase else constants.PHASE_PENDING
     if _phases.get(key) != phase:
         if key in _phases:
             JOBS.labels(_phases[key]).dec()
         JOBS.labels(phase).inc()
         _phases[key] = phase
     before, after = _verdict(old), _verdict(new)
-    if after and (before is None or (before["status"], before["reason"]) != (after["status"], after["reason"])):
-        PROBE_OUTCOMES.labels(after["reason"]).inc()
-        duration = (new.get("probe") or {}).get("durationSeconds")
+    probe = _dict(new.get("probe"))
+    if after and before != after:
+        PROBE_OUTCOMES.labels(after[1]).inc()
+        duration = _number(probe.get("durationSeconds"))
         if duration is not None:
-            PROBE_DURATION.observe(float(duration))
-    busbw = (new.get("probe") or {}).get("busBandwidthGBps")
+            PROBE_DURATION.observe(duration)
+    busbw = _number(probe.get("busBandwidthGBps"))
     if busbw is not None:
-        BUS_BANDWIDTH.labels(namespace, name).set(float(busbw))
+        BUS_BANDWIDTH.labels(namespace, name).set(busbw)
 
 
 def api_error(verb: str, kind: str, code: int) -> None:

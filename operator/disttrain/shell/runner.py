@@ -271,7 +271,10 @@ class Reconciler:
                 self.kube.event(job, "Warning", vocabulary.API_ERROR, f"writing the job's status "
                                 f"failed {f.attempts} times (HTTP {f.code}): {f.message}")
         if not any(f.kind == "status" for f in new_failures):
-            metrics.observe(namespace, name, job.get("status"), plan.status)
+            try:  # the plan is applied: a metric must not turn the step into an error
+                metrics.observe(namespace, name, job.get("status"), plan.status)
+            except Exception:  # noqa: BLE001 - logged; the next transition counts again
+                log.exception("updating the metrics of %s/%s failed", namespace, name)
         conds = plan.status.get("conditions") or []
         terminal = cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)
         if new_failures:

@@ -16,6 +16,10 @@ from ...support.reconcile import finished_probes
 UNK, TRUE, FALSE = C.UNKNOWN, C.TRUE, C.FALSE
 BUSY = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes are available"
 EXCLUDED = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+DENY = {"kind": "NetworkPolicy", "metadata": {"name": "default-deny"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
+ADMIT_JOB = {"kind": "NetworkPolicy", "metadata": {"name": "job-peers"},
+             "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {C.LABEL_JOB: "j"}}}]}]}}
 TOO_FEW = "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
 
 # containerd 1.6's message for an image no registry serves, as the kubelet of a real node
@@ -113,6 +117,16 @@ def test_image_pull_failure_names_rank_node_and_the_cause_at_the_end():
      given().spec(probe={"timeoutSeconds": 10}).probing(started="2026-11-30T11:50:00Z").probes("Running", "Running"),
      Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.PROBE_TIMEOUT), C.FAILED: (TRUE, V.PREFLIGHT_FAILED)},
           says={C.VALIDATED: "j-probe-0 (Running on node-a), j-probe-1 (Running on node-b)"})),
+    ("past the probe budget under a NetworkPolicy that drops the job's traffic: the policy, not ProbeTimeout",
+     given().spec(probe={"timeoutSeconds": 10}, network={"hostNetwork": False}).observing(network_policies=(DENY,))
+     .probing(started="2026-11-30T11:50:00Z").probes("Running", "Running"),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.NETWORK_POLICY_BLOCKS),
+                             C.MASTER_REACHABLE: (FALSE, V.NETWORK_POLICY_BLOCKS), C.FAILED: (TRUE, V.PREFLIGHT_FAILED)},
+          says={C.VALIDATED: "NetworkPolicy default-deny in namespace ns drops TCP 29500 (rendezvous)"})),
+    ("past the probe budget, a policy that admits the job's pods: ProbeTimeout",
+     given().spec(probe={"timeoutSeconds": 10}, network={"hostNetwork": False})
+     .observing(network_policies=(DENY, ADMIT_JOB)).probing(started="2026-11-30T11:50:00Z").probes("Running", "Running"),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.PROBE_TIMEOUT)})),
     ("the probes ended without rank 0's address: the verdict waits for it",
      given().probing().with_pods(probe(0, "node-a", "Succeeded", message=json.dumps(report(0, "node-a")), exit_code=0),
                                  finished_probes()[1]),

@@ -199,3 +199,32 @@ def rank0(host_ip="10.100.0.10"):
 )
 def test_training(name, given, want):
     check(training.apply, given, want)
+
+
+def test_a_failed_rank_under_torchrun_is_quoted_by_its_exception_not_the_banner():
+    """Rank 1 ran torchrun, which raised ValueError; the kubelet kept the log's last 2048
+    bytes: the job's message quotes the ValueError, not torchrun's summary table."""
+    from pathlib import Path
+
+    tail = (Path(__file__).parent.parent / "logtails" / "torchrun_bad.txt").read_bytes()[-2048:].decode()
+    failed = pod("j-worker-1", C.ROLE_WORKER, 1, attempt=0, phase="Failed", node=node_name(1),
+                 container="trainer", exit_code=1, message=tail)
+    check(training.apply, given().training().with_pods(workers("Running")[0], failed),
+          Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.RANK_FAILED)},
+               says={C.FAILED: "rank 1 (j-worker-1 on node-b) container trainer exited 1: ValueError: bad shape: "
+                               "expected (4, 8), "
+                               "got (4, 9)"}))
+
+
+def test_a_failed_rank_whose_error_left_the_kubelets_tail_points_at_its_log():
+    """Two local ranks: torchrun's summary tables fill the kubelet's 2048 bytes; the message
+    makes up no cause from them and says where the error is."""
+    from pathlib import Path
+
+    tail = (Path(__file__).parent.parent / "logtails" / "torchrun2_bad.txt").read_bytes()[-2048:].decode()
+    failed = pod("j-worker-1", C.ROLE_WORKER, 1, attempt=0, phase="Failed", node=node_name(1),
+                 container="trainer", exit_code=1, message=tail)
+    check(training.apply, given().training().with_pods(workers("Running")[0], failed),
+          Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.RANK_FAILED)},
+               says={C.FAILED: "rank 1 (j-worker-1 on node-b) container trainer exited 1: no error line in its "
+                               "log's last 2048 bytes (kubectl logs j-worker-1 -c trainer)"}))

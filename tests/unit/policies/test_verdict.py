@@ -56,7 +56,9 @@ def events(*want):
           status={"probe": {"attempt": 3, "startTime": "2026-11-30T11:59:50Z", "completionTime": "2026-11-30T12:00:00Z",
                             "durationSeconds": 10.0, "backend": "gloo", "messageSizeBytes": 4194304,
                             "algBandwidthGBps": 1.5, "busBandwidthGBps": 1.5,
-                            "phaseSeconds": {"inventory": 0.01, "rendezvous": 0.2}}})),
+                            "phaseSeconds": {"inventory": 0.01, "rendezvous": 0.2},
+                            "interfacesNotChosen": ["not chosen: docker0 (DuplicateAddress: the same address on "
+                                                    "every node)"]}})),
     ("ProbesScheduled already True: its placement message kept",
      given().condition(C.PROBES_SCHEDULED, TRUE, V.PROBES_SCHEDULED_OK).with_probe_reports(),
      Want(Outcome.CONTINUE, {C.PROBES_SCHEDULED: (TRUE, V.PROBES_SCHEDULED_OK)}, says={C.PROBES_SCHEDULED: "given"})),

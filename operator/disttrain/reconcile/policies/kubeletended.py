@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any, Optional
 
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec
+from disttrain.api.types import DistTrainingJobSpec, trainer_index
 from disttrain.children import kubelet, observe
 from disttrain.children.kubelet import ContainerFailure
 from disttrain.diagnosis import messages
@@ -126,7 +126,7 @@ def template_field(spec: DistTrainingJobSpec, f: ContainerFailure) -> str:
     ctrs = ctrs if isinstance(ctrs, list) else []
     hits = [i for i, c in enumerate(ctrs) if f.memory_limit and isinstance(c, dict) and str(
         ((c.get("resources") or {}).get("limits") or {}).get("memory")) == f.memory_limit]
-    return f"spec.template.spec.containers[{hits[0] if len(hits) == 1 else '<the training container>'}]"
+    return f"spec.template.spec.containers[{hits[0] if len(hits) == 1 else trainer_index(spec)}]"
 
 
 def describe(pod: Any, rank: int, f: ContainerFailure, spec: DistTrainingJobSpec,
@@ -139,7 +139,7 @@ def describe(pod: Any, rank: int, f: ContainerFailure, spec: DistTrainingJobSpec
     during = f" during its {phase} phase" if isinstance(phase, str) and phase else ""
     fix = f.fix(template_field(spec, f))
     if f.kind == kubelet.OOM and not f.init:
-        fix += f": the probe needs {PROBE_MEMORY}, training likely more"
+        fix += f" (the probe needs {PROBE_MEMORY})"
     elif f.kind == kubelet.POD and f.reason == kubelet.POD_DEADLINE:  # the operator sets it on probes
         fix = "raise spec.probe.timeoutSeconds (the probe pod's activeDeadlineSeconds is 60 s more)"
     elif f.kind == kubelet.OOM:  # the operator sets no limit on its init container: a LimitRange did

@@ -13,7 +13,7 @@ from typing import Optional
 
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
-from disttrain.diagnosis import trust
+from disttrain.diagnosis import logline, trust
 from disttrain.api.types import nproc_for
 from disttrain.diagnosis.diagnose import ProbeOutcome
 from disttrain.reconcile.step import Step
@@ -57,8 +57,8 @@ def collect(s: Step, by_rank: dict[int, dict]) -> list[ProbeOutcome]:
                 out.error = f"{name} on {node}: report invalid: {exc}"
                 out.error_reason = vocabulary.PROBE_REPORT_INVALID
             else:
-                tail = raw.strip().splitlines()[-3:]
-                out.error = f"{name} on {node}: probe exited {code} without a report: " + " | ".join(tail)
+                said = logline.quote(raw, name, "probe")
+                out.error = f"{name} on {node}: probe exited {code} without a report: {said}"
                 out.error_reason = vocabulary.PROBE_FAILED
             continue
         expected = trust.Expected(

@@ -20,7 +20,7 @@ from disttrain.children import observe
 from disttrain.children.names import probe_pod_name
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
 
-from disttrain.reconcile.policies import conflicts, kubeletended, nodeloss, offers, scheduling
+from disttrain.reconcile.policies import conflicts, kubeletended, nodeloss, offers, scheduling, verdict
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
 from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, record_start
 from disttrain.reconcile.policies.probereports import collect, given_master
@@ -234,6 +234,8 @@ def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
             f"{waiting} {budget:g}s after the probes started, so training would have no "
             "MASTER_ADDR: check that pod's node (kubectl describe pod, the kubelet's log) and "
             "run the job again"))
+        return
+    if verdict.blocked_timeout(s, list(by_rank.values())):  # the timeout's cause, by name
         return
     waiting = ", ".join(f"{observe.name(p)} ({observe.phase(p)} on {observe.node(p) or 'no node'})"
                         for p in by_rank.values() if not observe.finished(p)) or "no probe pods"

@@ -24,6 +24,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.api.types import trainer_index, trainer_of
 from disttrain.children import kubelet, observe, rankend
 from disttrain.children.pods import Rendezvous, build_worker_pod
+from disttrain.diagnosis import logline
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import conflicts, offers, restart
@@ -155,18 +156,18 @@ def _rank_failure(s: Step, r: int, p: dict, trainer: str) -> Optional[str]:
     who = f"rank {r} ({observe.name(p)} on {observe.node(p)})"
     if f is not None and f.kind != kubelet.EXIT and (end is None or f.container in ("", end.container)):
         ctr = f.container or trainer
-        tail = observe.termination_message(p, ctr).strip().splitlines()[-2:]
-        quoted = f": {' | '.join(tail)}" if tail and f.kind == kubelet.SIGNAL else ""
+        said = logline.quote(observe.termination_message(p, ctr), observe.name(p), ctr)
+        quoted = f": {said}" if said and f.kind == kubelet.SIGNAL else ""
         names = [c.get("name") for c in s.spec.template.spec.get("containers") or [] if isinstance(c, dict)]
         where = f"spec.template.spec.containers[{names.index(f.container)}]" if f.container in names else ""
         return f"{who}: {f.describe()}{quoted}; {f.fix(where)}"
     end = end or rankend.trainer_end(p, trainer) or rankend.ContainerEnd(trainer, None, "")
-    tail = end.message.strip().splitlines()[-2:]
+    said = logline.quote(end.message, observe.name(p), end.container)
     why = observe.evicted(p)
     what = (f"was evicted ({why})" if why and end.code is None
             else f"container {end.container} exited {end.code}" if end.code is not None
             else "failed before its trainer exited")
-    return f"{who} {what}" + (f": {' | '.join(tail)}" if tail else "")
+    return f"{who} {what}" + (f": {said}" if said else "")
 
 
 def _name_conflicts(s: Step) -> bool:

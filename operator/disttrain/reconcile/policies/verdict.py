@@ -65,13 +65,39 @@ def _probe_pods(s: Step, outcomes: list[ProbeOutcome]) -> list[dict]:
     return [p for p in seen if observe.name(p) in names]
 
 
+def policy_blocks(s: Step, pods: list[dict], outcomes: list[ProbeOutcome]) -> list[networkpolicy.Block]:
+    """What the namespace's NetworkPolicies drop between the job's ``pods`` (probe pods as
+    observed) on the ports it needs (:func:`needs`); [] with hostNetwork (exempt) or no
+    policy."""
+    if s.spec.network.host_network or not s.network_policies:
+        return []
+    views = [networkpolicy.PodView.of(p) for p in pods]
+    return networkpolicy.blocked(s.network_policies, views, s.job.namespace, needs(s, outcomes))
+
+
+def blocked_timeout(s: Step, pods: list[dict]) -> bool:
+    """When the probe budget ran out and the namespace's NetworkPolicies drop the job's own
+    traffic between ``pods``, that is the cause, not "ProbeTimeout": the check the blocked
+    ports belong to (MasterReachable for the rendezvous port, else NetworkValidated) and
+    Validated say ``NetworkPolicyBlocks`` naming the policies, and the preflight fails.
+    Returns True when it did."""
+    blocks = policy_blocks(s, pods, [])
+    if not blocks:
+        return False
+    text = networkpolicy.message(blocks, s.job.namespace, job_selector(s.job))
+    rdzv = any(b.need.lo <= s.spec.rendezvous.port <= b.need.hi for b in blocks)
+    s.set(constants.MASTER_REACHABLE if rdzv else constants.NETWORK_VALIDATED, constants.FALSE,
+          vocabulary.NETWORK_POLICY_BLOCKS, text)
+    s.fail_preflight(vocabulary.NETWORK_POLICY_BLOCKS, text)
+    return True
+
+
 def _network_policies(s: Step, diag: Diagnosis, outcomes: list[ProbeOutcome]) -> None:
     """A NetworkPolicy that drops the job's own traffic is the cause of a dropped-connection
     failure (:mod:`disttrain.diagnosis.networkpolicy`); hostNetwork pods are exempt."""
-    if s.spec.network.host_network or not s.network_policies or diag.validated:
+    if diag.validated:
         return
-    pods = [networkpolicy.PodView.of(p) for p in _probe_pods(s, outcomes)]
-    blocks = networkpolicy.blocked(s.network_policies, pods, s.job.namespace, needs(s, outcomes))
+    blocks = policy_blocks(s, _probe_pods(s, outcomes), outcomes)
     networkpolicy.override(diag, blocks, s.job.namespace, job_selector(s.job))
 
 
@@ -104,6 +130,7 @@ def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
         phase_seconds=diag.phase_seconds,
         failures=diag.failures[:16] or None,
         warnings=diag.warnings[:16] or None,
+        interfaces_not_chosen=diag.not_chosen or None,
     )
     # The conditions say the cause in <= 400 characters; each finding in full goes to an
     # Event (kubectl describe dtj, kubectl get events), a Warning for a failure.
