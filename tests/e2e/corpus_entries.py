@@ -12,7 +12,7 @@ ConfigMaps and Secrets it needs, after a header of comments:
 ``trains``: Validated=True, then Succeeded=True. ``refused at apply``: ``kubectl apply``
 fails, its error naming the field (the substring). ``fails with``: the job's condition
 reaches that status and reason, its message containing the substring (the field, the
-resource or the fix). The expected end is the promise (a job trains, or says why not),
+resource or the fix). Substrings match regardless of case (:func:`holds`). The expected end is the promise (a job trains, or says why not),
 not necessarily what the operator does today.
 
 Pure (no cluster): the unit test (tests/unit/test_corpus_files.py) and the e2e runner
@@ -143,6 +143,12 @@ def select(entries: list[Entry], choice: Optional[str], seed: int = DEFAULT_SEED
     return [by_name[n] for n in names]
 
 
+def holds(text: str, substring: str) -> bool:
+    """Whether ``text`` contains ``substring``, regardless of case ("liveness" is found in
+    "Liveness probe failed")."""
+    return substring.casefold() in text.casefold()
+
+
 def conditions(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """A DistTrainingJob's status conditions by type (absent or malformed: none)."""
     status = job.get("status") if isinstance(job, dict) else None
@@ -169,7 +175,7 @@ def verdict(expected: Expected, job: dict[str, Any]) -> Optional[str]:
     c = conds.get(expected.type or "", {})
     if c.get("status") == expected.status and c.get("reason") == expected.reason:
         message = str(c.get("message") or "")
-        if expected.substring not in message:
+        if not holds(message, expected.substring):
             return f"{expected.type}={expected.status} {expected.reason} without {expected.substring!r}: {message}"
         if len(message) > 400:
             return f"message over 400 characters ({len(message)}): {message[:200]}..."
