@@ -3,7 +3,7 @@ local cluster: each entry in a namespace of its own, one after the other, applie
 would (``kubectl apply -f``), then checked against its expected end within a bound.
 
 Which entries: $DISTTRAIN_CORPUS: ``all``; a number N (a sample of N drawn with the seed
-$DISTTRAIN_CORPUS_SEED, default 30, holding one entry of each expected-end kind); a comma
+$DISTTRAIN_CORPUS_SEED, default 12, holding one entry of each expected-end kind); a comma
 list of entry names. Default: a sample of 5, so ``make test`` stays short; ``make
 test-corpus`` runs them all. The bound per entry: $DISTTRAIN_CORPUS_TIMEOUT seconds
 (default 150; ``refused at apply`` is decided by kubectl at once).
