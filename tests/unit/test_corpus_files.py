@@ -30,7 +30,6 @@ IMAGES = {"ghcr.io/disttrain/examples-digits:0.1.0", "ghcr.io/disttrain/disttrai
 KNOWN_GAPS = {
     "jobset-resnet-fixed": "torchrun's --master_addr=$MASTER_ADDR is refused although the operator "
                            "sets MASTER_ADDR to the validated address itself",
-    "k8s-sidecar-first": "spec.trainerContainer (choose the trainer by name) is not in the CRD yet",
     "fast-llm-train": "a backslash-newline in a bash -c script hides torchrun's options after it "
                       "from the check (disttrain.api.torchrun): --node_rank=${RANK} passes",
 }
