@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos
+.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -107,6 +107,14 @@ test-probe: system-deps venv
 test-e2e: system-deps venv build-cluster images
 	@$(SYSTEM_DEPS) nodes
 	$(VPY) -m pytest -q -ra tests/e2e
+
+# The corpus of real specs (tests/e2e/corpus/: Kubeflow, Trainer, JobSet, torchelastic,
+# Volcano and Kubernetes-docs pod templates as DistTrainingJobs), every entry, one at a time,
+# each against its expected end (`make test` runs a seeded sample of 5);
+# CORPUS=name,name runs those.
+test-corpus: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
+	DISTTRAIN_CORPUS=$(or $(CORPUS),all) $(VPY) -m pytest -q -ra tests/e2e/test_corpus.py
 
 # The generated suites (tests/fuzz) at length: random seeds, 10,000 generated probe reports
 # and manifests, 2,000 reconcile sequences (`make test` runs the same suites derandomized

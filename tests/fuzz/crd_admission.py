@@ -3,7 +3,8 @@ model of its admission, driven by the CRD in crds/.
 
 In the apiserver's order (apiextensions-apiserver): the object name is checked (a
 DNS-1123 subdomain); unknown fields outside ``x-kubernetes-preserve-unknown-fields`` are
-pruned; a null in a field that is not ``nullable`` is dropped (or replaced by its default);
+pruned; a null in a field (or a map value) that is not ``nullable`` is dropped (or replaced
+by its default);
 defaults are applied; the OpenAPI schema is checked (with the ``jsonschema`` library, after
 turning ``nullable`` and ``x-kubernetes-int-or-string`` into plain JSON Schema, and with
 ``pattern`` matched by RE2, Go's semantics);
@@ -100,6 +101,8 @@ def _prune_and_default(obj: Any, schema: dict[str, Any], at_root: bool = False) 
                 continue
             out[k] = _prune_and_default(v, sub)
         elif isinstance(extra, dict):
+            if v is None and not extra.get("nullable") and "default" not in extra:
+                continue  # a map value's null goes too (defaulting.PruneNonNullableNullsWithoutDefaults)
             out[k] = _prune_and_default(v, extra)
         elif keep_unknown:
             out[k] = v
