@@ -35,7 +35,8 @@ QUALIFIED_PREFIX_PATTERN = r"^[^/]{1,253}/"
 QUANTITY_PATTERN = (
     r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
-MAX_MAP_ENTRIES = 64  # labels, annotations, nodeSelector (bounds the CEL rule's cost)
+MAX_MAP_ENTRIES = 64  # labels, annotations, nodeSelector, resources (bounds the CEL rules' cost)
+MAX_QUANTITY_LENGTH = 64  # characters of a quantity string (bounds the CEL rules' cost)
 MAX_CONTAINERS = 16
 
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_PATTERN)]
@@ -53,7 +54,7 @@ def quantity_value(value: Any) -> Union[int, str]:
         if value < 0:
             raise ValueError("a quantity must not be negative")
         return value
-    if isinstance(value, str) and re.fullmatch(QUANTITY_PATTERN, value):
+    if isinstance(value, str) and len(value) <= MAX_QUANTITY_LENGTH and re.fullmatch(QUANTITY_PATTERN, value):
         return value
     raise ValueError(f"{str(value)[:40]!r} is not a quantity: write an integer or a string such as "
                      '"2", "500m", "4Gi" (a fraction as a string: "0.5")')
@@ -63,7 +64,8 @@ Quantity = Annotated[
     Union[int, str],
     PlainValidator(quantity_value),
     WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0},
-                              {"type": "string", "pattern": QUANTITY_PATTERN}]}),
+                              {"type": "string", "pattern": QUANTITY_PATTERN,
+                               "maxLength": MAX_QUANTITY_LENGTH}]}),
 ]
 DnsLabel = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=DNS1123_LABEL_PATTERN)]
 

@@ -136,7 +136,7 @@ class PodSecurityContext(K8sModel):
     """The pod's security context; the operator adds net.ipv4.ip_local_port_range to
     ``sysctls`` with network.portRange. User and group IDs 0 to 2147483647."""
 
-    sysctls: Optional[list[Sysctl]] = None
+    sysctls: Optional[list[Sysctl]] = Field(None, max_length=MAX_MAP_ENTRIES)
     run_as_user: Optional[LinuxID] = None
     run_as_group: Optional[LinuxID] = None
     run_as_non_root: Optional[bool] = None

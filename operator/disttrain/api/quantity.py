@@ -53,3 +53,60 @@ def gpus_requested(container: Any) -> int:
         if q is not None and q == q.to_integral_value() and 0 <= q < 2**31:
             return int(q)
     return 0
+
+
+# Extended resources (``nvidia.com/gpu``, ``example.com/foo``): what Kubernetes calls a
+# resource name with a domain that is not ``kubernetes.io`` (apimachinery's
+# IsExtendedResourceName). The Pod API never overcommits one: it must be set in limits,
+# a request must equal its limit, and the amount must be whole. The same tests as CEL
+# (the CRD's rules, :mod:`disttrain.api.containers`) and in Python, so both refuse alike.
+def cel_extended(k: str) -> str:
+    """CEL: whether the resource name ``k`` is an extended resource."""
+    return f"({k}.contains('/') && !{k}.contains('kubernetes.io/') && !{k}.startsWith('requests.'))"
+
+
+# A quantity string with a visible fraction: a plain decimal with a non-zero digit after
+# the point ("0.5", "1.50"), or whole milli-units not a multiple of 1000 ("500m", "1500m").
+# Other spellings of a fraction ("1.5k"? no: "1.0001k", "500u") are left to the apiserver,
+# which refuses them when the pods are created (InvalidPodTemplate).
+_DECIMAL_FRACTION = r"^[+]?[0-9]*[.][0-9]*[1-9][0-9]*$"
+_MILLI = r"^[+]?[0-9]+m$"
+_WHOLE_MILLI = r"(000m$)|(^[+]?0+m$)"
+
+
+def cel_fractional(v: str) -> str:
+    """CEL: whether the quantity ``v`` is written with a visible fraction."""
+    return (f"(type({v}) == string && ({v}.matches('{_DECIMAL_FRACTION}') || "
+            f"({v}.matches('{_MILLI}') && !{v}.matches('{_WHOLE_MILLI}'))))")
+
+
+# An integer, or a string of at most 18 digits: amounts compared exactly (request == limit).
+_PLAIN = r"^[0-9]{1,18}$"
+
+
+def cel_plain(v: str) -> str:
+    """CEL: whether the quantity ``v`` is an integer or a digits-only string."""
+    return f"string({v}).matches('{_PLAIN}')"
+
+
+
+def _search(pattern: str, text: str) -> bool:
+    """RE2's unanchored search as CEL's ``matches`` does it (``$``: the end of the text)."""
+    return re.search(pattern.replace("$", r"\Z"), text) is not None
+
+
+def is_extended_resource(name: str) -> bool:
+    """Whether ``name`` is an extended resource (a domain other than kubernetes.io)."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+def visibly_fractional(value: Any) -> bool:
+    """Whether a quantity is written with a fraction :func:`cel_fractional` sees."""
+    return isinstance(value, str) and (_search(_DECIMAL_FRACTION, value) or (
+        _search(_MILLI, value) and not _search(_WHOLE_MILLI, value)))
+
+
+def plain_amount(value: Any) -> Optional[int]:
+    """The amount of an integer or a digits-only quantity (at most 18 digits), else None."""
+    text = str(value) if type(value) is int or isinstance(value, str) else ""
+    return int(text) if _search(_PLAIN, text) else None

@@ -26,6 +26,7 @@ from pydantic import Field, JsonValue, StrictInt, field_validator, model_validat
 from disttrain.api import constants
 from disttrain.api import torchrun
 from disttrain.api import trainer as trainer_rule
+from disttrain.api.hostnet import HOST_NETWORK_RULES
 from disttrain.api.common import (
     CamelModel,
     CleanPodPolicy,
@@ -176,7 +177,7 @@ class ProbeSpec(CamelModel):
         60, strict=True, ge=5, le=3600, description="Budget for the whole probe, in seconds."
     )
     max_link_imbalance: Optional[float] = Field(
-        None, ge=1, le=1000,
+        None, strict=True, ge=1, le=1000,
         description="Fail when a node's measured link throughput on the chosen network is "
         "more than this many times below the job's median (a straggler: every collective "
         "runs at its pace). Unset: a node below half the median is only a SlowLink warning.",
@@ -339,6 +340,7 @@ SPEC_RULES: list[dict[str, Any]] = [
         "check": lambda s: s.rendezvous.backend == RendezvousBackend.static.value
         or s.launcher == Launcher.torchrun.value,
     },
+    *HOST_NETWORK_RULES,
 ]
 SPEC_TRANSITION_RULES: list[dict[str, str]] = [
     {
