@@ -8,6 +8,11 @@ status subresource takes a JSON merge patch guarded by resourceVersion (409 on a
 one), objects get UIDs, creationTimestamps and resourceVersions. Faults can be injected per
 call kind (an HTTP status code, or 0 for no answer).
 
+Pod creates are validated with the real kubernetes client's models (``V1Pod``: the types
+the apiserver's schema gives each field; fields the client does not know pass, as the
+apiserver drops them with a warning): a body they refuse is answered 422, as the apiserver
+would, and recorded as a violation, since the generated templates are valid.
+
 It also watches the invariants the operator promises, at the moment they could be broken
 (a pod is created, a status is written), and records each violation in ``violations``:
 - no training pod is created while the job's stored status does not say Validated=True
@@ -30,7 +35,9 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any, Optional
 
+from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
 
 from disttrain.api import constants
 from disttrain.shell.kube import Kube
@@ -192,6 +199,10 @@ class SimApi:
     def create_namespaced_pod(self, namespace, body):
         self._fault("create_pod")
         name = body["metadata"]["name"]
+        refused = pod_type_errors(body)
+        if refused:
+            self.violations.append(f"pod {name} sent with fields the Pod API's types refuse: {refused}")
+            raise _error(422, f'Pod "{name}" is invalid: {refused}')
         if name in self.pods:
             raise _error(409, f'pods "{name}" already exists')
         pod = self._stamp(copy.deepcopy(body))
@@ -265,13 +276,28 @@ class SimApi:
                                    f"untrusted: {bad}")
 
 
+def pod_type_errors(body: dict) -> str:
+    """What the real client's ``V1Pod`` model refuses in ``body`` (a Pod as sent), one line;
+    "" when it takes it. Unknown fields are not refused (the apiserver drops them)."""
+    try:
+        client.V1Pod.model_validate(body)
+    except ValidationError as exc:
+        errors = [e for e in exc.errors(include_url=False) if e["type"] != "extra_forbidden"]
+        return "; ".join(".".join(str(x) for x in e["loc"]) + f": {e['msg']} (got {e.get('input')!r:.40})"
+                         for e in errors[:3])
+    return ""
+
+
 def kube_for(sim: SimApi) -> Kube:
-    """A :class:`Kube` whose API objects are the simulation."""
+    """A :class:`Kube` whose API objects are the simulation (its pods and Services, which
+    Kube sends as JSON through the ApiClient, go to the simulation's create methods)."""
     k = Kube.__new__(Kube)
     k.api = sim
     k.core = sim
     k.custom = sim
     k.networking = sim
+    k.create_pod = sim.create_namespaced_pod  # type: ignore[method-assign]
+    k.create_service = sim.create_namespaced_service  # type: ignore[method-assign]
     return k
 
 

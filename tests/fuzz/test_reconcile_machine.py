@@ -45,9 +45,27 @@ REPORT_KINDS = ["good", "failure", "garbage", "wrong_uid", "wrong_rank", "nan",
                 "incorrect", "slow", "contradiction", "no_message"]
 DRAIN_STEPS = 120
 
+# resources as users write them: integers (the apiserver takes them; the kubernetes client's
+# models do not) and strings; probes with an int-or-string port
+RESOURCES = [None, {"limits": {"cpu": 2}}, {"requests": {"cpu": 1, "memory": "1Gi"}, "limits": {"cpu": 2}},
+             {"limits": {"example.com/fpga": 1, "memory": 1073741824}}, {"limits": {"cpu": "500m"}}]
+PROBES = [None, {"tcpSocket": {"port": 8080}}, {"httpGet": {"port": "http", "path": "/"}}]
+
+
+def template(resources, liveness) -> dict:
+    t = json.loads(json.dumps(TEMPLATE))
+    ctr = t["spec"]["containers"][0]
+    if resources:
+        ctr["resources"] = resources
+    if liveness:
+        ctr["livenessProbe"] = liveness
+        ctr["ports"] = [{"containerPort": 8080, "name": "http"}]
+    return t
+
+
 specs = st.fixed_dictionaries({
     "numNodes": st.integers(1, 3),
-    "template": st.just(TEMPLATE),
+    "template": st.builds(template, st.sampled_from(RESOURCES), st.sampled_from(PROBES)),
     "network": st.fixed_dictionaries({"hostNetwork": st.booleans()}),
     "probe": st.fixed_dictionaries({
         "enabled": st.sampled_from([True, True, True, False]),

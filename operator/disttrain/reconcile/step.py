@@ -69,7 +69,9 @@ class ApiFailure:
 
     ``verb`` is create, delete or patch; ``kind`` Pod, Service, status (the job's status
     subresource) or DistTrainingJob; ``code`` the HTTP status (0: no answer, e.g. the
-    apiserver was unreachable); ``attempts`` how many consecutive steps failed."""
+    apiserver was unreachable); ``attempts`` how many consecutive steps failed; ``client``:
+    the kubernetes client refused the request before sending it (its models refused the
+    body: ``message`` names the fields)."""
 
     verb: str
     kind: str
@@ -77,6 +79,7 @@ class ApiFailure:
     code: int
     message: str
     attempts: int = 1
+    client: bool = False
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,13 @@ read, with explicit nulls for removed fields, guarded by the job's resourceVersi
 pod deletes, Service and pod creates, then Events (only after the status write succeeded),
 then the job's own deletion after its TTL (guarded by its UID).
 
+Pods and Services are sent as JSON exactly as built (:meth:`Kube.create_pod`,
+:meth:`Kube.create_service`), past the kubernetes client's argument models: they type
+quantities as strings, forbid fields the client's release does not know and check enums
+and int-or-string fields by their own rules, while the template passes through whatever
+the apiserver accepts. The apiserver judges the body; quantities are first written as it
+would store them (:func:`disttrain.children.wire.pod_body`).
+
 :meth:`Kube.apply` never raises for an API error: every failed call is returned as an
 :class:`~disttrain.reconcile.step.ApiFailure` for the next step to act on (404 on a delete and 409 on
 a create are not failures: the next step sees who holds the name). A failed status write
@@ -22,6 +29,9 @@ from typing import Any, Optional, cast
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from pydantic import ValidationError
+
+from disttrain.children import wire
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
@@ -49,8 +59,9 @@ def merge_patch(old: Any, new: Any) -> Any:
 
 
 def failure_from(exc: BaseException, verb: str, kind: str, name: str) -> ApiFailure:
-    """An ApiFailure from an ApiException (code and the apiserver's message) or from any
-    other error (code 0: no answer)."""
+    """An ApiFailure from an ApiException (code and the apiserver's message), from the
+    client's refusal of a request body (``client=True``: the fields it refused, one line),
+    or from any other error (code 0: no answer)."""
     if isinstance(exc, ApiException):
         message = exc.reason or ""
         try:
@@ -59,7 +70,34 @@ def failure_from(exc: BaseException, verb: str, kind: str, name: str) -> ApiFail
         except (TypeError, ValueError, AttributeError):
             pass
         return ApiFailure(verb, kind, name, int(exc.status or 0), str(message)[:1000])
+    if isinstance(exc, ValidationError):
+        return ApiFailure(verb, kind, name, 0, client_refusal(exc)[:1000], client=True)
     return ApiFailure(verb, kind, name, 0, f"{type(exc).__name__}: {exc}"[:1000])
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    """``(2, 'spec', 'containers', 0, 'resources', 'requests', 'cpu')`` (a validated
+    call's argument index or name, then the body's path) -> ``spec.containers[0].resources.requests.cpu``."""
+    parts = list(loc)
+    while parts and (isinstance(parts[0], int) or parts[0] == "body"):
+        parts.pop(0)  # the argument the error is in
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "body"
+
+
+def client_refusal(exc: ValidationError, most: int = 3) -> str:
+    """The fields the client's models refused, one line: ``spec.containers[0].resources.requests.cpu:
+    Input should be a valid string (got 2)``; at most ``most`` of them, then how many more."""
+    errors = exc.errors(include_url=False)
+    parts = []
+    for e in errors[:most]:
+        got = repr(e.get("input"))
+        got = got if len(got) <= 40 else got[:37] + "..."
+        parts.append(f"{_field_path(tuple(e.get('loc') or ()))}: {e.get('msg', 'invalid')} (got {got})")
+    more = f" (and {len(errors) - most} more)" if len(errors) > most else ""
+    return ("; ".join(parts) + more).replace("\n", " ")
 
 
 class Kube:
@@ -178,11 +216,11 @@ class Kube:
                 if not (isinstance(exc, ApiException) and exc.status == 404):
                     failures.append(failure_from(exc, "delete", "Pod", pod_name))
         for svc in plan.services:
-            failures += self._create(ns, "Service", svc, self.core.create_namespaced_service)
+            failures += self._create(ns, "Service", svc, self.create_service)
         for obj in plan.objects:  # PodGroups, Workloads: before the pods that point at them
             failures += self._create(ns, obj["kind"], obj, self._custom_create(obj))
         for pod in plan.creates:
-            failures += self._create(ns, "Pod", pod, self.core.create_namespaced_pod)
+            failures += self._create(ns, "Pod", wire.pod_body(pod), self.create_pod)
         for api_version, kind, obj_name, patch in plan.status_patches:  # Kueue's Workload
             group, _, version = api_version.rpartition("/")
             try:
@@ -205,6 +243,30 @@ class Kube:
         for f in failures:
             log.warning("%s %s %s/%s failed (%s): %s", f.verb, f.kind, ns, f.name, f.code, f.message)
         return failures
+
+    def create_pod(self, namespace: str, body: dict[str, Any], dry_run: Optional[str] = None) -> None:
+        """Create a pod from ``body`` (a dict) as written; raises ApiException when the
+        apiserver refuses it (see the module docstring). ``dry_run="All"``: the apiserver
+        validates and admits it without storing it."""
+        self._post("/api/v1/namespaces/{namespace}/pods", namespace, body, dry_run)
+
+    def create_service(self, namespace: str, body: dict[str, Any], dry_run: Optional[str] = None) -> None:
+        """Create a Service from ``body`` (a dict) as written, as :meth:`create_pod`."""
+        self._post("/api/v1/namespaces/{namespace}/services", namespace, body, dry_run)
+
+    def _post(self, path: str, namespace: str, body: dict[str, Any], dry_run: Optional[str]) -> None:
+        """POST ``body`` as JSON to ``path`` through the ApiClient (its configuration,
+        authentication and TLS), as the generated create methods do, but without their
+        pydantic argument models. Raises ApiException for any status but 2xx."""
+        method, url, headers, data, post_params = self.api.param_serialize(
+            method="POST", resource_path=path, path_params={"namespace": namespace},
+            query_params=[("dryRun", dry_run)] if dry_run else [],
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body=body, auth_settings=["BearerToken"])
+        response = self.api.call_api(method, url, header_params=headers, body=data,
+                                     post_params=post_params)
+        response.read()
+        self.api.response_deserialize(response, {"2XX": "object"})
 
     def _custom_create(self, obj: dict[str, Any]):
         """A create call for a namespaced object of any API group (plural: lower-case kind + s)."""

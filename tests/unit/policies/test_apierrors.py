@@ -17,6 +17,9 @@ INVALID_SERVICE = ApiFailure("create", "Service", "j", 422, "invalid")
 ETCD = ApiFailure("create", "Pod", "j-worker-1", 500, "etcd timeout", attempts=apierrors.SHOW_AFTER)
 NOT_YET = ApiFailure("create", "Pod", "j-worker-1", 500, "etcd timeout", attempts=apierrors.SHOW_AFTER - 1)
 SILENT = ApiFailure("patch", "status", "j", 0, "ConnectionRefused", attempts=7)
+# the kubernetes client refused the body before sending it (its models: quantities are strings)
+CLIENT_REFUSED = ApiFailure("create", "Pod", "j-probe-0", 0, "spec.containers[0].resources.requests.cpu: "
+                            "Input should be a valid string (got 1)", client=True)
 SHOWN = (UNK, V.API_ERROR)
 
 
@@ -27,6 +30,8 @@ def failing(*failures):
 
 @pytest.mark.parametrize("failure,terminal", [
     (INVALID_POD, True),
+    (CLIENT_REFUSED, True),
+    (ApiFailure("patch", "status", "j", 0, "x", client=True), False),
     (ApiFailure("create", "Pod", "j-probe-0", 400, "bad request"), True),
     (ApiFailure("create", "Pod", "j-probe-0", 403, 'pods "j-probe-0" is forbidden: violates PodSecurity "restricted:latest"'), True),
     (ApiFailure("create", "Pod", "j-probe-0", 403, 'pods "j-probe-0" is forbidden: exceeded quota: q'), False),
@@ -66,6 +71,11 @@ def test_pod_field_paths_become_the_jobs():
      failing(INVALID_POD).sidecar(),
      Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.INVALID_POD_TEMPLATE)},
           says={C.FAILED: "spec.template.spec.containers[1].image"})),
+    ("a probe pod the client refused: at the first refusal, the field named, never a retry loop",
+     failing(CLIENT_REFUSED),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.INVALID_POD_TEMPLATE), C.FAILED: (TRUE, V.INVALID_POD_TEMPLATE)},
+          says={C.FAILED: "the kubernetes client refused pod j-probe-0: "
+                          "spec.template.spec.containers[0].resources.requests.cpu: Input should be a valid string"})),
     ("a training pod refused as invalid: the job failed, the preflight stays passed",
      given().validated().observing(api_failures=(INVALID_POD,)),
      Want(Outcome.FINISHED, {C.VALIDATED: (TRUE, "Passed"), C.FAILED: (TRUE, V.INVALID_POD_TEMPLATE),

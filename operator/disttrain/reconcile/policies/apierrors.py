@@ -4,9 +4,10 @@ The shell (:mod:`disttrain.shell.kube`) never raises out of a step: every failed
 :class:`~disttrain.reconcile.step.ApiFailure` that is fed into the next step, which decides here:
 
 - the apiserver refused a pod or Service as invalid (400, 422) or by PodSecurity admission
-  (403 "violates PodSecurity"): retrying cannot help, the object is built from the spec, so
-  the job fails with ``InvalidPodTemplate`` (``InvalidSpec`` for a Service), the message
-  naming the field as ``spec.template...``;
+  (403 "violates PodSecurity"), or the kubernetes client refused its body before sending it
+  (``ApiFailure.client``): retrying cannot help, the object is built from the spec, so
+  the job fails at once with ``InvalidPodTemplate`` (``InvalidSpec`` for a Service), the
+  message naming the field as ``spec.template...``;
 - anything else (a quota exceeded, 409 on a name, 429, 5xx, no answer) is retried with
   exponential backoff (:func:`backoff_seconds`) and, from the :data:`SHOW_AFTER`-th
   consecutive failure on, shown as ``Unknown`` with reason ``APIError`` and the apiserver's
@@ -40,7 +41,7 @@ def is_terminal(f: ApiFailure) -> bool:
     """Whether retrying ``f`` cannot succeed without a change to the spec."""
     if f.verb != "create" or f.kind not in ("Pod", "Service"):
         return False
-    return f.code in (400, 422) or (f.code == 403 and "PodSecurity" in f.message)
+    return f.client or f.code in (400, 422) or (f.code == 403 and "PodSecurity" in f.message)
 
 
 _PATH = re.compile(r"(?<![\w.\[])(spec|metadata)\.")
@@ -63,7 +64,8 @@ def terminal_message(f: ApiFailure, probe_of: Optional[int] = None) -> str:
     what = "pod" if f.kind == "Pod" else "Service"
     fix = ("fix spec.template (the pods are built from it)" if f.kind == "Pod"
            else "fix the job's name or spec.rendezvous.port")
-    return cond.clip(f"the apiserver refused {what} {f.name}: {template_field_message(f.message, probe_of)}; "
+    who = "the kubernetes client" if f.client else "the apiserver"
+    return cond.clip(f"{who} refused {what} {f.name}: {template_field_message(f.message, probe_of)}; "
                      f"{fix}")
 
 
@@ -114,7 +116,8 @@ def show(s: Step) -> None:
         return
     worst = max(s.api_failures, key=lambda f: f.attempts)
     if worst.attempts >= SHOW_AFTER:
-        code = f"HTTP {worst.code}" if worst.code else "no answer"
+        code = (f"HTTP {worst.code}" if worst.code
+                else "refused by the kubernetes client" if worst.client else "no answer")
         msg = cond.clip(f"{worst.verb} {worst.kind} {worst.name} failed {worst.attempts} times "
                         f"({code}): {worst.message}; retrying every "
                         f"{backoff_seconds(worst.attempts):g}s")
