@@ -209,3 +209,93 @@ def test_generated_triggers_never_overlap_and_the_last_is_never_lost(plan):
         # a run began after the job's last trigger: that trigger either found the job idle
         # and started it, or marked it dirty and the run in progress was followed by one
         assert max(starts[name]) >= t, (name, t, starts[name])
+
+
+class FailingStep:
+    """A step whose API calls fail: it writes the job's status (kopf then reports the job's
+    own event, at the same generation, while the step still runs) and asks for a retry in
+    ``backoff`` seconds, as :meth:`Reconciler.step` does after failed calls."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, q: list, backoff: float = 1.0):
+        self.loop, self.q, self.backoff = loop, q, backoff
+        self.calls: list[float] = []
+
+    def __call__(self, ns: str, name: str) -> StepResult:
+        self.calls.append(time.monotonic())
+        fut = asyncio.run_coroutine_threadsafe(self.q[0].job_changed(ns, name, 1), self.loop)
+        fut.result(timeout=5)  # the status write's event arrives before the step returns
+        time.sleep(0.01)
+        return StepResult(delay=self.backoff, backoff=True)
+
+
+def test_a_job_whose_calls_fail_is_retried_at_its_backoff_not_at_each_status_write():
+    """Found on a cluster: "failed 361 times ... retrying every 60s" within a minute; each
+    failed step wrote the status, kopf's event of that write ran the step again at once."""
+    async def main():
+        holder: list = []
+        step = FailingStep(asyncio.get_running_loop(), holder, backoff=0.6)
+        q = WorkQueue(step)
+        holder.append(q)
+        await q.job_changed("ns", "a", 1)
+        await asyncio.sleep(0.3)
+        assert len(step.calls) == 1 and q.backing_off(("ns", "a"))
+        sweeper = asyncio.create_task(q.sweep(0.05))  # the sweep waits too
+        await asyncio.sleep(0.2)
+        sweeper.cancel()
+        assert len(step.calls) == 1
+        await asyncio.sleep(0.5)  # the wake-up is the retry
+        assert len(step.calls) == 2
+        return step
+
+    step = run(main())
+    assert step.calls[1] - step.calls[0] >= 0.55
+
+
+def test_a_new_generation_or_a_pod_event_runs_a_job_backing_off_at_once():
+    async def main():
+        step = Recorder(StepResult(delay=5, backoff=True))
+        q = WorkQueue(step)
+        await q.job_changed("ns", "a", 1)
+        await q.job_changed("ns", "a", 1)  # its own status write: waits
+        assert len(step.calls) == 1
+        await q.job_changed("ns", "a", 2)  # the user changed the spec
+        assert len(step.calls) == 2
+        await q.trigger("ns", "a")  # a pod's event
+        assert len(step.calls) == 3
+        q.forget(("ns", "a"))
+        return q
+
+    run(main())
+
+
+def test_a_run_without_failures_lifts_the_hold():
+    async def main():
+        step = Recorder(StepResult(delay=5, backoff=True), StepResult(delay=None))
+        q = WorkQueue(step)
+        await q.job_changed("ns", "a", 1)
+        await q.trigger("ns", "a")
+        assert not q.backing_off(("ns", "a"))
+        await q.job_changed("ns", "a", 1)
+        assert len(step.calls) == 3
+        q.forget(("ns", "a"))
+
+    run(main())
+
+
+def test_the_reconciler_asks_for_its_backoff_after_failed_calls():
+    """The delay the queue holds a job for is the one the job's message says."""
+    from disttrain.reconcile.policies.apierrors import backoff_seconds
+    from disttrain.shell.runner import Reconciler
+
+    from ..fuzz.simapi import NS, SimApi, kube_for
+    from ..support.fixtures import TEMPLATE
+
+    sim = SimApi()
+    sim.add_job({"numNodes": 2, "template": TEMPLATE})
+    sim.faults["create_pod"] = 500
+    op = Reconciler(kube_for(sim), probe_image="probe:1")
+    results = [op.step(NS, "j", now=sim.now) for _ in range(4)]
+    assert [r.backoff for r in results] == [True] * 4
+    assert [r.delay for r in results] == [backoff_seconds(n) for n in (1, 2, 3, 4)]
+    sim.faults.clear()
+    assert not op.step(NS, "j", now=sim.now).backoff

@@ -64,12 +64,14 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
 
 
 @kopf.on.event(constants.GROUP, constants.VERSION, constants.PLURAL)
-async def job_event(event, name, namespace, **_) -> None:
+async def job_event(event, name, namespace, meta, **_) -> None:
     assert _queue is not None  # configure() ran at startup
     if event.get("type") == "DELETED":
         _queue.forget((namespace, name))
         return
-    await _queue.trigger(namespace, name)
+    # the generation tells a spec change from the status the last step wrote (the queue
+    # holds a job backing off from failed calls until its retry is due)
+    await _queue.job_changed(namespace, name, meta.get("generation"))
 
 
 @kopf.on.event("", "v1", "pods", labels={constants.LABEL_JOB: kopf.PRESENT})

@@ -49,12 +49,15 @@ def parse_report(raw: str) -> dict:
 
 @dataclass(frozen=True)
 class StepResult:
-    """``delay``: run again after so many seconds (None: only on events); ``settled``: a
-    finished job with nothing left to do (the sweep leaves it alone); ``gone``: deleted."""
+    """``delay``: run again after so many seconds (None: only on events); ``backoff``: the
+    delay is the retry of failed calls (the queue holds the job until then, see
+    :mod:`disttrain.shell.workqueue`); ``settled``: a finished job with nothing left to do
+    (the sweep leaves it alone); ``gone``: deleted."""
 
     delay: Optional[float] = None
     settled: bool = False
     gone: bool = False
+    backoff: bool = False
 
 
 class Reconciler:
@@ -256,7 +259,7 @@ class Reconciler:
             f = failure_from(exc, "get", "DistTrainingJob", name)
             metrics.api_error(f.verb, f.kind, f.code)
             log.warning("reading %s/%s failed %d time(s) (%s): %s", namespace, name, n, f.code, f.message)
-            return StepResult(delay=backoff_seconds(n))
+            return StepResult(delay=backoff_seconds(n), backoff=True)
         self.read_errors.pop(key, None)
         uid = job["metadata"].get("uid", "")
         seen = Observed.of(job, pods, now or datetime.now(timezone.utc), services=services,
@@ -281,5 +284,6 @@ class Reconciler:
             delay: Optional[float] = backoff_seconds(max(f.attempts for f in self.failures_for(key, uid)))
         else:
             delay = plan.requeue_after
-        return StepResult(delay=delay, settled=terminal and not plan.deletes and not new_failures)
+        return StepResult(delay=delay, settled=terminal and not plan.deletes and not new_failures,
+                          backoff=bool(new_failures))
 

@@ -13,6 +13,12 @@ Level-triggered, as client-go's workqueue: events only say "look at this job aga
   runs (the reconciler's and the metrics' per-job state).
 - :meth:`WorkQueue.sweep` re-triggers every active job (not settled, not gone) every so
   many seconds: the safety net, not the clock (precise wake-ups come from the delays).
+- A run whose calls failed (``StepResult.backoff``) holds the job until its retry is due:
+  until then the sweep and the job's own events that change nothing but its status
+  (:meth:`WorkQueue.job_changed` with the generation already seen: the status write the
+  failed step made, which kopf reports as an event) wait for the wake-up, so the retries
+  come at the interval the job's message says ("retrying every 8s"). A new generation (the
+  user changed the spec) and the job's pods' events run it at once.
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ class WorkQueue:
         self._active: set[Key] = set()  # known, non-terminal jobs (swept)
         self._timers: dict[Key, asyncio.TimerHandle] = {}
         self._due: dict[Key, float] = {}  # loop time at which the pending timer fires
+        self._held: dict[Key, float] = {}  # backing off after failed calls: until this loop time
+        self._generation: dict[Key, Optional[int]] = {}  # the job's generation last seen in an event
+        self._nudged: set[Key] = set()  # a status-only event came while the job ran
 
     # -- what tests and the sweep read ------------------------------------------------
     def active(self) -> list[Key]:
@@ -57,21 +66,39 @@ class WorkQueue:
     def running(self, key: Key) -> bool:
         return key in self._running
 
+    def backing_off(self, key: Key) -> bool:
+        """Whether the job waits for the retry of failed calls (see the module docstring)."""
+        until = self._held.get(key)
+        return until is not None and asyncio.get_running_loop().time() < until
+
     # -- the queue --------------------------------------------------------------------
-    async def trigger(self, namespace: str, name: str) -> None:
-        """Reconcile a job now, or once more right after the run in progress."""
+    async def job_changed(self, namespace: str, name: str, generation: Optional[int]) -> None:
+        """An event of the job itself at ``generation`` (metadata.generation): a new one
+        runs it now, as :meth:`trigger`; the one already seen (a status write) waits while
+        the job backs off."""
         key = (namespace, name)
+        new = self._generation.get(key) != generation
+        self._generation[key] = generation
+        await self.trigger(namespace, name, urgent=new)
+
+    async def trigger(self, namespace: str, name: str, urgent: bool = True) -> None:
+        """Reconcile a job now, or once more right after the run in progress. Not
+        ``urgent`` (the sweep, a status-only event): nothing while the job backs off."""
+        key = (namespace, name)
+        if not urgent and self.backing_off(key):
+            return
         if key in self._running:
-            self._dirty.add(key)
+            (self._dirty if urgent else self._nudged).add(key)
             return
         self._running.add(key)
         try:
             while True:
                 self._dirty.discard(key)
+                self._nudged.discard(key)
                 delay = await self._run(key)
                 if delay is not None:
                     self._schedule(key, delay)
-                if key not in self._dirty:
+                if key not in self._dirty and (key not in self._nudged or self.backing_off(key)):
                     break
         finally:
             self._running.discard(key)
@@ -85,6 +112,10 @@ class WorkQueue:
         if result.gone:
             self.forget(key)
             return None
+        if result.backoff and result.delay is not None:
+            self._held[key] = asyncio.get_running_loop().time() + max(MIN_DELAY, result.delay)
+        else:
+            self._held.pop(key, None)
         if result.settled:
             self._active.discard(key)  # still visited by events and its TTL timer
         else:
@@ -95,6 +126,9 @@ class WorkQueue:
         """Drop the job: no sweep, no pending wake-up; ``on_forget(key)``."""
         self._active.discard(key)
         self._dirty.discard(key)
+        self._nudged.discard(key)
+        self._held.pop(key, None)
+        self._generation.pop(key, None)
         handle = self._timers.pop(key, None)
         self._due.pop(key, None)
         if handle is not None:
@@ -123,7 +157,7 @@ class WorkQueue:
         while True:
             await asyncio.sleep(every)
             for ns, name in self.active():
-                asyncio.create_task(self.trigger(ns, name))
+                asyncio.create_task(self.trigger(ns, name, urgent=False))
 
 
 __all__ = ["ERROR_DELAY", "MIN_DELAY", "Key", "WorkQueue"]
