@@ -88,7 +88,7 @@ quantities = weighted(
     (1, st.sampled_from(["-1", "abc", "", "1 Gi", "1GB", "10x", "1e", "\u0661", "1\n", "1e999999999"])),
     (1, st.one_of(st.integers(-3, 2**40), st.floats(0, 8, allow_nan=False), st.booleans())),
 )
-resource_names = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "ephemeral-storage"])
+resource_names = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "ephemeral-storage", "example.com/fpga"])
 resources = optional_dict({}, {
     "limits": maybe(st.dictionaries(resource_names, quantities, max_size=3)),
     "requests": maybe(st.dictionaries(resource_names, quantities, max_size=3)),
@@ -171,6 +171,15 @@ container_names = weighted((12, st.sampled_from(["trainer", "sidecar", "probe", 
                            (1, st.sampled_from(["Trainer", "t" * 64, "", "trainer.1", "t" * 63])))
 
 
+# Port names as the Pod API checks them (IANA service names, unique in a container), and
+# ports that meet the rendezvous port (29500 by default, 29400 when set so).
+port_names = st.sampled_from(["http", "metrics", "h-2", "", "Http", "a--b", "8080", "-a", "a-", "a" * 16])
+
+
+def rendezvous_or(other: st.SearchStrategy) -> st.SearchStrategy:
+    return weighted((3, other), (1, st.sampled_from([29500, 29400])))
+
+
 def containers(init: bool = False) -> st.SearchStrategy:
     required = {"name": maybe(container_names, junk_weight=0 if not init else 1)}
     if not init:  # the trainer's command is what the operator reads most
@@ -184,9 +193,10 @@ def containers(init: bool = False) -> st.SearchStrategy:
         "securityContext": maybe(container_security),
         "imagePullPolicy": maybe(st.sampled_from(["IfNotPresent", "Always", "Never", "Sometimes"])),
         "workingDir": maybe(st.just("/workspace")),
-        "ports": maybe(st.lists(optional_dict({"containerPort": maybe(ints(1, 65535))},
-                                              {"hostPort": maybe(ints(0, 65535)),
-                                               "protocol": maybe(st.sampled_from(["TCP", "UDP", "HTTP"]))}),
+        "ports": maybe(st.lists(optional_dict({"containerPort": maybe(rendezvous_or(ints(1, 65535)))},
+                                              {"hostPort": maybe(rendezvous_or(ints(0, 65535))),
+                                               "protocol": maybe(st.sampled_from(["TCP", "UDP", "HTTP"])),
+                                               "name": maybe(port_names)}),
                                 max_size=2)),
         "tty": maybe(st.booleans()),
         "terminationMessagePolicy": maybe(st.sampled_from(["File", "FallbackToLogsOnError", "Logs"])),
@@ -234,7 +244,8 @@ toleration = optional_dict({}, {
     "effect": maybe(st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute", "", "Never"])),
     "tolerationSeconds": maybe(ints(INT64_MIN, INT64_MAX)),
 })
-sysctl = optional_dict({"name": maybe(st.sampled_from(["net.ipv4.ip_local_port_range", "kernel.shm_rmid_forced"])),
+sysctl = optional_dict({"name": maybe(st.sampled_from(["net.ipv4.ip_local_port_range", "kernel.shm_rmid_forced",
+                                                        "net.core.somaxconn"])),
                         "value": maybe(st.sampled_from(["60000 61000", "1", ""]))}, {})
 volume = optional_dict({"name": maybe(st.sampled_from(["script", "data", "disttrain-probe", "Bad_Name", ""]))}, {
     "configMap": maybe(st.just({"name": "ddp-digits-script"})),
@@ -296,7 +307,7 @@ NETWORK_FIELDS = {
 }
 RENDEZVOUS_FIELDS = {
     "backend": maybe_unset(st.sampled_from(["static", "c10d", "etcd"])),
-    "port": maybe_unset(ints(1, 65535)),
+    "port": maybe_unset(rendezvous_or(ints(1, 65535))),
 }
 PROBE_FIELDS = {
     "enabled": maybe_unset(st.booleans()),

@@ -122,3 +122,39 @@ def test_max_link_imbalance_is_a_number_to_the_operator_as_to_the_crd(value):
 def test_max_link_imbalance_takes_integers_and_floats():
     for value in (2, 2.5, 1000):
         assert verdicts(manifest(probe={"maxLinkImbalance": value})) == ([], None)
+
+
+# ---- generated: near-valid templates around these rules; the CRD and the models agree ------
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+amounts = st.one_of(st.integers(0, 4), st.sampled_from(["1", "2", "0.5", "1.0", "1500m", "2000m", "0m", "1k",
+                                                        "1.5k", "500u", "01", "+1", "1e3"]))
+ext_names = st.sampled_from(["nvidia.com/gpu", "example.com/fpga", "cpu", "memory", "kubernetes.io/x",
+                             "hugepages-2Mi"])
+sections = st.dictionaries(ext_names, amounts, max_size=3)
+port_names = st.sampled_from(["http", "metrics", "h-2", "", "Http", "a--b", "8080", "-a", "a-", "a" * 15, "a" * 16])
+ports = st.lists(st.fixed_dictionaries({"containerPort": st.sampled_from([80, 29500, 29400, 8080])},
+                                       optional={"name": port_names, "hostPort": st.sampled_from([0, 29500, 29400])}),
+                 max_size=3)
+
+
+@st.composite
+def near_valid(draw) -> dict:
+    trainer = {"resources": draw(st.fixed_dictionaries({}, optional={"limits": sections, "requests": sections})),
+               "ports": draw(ports)}
+    sidecar = draw(st.one_of(st.none(), st.fixed_dictionaries({"ports": ports})))
+    sysctls = draw(st.one_of(st.none(), st.lists(st.fixed_dictionaries({
+        "name": st.sampled_from(["net.core.somaxconn", "kernel.shm_rmid_forced", "net.ipv4.tcp_syncookies"]),
+        "value": st.just("1")}), max_size=2)))
+    spec: dict[str, Any] = {}
+    if draw(st.booleans()):
+        spec["rendezvous"] = {"port": draw(st.sampled_from([29500, 29400, 8080]))}
+    return manifest(trainer, sidecar, draw(st.booleans()), sysctls, **spec)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(m=near_valid())
+def test_generated_templates_the_crd_and_the_operator_agree_on(m):
+    crd, mine = verdicts(m)
+    assert bool(crd) == (mine is not None), f"CRD: {crd or 'admitted'}; operator: {mine or 'accepted'}"
