@@ -72,6 +72,14 @@ def _no_floats(obj):
     return obj
 
 
+def _without_resources(pod_spec):
+    """``pod_spec`` without its containers' resources: the models refuse an extended resource
+    requested without a limit, or fractional, as the Pod API does (docs/admission.md); the
+    builders still get every amount as written (below), as an older CRD may have stored it."""
+    return {k: [{f: v for f, v in c.items() if f != "resources"} for c in x] if k.endswith("ontainers") else x
+            for k, x in pod_spec.items()}
+
+
 def _requests(ctr) -> dict[str, Decimal]:
     res = ctr.get("resources") or {}
     out = {k: quantity(v) for k, v in (res.get("limits") or {}).items()}
@@ -110,7 +118,8 @@ def test_sidecars_in_any_place_pass_through_and_the_probe_reserves_the_pod(t):
     note(repr(t))
     spec = DistTrainingJobSpec.model_validate({
         "numNodes": 2, "numProcPerNode": 1, "network": {"hostNetwork": True},
-        "template": {"spec": _no_floats(pod_spec)}, **({"trainerContainer": chosen} if chosen else {})})
+        "template": {"spec": _no_floats(_without_resources(pod_spec))},
+        **({"trainerContainer": chosen} if chosen else {})})
     spec.template.spec = pod_spec  # as an older CRD may have stored it: cpu: 0.5 as a number
     i = trainer_index(spec)
     assert pod_spec["containers"][i]["command"] == ["python", "train.py"]

@@ -158,3 +158,25 @@ def near_valid(draw) -> dict:
 def test_generated_templates_the_crd_and_the_operator_agree_on(m):
     crd, mine = verdicts(m)
     assert bool(crd) == (mine is not None), f"CRD: {crd or 'admitted'}; operator: {mine or 'accepted'}"
+
+
+def two_containers(first: dict, second: dict, **spec: Any) -> dict:
+    m = manifest(host_network=True, **spec)
+    m["spec"]["template"]["spec"]["containers"] = [{"image": "i", **first}, {"image": "i", **second}]
+    return m
+
+
+@pytest.mark.parametrize("m,refused", [
+    # the trainer is the one named trainer, second here: the first container is the sidecar
+    (two_containers({"name": "proxy", "ports": [{"containerPort": 29500}]}, {"name": "trainer"}), True),
+    (two_containers({"name": "proxy"}, {"name": "trainer", "ports": [{"containerPort": 29500}]}), False),
+    # spec.trainerContainer names it
+    (two_containers({"name": "helper", "ports": [{"containerPort": 29500}]}, {"name": "main"},
+                    trainerContainer="main"), True),
+    (two_containers({"name": "helper"}, {"name": "main", "ports": [{"containerPort": 29500}]},
+                    trainerContainer="main"), False),
+], ids=["sidecar-first-on-the-port", "trainer-second-on-the-port", "chosen-trainer-sidecar-on-the-port",
+        "chosen-trainer-on-the-port"])
+def test_the_rendezvous_port_is_the_trainers_whichever_container_it_is(m, refused):
+    crd, mine = verdicts(m)
+    assert bool(crd) == refused and (mine is not None) == refused, (crd, mine)
