@@ -139,12 +139,15 @@ def test_generated_templates_the_crd_admits_make_pods_the_apiserver_accepts(crd,
 
 
 def test_a_template_the_pod_api_refuses_after_admission_names_the_field(crd, kube, ns):
-    """requests above limits: admitted by the CRD (not checked there), refused by the Pod
-    API at the first pod; the failure is terminal and names spec.template's field."""
+    """requests above limits: admitted by the CRD (not checked there) and by the probe pod
+    (it reserves the pod's effective resources, a valid pair), refused by the Pod API for
+    the training pod, which the operator sends with dry run before the first probe
+    (policies.probelaunch.check_training_pods); the failure is terminal and names
+    spec.template's field."""
     trainer = {**TRAINER, "resources": {"requests": {"cpu": 4}, "limits": {"cpu": 2}}}
     m = manifest({"spec": {"containers": [trainer]}})
     assert crd_admits(crd, ns, m)[0]
-    pod = pods_of(m, ns)[0]
+    pod = pods_of(m, ns)[2]  # rank 0's training pod
     with pytest.raises(ApiException) as info:
         kube.create_pod(ns, wire.pod_body(pod), dry_run="All")
     f = failure_from(info.value, "create", "Pod", pod["metadata"]["name"])

@@ -101,6 +101,7 @@ class SimApi:
         self.events: list[Any] = []
         self.faults: dict[str, int] = {}  # call kind -> HTTP code (0: no answer)
         self.violations: list[str] = []
+        self.dry_runs: list[str] = []  # pod names sent with dryRun=All
         self.good_reports: dict[str, bool] = {}  # probe pod uid -> its report was good
         self._rv = itertools.count(1)
         self._uid = itertools.count(1)
@@ -196,7 +197,8 @@ class SimApi:
             raise _error(409, "already exists")
         self.services[name] = self._stamp(copy.deepcopy(body))
 
-    def create_namespaced_pod(self, namespace, body):
+    def create_namespaced_pod(self, namespace, body, dry_run=None):
+        """``dry_run="All"``: validated and checked for its name, never stored."""
         self._fault("create_pod")
         name = body["metadata"]["name"]
         refused = pod_type_errors(body)
@@ -205,6 +207,9 @@ class SimApi:
             raise _error(422, f'Pod "{name}" is invalid: {refused}')
         if name in self.pods:
             raise _error(409, f'pods "{name}" already exists')
+        if dry_run:
+            self.dry_runs.append(name)
+            return
         pod = self._stamp(copy.deepcopy(body))
         pod.setdefault("status", {})["phase"] = "Pending"
         self._check_create(pod)

@@ -140,13 +140,17 @@ class Observed:
 class Plan:
     """What one reconcile step wants done. ``status`` is the complete new status.
 
-    The shell applies it in this order: status (when changed), pod deletes, Service
-    creates, pod creates, then events, so that a decision is recorded before the children
+    The shell applies it in this order: status (when changed), pod deletes, dry runs,
+    Service creates, pod creates, then events, so that a decision is recorded before the children
     that follow from it are touched (a failed status write leaves nothing to undo; a
     failed create is repeated by the next step from the recorded decision)."""
 
     status: dict[str, Any]
     creates: list[dict[str, Any]] = field(default_factory=list)
+    # pods sent with server-side dry run (dryRun=All) before anything is created: the
+    # training pods, checked by the Pod API before the probes start; one refused and the
+    # plan's creates are skipped (the failure ends the job as InvalidPodTemplate)
+    dry_runs: list[dict[str, Any]] = field(default_factory=list)
     deletes: list[str] = field(default_factory=list)  # pod names, the job's own only
     services: list[dict[str, Any]] = field(default_factory=list)  # to create
     objects: list[dict[str, Any]] = field(default_factory=list)  # other kinds to create (PodGroups)

@@ -215,6 +215,9 @@ class Kube:
             except Exception as exc:  # noqa: BLE001
                 if not (isinstance(exc, ApiException) and exc.status == 404):
                     failures.append(failure_from(exc, "delete", "Pod", pod_name))
+        refused = self._dry_runs(ns, plan.dry_runs)
+        if refused:  # the Pod API refuses the training pods: create nothing, the job ends
+            return failures + refused
         for svc in plan.services:
             failures += self._create(ns, "Service", svc, self.create_service)
         for obj in plan.objects:  # PodGroups, Workloads: before the pods that point at them
@@ -268,6 +271,17 @@ class Kube:
         response.read()
         self.api.response_deserialize(response, {"2XX": "object"})
 
+    def _dry_runs(self, ns: str, pods: list[dict[str, Any]]) -> list[ApiFailure]:
+        """Send ``pods`` with server-side dry run; the refusals (none: every one admitted, or
+        its name already held, 409). Other failures (no answer, 5xx) are returned too: the
+        plan's creates wait for the next step."""
+        failures: list[ApiFailure] = []
+        for pod in pods:
+            failures += self._create(ns, "Pod", wire.pod_body(pod),
+                                     lambda n, body: self.create_pod(n, body, dry_run="All"),
+                                     done="admitted (dry run)")
+        return failures
+
     def _custom_create(self, obj: dict[str, Any]):
         """A create call for a namespaced object of any API group (plural: lower-case kind + s)."""
         group, _, version = obj["apiVersion"].rpartition("/")
@@ -287,11 +301,11 @@ class Kube:
         plain = self._plain(found) or {}
         return {n for r in plain.get("resources") or [] if isinstance(r, dict) and isinstance(n := r.get("name"), str)}
 
-    def _create(self, ns: str, kind: str, obj: dict[str, Any], call) -> list[ApiFailure]:
+    def _create(self, ns: str, kind: str, obj: dict[str, Any], call, done: str = "created") -> list[ApiFailure]:
         name = obj["metadata"]["name"]
         try:
             call(ns, obj)
-            log.info("created %s %s/%s", kind, ns, name)
+            log.info("%s %s %s/%s", done, kind, ns, name)
         except Exception as exc:  # noqa: BLE001
             if isinstance(exc, ApiException) and exc.status == 409:
                 return []  # the name is held: the next step sees by whom

@@ -45,13 +45,23 @@ def master_env(rank, value):
     return ok
 
 
+def dry_runs(*names):
+    """A check that the plan sends exactly the training pods ``names`` with dry run."""
+    return lambda s: [p["metadata"]["name"] for p in s.plan.dry_runs] == list(names)
+
+
 @table(
-    ("no pod yet: rank 0 alone, the attempt recorded",
+    ("no pod yet: rank 0 alone, the attempt recorded, the training pods checked first",
      given(3),
-     Want(None, creates=["j-probe-0"], status={"probe": {"attempt": 1}, "rendezvous": {}})),
-    ("rank 0 started: the others, given its node's address",
+     Want(None, creates=["j-probe-0"], status={"probe": {"attempt": 1}, "rendezvous": {}},
+          more=dry_runs("j-worker-0", "j-worker-1"))),
+    ("one node: its one training pod checked",
+     given(1),
+     Want(None, creates=["j-probe-0"], more=dry_runs("j-worker-0"))),
+    ("rank 0 started: the others, given its node's address; nothing checked again",
      given(3).with_pods(rank0()),
-     Want("10.100.0.10", creates=["j-probe-1", "j-probe-2"], more=master_env(2, "10.100.0.10"),
+     Want("10.100.0.10", creates=["j-probe-1", "j-probe-2"],
+          more=lambda s: master_env(2, "10.100.0.10")(s) and not s.plan.dry_runs,
           status={"rendezvous": {"masterAddr": "10.100.0.10", "masterPort": 29500}})),
     ("rank 0 started on the pod network: its pod IP",
      given().spec(network=POD_NETWORK).with_pods(rank0()),
@@ -71,10 +81,11 @@ def master_env(rank, value):
     ("rank 0's container started but its address gone: nothing yet",
      given().with_pods(probe(0, started_at="2026-11-30T11:59:58Z")),
      Want(None, creates=[])),
-    ("a gang: every rank at once, MASTER_ADDR rank 0's name",
+    ("a gang: every rank at once, MASTER_ADDR rank 0's name, the training pods checked first",
      given(3).run_policy(schedulingPolicy={"gang": "volcano"}),
      Want(lambda master: master.startswith("j-0."), creates=["j-probe-0", "j-probe-1", "j-probe-2"],
-          status={"rendezvous": {"masterAddr": "j-0.j", "masterPort": 29500}}, more=master_env(2, "j-0.j"))),
+          status={"rendezvous": {"masterAddr": "j-0.j", "masterPort": 29500}},
+          more=lambda s: master_env(2, "j-0.j")(s) and dry_runs("j-worker-0", "j-worker-1")(s))),
     ("every pod there: nothing to create",
      given().with_pods(rank0(), probe(1)),
      Want("10.100.0.10", creates=[])),

@@ -21,7 +21,9 @@ from disttrain.api import constants
 from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef, master_dns_name, uses_dns_hostnames
+from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
+from disttrain.children import kueue as kueue_objects
 from disttrain.reconcile.step import Step
 from disttrain.reconcile.policies.deadline import seconds_left
 
@@ -85,9 +87,27 @@ def record_start(s: Step, by_rank: dict[int, dict]) -> None:
     record.start_time = first.strftime("%Y-%m-%dT%H:%M:%SZ") if first else s.ts
 
 
+def check_training_pods(s: Step) -> None:
+    """Have the Pod API check the training pods before the attempt's first probe pod is
+    created (server-side dry run of rank 0's pod and, with more nodes, rank 1's: they
+    differ only there, by the rendezvous hostPort): a template the CRD admitted but the Pod
+    API refuses (requests above limits, a field only the Pod API checks) then ends the job
+    as ``InvalidPodTemplate`` naming the field, before any probe runs, not once the probe
+    passed. The rendezvous is a stand-in (the probe decides it); nothing is stored."""
+    rv = Rendezvous("127.0.0.1", s.spec.rendezvous.port)
+    for rank in range(min(2, s.spec.num_nodes)):
+        pod = build_worker_pod(s.job, s.spec, rank, None, rv, s.st.restarts or 0)
+        if s.placement is not None:
+            kueue_objects.place(pod, *s.placement)
+        s.plan.dry_runs.append(pod)
+
+
 def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
-    """Create the missing probe pods (rank 0 first); returns MASTER_ADDR once known."""
+    """Create the missing probe pods (rank 0 first); returns MASTER_ADDR once known. The
+    attempt's first creates come with :func:`check_training_pods`."""
     job, spec = s.job, s.spec
+    if not by_rank:
+        check_training_pods(s)
     rank0 = by_rank.get(0)
     master = master_addr(job, spec, rank0)
     if constants.ROLE_PROBE in s.gangs:  # a gang is placed only once all its pods exist: all at once
