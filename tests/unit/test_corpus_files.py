@@ -27,12 +27,7 @@ IMAGES = {"ghcr.io/disttrain/examples-digits:0.1.0", "ghcr.io/disttrain/disttrai
 # Entries whose promise today's operator does not keep at admission yet (issue 30): the
 # test of each is expected to fail until the change named lands; then it passes (XPASS
 # fails the run, strict) and its line here goes.
-KNOWN_GAPS = {
-    "jobset-resnet-fixed": "torchrun's --master_addr=$MASTER_ADDR is refused although the operator "
-                           "sets MASTER_ADDR to the validated address itself",
-    "fast-llm-train": "a backslash-newline in a bash -c script hides torchrun's options after it "
-                      "from the check (disttrain.api.torchrun): --node_rank=${RANK} passes",
-}
+KNOWN_GAPS: dict[str, str] = {}  # none: jobset-resnet-fixed and fast-llm-train closed (torchrun variables)
 
 
 def _mark(entry):

@@ -4,7 +4,7 @@ import pytest
 
 from disttrain.api import torchrun
 
-KW = dict(num_nodes=2, nproc=1, backend="static", port=29500)
+KW = torchrun.Passed(num_nodes=2, nproc=1, backend="static", port=29500)
 
 
 @pytest.mark.parametrize("argv,found", [
@@ -30,24 +30,28 @@ def test_launches(argv, found):
 @pytest.mark.parametrize("argv,bad", [
     (["torchrun", "--nnodes=2", "--nproc-per-node=1", "--master-port=29500", "--rdzv-backend=static", "t.py"], []),
     (["torchrun", "--nnodes", "2:2", "t.py", "--nnodes=9", "--master-addr=x"], []),  # the script's own args
-    (["torchrun", "--node-rank=$(PET_NODE_RANK)", "--master-addr=${PET_MASTER_ADDR}", "t.py"], []),
+    (["torchrun", "--node-rank=$(PET_NODE_RANK)", "--master-addr=$(PET_MASTER_ADDR)", "t.py"], []),
+    # no shell: ${...} reaches torchrun as written, only the kubelet's $(...) is expanded
+    (["torchrun", "--master-addr=${PET_MASTER_ADDR}", "--node-rank=$NODE_RANK", "t.py"],
+     ["--master-addr=${PET_MASTER_ADDR}", "--node-rank=$NODE_RANK"]),
     (["torchrun", "--max-restarts=3", "--rdzv-conf=join_timeout=60", "-m", "pkg"], []),
     (["torchrun", "--nnodes=4", "t.py"], ["--nnodes=4"]),
     (["torchrun", "--nnode=4", "t.py"], ["--nnode=4"]),  # argparse abbreviation
     (["torchrun", "--nproc_per_node", "8", "t.py"], ["--nproc_per_node 8"]),
     (["torchrun", "--node-rank=0", "--master_addr", "10.0.0.1", "t.py"], ["--node-rank=0", "--master_addr 10.0.0.1"]),
     (["torchrun", "--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-id=j", "t.py"],
-     ["--rdzv-backend=c10d", "--rdzv-endpoint=h:1", "--rdzv-id=j"]),
+     ["--rdzv-backend=c10d", "--rdzv-endpoint=h:1"]),  # static: the id only prefixes the store's keys
+    (["torchrun", "--rdzv-id=$(PET_NODE_RANK)", "t.py"], ["--rdzv-id=$(PET_NODE_RANK)"]),  # not the same on every pod
     (["torchrun", "--standalone", "t.py"], ["--standalone"]),
     (["torchrun", "--node-rank=$(PET_NNODES)", "t.py"], ["--node-rank=$(PET_NNODES)"]),  # another variable
     (["bash", "-c", "torchrun --master-port 1234 t.py"], ["--master-port 1234"]),
 ])
 def test_conflicting_options(argv, bad):
-    assert [o.text for o, _ in torchrun.conflicting_options(argv, **KW)] == bad
+    assert [o.text for o, _ in torchrun.conflicting_options(argv, KW)] == bad
 
 
 def test_standalone_is_fine_on_one_node():
-    assert torchrun.conflicting_options(["torchrun", "--standalone", "t.py"], **{**KW, "num_nodes": 1}) == []
+    assert torchrun.conflicting_options(["torchrun", "--standalone", "t.py"], torchrun.Passed(1, 1)) == []
 
 
 def test_our_option_table_is_torchs():
@@ -94,15 +98,18 @@ def test_a_kubeflow_style_torchrun_command_is_refused_naming_the_defaulted_field
     assert ("spec.template.spec.containers[0].command: torchrun option --rdzv_backend=c10d contradicts "
             "the validated rendezvous (spec.rendezvous.backend is static)") in text
     assert "RendezvousBackend" not in text
-    # the other conflict is named, and the spec change the command meant is offered
-    assert "(also --rdzv_endpoint=$(MASTER_ADDR):$(MASTER_PORT))" in text
+    # the endpoint is the operator's master address and port whatever the backend: not named;
+    # the spec change the command meant is offered
+    assert "(also" not in text
     assert "or set spec.rendezvous.backend: c10d" in text
 
 
 @pytest.mark.parametrize("argv,words,lacks", [
     (["torchrun", "--master-port=1234", "t.py"], ["or set spec.rendezvous.port: 1234"], ["(also"]),
-    (["torchrun", "--rdzv-backend=etcd", "t.py"], ["remove it (torchrun reads PET_RDZV_BACKEND)"], ["or set"]),
-    (["torchrun", "--nnodes=3", "--master-port=1", "--node-rank=0", "--rdzv-id=x", "t.py"],
+    # static: PET_RDZV_BACKEND is unset, $(PET_RDZV_BACKEND) would reach torchrun as written
+    (["torchrun", "--rdzv-backend=etcd", "t.py"], ["; remove it"], ["or set", "PET_RDZV_BACKEND"]),
+    (["torchrun", "--rdzv-endpoint=h:1", "t.py"], ["remove it or write $(MASTER_ADDR):$(MASTER_PORT)"], []),
+    (["torchrun", "--nnodes=3", "--master-port=1", "--node-rank=0", "--master-addr=x", "t.py"],
      ["--nnodes=3", "or set spec.numNodes: 3", "(also --master-port=1, --node-rank=0 and 1 more)"], []),
 ])
 def test_torchrun_problem_names_the_others_and_the_spec_fix(argv, words, lacks):

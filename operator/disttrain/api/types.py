@@ -381,24 +381,26 @@ def nproc_for(spec: DistTrainingJobSpec) -> int:
 
 def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
     """When the trainer's command runs torchrun itself (see :mod:`disttrain.api.torchrun`), the
-    first option that contradicts the rendezvous the operator passes in ``PET_*``, as one
+    first option that does not say the rendezvous the operator passes in ``PET_*`` (read
+    with the container's variables: the operator's, and its own of literal value), as one
     message naming the field, the option, why and the fix; else None. Checked by the
     operator (an InvalidSpec condition within a second of apply), not by the CRD: telling
     torchrun's options from the training script's needs torchrun's parser."""
     trainer = trainer_of(spec)
     command = list(trainer.get("command") or [])
     argv = command + list(trainer.get("args") or [])
-    problems = torchrun.conflicting_options(
-        argv, num_nodes=spec.num_nodes, nproc=nproc_for(spec),
-        backend=str(spec.rendezvous.backend), port=spec.rendezvous.port)
+    passed = torchrun.Passed(spec.num_nodes, nproc_for(spec), str(spec.rendezvous.backend),
+                             spec.rendezvous.port, str(spec.launcher))
+    problems = torchrun.conflicting_options(argv, passed, _literal_env(trainer))
     if not problems:
         return None
     opt, why = problems[0]
     assert opt.dest is not None  # conflicting_options returns only options torchrun knows
     field = "command" if opt.index < len(command) else "args"
+    env = torchrun.operator_env(passed)
     var = f"PET_{opt.dest.upper()}"
-    fix = ("remove it" if opt.dest == "standalone"
-           else f"remove it (torchrun reads {var}) or write $({var})")
+    ref = torchrun.own_reference(opt.dest, env)
+    fix = "remove it" + (f" (torchrun reads {var})" if var in env else "") + (f" or write {ref}" if ref else "")
     spec_field = _SPEC_FIELD_FOR.get(opt.dest or "")
     if spec_field and opt.value and _valid_for(opt.dest or "", opt.value):
         fix += f", or set {spec_field}: {opt.value}"  # what the command meant, said in the spec
@@ -406,7 +408,18 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
     more = (f" (also {', '.join(others[:2])}" + (f" and {len(others) - 2} more" if len(others) > 2 else "")
             + ")") if others else ""
     return (f"spec.template.spec.containers[{trainer_index(spec)}].{field}: torchrun option {opt.text[:60]} "
-            f"contradicts the validated rendezvous ({why}){more}; {fix}")
+            f"{why}{more}; {fix}")
+
+
+def _literal_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's own variables whose value is known at admission (``value`` without
+    a ``$(...)`` reference): name -> value."""
+    out: dict[str, str] = {}
+    for e in container.get("env") or []:
+        if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str) \
+                and "$" not in e["value"] and not e.get("valueFrom"):
+            out[e["name"]] = e["value"]
+    return out
 
 
 # torchrun option -> the spec field that says the same (offered as the other fix)
