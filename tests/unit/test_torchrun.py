@@ -3,6 +3,7 @@ validated rendezvous (disttrain.api.torchrun), checked against torch's own parse
 import pytest
 
 from disttrain.api import torchrun
+from disttrain.api.constants import RESERVED_ENV as RESERVED
 
 KW = torchrun.Passed(num_nodes=2, nproc=1, backend="static", port=29500)
 
@@ -125,3 +126,115 @@ def test_torchrun_problem_names_the_others_and_the_spec_fix(argv, words, lacks):
         assert w in msg, msg
     for w in lacks:
         assert w not in msg, msg
+
+
+# ---- references to the operator's variables (issue 30: jobset-resnet-fixed, fast-llm-train) ----
+C10D = torchrun.Passed(num_nodes=2, nproc=1, backend="c10d", port=29500)
+ENV1 = torchrun.Passed(num_nodes=2, nproc=1, launcher="env")
+
+
+@pytest.mark.parametrize("argv,passed,bad", [
+    # the operator sets MASTER_ADDR/MASTER_PORT (and PET_*) to the validated values: consistent
+    (["bash", "-xc", "torchrun --nproc_per_node=1 --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT r.py\n"],
+     KW, []),
+    (["bash", "-c", 'torchrun --master_addr="${MASTER_ADDR}" --master-port ${PET_MASTER_PORT} r.py'], KW, []),
+    (["bash", "-c", "torchrun --master_addr=$(MASTER_ADDR) --node_rank=$(NODE_RANK) r.py"], KW, []),
+    (["torchrun", "--master_addr=$(MASTER_ADDR)", "--master_port=$(MASTER_PORT)", "--node_rank=$(NODE_RANK)",
+      "--nnodes=$(PET_NNODES)", "--nproc_per_node=$(PET_NPROC_PER_NODE)", "r.py"], KW, []),
+    (["sh", "-c", "torchrun --nnodes=${PET_NNODES}:${PET_NNODES} --node_rank=$PET_NODE_RANK r.py"], KW, []),
+    # --rdzv_endpoint: the master's address and the port, whatever the backend
+    (["bash", "-c", "torchrun --rdzv_endpoint=${MASTER_ADDR}:${MASTER_PORT} r.py"], KW, []),
+    (["bash", "-c", "torchrun --rdzv_backend=c10d --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT --rdzv_id=$PET_RDZV_ID r.py"],
+     C10D, []),
+    (["torchrun", "--rdzv-endpoint=$(PET_RDZV_ENDPOINT)", "--rdzv-id=$(PET_RDZV_ID)", "r.py"], C10D, []),
+    (["torchrun", "--rdzv-endpoint=$(PET_RDZV_ENDPOINT)", "r.py"], KW,  # static: not set, reaches torchrun as written
+     ["--rdzv-endpoint=$(PET_RDZV_ENDPOINT)"]),
+    (["bash", "-c", "torchrun --rdzv_endpoint=$MASTER_ADDR r.py"], C10D, ["--rdzv_endpoint=$MASTER_ADDR"]),  # port 29400
+    (["bash", "-c", "torchrun --rdzv_endpoint=$MASTER_ADDR:29400 r.py"], C10D, ["--rdzv_endpoint=$MASTER_ADDR:29400"]),
+    (["bash", "-c", "torchrun --rdzv_id=$PET_NODE_RANK r.py"], C10D, ["--rdzv_id=$PET_NODE_RANK"]),
+    # a variable that means something else, or that the operator does not set
+    (["bash", "-c", "torchrun --node_rank=$RANK --nnodes=$WORLD_SIZE r.py"], KW,
+     ["--node_rank=$RANK", "--nnodes=$WORLD_SIZE"]),
+    (["bash", "-c", "torchrun --node_rank=$RANK --nnodes=$WORLD_SIZE r.py"], ENV1, []),  # env launcher, 1 per pod
+    (["bash", "-c", "torchrun --node_rank=$RANK r.py"], torchrun.Passed(2, 2, launcher="env"), ["--node_rank=$RANK"]),
+    (["bash", "-c", "torchrun --node_rank=$MASTER_PORT --master_addr=$NODE_RANK r.py"], KW,
+     ["--node_rank=$MASTER_PORT", "--master_addr=$NODE_RANK"]),
+    (["bash", "-c", "torchrun --master_addr=$(hostname -i) --node_rank=${JOB_COMPLETION_INDEX} r.py"], KW,
+     ["--master_addr=$(hostname -i)", "--node_rank=${JOB_COMPLETION_INDEX}"]),
+    (["bash", "-c", "torchrun --master_addr='$MASTER_ADDR' r.py"], KW, ["--master_addr='$MASTER_ADDR'"]),  # quoted
+    (["torchrun", "--master_addr=$$(MASTER_ADDR)", "r.py"], KW, ["--master_addr=$$(MASTER_ADDR)"]),  # the escape
+    # line continuations hide nothing (fast-llm-train)
+    (["/bin/bash", "-c", "torchrun --rdzv_backend=static \\\n   --rdzv_endpoint=${MASTER_ADDR}:${MASTER_PORT} \\\n"
+      "   --node_rank=${RANK} \\\n   --nnodes=${PET_NNODES} \\\n   --no_python \\\n   python t.py \\\n   --nnodes=9"],
+     KW, ["--node_rank=${RANK}"]),
+    (["bash", "-c", "set -e\nexport A=1\nexec torchrun \\\n  --nnodes=3 t.py"], KW, ["--nnodes=3"]),
+    (["bash", "-c", "A=1 python -u -m torch.distributed.run \\\n --nproc_per_node=4 t.py | tee log"], KW,
+     ["--nproc_per_node=4"]),
+    (["bash", "-c", "torchrun --nnodes=\\\n3 t.py"], KW, ["--nnodes=3"]),  # a continuation inside a word
+])
+def test_references_to_the_operators_variables(argv, passed, bad):
+    assert [o.text for o, _ in torchrun.conflicting_options(argv, passed)] == bad
+
+
+@pytest.mark.parametrize("user_env,bad", [({"NNODES": "2"}, []), ({"NNODES": "3"}, ["--nnodes=$NNODES"]), ({}, ["--nnodes=$NNODES"])])
+def test_the_containers_own_literal_variables_are_read(user_env, bad):
+    argv = ["bash", "-c", "torchrun --nnodes=$NNODES t.py"]
+    assert [o.text for o, _ in torchrun.conflicting_options(argv, KW, user_env)] == bad
+
+
+def _problem(container, **spec):
+    from disttrain.api.types import DistTrainingJobSpec, torchrun_option_problem
+
+    s = DistTrainingJobSpec.model_construct(**DistTrainingJobSpec.model_validate(
+        {"numNodes": 2, "numProcPerNode": 1, **spec, "template": {"spec": {"containers": [
+            {"name": "t", "image": "x"}]}}}).__dict__)
+    s.template.spec["containers"][0].update(container)
+    return torchrun_option_problem(s)
+
+
+@pytest.mark.parametrize("container,spec,words", [
+    ({"command": ["bash", "-c", "torchrun --node_rank=${RANK} t.py"]}, {},
+     ["torchrun option --node_rank=${RANK} reads RANK, which the operator does not set (with launcher torchrun, "
+      "torchrun sets it per process); remove it (torchrun reads PET_NODE_RANK) or write $(PET_NODE_RANK)"]),
+    ({"command": ["bash", "-c", "torchrun --node_rank=$(hostname) t.py"]}, {},
+     ["reads $(hostname), which the operator cannot check"]),
+    ({"command": ["torchrun", "--master-addr=${PET_MASTER_ADDR}", "t.py"]}, {},
+     ["contradicts the validated rendezvous", "or write $(PET_MASTER_ADDR)"]),
+    ({"command": ["torchrun", "--rdzv-id=$(PET_NODE_RANK)", "t.py"]}, {"rendezvous": {"backend": "c10d"}},
+     ["remove it (torchrun reads PET_RDZV_ID) or write $(PET_RDZV_ID)"]),
+    ({"command": ["bash", "-c", "torchrun --nnodes=$N t.py"], "env": [{"name": "N", "value": "3"}]}, {},
+     ["--nnodes=$N contradicts the validated rendezvous (spec.numNodes is 2)"]),
+])
+def test_the_message_names_the_variable_and_a_fix_that_is_set(container, spec, words):
+    msg = _problem(container, **spec)
+    assert msg is not None and len(msg) <= 400, msg
+    for w in words:
+        assert w in msg, msg
+
+
+@pytest.mark.parametrize("container", [
+    {"command": ["bash", "-c", "torchrun --nnodes=$N t.py"], "env": [{"name": "N", "value": "2"}]},
+    {"command": ["bash", "-xc", "torchrun --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT t.py"]},
+])
+def test_a_spec_whose_options_say_the_operators_values_is_admitted(container):
+    assert _problem(container) is None
+
+
+@pytest.mark.parametrize("launcher,backend,nproc", [("torchrun", "static", 1), ("torchrun", "c10d", 2), ("env", "static", 1)])
+def test_operator_env_is_what_the_training_pod_gets(launcher, backend, nproc):
+    """torchrun.operator_env (what the check expands with) names every rendezvous variable
+    build_worker_pod sets, with its value (per-pod ones standing for the pod's)."""
+    from disttrain.children.names import JobRef
+    from disttrain.children.pods import Rendezvous, build_worker_pod
+
+    from ..support.builders import spec_of
+
+    s = spec_of(launcher=launcher, rendezvous={"backend": backend, "port": 29511}, numProcPerNode=nproc)
+    pod = build_worker_pod(JobRef("j", "ns", "uid-1"), s, 1, "n", Rendezvous("10.0.0.9", 29511, "eth1"), 0)
+    got = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]
+           if not e["name"].endswith("SOCKET_IFNAME")}
+    ours = torchrun.operator_env(torchrun.Passed(2, nproc, backend, 29511, launcher))
+    stand_ins = {torchrun.MASTER: "10.0.0.9", torchrun.NODE_RANK: "1", torchrun.RUN_ID: "uid-1"}
+    for sym, real in stand_ins.items():
+        ours = {k: v.replace(sym, real) for k, v in ours.items()}
+    assert {k: v for k, v in got.items() if k in ours or k.startswith("PET_") or k in RESERVED} == ours

@@ -20,6 +20,7 @@ from typing import Mapping, Optional
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DEFAULTED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(:?)-(.*)", re.S)
+_SHELL_SYNTAX = re.compile(r"[$`'\"\\\s]")
 _SPECIAL = set("@*#?$!-0123456789")
 _DQ_ESCAPES = set('$`"\\\n')
 
@@ -69,6 +70,37 @@ def kubelet_expand(text: str, env: Mapping[str, str]) -> tuple[str, list[tuple[i
     return "".join(out), spans
 
 
+def _join_lines(text: str, spans: list[tuple[int, int]]) -> tuple[str, list[tuple[int, int]]]:
+    """``text`` without its line continuations (a backslash-newline outside single quotes
+    and comments), which the shell removes before it reads words or names (``$A\\<nl>B``
+    is ``$AB``); with the spans of what remains."""
+    out: list[int] = []
+    i, n, state = 0, len(text), ""
+    while i < n:
+        c = text[i]
+        if state == "'":
+            state = "" if c == "'" else state
+        elif state == "#":
+            state = "" if c == "\n" else state
+        elif c == "\\":
+            if text.startswith("\n", i + 1):
+                i += 2
+                continue
+            out.append(i)
+            i += 1
+            if i >= n:
+                break
+        elif c == '"':
+            state = "" if state == '"' else '"'
+        elif c == "'" and state == "":
+            state = "'"
+        elif c == "#" and state == "" and (not out or text[out[-1]] in " \t\n;&|()"):
+            state = "#"
+        out.append(i)
+        i += 1
+    return "".join(text[k] for k in out), [spans[k] for k in out]
+
+
 class _Unbalanced(Exception):
     """A quote, ``${``, ``$(`` or backquote the script never closes: the shell refuses it."""
 
@@ -90,7 +122,7 @@ class _Splitter:
             self.start = i
 
     def end_word(self, end: int) -> None:
-        if self.start is not None and (self.val or self.quoted):
+        if self.start is not None and (any(self.val) or self.quoted):
             if self.redirect_target:
                 self.redirect_target = False
             else:
@@ -156,9 +188,12 @@ class _Splitter:
     def braced(self, inner: str) -> str:
         if _NAME.fullmatch(inner):
             return self.lookup(inner)
-        m = _DEFAULTED.fullmatch(inner)  # ${NAME:-word}, ${NAME-word} of a set variable
-        if m and m.group(1) in self.env and (self.env[m.group(1)] or not m.group(2)):
-            return self.env[m.group(1)]
+        m = _DEFAULTED.fullmatch(inner)  # ${NAME:-word}, ${NAME-word} of a known variable
+        if m and m.group(1) in self.env:
+            if self.env[m.group(1)] or not m.group(2):
+                return self.env[m.group(1)]
+            if not _SHELL_SYNTAX.search(m.group(3)):  # empty, and a plain default word
+                return m.group(3)
         return unknown("${" + inner[:40] + "}")
 
     def double_quoted(self, i: int) -> int:
@@ -253,7 +288,7 @@ def split_script(script: str, env: Mapping[str, str]) -> Optional[list[list[Word
     after the kubelet's and the shell's expansions with the variables ``env`` (name ->
     value; every other variable is :func:`unknown`). None when the shell would refuse the
     script (an unclosed quote, ``${``, ``$(`` or backquote). Never raises."""
-    expanded, spans = kubelet_expand(script, env)
+    expanded, spans = _join_lines(*kubelet_expand(script, env))
     try:
         return _Splitter(expanded, spans, script, env).run()
     except _Unbalanced:
