@@ -204,6 +204,9 @@ def _problem(container, **spec):
      ["remove it (torchrun reads PET_RDZV_ID) or write $(PET_RDZV_ID)"]),
     ({"command": ["bash", "-c", "torchrun --nnodes=$N t.py"], "env": [{"name": "N", "value": "3"}]}, {},
      ["--nnodes=$N contradicts the validated rendezvous (spec.numNodes is 2)"]),
+    ({"command": ["torchrun", "--node-rank=$(R)", "t.py"], "env": [{"name": "R", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}]}, {},
+     ["torchrun option --node-rank=$(R) reads R, which the operator does not set"]),
 ])
 def test_the_message_names_the_variable_and_a_fix_that_is_set(container, spec, words):
     msg = _problem(container, **spec)

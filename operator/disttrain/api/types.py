@@ -27,6 +27,7 @@ from disttrain.api import constants
 from disttrain.api import torchrun
 from disttrain.api import trainer as trainer_rule
 from disttrain.api.hostnet import HOST_NETWORK_RULES
+from disttrain.api.shellwords import unknown
 from disttrain.api.common import (
     CamelModel,
     CleanPodPolicy,
@@ -391,7 +392,7 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
     argv = command + list(trainer.get("args") or [])
     passed = torchrun.Passed(spec.num_nodes, nproc_for(spec), str(spec.rendezvous.backend),
                              spec.rendezvous.port, str(spec.launcher))
-    problems = torchrun.conflicting_options(argv, passed, _literal_env(trainer))
+    problems = torchrun.conflicting_options(argv, passed, _own_env(trainer))
     if not problems:
         return None
     opt, why = problems[0]
@@ -411,14 +412,17 @@ def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:
             f"{why}{more}; {fix}")
 
 
-def _literal_env(container: dict[str, Any]) -> dict[str, str]:
-    """The container's own variables whose value is known at admission (``value`` without
-    a ``$(...)`` reference): name -> value."""
+def _own_env(container: dict[str, Any]) -> dict[str, str]:
+    """The container's own variables: name -> value when known at admission (a ``value``
+    without a ``$(...)`` reference), else :func:`disttrain.api.shellwords.unknown` (the
+    kubelet still expands ``$(NAME)`` of such a variable, to a value the operator cannot
+    check)."""
     out: dict[str, str] = {}
     for e in container.get("env") or []:
-        if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("value"), str) \
-                and "$" not in e["value"] and not e.get("valueFrom"):
-            out[e["name"]] = e["value"]
+        if isinstance(e, dict) and isinstance(e.get("name"), str):
+            value = e.get("value")
+            known = isinstance(value, str) and "$" not in value and not e.get("valueFrom")
+            out[e["name"]] = str(value) if known else unknown(e["name"])
     return out
 
 
