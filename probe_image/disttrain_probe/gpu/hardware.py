@@ -15,6 +15,7 @@ which NCCL prints to standard output only (``nccldiag`` reads them).
 """
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import resource
@@ -321,7 +322,6 @@ def _flush_stdout() -> None:
     except Exception:
         pass
     try:
-        import ctypes
         ctypes.CDLL(None).fflush(None)
     except Exception:
         pass

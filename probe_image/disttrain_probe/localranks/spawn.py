@@ -1,14 +1,14 @@
-"""Local rank 0 starts and follows the node's other local ranks (I/O; the roles are in roles.py).
+"""Local rank 0 starts and follows the node's other local ranks (I/O; the roles are in ground/roles.py).
 
 Why the probe starts them itself rather than run under ``torchrun`` in the pod: torchrun's
 agents meet at MASTER_ADDR:MASTER_PORT before any probe code runs, so a blocked or
 loopback master would hang in torchrun instead of being classified, and rank 0 could not
 listen on the port before importing torch (the early-listen evidence). Here local rank 0
 is the one-process probe unchanged; local ranks 1..P-1 are ``python -m
-disttrain_probe.localranks.worker`` children that import torch meanwhile, wait for local rank 0
+disttrain_probe.run.worker`` children that import torch meanwhile, wait for local rank 0
 to say go (one JSON line on their stdin, sent when the collective phase starts, with the
 store's address, the chosen interface and the backend), and report on their stdout
-(:data:`~disttrain_probe.localranks.roles.MARK` lines, the last one counts). Everything else a
+(:data:`~disttrain_probe.ground.roles.MARK` lines, the last one counts). Everything else a
 child prints is kept (the last lines) for the pod's log. Standard library only.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from disttrain_probe.localranks import roles as LR
+from disttrain_probe.ground import roles as LR
 
 TAIL_LINES = 20
 LATER = 1.5  # s: the local ranks' collective deadline after local rank 0's
@@ -109,7 +109,7 @@ class LocalRanks:
     @classmethod
     def start(cls, argv: Sequence[str], node: str, nproc: int,
               env: Optional[Dict[str, str]] = None) -> "LocalRanks":
-        """Start ``python -m disttrain_probe.localranks.worker <argv>`` for local ranks 1..nproc-1
+        """Start ``python -m disttrain_probe.run.worker <argv>`` for local ranks 1..nproc-1
         with this environment plus LOCAL_RANK, and the probe package on PYTHONPATH. Raises
         OSError when a process cannot be started (the caller kills those that were)."""
         base = dict(os.environ if env is None else env)
@@ -123,7 +123,7 @@ class LocalRanks:
         try:
             for lr in range(1, nproc):
                 e = dict(base, LOCAL_RANK=str(lr))
-                p = subprocess.Popen([sys.executable, "-m", "disttrain_probe.localranks.worker", *argv],
+                p = subprocess.Popen([sys.executable, "-m", "disttrain_probe.run.worker", *argv],
                                      env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
                 children.append(Child(lr, p))

@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases.networks import ChoiceInputs, Network, nodes_text
-from disttrain_probe.runtime.config import ifname_matches
+from disttrain_probe.ground.config import ifname_matches
 
 
 def interface_not_found(inputs: ChoiceInputs) -> Optional[Dict[str, str]]:

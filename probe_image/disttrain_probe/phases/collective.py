@@ -3,6 +3,9 @@
 algbw = bytes / seconds-per-iteration, busbw = algbw * 2(n-1)/n (the nccl-tests
 definition), in GB/s with GB = 1e9 bytes. Each iteration all-reduces (sum) a float32
 tensor of ``message_size_bytes`` filled with rank+1, checked against n(n+1)/2.
+
+torch is imported lazily: the probe must report before torch loads (this phase waits for
+the background import, ground/torchload.py).
 """
 from __future__ import annotations
 
@@ -13,8 +16,8 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Optional
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
-from disttrain_probe.localranks.roles import Layout
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure
+from disttrain_probe.ground.roles import Layout
 
 
 def busbw_factor(n: int) -> float:

@@ -39,8 +39,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from disttrain_probe.contract import paths
 from disttrain_probe.contract import probe_env, vocabulary
-from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
-from disttrain_probe.runtime.deadline import Deadline
+from disttrain_probe.ground.config import ifname_matches, parse_ifname_spec
+from disttrain_probe.ground.deadline import Deadline
 from disttrain_probe.phases import pathmtu
 from disttrain_probe.phases.inventory import ipv4_addrs, route_get
 from disttrain_probe.phases.listeners import (  # noqa: F401  (re-exported: the phase's terms)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from disttrain_probe.phases.masterstore import BEACON_SECONDS, beacon_answers
-from disttrain_probe.runtime.deadline import Deadline
+from disttrain_probe.ground.deadline import Deadline
 
 # With evidence that rank 0 listens, dial at least this long (seconds) before giving up:
 # two connection attempts, i.e. a SYN and its retransmission, or several refusals.

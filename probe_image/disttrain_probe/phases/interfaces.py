@@ -42,7 +42,7 @@ from disttrain_probe.phases.ranking import (  # noqa: F401  (re-exported: the ch
     MEASURED_MARGIN, NOISE_MARGIN, measured_mbps, measured_stats, measured_tiers,
     rank_usable, reject_pod_network_devices, score, why_better,
 )
-from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
+from disttrain_probe.ground.config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
 

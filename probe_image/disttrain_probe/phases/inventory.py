@@ -3,9 +3,13 @@
 Interfaces come from ``ip -j addr`` when iproute2 is installed, else from
 ``socket.if_nameindex()`` + ioctl (IPv4) + /proc/net/if_inet6 (IPv6). The order is
 the kernel's interface index order, which is also the order NCCL walks them in.
+
+torch is imported lazily: the probe must report before torch loads (:func:`versions` runs
+on the background import's thread, ground/torchload.py).
 """
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import json
 import os
@@ -17,7 +21,8 @@ import struct
 import subprocess
 from typing import Any, Dict, List, Optional, Tuple
 
-from disttrain_probe.runtime.deadline import Deadline
+from disttrain_probe.contract import settings
+from disttrain_probe.ground.deadline import Deadline
 
 Iface = Dict[str, Any]
 
@@ -293,7 +298,6 @@ def loaded_nccl() -> Tuple[Optional[str], Optional[str]]:
     which comes first in the dynamic linker's lookup (seen on an H200: NCCL logged 2.32.6
     while the first mapped copy said 2.28.9). Then the first mapped ``libnccl.so*``.
     """
-    import ctypes
 
     try:
         fn = ctypes.CDLL(None).ncclGetVersion  # dlsym(RTLD_DEFAULT): what a call binds to
@@ -318,7 +322,6 @@ def loaded_nccl() -> Tuple[Optional[str], Optional[str]]:
 def _call_version(fn: Any) -> Optional[str]:
     """``ncclGetVersion`` called through ctypes -> "2.28.9"; None when it fails or is not
     NCCL's."""
-    import ctypes
 
     fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
     fn.restype = ctypes.c_int
@@ -334,7 +337,6 @@ def _call_version(fn: Any) -> Optional[str]:
 def _defining_object(fn: Any) -> Optional[str]:
     """Path of the shared object defining the ctypes function ``fn`` (glibc's ``dladdr``);
     None when it cannot say."""
-    import ctypes
 
     class DlInfo(ctypes.Structure):
         _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
@@ -414,7 +416,6 @@ def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]
         host_resolves = []
     interfaces = list_interfaces(min(5.0, deadline.remaining()))
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}
-    from disttrain_probe.contract import settings
     return {
         "settings": settings.of(os.environ),
         "rdma": settings.rdma_devices(),

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from typing import Any, Dict, Mapping, Optional
 
+from disttrain_probe.phases.inventory import _mapped_library
+
 # The child: load libnccl, ask for a unique id, exit with NCCL's result code.
 _CHILD = (
     "import ctypes, sys\n"
@@ -73,7 +75,6 @@ def bootstrap_interface(lib: str, socket_ifname: Optional[str] = None, timeout: 
 
 def loaded_library() -> Optional[str]:
     """Path of the libnccl mapped into this process (after ``import torch``), or None."""
-    from disttrain_probe.phases.inventory import _mapped_library
     return _mapped_library("libnccl.so")
 
 

@@ -14,7 +14,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.runtime.config import ifname_matches
+from disttrain_probe.ground.config import ifname_matches
 
 # Pod-network and overlay devices (CNI bridges and tunnels) a host-network pod sees.
 POD_NETWORK_DEVICES = ("cni*", "flannel*", "cali*", "cilium_*", "vxlan*", "tunl*", "weave*",

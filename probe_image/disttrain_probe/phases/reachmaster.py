@@ -17,8 +17,8 @@ from disttrain_probe.phases.dialing import (HOST_CHECK_SECONDS, dial_give_up_at,
                                             host_words, order, _dial)
 from disttrain_probe.phases.inventory import hosts_entry, is_loopback, nameserver, resolve, route_get
 from disttrain_probe.phases.masterstore import beacon_token
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
-from disttrain_probe.runtime.results import SharedState
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure
+from disttrain_probe.ground.results import SharedState
 
 def _resolve_within(addr: str, timeout: float) -> List[str]:
     """:func:`resolve` ``addr``, giving up after ``timeout`` seconds (getaddrinfo has no

@@ -6,6 +6,9 @@ Every other rank reaches the master first (:mod:`disttrain_probe.phases.reachmas
 dials with :mod:`disttrain_probe.phases.dialing`) and then joins the store
 (:func:`join_store`). All ranks then publish their inventory and wait for each other. The
 :class:`Bus` wrapper is the all-gather used by every later phase.
+
+torch is imported lazily: the probe must report before torch loads (the store is joined
+once the background import is done, ground/torchload.py).
 """
 from __future__ import annotations
 
@@ -19,8 +22,8 @@ from disttrain_probe.phases.dialing import order
 from disttrain_probe.phases import masterstore
 from disttrain_probe.phases.masterstore import beacon_token, serve_store
 from disttrain_probe.phases.reachmaster import reach_master
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
-from disttrain_probe.runtime.results import SharedState
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure
+from disttrain_probe.ground.results import SharedState
 
 POLL = 0.02
 PREFIX = "dtp/"

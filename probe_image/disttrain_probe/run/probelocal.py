@@ -1,4 +1,4 @@
-"""Several processes per node (localranks/roles.py, spawn.py), as local rank 0's probe
+"""Several processes per node (ground/roles.py, spawn.py), as local rank 0's probe
 sees them: starting local ranks 1..P-1, taking a local rank's own failure as the node's
 (and telling peers), choosing which failure the node reports, and collecting their outcomes.
 """
@@ -9,11 +9,13 @@ import sys
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.localranks import roles as LR
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
+from disttrain_probe.ground import roles as LR
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure
+from disttrain_probe.localranks import spawn
+from disttrain_probe.phases import rendezvous
 
 if TYPE_CHECKING:
-    from disttrain_probe.runtime.probe import Probe
+    from disttrain_probe.run.probe import Probe
 
 
 def start_local_ranks(p: Probe) -> Optional[str]:
@@ -21,13 +23,12 @@ def start_local_ranks(p: Probe) -> Optional[str]:
     cannot be started."""
     if not p.cfg.spawns_local_ranks:
         return None
-    from disttrain_probe.localranks import spawn
     try:
         p.ranks.procs = spawn.LocalRanks.start(p.argv, p.cfg.node_name,
                                             p.cfg.nproc_per_node)
     except OSError as e:
         return (f"{p.cfg.node_name}: could not start local ranks 1..{p.cfg.nproc_per_node - 1} "
-                f"(python -m disttrain_probe.localranks.worker): {e}")
+                f"(python -m disttrain_probe.run.worker): {e}")
     p.ranks.procs.watch(functools.partial(local_failed, p))
     return None
 
@@ -45,7 +46,6 @@ def local_failed(p: Probe, outcome: Dict[str, Any]) -> None:
     if p._bus() is None:
         return
     try:
-        from disttrain_probe.phases import rendezvous
         side = rendezvous.side_store(p.cfg, rendezvous.local_store_addr(
             p.cfg, p.inv, p.state), 2.0)
         if side.check([rendezvous.PREFIX + "abort"]):
@@ -73,7 +73,6 @@ def local_cause(p: Probe, f: ProbeFailure) -> ProbeFailure:
         return ProbeFailure(lf["reason"], lf["message"], lf.get("phase"), relayed=f.relayed)
     if (p.ranks.procs is not None and p.outcome.phase == "collective" and not f.relayed
             and p._bus() is not None):
-        from disttrain_probe.phases import rendezvous
         try:
             side = rendezvous.side_store(p.cfg, rendezvous.local_store_addr(
                 p.cfg, p.inv, p.state), 1.5)

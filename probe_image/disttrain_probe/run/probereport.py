@@ -1,4 +1,4 @@
-"""The probe's report, built from what a run kept (:mod:`disttrain_probe.runtime.results`):
+"""The probe's report, built from what a run kept (:mod:`disttrain_probe.ground.results`):
 the final one (:func:`build`), the pessimistic one written before each phase
 (:func:`prewrite`) and this rank's summary published at the rendezvous (:func:`self_summary`).
 """
@@ -7,11 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.localranks import roles as LR
-from disttrain_probe.runtime import report as REP
+from disttrain_probe.ground import roles as LR
+from disttrain_probe.phases import interfaces, ncclcheck
+from disttrain_probe.run import report as REP
 
 if TYPE_CHECKING:
-    from disttrain_probe.runtime.probe import Probe
+    from disttrain_probe.run.probe import Probe
 
 
 def self_summary(p: Probe) -> Dict[str, Any]:
@@ -29,7 +30,7 @@ def self_summary(p: Probe) -> Dict[str, Any]:
 
 
 def build(p: Probe) -> Dict[str, Any]:
-    """The report as it stands (runtime/report.py caps and writes it)."""
+    """The report as it stands (run/report.py caps and writes it)."""
     cfg = p.cfg
     timings = dict(p.tracker.timings)
     if p.torch.started is not None:  # seconds importing torch, in the background
@@ -111,7 +112,6 @@ def local_entries(p: Probe) -> List[Dict[str, Any]]:
 def nccl_bootstrap(p: Probe) -> Optional[Dict[str, Any]]:
     """NCCL's own interface choice alone and with the validated interface, and the rule's
     prediction (None before torch was imported)."""
-    from disttrain_probe.phases import interfaces, ncclcheck
     if not p.torch.done:
         return None
     return ncclcheck.summary(p.torch.nccl_default, p.choice.nccl_chosen,

@@ -1,5 +1,5 @@
 """One probe run (:class:`Probe`): every phase in order, each phase's results kept in
-:mod:`disttrain_probe.runtime.results`, the report written at the end (or by the watchdog);
+:mod:`disttrain_probe.ground.results`, the report written at the end (or by the watchdog);
 ``python -m disttrain_probe`` runs it (:mod:`disttrain_probe.__main__`)."""
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, cast
 
-from disttrain_probe.runtime import config as C
-from disttrain_probe.localranks import roles as LR
-from disttrain_probe.contract import probe_env, vocabulary
-from disttrain_probe.runtime import probelocal, probereport
-from disttrain_probe.runtime import report as REP
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure, Tracker
-from disttrain_probe.runtime import torchload
-from disttrain_probe.runtime.results import (ChoiceResult, CollectiveResult, LocalRanksResult, MeshResult, Outcome,
-                                             SharedState)
-from disttrain_probe.runtime.torchload import TorchLoader
+from disttrain_probe.contract import probe_env, settings, versions, vocabulary
+from disttrain_probe.gpu import hardware, nccldiag, rdmalimits
+from disttrain_probe.ground import config as C
+from disttrain_probe.ground import roles as LR
+from disttrain_probe.ground import torchload
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure, Tracker
+from disttrain_probe.ground.results import (ChoiceResult, CollectiveResult, LocalRanksResult, MeshResult, Outcome,
+                                            SharedState)
+from disttrain_probe.ground.torchload import TorchLoader
+from disttrain_probe.phases import (collective, connectivity, interfaces, inventory, masterstore, ncclcheck,
+                                    rendezvous, torchfacts)
+from disttrain_probe.run import probelocal, probereport
+from disttrain_probe.run import report as REP
 
 
 def _first_line(e: BaseException) -> str:
@@ -29,7 +32,7 @@ def _first_line(e: BaseException) -> str:
 
 class Probe:
     """One probe run: the phases in order (:meth:`run`), what each left
-    (:mod:`disttrain_probe.runtime.results`), and the report written at the end, or by the
+    (:mod:`disttrain_probe.ground.results`), and the report written at the end, or by the
     watchdog when a phase overran (:meth:`_overrun`)."""
 
     def __init__(self, cfg: C.Config, argv: Optional[List[str]] = None):
@@ -46,7 +49,7 @@ class Probe:
         self.choice = ChoiceResult()
         self.coll = CollectiveResult()
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
-        self.torch = TorchLoader()
+        self.torch = TorchLoader(torchfacts.load)
         # Several processes per node (localranks.py): local ranks 1..P-1, started by this one.
         self.layout = LR.Layout(cfg.rank, cfg.world_size, 0, cfg.nproc_per_node)
         self.ranks = LocalRanksResult()
@@ -154,7 +157,6 @@ class Probe:
 
     def _listen_early(self) -> None:
         """Rank 0 listens on the master port now, not after the slow torch import."""
-        from disttrain_probe.phases import masterstore
         cfg = self.cfg
         if cfg.rank == 0 and not cfg.agent_store:
             self.state["master_listener"] = masterstore.listen_early(cfg.master_port)
@@ -166,8 +168,6 @@ class Probe:
     def _inventory_phase(self) -> Dict[str, Any]:
         """Phase 1; returns the hardware found (GPUs, RDMA, /dev/shm), and starts the
         background torch import."""
-        from disttrain_probe.phases import connectivity, interfaces, inventory
-        from disttrain_probe.gpu import hardware
         cfg = self.cfg
         node = cfg.node_name
         d = self.begin("inventory", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
@@ -197,7 +197,6 @@ class Probe:
 
     def _rendezvous_phase(self) -> None:
         """Phase 2: reach the master, wait for torch, join the store."""
-        from disttrain_probe.phases import collective, rendezvous
         cfg = self.cfg
         d = self.begin("rendezvous", vocabulary.MASTER_PORT_TIMEOUT, f"{cfg.node_name}: rendezvous hung")
         addr = rendezvous.reach_master(cfg, self.inv, d, self.tracker, self.state)
@@ -208,7 +207,6 @@ class Probe:
 
     def _connectivity_phase(self) -> Dict[str, Any]:
         """Phase 3: the mesh; returns connectivity's answer (the choice reads it)."""
-        from disttrain_probe.phases import connectivity
         cfg = self.cfg
         d = self.begin("connectivity", vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: connectivity mesh hung")
         conn: Dict[str, Any] = connectivity.connectivity(cfg, self.inv, self.bus, d, self.tracker)
@@ -223,8 +221,6 @@ class Probe:
 
     def _choice_phase(self, conn: Dict[str, Any]) -> None:
         """Phase 4: every rank computes the same interface choice; NCCL's own check starts."""
-        from disttrain_probe.phases import interfaces
-        from disttrain_probe.contract import settings
         cfg = self.cfg
         node = cfg.node_name
         self.begin("choice", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: interface choice hung")
@@ -244,7 +240,6 @@ class Probe:
 
     def _versions_phase(self) -> None:
         """Phase 5: all ranks' versions, then the settings that must agree."""
-        from disttrain_probe.contract import settings, versions
         self.begin("versions", vocabulary.PROBE_INTERNAL_ERROR, f"{self.cfg.node_name}: version check hung")
         v = versions.check(self.bus.peers) or settings.mismatch(self.bus.peers)
         if v:
@@ -252,8 +247,6 @@ class Probe:
 
     def _collective_phase(self, hw: Dict[str, Any]) -> None:
         """Phase 6: the real all-reduce (local ranks 1..P-1 join it), NCCL's log read after."""
-        from disttrain_probe.phases import collective, rendezvous
-        from disttrain_probe.gpu import hardware, rdmalimits
         cfg = self.cfg
         node = cfg.node_name
         d = self.begin("collective", vocabulary.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
@@ -288,7 +281,6 @@ class Probe:
     def _nccl_diagnostics(self, lines: List[str]) -> None:
         """NCCL's DIAG lines (rank 0's process, and each node's first rank for a failed P2P
         pair) as evidence: its warnings join the report's, its first failure ends the probe."""
-        from disttrain_probe.gpu import nccldiag
         lay, nodes = self.layout, getattr(self.bus, "nodes", None) or {}
         rank_nodes = {g: nodes[g // lay.nproc] for g in range(lay.world) if g // lay.nproc in nodes}
         fails, warns = nccldiag.findings(nccldiag.parse(lines), self.cfg.node_name, rank_nodes)
@@ -332,7 +324,6 @@ class Probe:
         """In the background (while versions and the collective run): ask NCCL itself, with
         NCCL_SOCKET_IFNAME set as the operator will set it, which interface its bootstrap
         uses. Skipped without a loaded libnccl."""
-        from disttrain_probe.phases import ncclcheck
         ifname = (self.choice.chosen or {}).get("ifname")
         lib = ncclcheck.loaded_library() if self.torch.nccl_default is not None else None
         if not ifname or not lib:

@@ -4,7 +4,7 @@ The probe pod runs one process per local rank, as training will (``torchrun
 --nproc-per-node P``). Local rank 0 is the node's probe as with one process (inventory,
 master port, the connectivity mesh per node, the interface choice, versions: every
 node-level check, once per node); it starts local ranks 1..P-1 itself
-(:mod:`disttrain_probe.localranks.spawn`, each runs :mod:`disttrain_probe.localranks.worker`) and they
+(:mod:`disttrain_probe.localranks.spawn`, each runs :mod:`disttrain_probe.run.worker`) and they
 join only the collective phase: one process group of ``nodes x P`` ranks (global rank =
 node rank x P + local rank, as torchrun numbers them), first an all-reduce among the
 node's local ranks (the intra-node path: NVLink/P2P/SHM with NCCL, loopback with gloo),

@@ -1,6 +1,6 @@
-"""What a probe run keeps, phase by phase (:class:`disttrain_probe.runtime.probe.Probe`):
+"""What a probe run keeps, phase by phase (:class:`disttrain_probe.run.probe.Probe`):
 the outcome so far, the rendezvous's shared state, the connectivity mesh, the interface
-choice, the collective and the local ranks. The report (:mod:`disttrain_probe.runtime.probereport`)
+choice, the collective and the local ranks. The report (:mod:`disttrain_probe.run.probereport`)
 is built from these.
 """
 from __future__ import annotations
