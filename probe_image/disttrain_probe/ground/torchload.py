@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Dict, Optional
 
 from disttrain_probe.contract import probe_env, vocabulary
+from disttrain_probe.ground.shapes import NcclAnswer, TorchFacts, Versions
 
 # An import that took longer than this many seconds is reported (SlowTorchImport): a third
 # of the default 60 s budget (warm nodes import torch in 2-5 s; $DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS).
@@ -47,14 +48,14 @@ class TorchLoader:
     the import and version read took) are set.
     """
 
-    def __init__(self, load: Callable[[], Dict[str, Any]],
+    def __init__(self, load: Callable[[], TorchFacts],
                  clock: Callable[[], float] = time.monotonic):
         self._load = load
         self._clock = clock
         self._done = threading.Event()
         self.started: Optional[float] = None
         self.seconds: Optional[float] = None
-        self.result: Dict[str, Any] = {}
+        self.result: TorchFacts = {}
         self.error: Optional[str] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
@@ -82,7 +83,7 @@ class TorchLoader:
 
     def _run(self) -> None:
         try:
-            self.result = dict(self._load())
+            self.result = TorchFacts(**self._load())
         except BaseException as e:  # a broken install is reported, never a crash
             self.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
         finally:
@@ -90,11 +91,11 @@ class TorchLoader:
             self._done.set()
 
     @property
-    def versions(self) -> Dict[str, Any]:
-        return dict(self.result.get("versions") or {})
+    def versions(self) -> Versions:
+        return Versions(**(self.result.get("versions") or {}))
 
     @property
-    def nccl_default(self) -> Optional[Dict[str, Any]]:
+    def nccl_default(self) -> Optional[NcclAnswer]:
         """NCCL's own interface choice without NCCL_SOCKET_IFNAME ({ifname, addr, error}),
         None when no libnccl is loaded (then the re-implemented rule predicts it)."""
         return self.result.get("ncclDefault")

@@ -23,8 +23,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from disttrain_probe.contract import settings
 from disttrain_probe.ground.deadline import Deadline
-
-Iface = Dict[str, Any]
+from disttrain_probe.ground.shapes import Iface, Inventory, Versions
 
 SIOCGIFFLAGS = 0x8913
 SIOCGIFADDR = 0x8915
@@ -367,7 +366,7 @@ def torch_nccl_build(torch: Any) -> Optional[str]:
     return str(nv) if nv else None
 
 
-def versions(timeout: float = 5.0) -> Dict[str, Any]:
+def versions(timeout: float = 5.0) -> Versions:
     """python, torch, cuda (torch's build), nccl, driver, gpus.
 
     ``nccl`` is the version of the libnccl loaded into this process (``loaded_nccl``;
@@ -379,7 +378,7 @@ def versions(timeout: float = 5.0) -> Dict[str, Any]:
     """
     import torch  # the slow import; the caller has registered a step for it
 
-    v: Dict[str, Any] = {
+    v: Versions = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": getattr(torch.version, "cuda", None),
@@ -405,7 +404,7 @@ def versions(timeout: float = 5.0) -> Dict[str, Any]:
     return v
 
 
-def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]:
+def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Inventory:
     """Everything this node knows about itself without torch (standard library only; the
     versions come from the background import, torchload.py). Fields are report-ready
     (camelCase)."""

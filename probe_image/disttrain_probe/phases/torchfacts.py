@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict
 
 from disttrain_probe.contract import probe_env
+from disttrain_probe.ground.shapes import TorchFacts
 from disttrain_probe.phases import ncclcheck
 from disttrain_probe.phases.inventory import versions
 
 
-def load() -> Dict[str, Any]:
+def load() -> TorchFacts:
     """Import torch and torch.distributed, read the versions (inventory.versions) and ask
     the loaded libnccl which interface it would use alone (ncclcheck.py): ``{"versions":
     {...}, "ncclDefault": {ifname, addr, error} | None}``; raises what the import raises.
@@ -29,7 +29,7 @@ def load() -> Dict[str, Any]:
     import torch  # noqa: F401  (the slow import; lazily: see the module's docstring)
     import torch.distributed  # noqa: F401  (with torch)
 
-    out: Dict[str, Any] = {"versions": versions(5.0), "ncclDefault": None}
+    out: TorchFacts = {"versions": versions(5.0), "ncclDefault": None}
     lib = ncclcheck.loaded_library()
     if lib:
         out["ncclDefault"] = ncclcheck.bootstrap_interface(lib)

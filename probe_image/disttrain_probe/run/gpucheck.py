@@ -30,12 +30,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.gpu import hardware, nccldiag, nccllog
 from disttrain_probe.ground.config import Config
 from disttrain_probe.ground.deadline import ProbeFailure, Tracker
+from disttrain_probe.ground.shapes import AllReduce
 from disttrain_probe.phases import collective, inventory
 
 DEFAULT_SIZES = (1 << 20, 16 << 20, 256 << 20)  # bytes
@@ -91,7 +92,7 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
             cfg = Config(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
                          node_name=node, backend=backend, message_size_bytes=size,
                          iterations=iterations, local_rank=int(os.environ.get("LOCAL_RANK", rank)))
-            res: Dict[str, Any] = {}
+            res: AllReduce = {}
             # A fresh key space per size: each run makes (and destroys) its own process group.
             collective.run(cfg, dist.PrefixStore(f"gpucheck/{i}", store),
                            collective.CollectivePath(None, backend), d, tracker,
@@ -141,7 +142,7 @@ class CheckRun:
     backend: str = "nccl"
 
 
-def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict[str, Any],
+def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: hardware.Hardware,
               run: CheckRun) -> Dict[str, Any]:
     """The check's one JSON summary from each worker's output (``{"rank", "results",
     "versions", "error"}``; a rank that printed nothing is ``{"rank": r, "error": ...}``),
@@ -178,7 +179,7 @@ def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict
             "algbwGBps": min((r["algbwGBps"] for r in done), default=None),
             "busbwGBps": min((r["busbwGBps"] for r in done), default=None)})
     v0 = next((w.get("versions") for w in workers if w.get("versions")), None) or {}
-    inv_gpus = hw.get("gpus") or {}
+    inv_gpus: Mapping[str, Any] = hw.get("gpus") or {}
     nccl_ok = backend != "nccl" or parsed["initComplete"] >= gpus
     diag = _diagnostics(workers, node, backend, v0.get("nccl"))
     failures += [dict({"rank": None}, **f) for f in diag.pop("failures")]

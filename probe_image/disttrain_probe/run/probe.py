@@ -16,8 +16,9 @@ from disttrain_probe.ground import config as C
 from disttrain_probe.ground import roles as LR
 from disttrain_probe.ground import torchload
 from disttrain_probe.ground.deadline import Deadline, ProbeFailure, Tracker
-from disttrain_probe.ground.results import (ChoiceResult, CollectiveResult, LocalRanksResult, MeshResult, Outcome,
-                                            SharedState)
+from disttrain_probe.ground.shapes import Failure, Inventory, Peer
+from disttrain_probe.ground.results import (ChoiceResult, CollectiveResult, LocalRanksResult, MeshResult, MeshRow,
+                                            Outcome, SharedState)
 from disttrain_probe.ground.torchload import TorchLoader
 from disttrain_probe.phases import (collective, connectivity, interfaces, inventory, masterstore, ncclcheck,
                                     rendezvous, torchfacts)
@@ -41,7 +42,7 @@ class Probe:
         self.lock = threading.RLock()
         self.bus: Any = None
         self.store: Any = None
-        self.inv: Dict[str, Any] = {"interfaces": []}
+        self.inv: Inventory = {"interfaces": []}
         self.state: SharedState = {"warnings": [], "master": None,
                                    "self_summary": self._self_summary}
         self.outcome = Outcome()
@@ -56,7 +57,7 @@ class Probe:
         self._nccl_thread: Optional[threading.Thread] = None
 
     # -- report (probereport.py) ----------------------------------------------------
-    def _self_summary(self) -> Dict[str, Any]:
+    def _self_summary(self) -> Peer:
         return probereport.self_summary(self)
 
     def build(self) -> Dict[str, Any]:
@@ -165,7 +166,7 @@ class Probe:
                 self.state["beacon"] = masterstore.start_beacon(cfg.beacon_port,
                                                                 masterstore.beacon_token(cfg))
 
-    def _inventory_phase(self) -> Dict[str, Any]:
+    def _inventory_phase(self) -> hardware.Hardware:
         """Phase 1; returns the hardware found (GPUs, RDMA, /dev/shm), and starts the
         background torch import."""
         cfg = self.cfg
@@ -185,7 +186,7 @@ class Probe:
         w = connectivity.port_range_warning(node, self.inv.get("portRange"), cfg.port_range)
         if w:
             self.state["warnings"].append(w)
-        hw: Dict[str, Any] = hardware.collect(hardware.requested_gpus())  # GPUs, RDMA, /dev/shm (hardware.py)
+        hw = hardware.collect(hardware.requested_gpus())  # GPUs, RDMA, /dev/shm (hardware.py)
         self.state["warnings"].extend(hardware.findings(hw, node))
         # Import torch in the background from here on; the phases that need it wait for it.
         # Not earlier: the inventory loads shared libraries (NSS for the hostname, NVML),
@@ -205,13 +206,13 @@ class Probe:
         self.store, self.bus = rendezvous.join_store(cfg, self.inv, d, self.tracker, self.state,
                                                      addr)
 
-    def _connectivity_phase(self) -> Dict[str, Any]:
+    def _connectivity_phase(self) -> connectivity.Connectivity:
         """Phase 3: the mesh; returns connectivity's answer (the choice reads it)."""
         cfg = self.cfg
         d = self.begin("connectivity", vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: connectivity mesh hung")
-        conn: Dict[str, Any] = connectivity.connectivity(cfg, self.inv, self.bus, d, self.tracker)
+        conn = connectivity.connectivity(cfg, self.inv, self.bus, d, self.tracker)
         mine = conn["mesh"].get(cfg.rank, {})
-        self.mesh.rows = [dict({"peer": p, "addr": a}, **res)
+        self.mesh.rows = [MeshRow(peer=p, addr=a, **res)
                           for p in sorted(mine) for a, res in sorted(mine[p].items())]
         if conn.get("errors"):
             self.mesh.listen_errors = conn["errors"]
@@ -219,7 +220,7 @@ class Probe:
         self.mesh.path_mbps_low = conn.get("pathMbpsLow") or {}
         return conn
 
-    def _choice_phase(self, conn: Dict[str, Any]) -> None:
+    def _choice_phase(self, conn: connectivity.Connectivity) -> None:
         """Phase 4: every rank computes the same interface choice; NCCL's own check starts."""
         cfg = self.cfg
         node = cfg.node_name
@@ -245,7 +246,7 @@ class Probe:
         if v:
             raise ProbeFailure(v["reason"], v["message"])
 
-    def _collective_phase(self, hw: Dict[str, Any]) -> None:
+    def _collective_phase(self, hw: hardware.Hardware) -> None:
         """Phase 6: the real all-reduce (local ranks 1..P-1 join it), NCCL's log read after."""
         cfg = self.cfg
         node = cfg.node_name
@@ -315,7 +316,7 @@ class Probe:
                    f"report")
         self.outcome.failure = {"reason": reason, "phase": self.outcome.phase, "message": msg}
         if self.ranks.failure is not None:
-            self.outcome.failure = dict(self.ranks.failure)
+            self.outcome.failure = Failure(**self.ranks.failure)
         traceback.print_exc(file=sys.stderr)
         self._abort_peers(self.outcome.phase, reason, msg, wait=1.0)
         self._linger_for_peers()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Optional
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.ground import roles as LR
@@ -33,7 +33,7 @@ def start_local_ranks(p: Probe) -> Optional[str]:
     return None
 
 
-def local_failed(p: Probe, outcome: Dict[str, Any]) -> None:
+def local_failed(p: Probe, outcome: LR.LocalEntry) -> None:
     """A local rank ended with a failure of its own (watch thread): it is the node's
     failure. Peers learn it through the store at once (a second connection: the main
     thread may be blocked in a store call), so their gathers stop waiting and a rank

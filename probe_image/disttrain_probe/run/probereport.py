@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.ground import roles as LR
+from disttrain_probe.ground.shapes import Failure, LocalEntry, Peer
 from disttrain_probe.phases import interfaces, ncclcheck
 from disttrain_probe.run import report as REP
 
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from disttrain_probe.run.probe import Probe
 
 
-def self_summary(p: Probe) -> Dict[str, Any]:
+def self_summary(p: Probe) -> Peer:
     """This rank's inventory as it publishes it at the rendezvous (``state['self_summary']``)."""
     m = p.state.get("master") or {}
     return {
@@ -60,7 +61,7 @@ def build(p: Probe) -> Dict[str, Any]:
         "portRangeAllowed": list(cfg.port_range) if cfg.port_range else None,
         "interfaces": [dict({"name": i.get("name"), "addrs": i.get("addrs"), "up": i.get("up"),
                              "speedMbps": i.get("speedMbps"), "mtu": i.get("mtu")},
-                            **({"measuredMbps": p.choice.measured[i.get("name")]}
+                            **({"measuredMbps": p.choice.measured[str(i.get("name"))]}
                                if i.get("name") in p.choice.measured else {}))
                        for i in p.inv.get("interfaces") or []],
         "chosen": p.choice.chosen,
@@ -89,15 +90,18 @@ def build(p: Probe) -> Dict[str, Any]:
     return out
 
 
-def local_entries(p: Probe) -> List[Dict[str, Any]]:
+def local_entries(p: Probe) -> List[LocalEntry]:
     """One compact outcome per local rank (localranks.entry), this process first."""
     own = p.outcome.failure
     if own is not None and p.ranks.failure is not None \
             and own.get("message") == p.ranks.failure.get("message"):
         own = None  # the node failed because of another local rank: not this one's own
+    brief: Optional[Failure] = None
+    if own:
+        brief = LR.present(own)
+        brief.pop("message", None)  # its message is the report's failure: not said twice
     mine = LR.entry(0, bool(p.outcome.ok and p.outcome.failure is None), p.outcome.phase,
-                    # its message is the report's failure: not said twice
-                    {"reason": own.get("reason"), "phase": own.get("phase")} if own else None,
+                    brief,
                     "cuda:0" if p.coll.backend == "nccl" else None,
                     LR.AllReduces(p.coll.intra, p.coll.allreduce))
     if p.ranks.final is not None:
@@ -109,7 +113,7 @@ def local_entries(p: Probe) -> List[Dict[str, Any]]:
     return [mine] + list(rest)
 
 
-def nccl_bootstrap(p: Probe) -> Optional[Dict[str, Any]]:
+def nccl_bootstrap(p: Probe) -> Optional[ncclcheck.NcclBootstrap]:
     """NCCL's own interface choice alone and with the validated interface, and the rule's
     prediction (None before torch was imported)."""
     if not p.torch.done:

@@ -33,6 +33,7 @@ from disttrain_probe.gpu import nccldiag
 from disttrain_probe.ground import config as C
 from disttrain_probe.ground import roles as LR
 from disttrain_probe.ground.deadline import Deadline, ProbeFailure, Tracker
+from disttrain_probe.ground.shapes import AllReduce, Failure, LocalEntry
 from disttrain_probe.ground.torchload import TorchLoader
 from disttrain_probe.phases import collective, torchfacts
 
@@ -86,14 +87,14 @@ class LocalWorker:
         self.lock = threading.Lock()
         self.done = False
         self.phase = "start"
-        self.failure: Optional[Dict[str, str]] = None
+        self.failure: Optional[Failure] = None
         self.device: Optional[str] = None
-        self.intra: Dict[str, Any] = {}
-        self.world: Dict[str, Any] = {}
+        self.intra: AllReduce = {}
+        self.world: AllReduce = {}
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
         self.torch = TorchLoader(torchfacts.load)
 
-    def entry(self, ok: bool) -> Dict[str, Any]:
+    def entry(self, ok: bool) -> LocalEntry:
         return LR.entry(self.cfg.local_rank, ok, self.phase, self.failure, self.device,
                         LR.AllReduces(self.intra, self.world))
 
