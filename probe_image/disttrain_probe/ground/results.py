@@ -1,7 +1,7 @@
 """What a probe run keeps, phase by phase (:class:`disttrain_probe.run.probe.Probe`):
 the outcome so far, the rendezvous's shared state, the connectivity mesh, the interface
-choice, the collective and the local ranks. The report (:mod:`disttrain_probe.run.probereport`)
-is built from these.
+choice, the collective and the local ranks, gathered in :class:`Kept`. The report
+(:mod:`disttrain_probe.run.probereport`) is built from a :class:`Kept` alone.
 """
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
-from disttrain_probe.ground.shapes import AllReduce, Chosen, Dial, Failure, LocalEntry, Master, NcclAnswer, Peer
+from disttrain_probe.ground.config import Config
+from disttrain_probe.ground.deadline import Tracker
+from disttrain_probe.ground.torchload import TorchLoader
+from disttrain_probe.ground.shapes import AllReduce, Chosen, Dial, Failure, Inventory, LocalEntry, Master, NcclAnswer, Peer
 
 Listener = Tuple[Optional[socket.socket], Optional[str]]  # (socket, None) or (None, the error)
 
@@ -90,3 +93,20 @@ class LocalRanksResult:
     failure: Optional[Failure] = None
     published: bool = False
     final: Optional[List[LocalEntry]] = None
+
+
+@dataclass
+class Kept:
+    """Everything one run keeps, and all a report is built from (run/probereport.py): the
+    config, the deadlines (``tracker``), the background torch import, the inventory
+    (``inv``, phase 1), the state shared with the rendezvous, and each phase's result."""
+    cfg: Config
+    tracker: Tracker
+    torch: TorchLoader
+    state: SharedState
+    inv: Inventory = field(default_factory=lambda: Inventory(interfaces=[]))
+    outcome: Outcome = field(default_factory=Outcome)
+    mesh: MeshResult = field(default_factory=MeshResult)
+    choice: ChoiceResult = field(default_factory=ChoiceResult)
+    coll: CollectiveResult = field(default_factory=CollectiveResult)
+    ranks: LocalRanksResult = field(default_factory=LocalRanksResult)

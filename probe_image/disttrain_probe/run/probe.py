@@ -17,8 +17,7 @@ from disttrain_probe.ground import roles as LR
 from disttrain_probe.ground import torchload
 from disttrain_probe.ground.deadline import Deadline, ProbeFailure, Tracker
 from disttrain_probe.ground.shapes import Failure, Inventory, Peer
-from disttrain_probe.ground.results import (ChoiceResult, CollectiveResult, LocalRanksResult, MeshResult, MeshRow,
-                                            Outcome, SharedState)
+from disttrain_probe.ground.results import Kept, MeshRow, SharedState
 from disttrain_probe.ground.torchload import TorchLoader
 from disttrain_probe.phases import (collective, connectivity, interfaces, inventory, masterstore, ncclcheck,
                                     rendezvous, torchfacts)
@@ -42,30 +41,36 @@ class Probe:
         self.lock = threading.RLock()
         self.bus: Any = None
         self.store: Any = None
-        self.inv: Inventory = {"interfaces": []}
-        self.state: SharedState = {"warnings": [], "master": None,
-                                   "self_summary": self._self_summary}
-        self.outcome = Outcome()
-        self.mesh = MeshResult()
-        self.choice = ChoiceResult()
-        self.coll = CollectiveResult()
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
         self.torch = TorchLoader(torchfacts.load)
+        state: SharedState = {"warnings": [], "master": None, "self_summary": self._self_summary}
+        # What the run keeps (the report is built from it alone); the names below are its.
+        self.kept = Kept(cfg, self.tracker, self.torch, state)
+        self.state, self.outcome, self.mesh = state, self.kept.outcome, self.kept.mesh
+        self.choice, self.coll, self.ranks = self.kept.choice, self.kept.coll, self.kept.ranks
         # Several processes per node (localranks.py): local ranks 1..P-1, started by this one.
         self.layout = LR.Layout(cfg.rank, cfg.world_size, 0, cfg.nproc_per_node)
-        self.ranks = LocalRanksResult()
         self._nccl_thread: Optional[threading.Thread] = None
+
+    @property
+    def inv(self) -> Inventory:
+        """Phase 1's inventory (``kept.inv``)."""
+        return self.kept.inv
+
+    @inv.setter
+    def inv(self, inv: Inventory) -> None:
+        self.kept.inv = inv
 
     # -- report (probereport.py) ----------------------------------------------------
     def _self_summary(self) -> Peer:
-        return probereport.self_summary(self)
+        return probereport.self_summary(self.kept)
 
     def build(self) -> Dict[str, Any]:
-        return probereport.build(self)
+        return probereport.build(self.kept)
 
     def prewrite(self, phase: str, reason: Optional[str]) -> None:
         """Write a pessimistic report before each phase (:func:`probereport.prewrite`)."""
-        probereport.prewrite(self, phase, reason)
+        probereport.prewrite(self.kept, phase, reason)
 
     def emit(self) -> None:
         with self.lock:
@@ -130,7 +135,7 @@ class Probe:
         """Every phase in order, then the report; the exit code (0 only on a pass)."""
         cfg = self.cfg
         self._listen_early()
-        spawn_error = probelocal.start_local_ranks(self)  # they import torch meanwhile too
+        spawn_error = probelocal.start_local_ranks(self.kept, self.argv, self._bus)  # they import torch meanwhile too
         self.torch.start_after(torchload.INVENTORY_HEAD_START)  # unless the inventory is done first
         try:
             if spawn_error:
@@ -142,7 +147,7 @@ class Probe:
             self._versions_phase()
             self._collective_phase(hw)
             d = self.begin("report", None, f"{cfg.node_name}: final barrier hung")
-            probelocal.collect_local_ranks(self, d)
+            probelocal.collect_local_ranks(self.kept, d)
             self.outcome.ok = True
             self._finish_barrier(d)
         except ProbeFailure as f:
@@ -152,7 +157,7 @@ class Probe:
         if self.coll.allreduce is not None and self.coll.allreduce.get("busbwGBps") is None:
             self.coll.allreduce = None  # not measured: null, never half-filled
         self.tracker.finish()
-        probelocal.end_local_ranks(self)
+        probelocal.end_local_ranks(self.kept)
         self.emit()
         return 0 if (self.outcome.ok and self.outcome.failure is None) else 1
 
@@ -292,7 +297,7 @@ class Probe:
     def _failed(self, f: ProbeFailure) -> None:
         """A classified failure: it is the report's; peers are told (unless it is theirs)."""
         self.outcome.ok = False
-        f = probelocal.local_cause(self, f)
+        f = probelocal.local_cause(self.kept, self._bus, f)
         self.outcome.failure = {"reason": f.reason, "phase": f.phase or self.outcome.phase, "message": f.message}
         self.tracker.wind_down(4.5)
         if not f.relayed:
