@@ -159,7 +159,7 @@ bench-screening: venv
 # GPU_PY=python3: a Python that already has torch (a GPU machine without PyPI), no venv.
 GPU_PY ?=
 gpu-check: $(if $(GPU_PY),,venv)
-	$(if $(GPU_PY),PYTHONPATH=probe_image $(GPU_PY),$(VPY)) -m disttrain_probe.gpu.check $(GPU_CHECK_ARGS)
+	$(if $(GPU_PY),PYTHONPATH=probe_image $(GPU_PY),$(VPY)) -m disttrain_probe.run.gpucheck $(GPU_CHECK_ARGS)
 
 clean: down
 	rm -rf $(VENV) .localcluster

@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "probe_image"))
 
-from disttrain_probe.phases import connectivity, screening  # noqa: E402
+import screening  # noqa: E402  (benchmarks/screening.py: the planner this benchmark measures)
+from disttrain_probe.phases import connectivity  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 # the operator's own matrix attribution reads today's plan up to this many ranks (O(N^2)
@@ -204,7 +205,7 @@ def render(rows: list, meta: dict) -> str:
            f"(up to {ATTRIBUTION_MAX} ranks; beyond, where it is too slow at O(N^2) a call, a simple "
            "rule: a node when all its dials fail, a pair when it is the only failure; column "
            "*today read by*); screening: "
-           "`disttrain_probe.phases.screening` (groups of ceil(sqrt N), 4 half-by-half pairs "
+           "`benchmarks/screening.py` (groups of ceil(sqrt N), 4 half-by-half pairs "
            "between every two groups, then one round confirming suspects against a known-good "
            "rank and bisecting failing group pairs). *named*: the verdict is exactly the "
            "injected fault(s), one finding each (a link: its two sides inside the two racks); *seen*: every fault among "

@@ -1,4 +1,4 @@
-"""``python -m disttrain_probe``: run every phase (:class:`disttrain_probe.runtime.probe.Probe`),
+"""``python -m disttrain_probe``: run every phase (:class:`disttrain_probe.run.probe.Probe`),
 write the report, exit 0 only on a pass."""
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from disttrain_probe.runtime import config as C
+from disttrain_probe.ground import config as C
 from disttrain_probe.contract import probe_env, vocabulary
-from disttrain_probe.runtime import report as REP
-from disttrain_probe.runtime.probe import Probe
+from disttrain_probe.run import report as REP
+from disttrain_probe.run.probe import Probe
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from disttrain_probe.gpu import check as gpucheck, nccllog
+from disttrain_probe.gpu import nccllog
+from disttrain_probe.run import gpucheck
 
 from probe_helpers import ROOT
 from test_nccllog import (BOOTSTRAP_FMT, NET_IB_NONE, NET_SOCKET_DEV_FMT, NET_SOCKET_FMT,
@@ -116,7 +117,7 @@ def test_parse_sizes_refuses(bad):
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # no GPU, even on a GPU machine
-    return subprocess.run([sys.executable, "-m", "disttrain_probe.gpu.check", *args], cwd=str(ROOT),
+    return subprocess.run([sys.executable, "-m", "disttrain_probe.run.gpucheck", *args], cwd=str(ROOT),
                           env=env, capture_output=True, text=True, timeout=180)
 
 

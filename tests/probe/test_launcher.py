@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from disttrain_probe.runtime import config as C
-from disttrain_probe.runtime import launcher as L
+from disttrain_probe.ground import config as C
+from disttrain_probe.ground import launcher as L
 
 from probe_helpers import ROOT, free_port
 

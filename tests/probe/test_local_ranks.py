@@ -8,10 +8,10 @@ import pytest
 
 from disttrain.diagnosis.report import parse_report
 from disttrain.diagnosis.trust import Expected, check
-from disttrain_probe.runtime import config as C
-from disttrain_probe.localranks import roles as LR
+from disttrain_probe.ground import config as C
+from disttrain_probe.ground import roles as LR
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.runtime import report as REP
+from disttrain_probe.run import report as REP
 
 from probe_helpers import free_port, probe_env, run_ranks
 
@@ -189,7 +189,7 @@ def test_local_ranks_stop_when_local_rank_0_fails_before_the_collective(tmp_path
 
 def test_local_ranks_of_an_installed_probe_import_that_copy(tmp_path):
     """The init container installs the probe into an emptyDir; local rank 0 starts the
-    others with ``python -m disttrain_probe.localranks.worker`` and the install root on
+    others with ``python -m disttrain_probe.run.worker`` and the install root on
     PYTHONPATH. That root must be the directory holding the package (the e2e run on the
     proving ground failed with 'Error while finding module specification' when it was the
     package itself)."""
@@ -205,7 +205,7 @@ def test_local_ranks_of_an_installed_probe_import_that_copy(tmp_path):
                            "from disttrain_probe.localranks import spawn; print(spawn.package_root())"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
     assert root == str(dest)
-    where = subprocess.run([sys.executable, "-c", "import disttrain_probe.localranks.worker as w; print(w.__file__)"],
+    where = subprocess.run([sys.executable, "-c", "import disttrain_probe.run.worker as w; print(w.__file__)"],
                            env=dict(env, PYTHONPATH=root), cwd=tmp_path, capture_output=True, text=True,
                            check=True).stdout.strip()
     assert where.startswith(str(dest / "disttrain_probe")), where

@@ -14,7 +14,7 @@ from datetime import timedelta
 import pytest
 
 from disttrain.diagnosis.report import parse_report
-from disttrain_probe.runtime import config as C
+from disttrain_probe.ground import config as C
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases import dialing, masterstore, reachmaster
 
@@ -170,7 +170,7 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     while the host resets another port is a filter on the master port, decided at once."""
     import socket
     import time
-    from disttrain_probe.runtime.deadline import Deadline
+    from disttrain_probe.ground.deadline import Deadline
 
     # both the dial (a SYN with no answer) and the host check are stubbed: no packet is sent
     calls = []
@@ -204,7 +204,7 @@ def test_silence_on_the_master_port_and_on_another_port_decides_after_the_window
     """A host that is up resets a closed port whether or not rank 0 listens yet, so silence
     on both ports for the window is decided without evidence of rank 0's start (the
     partition-one-pair scenario waited for the rendezvous deadline before)."""
-    from disttrain_probe.runtime.deadline import Deadline
+    from disttrain_probe.ground.deadline import Deadline
 
     def silent_dial(addrs, port, deadline):
         time.sleep(min(0.2, max(0.0, deadline.remaining())))
@@ -241,7 +241,7 @@ def test_a_refused_master_port_with_rank_0s_beacon_answering_is_decided_at_once(
     beacon, leaves the refusal undecided until the deadline."""
     import time
     from types import SimpleNamespace
-    from disttrain_probe.runtime.deadline import Deadline
+    from disttrain_probe.ground.deadline import Deadline
 
     master, bport = free_port(), free_port()
     while bport == master:
@@ -274,7 +274,7 @@ def _late_record_case(monkeypatch, master_after: float, sibling_ok: bool, resolv
     ``master_after`` seconds in, with rank 1's name resolving or not; no packet is sent."""
     from types import SimpleNamespace
 
-    from disttrain_probe.runtime.deadline import Deadline
+    from disttrain_probe.ground.deadline import Deadline
 
     t0 = time.monotonic()
 
@@ -332,7 +332,7 @@ def test_a_lookup_the_resolver_never_answers_is_abandoned_at_the_window(monkeypa
     """getaddrinfo has no timeout: with a DNS server that never answers (two NICs on one
     subnet, queries leaving by the wrong one) each lookup cost the resolver's timeouts for
     every search domain, and rank 0 reported long after its 10 s window."""
-    from disttrain_probe.runtime.deadline import Deadline
+    from disttrain_probe.ground.deadline import Deadline
 
     monkeypatch.setattr(reachmaster, "resolve", lambda name: (time.sleep(5), ["10.0.0.1"])[1])
     t0 = time.monotonic()
@@ -350,7 +350,7 @@ def test_rank_0_serves_the_store_without_dialing_its_own_answer_for_the_name():
     and the probe hung there until its phase deadline."""
     import torch.distributed as dist  # noqa: F401 - the store is torch's
     from disttrain_probe.phases import rendezvous
-    from disttrain_probe.runtime.deadline import Deadline
+    from disttrain_probe.ground.deadline import Deadline
 
     port = free_port()
     sock, err = masterstore.listen_early(port)

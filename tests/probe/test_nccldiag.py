@@ -369,13 +369,13 @@ def test_values_of_one_variable_are_bounded_too():
     assert len(nccldiag.parse(lines)["env"]["NCCL_ALGO"]) == nccldiag.MAX_ITEMS
 
 def test_the_probe_adds_the_warnings_and_fails_on_the_first_failure():
-    """runtime/probe.py ``_nccl_diagnostics``: NCCL's global ranks are node rank x P + local
+    """run/probe.py ``_nccl_diagnostics``: NCCL's global ranks are node rank x P + local
     rank; the rendezvous's ``bus.nodes`` (node rank -> node) names them."""
     from types import SimpleNamespace
 
-    from disttrain_probe.localranks.roles import Layout
-    from disttrain_probe.runtime.deadline import ProbeFailure
-    from disttrain_probe.runtime.probe import Probe
+    from disttrain_probe.ground.roles import Layout
+    from disttrain_probe.ground.deadline import ProbeFailure
+    from disttrain_probe.run.probe import Probe
 
     p = Probe.__new__(Probe)
     p.layout = Layout(0, 2, 0, 2)  # 2 nodes x 2 processes: ranks 2, 3 on node-b

@@ -127,7 +127,7 @@ def test_install_copies_the_package(tmp_path):
                          capture_output=True, text=True, check=True)
     dest = tmp_path / "disttrain_probe"
     assert out.stdout.strip() == str(dest)
-    for name in ("__init__.py", "__main__.py", "phases/interfaces.py", "runtime/report.py",
+    for name in ("__init__.py", "__main__.py", "phases/interfaces.py", "run/report.py",
                  "contract/__init__.py", "contract/vocabulary.py"):  # subpackages too
         assert (dest / name).is_file(), name
     assert not list(dest.rglob("__pycache__"))

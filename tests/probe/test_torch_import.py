@@ -7,7 +7,7 @@ import time
 
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.runtime.torchload import SLOW_IMPORT_SECONDS, TorchLoader
+from disttrain_probe.ground.torchload import SLOW_IMPORT_SECONDS, TorchLoader
 
 from probe_helpers import free_port, probe_env, run_ranks
 

@@ -71,7 +71,7 @@ def test_the_largest_integers_a_node_and_kubernetes_take_are_accepted():
 
 def test_the_most_processes_per_node_is_the_most_local_ranks_the_probe_starts():
     from disttrain.api.types import MAX_PROC_PER_NODE
-    from disttrain_probe.localranks.roles import MAX_NPROC
+    from disttrain_probe.ground.roles import MAX_NPROC
     assert MAX_PROC_PER_NODE == MAX_NPROC
 
 

@@ -1,7 +1,8 @@
 """The import borders `make lint` enforces (pyproject.toml's import-linter contracts) cover
 what they claim: the list of probe modules the operator may not import is every module of
 the probe but its contract, so a new probe module is forbidden to the operator from its
-first commit."""
+first commit; the probe's floors name every part of the probe and except no import; no
+import hides inside a probe function without a reason."""
 from __future__ import annotations
 
 import tomllib
@@ -24,6 +25,48 @@ def test_the_operator_is_forbidden_every_probe_module_but_the_contract():
                 if d.is_dir() and (d / "__init__.py").exists() and d.name != "contract"}
     assert set(c["forbidden_modules"]) == modules
     assert c["source_modules"] == ["disttrain"]
+
+
+def _probe_parts() -> set:
+    probe = REPO / "probe_image" / "disttrain_probe"
+    return ({p.stem for p in probe.glob("*.py") if p.stem != "__init__"}
+            | {d.name for d in probe.iterdir() if d.is_dir() and (d / "__init__.py").exists()})
+
+
+def test_the_probe_floors_name_every_part_of_the_probe_and_except_nothing():
+    """The probe's layers contract: every top-level module and subpackage of the probe is in
+    exactly one layer, and no import is excepted (``ignore_imports`` absent or empty)."""
+    c = _contract("probe floors:")
+    assert c["type"] == "layers" and c["containers"] == ["disttrain_probe"]
+    named = [part.strip() for layer in c["layers"] for part in layer.replace(":", "|").split("|")]
+    assert sorted(named) == sorted(_probe_parts())
+    assert not c.get("ignore_imports")
+    assert c["layers"][-1] == "contract" and c["layers"][-2] == "ground"
+
+
+def test_no_import_inside_a_probe_function_without_a_stated_reason():
+    """An import inside a function hides a dependency from a reader: in the probe each one
+    says why on its line (a comment), or imports torch in a module whose docstring says
+    ``torch is imported lazily: ...`` (the probe must report before torch loads)."""
+    import ast
+
+    bare = []
+    for f in sorted((REPO / "probe_image" / "disttrain_probe").rglob("*.py")):
+        src = f.read_text()
+        lines = src.splitlines()
+        tree = ast.parse(src)
+        lazy_torch = "torch is imported lazily:" in (ast.get_docstring(tree) or "")
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for n in ast.walk(fn):
+                if not isinstance(n, (ast.Import, ast.ImportFrom)):
+                    continue
+                names = [a.name for a in n.names] if isinstance(n, ast.Import) else [n.module or ""]
+                torch = all(x == "torch" or x.startswith("torch.") for x in names)
+                if "#" not in lines[n.lineno - 1] and not (torch and lazy_torch):
+                    bare.append(f"{f.relative_to(REPO)}:{n.lineno}")
+    assert not bare, bare
 
 
 def test_the_contract_is_standard_library_only_and_imports_no_other_probe_module():

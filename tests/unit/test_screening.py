@@ -1,4 +1,4 @@
-"""The probe's group screening (pure): random single faults beyond the full-mesh limit are
+"""Group screening (benchmarks/screening.py, pure, not part of the probe): random single faults beyond the full-mesh limit are
 named exactly, two faults are both among the candidates, a healthy cluster names nothing;
 and the benchmark's simulation and table."""
 from __future__ import annotations
@@ -9,10 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disttrain_probe.phases import screening as S
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import bench_screening as B  # noqa: E402
+import screening as S  # noqa: E402
 
 
 def run(world: int, seed: int, fails) -> S.Verdict:

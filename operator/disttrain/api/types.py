@@ -51,7 +51,7 @@ from disttrain.api.quantity import parse_quantity  # noqa: F401
 
 PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
 # The most processes one node runs (numProcPerNode): the most local ranks the probe starts
-# (disttrain_probe.localranks.roles.MAX_NPROC, a unit test keeps them equal), so a job the probe
+# (disttrain_probe.ground.roles.MAX_NPROC, a unit test keeps them equal), so a job the probe
 # would refuse is refused at apply. Far above any node's GPUs (8, 16 on the largest), and
 # bounding what the probe and the operator do per local rank.
 MAX_PROC_PER_NODE = 256

@@ -28,7 +28,7 @@ node). Every rank computes the same keys from the same all-gathered listeners.
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 CODE = {"ok": "o", "wrong": "w", "closed": "c", "refused": "r", "timeout": "t",
         "unreachable": "u", "error": "e"}
@@ -40,7 +40,7 @@ def _subnet(addr: str, prefix: int) -> str:
     return str(ipaddress.IPv4Network(f"{addr}/{prefix}", strict=False))
 
 
-def network_keys(listeners: Dict[int, Dict[str, Any]]) -> Dict[Tuple[int, str], str]:
+def network_keys(listeners: Mapping[int, Mapping[str, Any]]) -> Dict[Tuple[int, str], str]:
     """(rank, addr) -> network key for every listener address of every rank
     (``listeners``: rank -> {"l": [[ifname, addr, prefix, port], ...]})."""
     ranks_of: Dict[str, set] = {}
@@ -60,8 +60,8 @@ def network_keys(listeners: Dict[int, Dict[str, Any]]) -> Dict[Tuple[int, str], 
     return out
 
 
-def rows(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
-         results: Dict[str, Dict[str, Dict[str, Any]]]) -> Dict[str, str]:
+def rows(rank: int, world: int, listeners: Mapping[int, Mapping[str, Any]],
+         results: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> Dict[str, str]:
     """This rank's row per network: one character per peer rank (see the module doc).
     ``results``: str(peer) -> addr -> {r, src, ...} (this rank's dials)."""
     keys = network_keys(listeners)
@@ -100,8 +100,8 @@ def rows(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
     return out
 
 
-def measured(rank: int, listeners: Dict[int, Dict[str, Any]],
-             results: Dict[str, Dict[str, Dict[str, Any]]], field: str = "mbps") -> Dict[str, Dict[str, float]]:
+def measured(rank: int, listeners: Mapping[int, Mapping[str, Any]],
+             results: Mapping[str, Mapping[str, Mapping[str, Any]]], field: str = "mbps") -> Dict[str, Dict[str, float]]:
     """Network -> str(peer) -> the Mb/s this rank measured downloading from that peer there
     (only the sampled pairs): the best round (``field`` ``mbps``) or the typical one
     (``mbpsLow``)."""

@@ -1,7 +1,7 @@
 """The name of every ``DISTTRAIN_PROBE_*`` environment variable, once.
 
 The operator sets them on each probe pod (``disttrain.children.pods``); the probe reads
-them (``disttrain_probe.runtime.config`` and the phases), each overridable by the flag its help
+them (``disttrain_probe.ground.config`` and the phases), each overridable by the flag its help
 names. Units are in the names (``_SECONDS``, ``_BYTES``, ``_GBPS``). Neither side spells a
 name again: both use these constants (``tests/unit/test_lint_contracts.py`` fails on a
 second spelling in code).

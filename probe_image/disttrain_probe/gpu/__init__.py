@@ -1,1 +1,2 @@
-"""What a GPU node offers NCCL: hardware and libraries, NVML, RDMA devices, NCCL's own log lines, and ``make gpu-check``."""
+"""What a GPU node offers NCCL: hardware and libraries, NVML, RDMA devices and limits,
+NCCL's own log lines and diagnostics (``make gpu-check`` is ``run.gpucheck``)."""

@@ -15,6 +15,7 @@ which NCCL prints to standard output only (``nccldiag`` reads them).
 """
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import resource
@@ -22,11 +23,11 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, TypedDict
 
-from disttrain_probe.gpu import nccldiag, nccllog, nvml, rdma
-from disttrain_probe.contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
 from disttrain_probe.contract import probe_env
+from disttrain_probe.contract.vocabulary import DEV_SHM_TOO_SMALL  # reasons this module reports
+from disttrain_probe.gpu import nccldiag, nccllog, nvml, rdma
 
 SHM_PATH = "/dev/shm"
 SHM_MIN_BYTES = 1 << 30  # below 1 GiB, NCCL on several local GPUs may run out (see module doc)
@@ -37,7 +38,38 @@ GPUS_REQUESTED_VAR = probe_env.GPUS  # nvidia.com/gpu the pod requested (the ope
 NCCL_SUBSYS = "INIT,BOOTSTRAP,ENV,NET"  # INIT: channels and Init COMPLETE; NET: GDR per HCA
 
 
-def shm(path: str = SHM_PATH) -> Dict[str, Any]:
+class Shm(TypedDict):
+    """The shared-memory mount (:func:`shm`), bytes."""
+    path: str
+    totalBytes: Optional[int]
+    freeBytes: Optional[int]
+
+
+class NetPlugin(TypedDict):
+    """The NCCL network plugins this process could load (:func:`net_plugin`)."""
+    requested: Optional[str]
+    found: List[str]
+
+
+class Memlock(TypedDict):
+    """The locked-memory limit (:func:`memlock`), bytes; None: unlimited or unreadable."""
+    softBytes: Optional[int]
+    hardBytes: Optional[int]
+    ipcLock: Optional[bool]
+
+
+class Hardware(TypedDict):
+    """The node's accelerator inventory (:func:`collect`)."""
+    gpus: nvml.GpuInventory
+    rdma: List[rdma.Device]
+    peermem: Optional[str]
+    shm: Shm
+    ibverbs: List[str]
+    netPlugin: NetPlugin
+    memlock: Memlock
+
+
+def shm(path: str = SHM_PATH) -> Shm:
     """``{"path", "totalBytes", "freeBytes"}`` of the filesystem at ``path`` (bytes);
     ``None`` sizes when it does not exist. Never raises."""
     try:
@@ -83,7 +115,7 @@ def find_libraries(pattern: str, dirs: Iterable[str]) -> List[str]:
 
 
 def net_plugin(env: Optional[Mapping[str, str]] = None, dirs: Optional[List[str]] = None
-               ) -> Dict[str, Any]:
+               ) -> NetPlugin:
     """The NCCL network plugins this process could load: ``{"requested": NCCL_NET_PLUGIN
     or None, "found": [paths of libnccl-net*.so*]}``; NCCL loads ``libnccl-net.so`` (or
     ``libnccl-net-<NCCL_NET_PLUGIN>.so``) and otherwise uses its internal IB/Socket
@@ -98,7 +130,7 @@ CAP_IPC_LOCK = 14  # linux/capability.h: exempts a process from RLIMIT_MEMLOCK
 PROC_STATUS = "/proc/self/status"
 
 
-def memlock(status_path: str = PROC_STATUS) -> Dict[str, Any]:
+def memlock(status_path: str = PROC_STATUS) -> Memlock:
     """This process's locked-memory limit, what bounds the memory NCCL's IB transport can
     register (``ibv_reg_mr`` pins it; above the limit it fails with ENOMEM, "Cannot
     allocate memory")::
@@ -139,7 +171,7 @@ class Sources:
 
 
 def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] = None,
-            sources: Optional[Sources] = None) -> Dict[str, Any]:
+            sources: Optional[Sources] = None) -> Hardware:
     """The node's accelerator inventory (JSON-able, camelCase)::
 
         {"gpus": nvml.inventory(...), "rdma": [rdma.devices()...],
@@ -162,7 +194,7 @@ def collect(requested_gpus: Optional[int] = None, env: Optional[Dict[str, str]] 
             "netPlugin": net_plugin(env, dirs), "memlock": memlock(src.proc_status)}
 
 
-def findings(hw: Dict[str, Any], node: str, nccl: Optional[Dict[str, Any]] = None
+def findings(hw: Hardware, node: str, nccl: Optional[nccllog.NcclLog] = None
              ) -> List[Dict[str, str]]:
     """Warnings (``[{"reason", "message"}]``, each naming the node and the fix) from the
     inventory ``hw`` (:func:`collect`) and, when given, NCCL's own log (``nccl``,
@@ -216,7 +248,7 @@ def start_nccl_capture(backend: str, env: Any = None) -> Optional[str]:
     return path
 
 
-def finish_nccl_capture(path: Optional[str], hw: Dict[str, Any], node: str,
+def finish_nccl_capture(path: Optional[str], hw: Hardware, node: str,
                         echo: Any = None) -> List[Dict[str, str]]:
     """Read what NCCL logged to ``path`` (:func:`start_nccl_capture`), copy it to ``echo``
     (default stderr: the pod log keeps NCCL's lines) and return the NCCL fallbacks
@@ -321,7 +353,6 @@ def _flush_stdout() -> None:
     except Exception:
         pass
     try:
-        import ctypes
         ctypes.CDLL(None).fflush(None)
     except Exception:
         pass

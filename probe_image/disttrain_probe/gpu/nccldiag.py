@@ -56,13 +56,20 @@ process (:data:`PER_PROCESS`, among them the ones the probe sets itself). Pure f
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple, cast
 
 from disttrain_probe.contract.settings import MUST_AGREE
 from disttrain_probe.contract.vocabulary import (  # reasons this module reports
-    DRIVER_VERSION_MISMATCH, GPU_COUNT_MISMATCH, GPU_ECC_ERRORS, GPU_MODEL_MISMATCH,
-    NVLINK_INACTIVE, P2P_CHECK_FAILED, RISKY_SETTING, SETTINGS_MISMATCH,
+    DRIVER_VERSION_MISMATCH,
+    GPU_COUNT_MISMATCH,
+    GPU_ECC_ERRORS,
+    GPU_MODEL_MISMATCH,
+    NVLINK_INACTIVE,
+    P2P_CHECK_FAILED,
+    RISKY_SETTING,
+    SETTINGS_MISMATCH,
 )
+from disttrain_probe.gpu.ncclshapes import Differ, Edge, NcclDiag
 
 MIN_VERSION = (2, 31)  # the first NCCL with NCCL_RUN_RAS_DIAGNOSTICS / NCCL_RUN_DIAGNOSTICS
 RUN_VARS = ("NCCL_RUN_RAS_DIAGNOSTICS", "NCCL_RUN_DIAGNOSTICS")
@@ -162,32 +169,21 @@ def rank_set(g: Mapping[str, Optional[str]]) -> Tuple[List[int], int]:
     return ranks, total if total is not None else len(ranks)
 
 
-def empty() -> Dict[str, Any]:
+
+def empty() -> NcclDiag:
     """What :func:`parse` returns for no DIAG line."""
     return {"lines": 0, "reports": [], "completed": 0, "differ": [], "ecc": [],
             "nvlinkInactive": [], "env": {}, "incomplete": [], "p2p": None, "edges": [],
             "checkErrors": []}
 
 
-def parse(lines: Iterable[str]) -> Dict[str, Any]:
-    """Summarize ``NCCL DIAG`` lines (any other lines are skipped). Returns (JSON-able)::
-
-        {"lines": 12, "reports": ["RAS Diagnostics", "NCCL Diagnostics"], "completed": 2,
-         "differ": [{"check": "CUDA driver version" | "GPU inventory count"
-                     | "GPU inventory model" | "NVLink link-count", "ranks": [4, 5],
-                     "total": 2, "ref": 0, "value": "13000", "n": 8}],
-         "ecc": [{"kind": "uncorrected" | "corrected", "ranks": [3], "total": 1,
-                  "worst": 2, "threshold": None | 10}],
-         "nvlinkInactive": [{"ranks": [6], "total": 1}],
-         "env": {"NCCL_BUFFSIZE": {"(unset)": [0, 1], "8388608": [2, 3]}},
-         "incomplete": ["ECC"],
-         "p2p": {"passed": 52, "tested": 56, "skipped": 0} | None,
-         "edges": [{"kind": "write mismatch", "srcRank": 0, "dstRank": 1, "srcCudaDev": 0,
-                    "dstCudaDev": 1, "srcNvmlDev": 0, "dstNvmlDev": 1, "path": "NVL",
-                    "handle": "LEGACY_CUDA_IPC", "reason": None, "host": "node01"}],
-         "checkErrors": ["p2p: setup failed on rank 2 result=1"]}
-
-    Ranks are the communicator's (the probe's global ranks); counts are plain numbers
+def parse(lines: Iterable[str]) -> NcclDiag:
+    """Summarize ``NCCL DIAG`` lines (any other lines are skipped) into a JSON-able
+    :class:`NcclDiag`, e.g. ``{"lines": 12, "reports": ["RAS Diagnostics", "NCCL
+    Diagnostics"], "completed": 2, "differ": [...], ..., "env": {"NCCL_BUFFSIZE": {"(unset)":
+    [0, 1], "8388608": [2, 3]}}, "incomplete": ["ECC"], "p2p": {"passed": 52, "tested": 56,
+    "skipped": 0} | None, "edges": [...], "checkErrors": ["p2p: setup failed on rank 2
+    result=1"]}``. Ranks are the communicator's (the probe's global ranks); counts are plain numbers
     (``worst``: ECC errors of the worst rank). Each list keeps at most :data:`MAX_ITEMS`.
     Never raises on odd input."""
     out = empty()
@@ -210,7 +206,7 @@ def parse(lines: Iterable[str]) -> Dict[str, Any]:
             current_env = m.group("var")
             continue
         m = ENV_VALUE.match(msg)
-        if m and m.group("var") == current_env and len(out["env"]) < MAX_ITEMS:
+        if m and current_env is not None and m.group("var") == current_env and len(out["env"]) < MAX_ITEMS:
             ranks, _ = rank_set(m.groupdict())
             values = out["env"].setdefault(current_env, {})
             if len(values) < MAX_ITEMS:
@@ -225,7 +221,7 @@ def _keep(items: List[Any], item: Any) -> None:
         items.append(item)
 
 
-def _result_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
+def _result_line(out: NcclDiag, msg: str, host: Optional[str]) -> None:
     """Record one tagged RAS or P2P result into ``out`` (others are ignored)."""
     m = DIFFER.match(msg)
     if m:
@@ -256,7 +252,7 @@ def _result_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
     _p2p_line(out, msg, host)
 
 
-def _p2p_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
+def _p2p_line(out: NcclDiag, msg: str, host: Optional[str]) -> None:
     m = P2P_SUMMARY.match(msg)
     if m:
         tested = _int(m.group("all") or m.group("tested"))
@@ -274,13 +270,13 @@ def _p2p_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
     m = P2P_EDGE.match(msg)
     if m:
         fields = {f.group("k"): f.group("v") for f in FIELD.finditer(m.group("fields"))}
-        edge: Dict[str, Any] = {"kind": m.group("kind"), "host": host}
+        edge: Dict[str, object] = {"kind": m.group("kind"), "host": host}  # Edge's keys, in order
         for k in INT_FIELDS:
             v = fields.get(k, "")
             edge[k] = _int(v)
         for k in ("path", "handle", "reason"):
             edge[k] = fields.get(k, "")[:40] or None
-        _keep(out["edges"], edge)
+        _keep(out["edges"], cast(Edge, edge))
         return
     if P2P_ERROR.match(msg):
         _keep(out["checkErrors"], msg[:160])
@@ -289,7 +285,7 @@ def _p2p_line(out: Dict[str, Any], msg: str, host: Optional[str]) -> None:
 Finding = Dict[str, str]
 
 
-def findings(parsed: Dict[str, Any], node: str, rank_nodes: Optional[Mapping[int, str]] = None
+def findings(parsed: NcclDiag, node: str, rank_nodes: Optional[Mapping[int, str]] = None
              ) -> Tuple[List[Finding], List[Finding]]:
     """(failures, warnings) from :func:`parse`'s summary, each ``{"reason", "message"}``
     (at most 400 characters, naming the node(s), NCCL's evidence and the fix); see the
@@ -310,16 +306,16 @@ def findings(parsed: Dict[str, Any], node: str, rank_nodes: Optional[Mapping[int
             f"{where(e['ranks'], e['total'], names)}: NCCL's diagnostics found {what} volatile ECC "
             f"errors on the GPU (worst {e['worst']}); drain the node and check 'nvidia-smi -q -d "
             f"ECC', then reset or replace the GPU")))
-    for e in parsed.get("nvlinkInactive") or []:
+    for nv in parsed.get("nvlinkInactive") or []:
         warns.append(_f(NVLINK_INACTIVE, (
-            f"{where(e['ranks'], e['total'], names)}: NCCL's diagnostics found inactive NVLink(s) "
+            f"{where(nv['ranks'], nv['total'], names)}: NCCL's diagnostics found inactive NVLink(s) "
             f"on the GPU; NCCL routes around them at lower bandwidth; check 'nvidia-smi nvlink "
             f"-s' and the fabric manager, then reset the GPU or drain the node")))
     _env_findings(parsed.get("env") or {}, names, fails, warns)
     return fails, warns
 
 
-def _edge_findings(parsed: Dict[str, Any], node: str, names: Dict[int, str],
+def _edge_findings(parsed: NcclDiag, node: str, names: Dict[int, str],
                    fails: List[Finding], warns: List[Finding]) -> None:
     edges = parsed.get("edges") or []
     bad = [e for e in edges if e.get("kind") in DATA_KINDS]
@@ -343,7 +339,7 @@ def _edge_findings(parsed: Dict[str, Any], node: str, names: Dict[int, str],
             f"'nvidia-smi topo -p2p n', ACS/IOMMU and that local ranks share IPC")))
 
 
-def _differ_finding(d: Dict[str, Any], names: Dict[int, str], fails: List[Finding],
+def _differ_finding(d: Differ, names: Dict[int, str], fails: List[Finding],
                     warns: List[Finding]) -> None:
     odd = where(d["ranks"], d["total"], names)
     ref = f"{names[d['ref']]} (rank {d['ref']})" if d["ref"] in names else f"rank {d['ref']}"
@@ -397,14 +393,14 @@ def where(ranks: List[int], total: int, names: Mapping[int, str]) -> str:
     return (", ".join(parts) or "some ranks") + more
 
 
-def _edge(e: Dict[str, Any]) -> str:
+def _edge(e: Edge) -> str:
     """``rank 0 GPU 0 -> rank 1 GPU 1 over NVL: write mismatch`` (GPU: the NVML index)."""
     return (f"rank {e.get('srcRank')} GPU {e.get('srcNvmlDev')} -> rank {e.get('dstRank')} GPU "
             f"{e.get('dstNvmlDev')} over {e.get('path')}: {e.get('kind')}"
             + (f", handle {e['handle']}" if e.get("handle") else ""))
 
 
-def _edge_node(e: Dict[str, Any], node: str, names: Mapping[int, str]) -> str:
+def _edge_node(e: Edge, node: str, names: Mapping[int, str]) -> str:
     src = e.get("srcRank")
     return names.get(src, e.get("host") or node) if isinstance(src, int) else (e.get("host") or node)
 

@@ -35,11 +35,14 @@ GPUDirect RDMA off. Pure functions; nothing here touches a GPU.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from disttrain_probe.contract.vocabulary import (  # reasons this module reports
-    GPUDIRECT_RDMA_OFF, NCCL_SHM_INSTEAD_OF_P2P, NCCL_SOCKETS_DESPITE_RDMA,
+    GPUDIRECT_RDMA_OFF,
+    NCCL_SHM_INSTEAD_OF_P2P,
+    NCCL_SOCKETS_DESPITE_RDMA,
 )
+from disttrain_probe.gpu.ncclshapes import Channel, NcclLog, PeerPath
 
 MAX_WARN_LINES = 20
 
@@ -80,25 +83,25 @@ def split_line(line: str) -> Optional[Dict[str, str]]:
     return d
 
 
-def classify(via: str) -> Dict[str, Any]:
+
+def classify(via: str) -> Channel:
     """A channel's ``via`` text -> ``{"kind": "P2P"|"SHM"|"NET"|"other", "detail", "net",
     "netDev", "gdr"}``: ``P2P/IPC/read`` -> P2P (IPC), ``SHM/direct/direct`` -> SHM,
     ``NET/IB/0/GDRDMA`` -> NET over IB device 0 with GPUDirect RDMA. Pure."""
     parts = via.split("/")
-    out: Dict[str, Any] = {"kind": "other", "detail": via, "net": None, "netDev": None,
-                           "gdr": False}
+    out: Channel = {"kind": "other", "detail": via, "net": None, "netDev": None, "gdr": False}
     if parts[0] == "P2P":
-        out.update(kind="P2P", detail=parts[1] if len(parts) > 1 else "")
+        out.update({"kind": "P2P", "detail": parts[1] if len(parts) > 1 else ""})
     elif parts[0] == "SHM":
-        out.update(kind="SHM", detail="/".join(parts[1:]))
+        out.update({"kind": "SHM", "detail": "/".join(parts[1:])})
     elif parts[0] == "NET" and len(parts) > 2:
         dev = re.match(r"(\d+)", parts[2])
-        out.update(kind="NET", net=parts[1], netDev=int(dev.group(1)) if dev else None,
-                   gdr=any(x.startswith("GDRDMA") for x in parts[3:]), detail="/".join(parts[3:]))
+        out.update({"kind": "NET", "net": parts[1], "netDev": int(dev.group(1)) if dev else None,
+                    "gdr": any(x.startswith("GDRDMA") for x in parts[3:]), "detail": "/".join(parts[3:])})
     return out
 
 
-def parse(lines: Iterable[str]) -> Dict[str, Any]:
+def parse(lines: Iterable[str]) -> NcclLog:
     """Summarize NCCL INFO/WARN lines. Returns (JSON-able, camelCase)::
 
         {"version": "2.27.3", "cuda": "12.9", "cudaDriverVersion": 12090,
@@ -116,7 +119,7 @@ def parse(lines: Iterable[str]) -> Dict[str, Any]:
 
     Several communicators in one log add up; a peer pair seen over several transports
     lists each. Pure; never raises on odd input (unknown lines are ignored)."""
-    out: Dict[str, Any] = {
+    out: NcclLog = {
         "version": None, "cuda": None, "cudaDriverVersion": None, "network": None,
         "bootstrap": None, "ib": None, "ibNoDevice": False, "socket": None, "netPlugin": None,
         "gdr": {}, "ranks": {}, "initComplete": 0, "peers": {}, "warnLines": [], "lines": 0,
@@ -136,7 +139,7 @@ def parse(lines: Iterable[str]) -> Dict[str, Any]:
     return out
 
 
-def _setup_line(out: Dict[str, Any], msg: str) -> bool:
+def _setup_line(out: NcclLog, msg: str) -> bool:
     """Record a version, bootstrap or network-device line into ``out``; True when ``msg``
     was one."""
     m = VERSION.match(msg)
@@ -172,7 +175,7 @@ def _setup_line(out: Dict[str, Any], msg: str) -> bool:
     return False
 
 
-def _transport_line(out: Dict[str, Any], msg: str, host: str) -> None:
+def _transport_line(out: NcclLog, msg: str, host: str) -> None:
     """Record a plugin, network, GDR, channel or Init COMPLETE line into ``out`` (others
     are ignored)."""
     m = PLUGIN.match(msg)
@@ -205,7 +208,7 @@ def _transport_line(out: Dict[str, Any], msg: str, host: str) -> None:
             "busId": m.group("busId").lower()}
 
 
-def _add_channel(peers: Dict[str, Any], g: Dict[str, Optional[str]]) -> None:
+def _add_channel(peers: Dict[str, PeerPath], g: Dict[str, Optional[str]]) -> None:
     key = f"{g['src']}->{g['dst']}"
     via = (g["via"] or "").strip()
     c = classify(via)
@@ -220,20 +223,20 @@ def _add_channel(peers: Dict[str, Any], g: Dict[str, Optional[str]]) -> None:
         p["gdr"] = p["gdr"] or c["gdr"]
 
 
-def _rank_host(parsed: Dict[str, Any], rank: str) -> Optional[str]:
+def _rank_host(parsed: NcclLog, rank: str) -> Optional[str]:
     r = parsed.get("ranks", {}).get(rank)
     return r.get("host") if r else None
 
 
-def _bus(parsed: Dict[str, Any], rank: str) -> Optional[str]:
+def _bus(parsed: NcclLog, rank: str) -> Optional[str]:
     r = parsed.get("ranks", {}).get(rank)
     return r.get("busId") if r else None
 
 
-def net_used(parsed: Dict[str, Any]) -> Optional[str]:
+def net_used(parsed: NcclLog) -> Optional[str]:
     """The network NCCL used between nodes: "IB", "Socket", a plugin's name, or None when
     no channel crossed the network (and "Using network" was not printed). Pure."""
-    nets = {p["net"] for p in parsed.get("peers", {}).values() if p.get("net")}
+    nets = {n for p in parsed.get("peers", {}).values() if (n := p.get("net"))}
     if len(nets) == 1:
         return nets.pop()
     if nets:
@@ -241,7 +244,7 @@ def net_used(parsed: Dict[str, Any]) -> Optional[str]:
     return parsed.get("network")
 
 
-def warnings(parsed: Dict[str, Any], node: str, rdma: Optional[List[Dict[str, Any]]] = None,
+def warnings(parsed: NcclLog, node: str, rdma: Optional[Sequence[Mapping[str, Any]]] = None,
              p2p: Optional[Dict[str, bool]] = None) -> List[Dict[str, str]]:
     """Fallbacks NCCL took, as ``[{"reason", "message"}]`` (each message names the node,
     what NCCL logged and the fix; at most 400 characters).

@@ -15,7 +15,7 @@ nvmlDeviceGetTotalEccErrors, nvmlDeviceGetRemappedRows, nvmlDeviceGetP2PStatus.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional, TypedDict
 
 from disttrain_probe.contract.vocabulary import GPU_COUNT_MISMATCH, GPU_ECC_ERRORS  # reasons this module reports
 
@@ -29,6 +29,50 @@ P2P_CAPS_INDEX_READ = 0
 P2P_STATUS_OK = 0
 LIBRARY = "libnvidia-ml.so.1"
 MAX_P2P_GPUS = 16  # p2p matrix only up to this many GPUs (n*(n-1)/2 calls)
+
+
+class RemappedRows(TypedDict):
+    """Row remapping of one GPU (:meth:`Nvml.remapped_rows`)."""
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failed: bool
+
+
+class Ecc(TypedDict):
+    """One GPU's ECC state and error counts (None: ECC off or unreadable)."""
+    enabled: Any
+    volatileCorrected: Optional[int]
+    volatileUncorrected: Optional[int]
+    aggregateUncorrected: Optional[int]
+
+
+class GpuDevice(TypedDict, total=False):
+    """One GPU as NVML sees it (:func:`inventory`'s ``devices``); ``error`` alone when
+    NVML gave no handle."""
+    index: int
+    error: str
+    name: Optional[str]
+    uuid: Optional[str]
+    busId: Optional[str]
+    ncclBusId: Optional[str]
+    memoryBytes: Optional[int]
+    ecc: Optional[Ecc]
+    remappedRows: Optional[RemappedRows]
+
+
+class GpuInventory(TypedDict):
+    """The report's ``gpus`` block (:func:`inventory`)."""
+    present: bool
+    error: Optional[str]
+    driver: Optional[str]
+    cudaDriverVersion: Optional[int]
+    count: int
+    requested: Optional[int]
+    visible: Optional[str]
+    countMatches: Optional[bool]
+    devices: List[GpuDevice]
+    p2p: Optional[Dict[str, bool]]
 
 
 class NvmlError(Exception):
@@ -154,7 +198,7 @@ class Nvml:
                    ctypes.c_int(counter), ctypes.byref(v))
         return int(v.value)
 
-    def remapped_rows(self, h: Any) -> Dict[str, Any]:
+    def remapped_rows(self, h: Any) -> RemappedRows:
         """Row remapping (A100 and later): ``{"correctable", "uncorrectable", "pending",
         "failed"}``."""
         c, u, p, f = (ctypes.c_uint(0) for _ in range(4))
@@ -195,7 +239,7 @@ def nccl_bus_id(nvml_bus_id: Optional[str]) -> Optional[str]:
 
 
 def inventory(nvml: Any = None, requested: Optional[int] = None,
-              visible: Optional[str] = None) -> Dict[str, Any]:
+              visible: Optional[str] = None) -> GpuInventory:
     """The node's GPUs as the report's ``gpus`` block::
 
         {"present": bool, "error": str | None, "driver": "550.54.15",
@@ -212,7 +256,7 @@ def inventory(nvml: Any = None, requested: Optional[int] = None,
     asked for (``nvidia.com/gpu``); ``visible``: CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES
     (a list of indexes or UUIDs), counted instead of NVML's total when set, since a
     container may see the node's NVML yet be granted fewer GPUs. Never raises."""
-    out: Dict[str, Any] = {"present": False, "error": None, "driver": None,
+    out: GpuInventory = {"present": False, "error": None, "driver": None,
                            "cudaDriverVersion": None, "count": 0, "requested": requested,
                            "visible": visible, "countMatches": None, "devices": [], "p2p": None}
     opened = nvml is None
@@ -239,7 +283,7 @@ def inventory(nvml: Any = None, requested: Optional[int] = None,
                 out["devices"].append({"index": i, "error": "no handle"})
                 continue
             bus = _try(nvml.bus_id, h)
-            ecc = None
+            ecc: Optional[Ecc] = None
             enabled = _try(nvml.ecc_enabled, h)
             if enabled is not None:
                 ecc = {"enabled": enabled,
@@ -289,7 +333,7 @@ def visible_count(visible: Optional[str]) -> Optional[int]:
     return len([x for x in v.split(",") if x.strip()])
 
 
-def gpu_warnings(inv: Dict[str, Any], node: str) -> List[Dict[str, str]]:
+def gpu_warnings(inv: GpuInventory, node: str) -> List[Dict[str, str]]:
     """Findings on the ``gpus`` block: ``GPUCountMismatch`` (the pod sees another number of
     GPUs than it requested) and ``GPUECCErrors`` (uncorrectable ECC errors since the
     driver loaded, or rows that failed to remap). Each message names the node, the
@@ -304,8 +348,8 @@ def gpu_warnings(inv: Dict[str, Any], node: str) -> List[Dict[str, str]]:
             f"CUDA_VISIBLE_DEVICES/NVIDIA_VISIBLE_DEVICES, or set numProcPerNode to match")[:400]})
     bad = []
     for d in inv.get("devices") or []:
-        ecc = d.get("ecc") or {}
-        rows = d.get("remappedRows") or {}
+        ecc: Mapping[str, Any] = d.get("ecc") or {}
+        rows: Mapping[str, Any] = d.get("remappedRows") or {}
         if (ecc.get("volatileUncorrected") or 0) > 0 or rows.get("failed"):
             bad.append(f"GPU {d.get('index')} ({d.get('busId')}: "
                        f"{ecc.get('volatileUncorrected') or 0} uncorrectable"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional, TypedDict
 
 from disttrain_probe.contract.vocabulary import RDMA_PORT_DOWN  # reasons this module reports
 
@@ -55,7 +55,42 @@ def rate_gbps(text: Optional[str]) -> Optional[float]:
     return float(m.group(1)) if m else None
 
 
-def devices(root: str = SYS_IB) -> List[Dict[str, Any]]:
+class Gid(TypedDict):
+    """One GID table entry (:func:`gid_entry`)."""
+    index: int
+    gid: str
+    type: Optional[str]
+    family: Optional[str]
+    address: Optional[str]
+    netdev: Optional[str]
+
+
+class PortGids(TypedDict):
+    """A port's GID table (:func:`port_gids`)."""
+    gids: List[Gid]
+    gidsTruncated: bool
+
+
+class Port(PortGids, total=False):
+    """One port of an RDMA device (:func:`devices`)."""
+    port: int
+    state: Optional[str]
+    physState: Optional[str]
+    rate: Optional[str]
+    rateGbps: Optional[float]
+    linkLayer: Optional[str]
+
+
+class Device(TypedDict):
+    """One RDMA device (:func:`devices`)."""
+    name: str
+    nodeType: Optional[str]
+    fwVer: Optional[str]
+    netdevs: List[str]
+    ports: List[Port]
+
+
+def devices(root: str = SYS_IB) -> List[Device]:
     """Every RDMA device under ``root``, sorted by name::
 
         [{"name": "mlx5_0", "nodeType": "CA", "fwVer": "28.39.1002", "netdevs": ["eth2"],
@@ -69,10 +104,10 @@ def devices(root: str = SYS_IB) -> List[Dict[str, Any]]:
         names = sorted(os.listdir(root))
     except OSError:
         return []
-    out = []
+    out: List[Device] = []
     for name in names:
         base = os.path.join(root, name)
-        ports = []
+        ports: List[Port] = []
         try:
             port_ids = sorted(os.listdir(os.path.join(base, "ports")), key=_num)
         except OSError:
@@ -95,7 +130,7 @@ def devices(root: str = SYS_IB) -> List[Dict[str, Any]]:
     return out
 
 
-def port_gids(port_dir: str) -> Dict[str, Any]:
+def port_gids(port_dir: str) -> PortGids:
     """The non-empty entries of one port's GID table, by index:
     ``{"gids": [gid_entry()...], "gidsTruncated": bool}``; at most :data:`MAX_GIDS_READ`
     entries are read and :data:`MAX_GIDS_KEPT` kept (``gidsTruncated`` says some were
@@ -107,7 +142,7 @@ def port_gids(port_dir: str) -> Dict[str, Any]:
                           if i >= 0))
     except OSError:
         return {"gids": [], "gidsTruncated": False}
-    kept: List[Dict[str, Any]] = []
+    kept: List[Gid] = []
     truncated = len(indexes) > MAX_GIDS_READ
     for i in indexes[:MAX_GIDS_READ]:
         raw = _read(os.path.join(port_dir, "gids", str(i)))
@@ -123,7 +158,7 @@ def port_gids(port_dir: str) -> Dict[str, Any]:
 
 
 def gid_entry(index: int, raw: str, gid_type: Optional[str], netdev: Optional[str]
-              ) -> Dict[str, Any]:
+              ) -> Gid:
     """One GID table entry as the report holds it::
 
         {"index": 7, "gid": "0000:...:ffff:0a98:000c", "type": "RoCE v2",
@@ -163,7 +198,7 @@ def peermem_module(root: str = SYS_MODULE) -> Optional[str]:
     return None
 
 
-def port_warnings(devs: List[Dict[str, Any]], node: str) -> List[Dict[str, str]]:
+def port_warnings(devs: List[Device], node: str) -> List[Dict[str, str]]:
     """``RDMAPortDown`` when some RDMA port is not ACTIVE while the node has RDMA devices
     (NCCL skips such a port, so fewer rails carry traffic or it falls back to sockets).
     The message names the ports, their state and the fix; at most 400 characters. Pure."""

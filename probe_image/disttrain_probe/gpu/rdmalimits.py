@@ -22,13 +22,15 @@ the collective's backend.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from disttrain_probe.contract.settings import nccl_int
 from disttrain_probe.contract.vocabulary import GID_INDEX_INVALID, MEMLOCK_TOO_LOW, RISKY_SETTING
+from disttrain_probe.gpu import rdma
+from disttrain_probe.gpu.hardware import Hardware
 
 MEMLOCK_MIN_BYTES = 64 << 20  # below this NCCL's buffers for a few channels do not fit
-Port = Tuple[str, Dict[str, Any]]  # (device name, port entry of rdma.devices)
+Port = Tuple[str, rdma.Port]  # (device name, port entry of rdma.devices)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def hca_selected(spec: Optional[str], dev: str, port: int) -> bool:
     return not hit if exclude else hit
 
 
-def ports_in_use(hw: Dict[str, Any], env: Mapping[str, str], backend: Optional[str]) -> List[Port]:
+def ports_in_use(hw: Hardware, env: Mapping[str, str], backend: Optional[str]) -> List[Port]:
     """The RDMA ports NCCL will open on this node: none unless ``backend`` is nccl, NCCL
     may use its IB transport (``NCCL_IB_DISABLE`` is not 1, ``NCCL_NET`` is not Socket,
     ``libibverbs`` is in the image) and the port is ACTIVE and selected by
@@ -95,7 +97,7 @@ def _names(ports: List[Port], most: int = 3) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def memlock_finding(hw: Dict[str, Any], ports: List[Port], node: str) -> Limits:
+def memlock_finding(hw: Hardware, ports: List[Port], node: str) -> Limits:
     """``MemlockTooLow`` as a failure when the soft limit is below
     :data:`MEMLOCK_MIN_BYTES` and as a warning when it is finite above it, for a process
     without ``CAP_IPC_LOCK`` that will register memory on ``ports``; nothing otherwise
@@ -119,7 +121,7 @@ def memlock_finding(hw: Dict[str, Any], ports: List[Port], node: str) -> Limits:
         f"fail with 'Cannot allocate memory' past it; {fix}")[:400]}])
 
 
-def _best_gid(gids: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def _best_gid(gids: List[rdma.Gid]) -> Optional[rdma.Gid]:
     """The entry NCCL's own selection prefers: RoCE v2 with an IPv4 address, else RoCE v2
     with a global IPv6 one."""
     for family in ("IPv4", "IPv6"):
@@ -168,7 +170,7 @@ def gid_finding(ports: List[Port], env: Mapping[str, str], node: str) -> Limits:
     return Limits()
 
 
-def check(hw: Dict[str, Any], env: Mapping[str, str], node: str, backend: Optional[str]) -> Limits:
+def check(hw: Hardware, env: Mapping[str, str], node: str, backend: Optional[str]) -> Limits:
     """Both checks for this node, before NCCL opens its RDMA ports: the failure that comes
     first (``MemlockTooLow``, then ``GIDIndexInvalid``) and every warning. ``hw``:
     ``hardware.collect``'s inventory; ``env``: the process environment NCCL will read;

@@ -1,1 +1,3 @@
-"""Several processes per node (``numProcPerNode`` > 1): roles, local rank 0's spawning, the other local ranks' entry."""
+"""Several processes per node (``numProcPerNode`` > 1): local rank 0 starting, watching and
+collecting local ranks 1..P-1 (``spawn``); their layout is ``ground.roles``, their own run
+``run.worker``."""

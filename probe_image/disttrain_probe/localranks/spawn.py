@@ -1,14 +1,14 @@
-"""Local rank 0 starts and follows the node's other local ranks (I/O; the roles are in roles.py).
+"""Local rank 0 starts and follows the node's other local ranks (I/O; the roles are in ground/roles.py).
 
 Why the probe starts them itself rather than run under ``torchrun`` in the pod: torchrun's
 agents meet at MASTER_ADDR:MASTER_PORT before any probe code runs, so a blocked or
 loopback master would hang in torchrun instead of being classified, and rank 0 could not
 listen on the port before importing torch (the early-listen evidence). Here local rank 0
 is the one-process probe unchanged; local ranks 1..P-1 are ``python -m
-disttrain_probe.localranks.worker`` children that import torch meanwhile, wait for local rank 0
+disttrain_probe.run.worker`` children that import torch meanwhile, wait for local rank 0
 to say go (one JSON line on their stdin, sent when the collective phase starts, with the
 store's address, the chosen interface and the backend), and report on their stdout
-(:data:`~disttrain_probe.localranks.roles.MARK` lines, the last one counts). Everything else a
+(:data:`~disttrain_probe.ground.roles.MARK` lines, the last one counts). Everything else a
 child prints is kept (the last lines) for the pod's log. Standard library only.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
-from disttrain_probe.localranks import roles as LR
+from disttrain_probe.ground import roles as LR
 
 TAIL_LINES = 20
 LATER = 1.5  # s: the local ranks' collective deadline after local rank 0's
@@ -36,7 +36,7 @@ class Child:
     def __init__(self, local_rank: int, proc: subprocess.Popen):
         self.local_rank = local_rank
         self.proc = proc
-        self.last: Optional[Dict[str, Any]] = None
+        self.last: Optional[LR.LocalEntry] = None
         self.tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.eof = threading.Event()
         self.told_stop = False
@@ -52,7 +52,7 @@ class Child:
                     try:
                         v = json.loads(line[len(LR.MARK):])
                         if isinstance(v, dict):
-                            self.last = v
+                            self.last = LR.LocalEntry(**v)
                     except ValueError:
                         self.tail.append(line[:400])
                 else:
@@ -76,7 +76,7 @@ class Child:
             return False
 
     def outcome(self, node: str, nproc: int, wait: float = 0.5,
-                final: bool = False) -> Dict[str, Any]:
+                final: bool = False) -> LR.LocalEntry:
         """Its outcome as the report gives it (:func:`localranks.exited`; ``final``: one
         still running hung); once it exited, its last line is waited for up to ``wait``
         seconds."""
@@ -109,7 +109,7 @@ class LocalRanks:
     @classmethod
     def start(cls, argv: Sequence[str], node: str, nproc: int,
               env: Optional[Dict[str, str]] = None) -> "LocalRanks":
-        """Start ``python -m disttrain_probe.localranks.worker <argv>`` for local ranks 1..nproc-1
+        """Start ``python -m disttrain_probe.run.worker <argv>`` for local ranks 1..nproc-1
         with this environment plus LOCAL_RANK, and the probe package on PYTHONPATH. Raises
         OSError when a process cannot be started (the caller kills those that were)."""
         base = dict(os.environ if env is None else env)
@@ -123,7 +123,7 @@ class LocalRanks:
         try:
             for lr in range(1, nproc):
                 e = dict(base, LOCAL_RANK=str(lr))
-                p = subprocess.Popen([sys.executable, "-m", "disttrain_probe.localranks.worker", *argv],
+                p = subprocess.Popen([sys.executable, "-m", "disttrain_probe.run.worker", *argv],
                                      env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, bufsize=1)
                 children.append(Child(lr, p))
@@ -153,7 +153,7 @@ class LocalRanks:
                 c.told_stop = True
                 c.send({"stop": why[:300]})
 
-    def watch(self, on_failure: Callable[[Dict[str, Any]], None], poll: float = 0.1) -> None:
+    def watch(self, on_failure: Callable[[LR.LocalEntry], None], poll: float = 0.1) -> None:
         """In a thread: call ``on_failure(outcome)`` once for the first local rank that
         ends with a failure of its own (not after :meth:`stop`)."""
         def loop() -> None:
@@ -178,7 +178,7 @@ class LocalRanks:
             except subprocess.TimeoutExpired:
                 return
 
-    def outcomes(self, wait: float = 0.5, final: bool = False) -> List[Dict[str, Any]]:
+    def outcomes(self, wait: float = 0.5, final: bool = False) -> List[LR.LocalEntry]:
         """Every local rank's outcome now (``localranks.exited``), in local rank order."""
         return [c.outcome(self.node, self.nproc, wait, final) for c in self.children]
 

@@ -11,8 +11,9 @@ import ipaddress
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.ground.config import ifname_matches
+from disttrain_probe.ground.shapes import Peer
 from disttrain_probe.phases.networks import ChoiceInputs, Network, nodes_text
-from disttrain_probe.runtime.config import ifname_matches
 
 
 def interface_not_found(inputs: ChoiceInputs) -> Optional[Dict[str, str]]:
@@ -37,7 +38,7 @@ def interface_not_found(inputs: ChoiceInputs) -> Optional[Dict[str, str]]:
 
 
 def no_network_failure(inputs: ChoiceInputs, nets: List[Network],
-                       auto_choice: Callable[[], Dict[str, Any]]) -> Dict[str, str]:
+                       auto_choice: Callable[[], Any]) -> Dict[str, str]:
     """The failure when every network was rejected: EphemeralPortsBlocked when the pattern
     fits a firewall on the ephemeral ports, else :func:`unusable_failure`. ``auto_choice``
     runs the choice with socketIfname=auto (called only when socketIfname is not auto)."""
@@ -86,7 +87,7 @@ def no_network_failure(inputs: ChoiceInputs, nets: List[Network],
 
 
 def unusable_failure(inputs: ChoiceInputs, nets: List[Network],
-                     auto_choice: Callable[[], Dict[str, Any]]) -> Dict[str, str]:
+                     auto_choice: Callable[[], Any]) -> Dict[str, str]:
     """InterfaceUnreachable (socketIfname names interfaces) or NoCommonInterface, with up to
     four rejections as detail and, when auto would choose, the socketIfname to set."""
     peers, spec, ranks = inputs.peers, inputs.spec, sorted(inputs.peers)
@@ -158,12 +159,12 @@ def _inbound_blocked(blocked: List[Network], ranks: Sequence[int],
     return dead
 
 
-def _range_text(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
-    rngs = sorted({tuple(peers[r]["portRange"]) for r in ranks if peers[r].get("portRange")})
+def _range_text(peers: Dict[int, Peer], ranks: Sequence[int]) -> str:
+    rngs = sorted({tuple(peers[r].get("portRange") or ()) for r in ranks if peers[r].get("portRange")})
     return ", ".join(f"{lo}-{hi}" for lo, hi in rngs) or "(unknown)"
 
 
-def _ipv6_only(peers: Dict[int, Dict[str, Any]], ranks: List[int]) -> str:
+def _ipv6_only(peers: Dict[int, Peer], ranks: List[int]) -> str:
     """"eth0 on node-a, node-b" for the up, non-loopback interfaces that have global IPv6
     addresses and no IPv4 one (grouped by name; several joined by "; "), or ''."""
     by_name: Dict[str, List[int]] = {}

@@ -7,13 +7,14 @@ an IPv4/IPv6 mix that may make NCCL pick different address families. Each warnin
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.ground.shapes import Chosen
 from disttrain_probe.phases.networks import ChoiceInputs, nodes_text
 
 
-def warn(inputs: ChoiceInputs, chosen: Dict[int, Dict[str, Any]], defaults: Dict[int, Optional[str]],
+def warn(inputs: ChoiceInputs, chosen: Dict[int, Chosen], defaults: Dict[int, Optional[str]],
          rejected: Dict[int, List[Dict[str, str]]], warnings: Dict[int, List[Dict[str, str]]]) -> None:
     """Append to ``warnings`` (rank -> list) what the chosen interfaces (rank -> {ifname,
     addr, subnet}) leave to watch; ``defaults``: rank -> NCCL's own pick; ``rejected``:
@@ -56,7 +57,7 @@ def warn(inputs: ChoiceInputs, chosen: Dict[int, Dict[str, Any]], defaults: Dict
     _warn_address_families(inputs, chosen, warnings)
 
 
-def _warn_address_families(inputs: ChoiceInputs, chosen: Dict[int, Dict[str, Any]],
+def _warn_address_families(inputs: ChoiceInputs, chosen: Dict[int, Chosen],
                            warnings: Dict[int, List[Dict[str, str]]]) -> None:
     """MixedAddressFamilies on every rank when some nodes have a global IPv6 on the chosen
     interface and others not, or the master name resolves to IPv6 somewhere."""

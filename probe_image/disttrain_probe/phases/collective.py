@@ -3,6 +3,9 @@
 algbw = bytes / seconds-per-iteration, busbw = algbw * 2(n-1)/n (the nccl-tests
 definition), in GB/s with GB = 1e9 bytes. Each iteration all-reduces (sum) a float32
 tensor of ``message_size_bytes`` filled with rank+1, checked against n(n+1)/2.
+
+torch is imported lazily: the probe must report before torch loads (this phase waits for
+the background import, ground/torchload.py).
 """
 from __future__ import annotations
 
@@ -13,8 +16,9 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Optional
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
-from disttrain_probe.localranks.roles import Layout
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure
+from disttrain_probe.ground.roles import Layout
+from disttrain_probe.ground.shapes import AllReduce
 
 
 def busbw_factor(n: int) -> float:
@@ -72,12 +76,12 @@ class CollectiveResults:
     ``world`` (the all-reduce over every rank) and ``intra`` (the node's local ranks among
     themselves; None: not measured). Keys: bytes, iterations, seconds, algbwGBps,
     busbwGBps, correct."""
-    world: Dict[str, Any]
-    intra: Optional[Dict[str, Any]] = None
+    world: AllReduce
+    intra: Optional[AllReduce] = None
 
 
 def run(cfg: Any, store: Any, path: CollectivePath, deadline: Deadline, tracker: Any,
-        results: CollectiveResults) -> Dict[str, Any]:
+        results: CollectiveResults) -> AllReduce:
     """Init, warm up, time ``cfg.iterations`` all-reduces, destroy. Fills ``results.world``
     (the all-reduce over every rank) as it goes, and returns it.
 
@@ -212,7 +216,7 @@ class _AllReduceTimer:
     def nbytes(self) -> int:
         return int(self.tensor.numel()) * 4
 
-    def timed(self, group: Any, size: int, fill: float, what: str, into: Dict[str, Any],
+    def timed(self, group: Any, size: int, fill: float, what: str, into: AllReduce,
               path: str) -> Dict[str, float]:
         """Warm-up (checked), then ``iterations`` timed all-reduces (sum) over ``group`` of
         ``size`` ranks, each checked against size(size+1)/2; fills ``into``; returns
@@ -250,7 +254,7 @@ class _AllReduceTimer:
                      "algbwGBps": round(bw["algbwGBps"], 4), "busbwGBps": round(bw["busbwGBps"], 4)})
         return bw
 
-    def _once(self, group: Any, size: int, fill: float, what: str, into: Dict[str, Any],
+    def _once(self, group: Any, size: int, fill: float, what: str, into: AllReduce,
               path: str) -> float:
         """One all-reduce, checked; seconds it took."""
         t, dist = self.tensor, self.dist

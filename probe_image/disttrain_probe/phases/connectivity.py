@@ -30,21 +30,20 @@ import ipaddress
 import json
 import os
 import random
-import zlib
 import secrets
 import socket
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, TypedDict
 
-from disttrain_probe.contract import paths
-from disttrain_probe.contract import probe_env, vocabulary
-from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
-from disttrain_probe.runtime.deadline import Deadline
+from disttrain_probe.contract import paths, probe_env, vocabulary
+from disttrain_probe.ground.config import ifname_matches, parse_ifname_spec
+from disttrain_probe.ground.deadline import Deadline
+from disttrain_probe.ground.shapes import Dial, Iface, Inventory, Listen, Mesh
 from disttrain_probe.phases import pathmtu
 from disttrain_probe.phases.inventory import ipv4_addrs, route_get
-from disttrain_probe.phases.listeners import (  # noqa: F401  (re-exported: the phase's terms)
-    BULK_MAX_BYTES, MAX_ADDRS_PER_IFACE, SKIP_IFACES, Listeners)
+from disttrain_probe.phases.listeners import BULK_MAX_BYTES, MAX_ADDRS_PER_IFACE, SKIP_IFACES, Listeners  # noqa: F401  (re-exported: the phase's terms)
 
 FULL_MESH_MAX = 32
 BULK_BYTES = 4 * 1024 * 1024     # bytes per timed transfer (DISTTRAIN_PROBE_BULK_BYTES)
@@ -114,12 +113,26 @@ def plan_seed(master_addr: str, master_port: int, world: int) -> int:
     return zlib.crc32(f"{master_addr}:{master_port}:{world}".encode())
 
 
+class Connectivity(TypedDict):
+    """Phase 3's answer (:func:`connectivity`): this rank's ``listeners`` and the addresses
+    it could not listen on (``errors``), every rank's dials (``mesh``), the dial ``plan``,
+    and this rank's compact ``paths`` with the Mb/s measured on them (paths.py)."""
+    listeners: List[List[Any]]
+    errors: List[Any]
+    mesh: Mesh
+    dialTimeout: float
+    plan: Dict[int, List[int]]
+    paths: Dict[str, str]
+    pathMbps: Dict[str, Dict[str, float]]
+    pathMbpsLow: Dict[str, Dict[str, float]]
+
+
 # Seconds a connected dial waits for the peer's identity at most (the connect itself: 2 s).
 ANSWER_MAX_SECONDS = 10.0
 
 
 def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
-         answer_timeout: Optional[float] = None) -> Dict[str, Any]:
+         answer_timeout: Optional[float] = None) -> Dial:
     """Connect within ``timeout`` seconds and read the listener's identity within
     ``answer_timeout`` (default: ``timeout``) more. Returns {r, ms, src}; ``r`` is ok,
     wrong (another listener answered), closed (accepted, then closed or reset before a byte
@@ -128,7 +141,7 @@ def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
     path is proven (the SYN-ACK came back): a peer slow to answer (its probe starved of
     CPU) gets the longer answer budget instead of reading as a dropped path."""
     t0 = time.monotonic()
-    res: Dict[str, Any] = {"r": "error"}
+    res: Dial = {"r": "error"}
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(timeout)
     try:
@@ -193,8 +206,8 @@ def mbps(got: Optional[Tuple[int, float]]) -> Optional[float]:
     return round(got[0] * 8 / got[1] / 1e6, 1)
 
 
-def bulk_targets(rank: int, world: int, listeners: Dict[int, Dict[str, Any]],
-                 results: Dict[str, Dict[str, Dict[str, Any]]], interfaces: List[Dict[str, Any]],
+def bulk_targets(rank: int, world: int, listeners: Dict[int, Listen],
+                 results: Dict[str, Dict[str, Dial]], interfaces: List[Iface],
                  spec: str = "auto") -> List[Tuple[int, str, int, Optional[str]]]:
     """(peer, addr, port, nonce) to time on every network this rank reached a peer on
     (``ok`` results): the nearest peer next in ring order and the nearest before it (one
@@ -245,8 +258,8 @@ def port_range_warning(node: str, kernel: Optional[List[int]],
         f"pod-network mode; with hostNetwork set it on the node)")}
 
 
-def _time_transfers(cfg: Any, inv: Dict[str, Any], allpeers: Dict[int, Dict[str, Any]],
-                    mine: Dict[str, Dict[str, Any]], deadline: Deadline, tracker: Any) -> None:
+def _time_transfers(cfg: Any, inv: Inventory, allpeers: Dict[int, Listen],
+                    mine: Dict[str, Dict[str, Dial]], deadline: Deadline, tracker: Any) -> None:
     """Time :data:`BULK_ROUNDS` downloads per network from the ring neighbours
     (:func:`bulk_targets`) and add ``mbps``/``mbpsLow`` (Mb/s) to their mesh entries; a
     path whose peer answered but moved no byte in any round is searched for a path MTU
@@ -276,8 +289,8 @@ def _time_transfers(cfg: Any, inv: Dict[str, Any], allpeers: Dict[int, Dict[str,
                       mine, deadline)
 
 
-def _find_black_holes(inv: Dict[str, Any], targets: List[Tuple[int, str, int, Optional[str]]],
-                      stalled: Dict[Tuple[int, str], int], mine: Dict[str, Dict[str, Any]],
+def _find_black_holes(inv: Inventory, targets: List[Tuple[int, str, int, Optional[str]]],
+                      stalled: Dict[Tuple[int, str], int], mine: Dict[str, Dict[str, Dial]],
                       deadline: Deadline) -> None:
     """For each timed path whose peer answered but sent no byte of the download in any
     round, bisect the segment size that passes (:func:`pathmtu.probe_path`) and add
@@ -296,7 +309,7 @@ def _find_black_holes(inv: Dict[str, Any], targets: List[Tuple[int, str, int, Op
             mine[str(peer)][addr]["pmtu"] = found
 
 
-def _dial_all(tasks: List[Tuple[int, str, int, str]], per: float, answer: float) -> List[Dict[str, Any]]:
+def _dial_all(tasks: List[Tuple[int, str, int, str]], per: float, answer: float) -> List[Dial]:
     """:func:`dial` every (peer, addr, port, nonce) in ``tasks`` from up to 64 threads;
     the results in the order of ``tasks``."""
     with ThreadPoolExecutor(max_workers=min(64, len(tasks))) as ex:
@@ -304,7 +317,7 @@ def _dial_all(tasks: List[Tuple[int, str, int, str]], per: float, answer: float)
         return [f.result() for f in futs]
 
 
-def _sample_range(cfg: Any, allpeers: Dict[int, Dict[str, Any]], mine: Dict[str, Dict[str, Any]],
+def _sample_range(cfg: Any, allpeers: Dict[int, Listen], mine: Dict[str, Dict[str, Dial]],
                   per: float, answer: float) -> None:
     """Dial the ring neighbours' (rank +-1) listeners spread over their ephemeral range
     (``s`` in their listen message) on every address this rank reached or tried, and add
@@ -325,8 +338,8 @@ def _sample_range(cfg: Any, allpeers: Dict[int, Dict[str, Any]], mine: Dict[str,
             [port, "slow" if r == "timeout" and res.get("connected") else r])
 
 
-def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
-                 tracker: Any) -> Dict[str, Any]:
+def connectivity(cfg: Any, inv: Inventory, bus: Any, deadline: Deadline,
+                 tracker: Any) -> Connectivity:
     """Run the mesh. Returns {listeners, errors, mesh: {rank: {peer: {addr: result}}}, plan,
     paths (this rank's compact rows, paths.py), pathMbps}."""
     nonce = secrets.token_hex(8)
@@ -349,7 +362,7 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
         per = max(0.3, min(2.0, deadline.remaining() / 3.0))
         # once connected, the identity may take longer (a starved peer: 32 probes on 2 cores)
         answer = max(per, min(ANSWER_MAX_SECONDS, deadline.remaining() / 3.0))
-        mine: Dict[str, Dict[str, Any]] = {}
+        mine: Dict[str, Dict[str, Dial]] = {}
         tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: dialling peers")
         if tasks:
             results = _dial_all(tasks, per, answer)
@@ -360,7 +373,7 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
             if again and deadline.remaining() > per + 1.0:
                 second = _dial_all(again, per, max(answer, deadline.remaining() / 3.0))
                 redone = {(t[0], t[1]): res for t, res in zip(again, second)}
-                results = [dict(redone[(t[0], t[1])], retried=True) if (t[0], t[1]) in redone
+                results = [Dial(**redone[(t[0], t[1])], retried=True) if (t[0], t[1]) in redone
                            else res for t, res in zip(tasks, results)]
             for (peer, addr, _port, _n), res in zip(tasks, results):
                 if res.get("r") == "ok":
@@ -379,7 +392,7 @@ def connectivity(cfg: Any, inv: Dict[str, Any], bus: Any, deadline: Deadline,
                              "published their connectivity results")
     finally:
         lst.close()
-    mesh = {int(r): {int(p): v for p, v in m.items()} for r, m in allmesh.items()}
+    mesh: Mesh = {int(r): {int(p): v for p, v in m.items()} for r, m in allmesh.items()}
     return {"listeners": lst.entries, "errors": lst.errors, "mesh": mesh, "dialTimeout": per,
             "plan": dial_plan,
             "paths": paths.rows(cfg.rank, cfg.world_size, allpeers, mine),

@@ -14,10 +14,11 @@ import errno
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
+from disttrain_probe.ground.deadline import Deadline
+from disttrain_probe.ground.shapes import HostCheck
 from disttrain_probe.phases.masterstore import BEACON_SECONDS, beacon_answers
-from disttrain_probe.runtime.deadline import Deadline
 
 # With evidence that rank 0 listens, dial at least this long (seconds) before giving up:
 # two connection attempts, i.e. a SYN and its retransmission, or several refusals.
@@ -91,7 +92,7 @@ class Patience:
 
 def dial_until_decided(addrs: List[str], port: int, deadline: Deadline, check: Any = None,
                        beacon: Optional[Tuple[int, bytes]] = None, patience: Patience = Patience(),
-                       ) -> Tuple[Optional[str], str, float, Optional[Dict[str, Any]]]:
+                       ) -> Tuple[Optional[str], str, float, Optional[HostCheck]]:
     """Dial like :func:`_dial`, but when a dial times out (the SYN got no answer at all) ask
     whether the host answers on another port (:func:`host_check`): a live host resets a
     closed port, so silence on the master port while another port answers is a filter on
@@ -121,9 +122,9 @@ def dial_until_decided(addrs: List[str], port: int, deadline: Deadline, check: A
                 if addr is not None:
                     return addr, "", time.monotonic() - t0, None
                 if last == "refused":
-                    return None, last, time.monotonic() - t0, {
-                        "port": beacon[0], "r": "ok", "arp": arp_state(target) if ":" not in target
-                        else None, "listening": True}
+                    return None, last, time.monotonic() - t0, HostCheck(
+                        port=beacon[0], r="ok", arp=arp_state(target) if ":" not in target
+                        else None, listening=True)
         if last != "timeout" or deadline.remaining() <= 0:
             silent_since = None  # refused or unreachable: not silence
             continue
@@ -137,7 +138,9 @@ def dial_until_decided(addrs: List[str], port: int, deadline: Deadline, check: A
         silent_since = began if silent_since is None else silent_since
         now = time.monotonic()
         if now - silent_since >= silence_decides:
-            return None, last, now - t0, dict(h, silentSeconds=round(now - silent_since, 1))
+            decided = HostCheck(**h)
+            decided["silentSeconds"] = round(now - silent_since, 1)
+            return None, last, now - t0, decided
     return None, last, time.monotonic() - t0, None
 
 
@@ -158,7 +161,8 @@ def arp_state(addr: str, table: str = "/proc/net/arp") -> Optional[str]:
 HOST_CHECK_SECONDS = 1.5  # the dial of another port after the master port failed
 
 
-def host_check(addr: str, master_port: int, timeout: float = HOST_CHECK_SECONDS) -> Dict[str, Any]:
+
+def host_check(addr: str, master_port: int, timeout: float = HOST_CHECK_SECONDS) -> HostCheck:
     """After the master port failed: does MASTER_ADDR's host answer at all? A TCP dial to
     another port (1, normally closed: a live host resets it) and the ARP entry tell a
     filter on the master port alone (the host answers elsewhere) from a host whose replies
@@ -171,7 +175,7 @@ def host_check(addr: str, master_port: int, timeout: float = HOST_CHECK_SECONDS)
     return {"port": port, "r": r, "arp": arp_state(addr) if ":" not in addr else None}
 
 
-def host_words(h: Optional[Dict[str, Any]], node: str) -> str:
+def host_words(h: Optional[HostCheck], node: str) -> str:
     """What :func:`host_check` says about the master's host, as a clause."""
     if not h:
         return ""

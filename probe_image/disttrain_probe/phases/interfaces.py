@@ -28,21 +28,34 @@ master, then name. The result is the same on every run of the same cluster.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, TypedDict
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.ground.config import ifname_matches, parse_ifname_spec
+from disttrain_probe.ground.shapes import Chosen, Iface, Mesh, Peer
 from disttrain_probe.phases.choicefailure import interface_not_found, no_network_failure
 from disttrain_probe.phases.choicewarnings import warn
+from disttrain_probe.phases.networks import (  # noqa: F401  (re-exported: the choice's terms)
+    POD_NETWORK_DEVICES,
+    ChoiceInputs,
+    Network,
+    build_networks,
+    evaluate,
+    is_pod_network_device,
+)
 from disttrain_probe.phases.pathmtu import black_hole_failure
 from disttrain_probe.phases.portrange import partial_range_failure
-from disttrain_probe.phases.networks import (  # noqa: F401  (re-exported: the choice's terms)
-    POD_NETWORK_DEVICES, ChoiceInputs, Network, build_networks, evaluate, is_pod_network_device,
-)
 from disttrain_probe.phases.ranking import (  # noqa: F401  (re-exported: the choice's terms)
-    MEASURED_MARGIN, NOISE_MARGIN, measured_mbps, measured_stats, measured_tiers,
-    rank_usable, reject_pod_network_devices, score, why_better,
+    MEASURED_MARGIN,
+    NOISE_MARGIN,
+    measured_mbps,
+    measured_stats,
+    measured_tiers,
+    rank_usable,
+    reject_pod_network_devices,
+    score,
+    why_better,
 )
-from disttrain_probe.runtime.config import ifname_matches, parse_ifname_spec
 
 NCCL_SKIP = ("lo", "docker", "virbr")
 
@@ -54,7 +67,7 @@ REJECTION_PRIORITY = {r: i for i, r in enumerate((
     vocabulary.REJ_LOOPBACK, vocabulary.REJ_NO_IPV4))}
 
 
-def default_ifname(peer: Dict[str, Any]) -> Optional[str]:
+def default_ifname(peer: Peer) -> Optional[str]:
     """What NCCL would use on this rank with NCCL_SOCKET_IFNAME unset: NCCL's own answer
     when the probe could ask it (``ncclDefault`` published by the rank: its ifname, None
     when NCCL found none), else the re-implemented rule (:func:`nccl_default`)."""
@@ -64,7 +77,7 @@ def default_ifname(peer: Dict[str, Any]) -> Optional[str]:
     return nccl_default(peer.get("interfaces") or [])
 
 
-def nccl_default(interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
+def nccl_default(interfaces: Sequence[Iface]) -> Optional[str]:
     """Predict NCCL's pick without NCCL_SOCKET_IFNAME: ib*, else the first interface
     (IPv4 addresses first, in index order, as getifaddrs lists them) not lo/docker*/virbr*,
     else docker*, else lo."""
@@ -88,7 +101,7 @@ def nccl_default(interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
     return None
 
 
-def missing_here(node: str, spec: str, interfaces: Sequence[Dict[str, Any]]) -> Optional[str]:
+def missing_here(node: str, spec: str, interfaces: Sequence[Iface]) -> Optional[str]:
     """The InterfaceNotFound message when the NCCL_SOCKET_IFNAME-style ``spec`` names
     interfaces (include mode) and none of this node's ``interfaces`` (inventory entries with
     ``name``) matches, else None. Decided at the inventory, before torch and the rendezvous:
@@ -102,9 +115,23 @@ def missing_here(node: str, spec: str, interfaces: Sequence[Dict[str, Any]]) -> 
             f"set network.socketIfname to an interface every node has, or auto")
 
 
-def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str, Any]]],
+class Choice(TypedDict):
+    """Phase 4's answer (:func:`choose`), every rank's: the ``failure`` (or None), the
+    chosen ``network``, per rank the ``chosen`` interface, the Mb/s ``measured`` per
+    interface, the ``rejected`` interfaces, NCCL's default (``ncclDefault``) and the
+    ``warnings``."""
+    failure: Optional[Dict[str, str]]
+    network: Optional[str]
+    chosen: Dict[int, Chosen]
+    measured: Dict[int, Dict[str, float]]
+    rejected: Dict[int, List[Dict[str, str]]]
+    ncclDefault: Dict[int, Optional[str]]
+    warnings: Dict[int, List[Dict[str, str]]]
+
+
+def choose(peers: Dict[int, Peer], mesh: Mesh,
            spec: str = "auto", master_port: Optional[int] = None,
-           dial_plan: Optional[Dict[int, List[int]]] = None) -> Dict[str, Any]:
+           dial_plan: Optional[Dict[int, List[int]]] = None) -> Choice:
     """Choose the network and each rank's interface.
 
     ``peers``: rank -> published summary (node, interfaces, hostIp, masterRoute, ...).
@@ -135,7 +162,7 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     if best is None and failure is None:
         failure = partial_range_failure(peers, mesh) or no_network_failure(
             inputs, nets, lambda: choose(peers, mesh, "auto", master_port, inputs.dial_plan))
-    chosen: Dict[int, Dict[str, Any]] = {}
+    chosen: Dict[int, Chosen] = {}
     if best is not None and failure is None:
         chosen = {r: {"ifname": e["ifname"], "addr": e["addr"], "subnet": e["subnet"]}
                   for r, e in best.pick.items()}
@@ -156,7 +183,7 @@ def choose(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str,
     }
 
 
-def _inputs(peers: Dict[int, Dict[str, Any]], mesh: Dict[int, Dict[int, Dict[str, Any]]],
+def _inputs(peers: Dict[int, Peer], mesh: Mesh,
             spec: str, master_port: Optional[int],
             dial_plan: Optional[Dict[int, List[int]]]) -> ChoiceInputs:
     """The parsed socketIfname, whether lo may carry traffic, and the dial plan (default:
@@ -193,7 +220,7 @@ def _rank_networks(inputs: ChoiceInputs) -> Tuple[List[Network], List[Network]]:
 
 
 def _rejected(inputs: ChoiceInputs, nets: List[Network],
-              chosen: Dict[int, Dict[str, Any]]) -> Dict[int, List[Dict[str, str]]]:
+              chosen: Dict[int, Chosen]) -> Dict[int, List[Dict[str, str]]]:
     """rank -> [{ifname, reason, message}]: interfaces without IPv4, then each network's
     rejection per interface; never a chosen interface; the telling reason first."""
     peers, spec, ranks = inputs.peers, inputs.spec, sorted(inputs.peers)

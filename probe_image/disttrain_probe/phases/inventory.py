@@ -3,9 +3,13 @@
 Interfaces come from ``ip -j addr`` when iproute2 is installed, else from
 ``socket.if_nameindex()`` + ioctl (IPv4) + /proc/net/if_inet6 (IPv6). The order is
 the kernel's interface index order, which is also the order NCCL walks them in.
+
+torch is imported lazily: the probe must report before torch loads (:func:`versions` runs
+on the background import's thread, ground/torchload.py).
 """
 from __future__ import annotations
 
+import ctypes
 import ipaddress
 import json
 import os
@@ -17,9 +21,9 @@ import struct
 import subprocess
 from typing import Any, Dict, List, Optional, Tuple
 
-from disttrain_probe.runtime.deadline import Deadline
-
-Iface = Dict[str, Any]
+from disttrain_probe.contract import settings
+from disttrain_probe.ground.deadline import Deadline
+from disttrain_probe.ground.shapes import Iface, Inventory, Versions
 
 SIOCGIFFLAGS = 0x8913
 SIOCGIFADDR = 0x8915
@@ -293,7 +297,6 @@ def loaded_nccl() -> Tuple[Optional[str], Optional[str]]:
     which comes first in the dynamic linker's lookup (seen on an H200: NCCL logged 2.32.6
     while the first mapped copy said 2.28.9). Then the first mapped ``libnccl.so*``.
     """
-    import ctypes
 
     try:
         fn = ctypes.CDLL(None).ncclGetVersion  # dlsym(RTLD_DEFAULT): what a call binds to
@@ -318,7 +321,6 @@ def loaded_nccl() -> Tuple[Optional[str], Optional[str]]:
 def _call_version(fn: Any) -> Optional[str]:
     """``ncclGetVersion`` called through ctypes -> "2.28.9"; None when it fails or is not
     NCCL's."""
-    import ctypes
 
     fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
     fn.restype = ctypes.c_int
@@ -334,7 +336,6 @@ def _call_version(fn: Any) -> Optional[str]:
 def _defining_object(fn: Any) -> Optional[str]:
     """Path of the shared object defining the ctypes function ``fn`` (glibc's ``dladdr``);
     None when it cannot say."""
-    import ctypes
 
     class DlInfo(ctypes.Structure):
         _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
@@ -365,7 +366,7 @@ def torch_nccl_build(torch: Any) -> Optional[str]:
     return str(nv) if nv else None
 
 
-def versions(timeout: float = 5.0) -> Dict[str, Any]:
+def versions(timeout: float = 5.0) -> Versions:
     """python, torch, cuda (torch's build), nccl, driver, gpus.
 
     ``nccl`` is the version of the libnccl loaded into this process (``loaded_nccl``;
@@ -377,7 +378,7 @@ def versions(timeout: float = 5.0) -> Dict[str, Any]:
     """
     import torch  # the slow import; the caller has registered a step for it
 
-    v: Dict[str, Any] = {
+    v: Versions = {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": getattr(torch.version, "cuda", None),
@@ -403,7 +404,7 @@ def versions(timeout: float = 5.0) -> Dict[str, Any]:
     return v
 
 
-def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]:
+def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Inventory:
     """Everything this node knows about itself without torch (standard library only; the
     versions come from the background import, torchload.py). Fields are report-ready
     (camelCase)."""
@@ -414,7 +415,6 @@ def collect(cfg: Any, deadline: Deadline, tracker: Any = None) -> Dict[str, Any]
         host_resolves = []
     interfaces = list_interfaces(min(5.0, deadline.remaining()))
     env = {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}
-    from disttrain_probe.contract import settings
     return {
         "settings": settings.of(os.environ),
         "rdma": settings.rdma_devices(),

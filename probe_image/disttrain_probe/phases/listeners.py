@@ -15,6 +15,7 @@ import socket
 import threading
 from typing import Any, Dict, List, Sequence
 
+from disttrain_probe.ground.shapes import Iface
 from disttrain_probe.phases.inventory import ipv4_addrs
 
 MAX_ADDRS_PER_IFACE = 4
@@ -27,7 +28,7 @@ _ZEROS = bytes(256 * 1024)
 class Listeners:
     """Listening sockets on each local IPv4 address; answer ``{"rank","nonce"}\\n``."""
 
-    def __init__(self, rank: int, nonce: str, interfaces: List[Dict[str, Any]],
+    def __init__(self, rank: int, nonce: str, interfaces: List[Iface],
                  samples: Sequence[int] = ()):
         self.rank, self.nonce = rank, nonce
         self.entries: List[List[Any]] = []   # [iface, addr, prefix, port]

@@ -14,7 +14,17 @@ import os
 import re
 import subprocess
 import sys
-from typing import Any, Dict, Mapping, Optional
+from typing import Dict, Mapping, Optional, TypedDict
+
+from disttrain_probe.ground.shapes import NcclAnswer
+from disttrain_probe.phases.inventory import _mapped_library
+
+
+class NcclBootstrap(TypedDict):
+    """The report's ``ncclBootstrap`` (:func:`summary`)."""
+    default: Optional[NcclAnswer]
+    chosen: Optional[NcclAnswer]
+    rule: Optional[str]
 
 # The child: load libnccl, ask for a unique id, exit with NCCL's result code.
 _CHILD = (
@@ -28,7 +38,7 @@ _USING = re.compile(r"Bootstrap\s*:\s*Using\s+\[?(?P<if>[^\s:\]]+)\]?:(?P<addr>[
 _WARN = re.compile(r"NCCL WARN\s+(?P<msg>.+)")
 
 
-def parse(output: str) -> Dict[str, Optional[str]]:
+def parse(output: str) -> NcclAnswer:
     """NCCL's debug output -> {ifname, addr, error}: the interface of the ``Bootstrap: Using``
     line (NCCL >= 2.2 writes ``eth0:10.0.0.1<0>``, IPv6 ``eth0:[fe80::1]<0>``), else the
     first ``NCCL WARN`` text as ``error``."""
@@ -53,7 +63,7 @@ def child_env(base: Mapping[str, str], socket_ifname: Optional[str]) -> Dict[str
 
 
 def bootstrap_interface(lib: str, socket_ifname: Optional[str] = None, timeout: float = 10.0,
-                        env: Optional[Mapping[str, str]] = None) -> Dict[str, Optional[str]]:
+                        env: Optional[Mapping[str, str]] = None) -> NcclAnswer:
     """Ask the libnccl at path ``lib`` which interface its bootstrap uses, with
     NCCL_SOCKET_IFNAME unset (``socket_ifname`` None) or set. Returns {ifname, addr, error};
     never raises (a child that cannot run is an ``error``)."""
@@ -73,12 +83,11 @@ def bootstrap_interface(lib: str, socket_ifname: Optional[str] = None, timeout: 
 
 def loaded_library() -> Optional[str]:
     """Path of the libnccl mapped into this process (after ``import torch``), or None."""
-    from disttrain_probe.phases.inventory import _mapped_library
     return _mapped_library("libnccl.so")
 
 
-def summary(default: Optional[Dict[str, Any]], chosen: Optional[Dict[str, Any]],
-            rule: Optional[str]) -> Dict[str, Any]:
+def summary(default: Optional[NcclAnswer], chosen: Optional[NcclAnswer],
+            rule: Optional[str]) -> NcclBootstrap:
     """The report's ``ncclBootstrap``: NCCL's own answer alone (``default``) and with the
     validated interface (``chosen``), each {ifname, addr, error} or None (not asked), and
     the re-implemented rule's prediction (``rule``)."""

@@ -14,7 +14,8 @@ from fnmatch import fnmatchcase
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.runtime.config import ifname_matches
+from disttrain_probe.ground.config import ifname_matches
+from disttrain_probe.ground.shapes import NetEntry, Peer
 
 # Pod-network and overlay devices (CNI bridges and tunnels) a host-network pod sees.
 POD_NETWORK_DEVICES = ("cni*", "flannel*", "cali*", "cilium_*", "vxlan*", "tunl*", "weave*",
@@ -26,9 +27,9 @@ def is_pod_network_device(name: str) -> bool:
     return any(fnmatchcase(name, p) for p in POD_NETWORK_DEVICES)
 
 
-def entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
+def entries(peer: Peer) -> List[NetEntry]:
     """This rank's (ifname, addr, prefix, subnet, up, speed, loopback) per IPv4 address."""
-    out = []
+    out: List[NetEntry] = []
     for i in peer.get("interfaces") or []:
         for a in i.get("addrs") or []:
             ip, _, pl = a.partition("/")
@@ -49,7 +50,7 @@ def entries(peer: Dict[str, Any]) -> List[Dict[str, Any]]:
 NODES_NAMED = 6  # a list of nodes in a message names this many, then counts the rest
 
 
-def nodes_text(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
+def nodes_text(peers: Dict[int, Peer], ranks: Sequence[int]) -> str:
     """``node-a, node-b`` (rank order), or the first few and ``and N more``."""
     names: List[str] = []
     for r in sorted(ranks):
@@ -62,14 +63,14 @@ def nodes_text(peers: Dict[int, Dict[str, Any]], ranks: Sequence[int]) -> str:
 
 
 class Network:
-    def __init__(self, key: str, label: str, members: Dict[int, List[Dict[str, Any]]]):
+    def __init__(self, key: str, label: str, members: Dict[int, List[NetEntry]]):
         self.key = key            # "10.1.0.0/24" or "ifname:eth0"
         self.label = label        # shown in messages
         self.members = members    # rank -> entries
         self.active = members    # rank -> entries socketIfname leaves in play
         self.reason: Optional[str] = None
         self.message = ""
-        self.pick: Dict[int, Dict[str, Any]] = {}
+        self.pick: Dict[int, NetEntry] = {}
         self.kspeed: Optional[int] = None     # slowest kernel link speed, Mb/s (None: unknown)
         self.measured: Optional[float] = None  # slowest measured pair, Mb/s (None: unmeasured)
         self.low: Optional[float] = None       # slowest pair's typical round, Mb/s
@@ -103,9 +104,9 @@ class Network:
             self.reason, self.message = reason, message
 
 
-def build_networks(peers: Dict[int, Dict[str, Any]]) -> List[Network]:
-    by_subnet: Dict[str, Dict[int, List[Dict[str, Any]]]] = {}
-    by_name: Dict[str, Dict[int, List[Dict[str, Any]]]] = {}
+def build_networks(peers: Dict[int, Peer]) -> List[Network]:
+    by_subnet: Dict[str, Dict[int, List[NetEntry]]] = {}
+    by_name: Dict[str, Dict[int, List[NetEntry]]] = {}
     for r, p in peers.items():
         for e in entries(p):
             by_subnet.setdefault(e["subnet"], {}).setdefault(r, []).append(e)
@@ -131,7 +132,7 @@ class ChoiceInputs:
     mbps, mbpsLow}; ``dial_plan``: rank -> the peers it dialled; ``spec``: socketIfname as
     given; ``mode``/``pats``: its parse (``parse_ifname_spec``); ``loopback_ok``: lo may
     carry traffic (named, and every rank on one host); ``master_port``: for messages."""
-    peers: Dict[int, Dict[str, Any]]
+    peers: Dict[int, Peer]
     mesh: Dict[int, Dict[int, Any]]
     dial_plan: Dict[int, List[int]]
     spec: str

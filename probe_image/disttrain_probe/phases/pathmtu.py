@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.ground.shapes import Mesh, NetEntry, Peer
 
 MIN_MSS = 536  # RFC 879: every IPv4 path carries 576-byte packets
 HEADERS = 40  # IPv4 + TCP headers: the packet is MSS + 40 bytes
@@ -130,7 +131,7 @@ def _size(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
-def black_holes(mesh: Dict[int, Dict[int, Dict[str, Any]]], addrs: Dict[int, str]
+def black_holes(mesh: Mesh, addrs: Dict[int, str]
                 ) -> List[Tuple[int, int, Dict[str, int]]]:
     """(sender rank, receiver rank, pmtu) for every path between the ranks' ``addrs`` (the
     chosen network) whose download found a black hole. ``mesh``: rank -> peer -> addr ->
@@ -149,9 +150,9 @@ def black_holes(mesh: Dict[int, Dict[int, Dict[str, Any]]], addrs: Dict[int, str
     return out
 
 
-def black_hole_failure(peers: Dict[int, Dict[str, Any]],
-                       mesh: Dict[int, Dict[int, Dict[str, Any]]],
-                       picks: Dict[int, Dict[str, Any]]) -> Optional[Dict[str, str]]:
+def black_hole_failure(peers: Dict[int, Peer],
+                       mesh: Mesh,
+                       picks: Dict[int, NetEntry]) -> Optional[Dict[str, str]]:
     """``{"reason": PathMTUBlackHole, "message"}`` when a path of the chosen network
     (``picks``: rank -> {ifname, addr}) loses full-size packets, naming the first such
     path's nodes, both interfaces' MTUs, the largest size that passed and the fix; None
@@ -162,7 +163,7 @@ def black_hole_failure(peers: Dict[int, Dict[str, Any]],
     if not holes:
         return None
     sender, receiver, p = holes[0]
-    info: Dict[int, Dict[str, Any]] = {}
+    info: Dict[int, Peer] = {}
     for r in (sender, receiver):
         peer = peers.get(r)
         info[r] = peer if isinstance(peer, dict) else {}

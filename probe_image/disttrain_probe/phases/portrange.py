@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.ground.shapes import Mesh, Peer
 from disttrain_probe.phases.networks import nodes_text
 
 _BLOCKED = ("refused", "timeout")
@@ -40,7 +41,7 @@ def _samples(res: Any) -> List[tuple]:
     return out
 
 
-def partial_blocks(mesh: Dict[int, Dict[int, Dict[str, Any]]],
+def partial_blocks(mesh: Mesh,
                    addrs: Optional[Dict[int, str]] = None) -> Dict[int, _Seen]:
     """Rank -> what was seen of its sampled ports, for every rank some dialler reached on a
     part of its range and not on another (same dialler, same address). ``mesh``: rank ->
@@ -73,8 +74,8 @@ def _ports(ports: Set[int]) -> str:
     return "ports " + ", ".join(str(p) for p in xs[:-1]) + f" and {xs[-1]}"
 
 
-def partial_range_failure(peers: Dict[int, Dict[str, Any]],
-                          mesh: Dict[int, Dict[int, Dict[str, Any]]],
+def partial_range_failure(peers: Dict[int, Peer],
+                          mesh: Mesh,
                           addrs: Optional[Dict[int, str]] = None) -> Optional[Dict[str, str]]:
     """``{"reason": EphemeralPortsBlocked, "message"}`` naming the node(s) a firewall blocks
     over part of their ephemeral range (:func:`partial_blocks`), else None. ``peers``: rank

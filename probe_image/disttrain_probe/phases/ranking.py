@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Tuple
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.ground.shapes import Peer
 from disttrain_probe.phases.networks import Network, is_pod_network_device
 
 MEASURED_MARGIN = 2.0  # measured throughput decides only at this ratio or more
@@ -115,7 +116,7 @@ def reject_pod_network_devices(usable: List[Network]) -> None:
                 f"anyway, and {physical[0].where()} joins the same nodes"))
 
 
-def score(net: Network, peers: Dict[int, Dict[str, Any]]) -> Tuple[Any, ...]:
+def score(net: Network, peers: Dict[int, Peer]) -> Tuple[Any, ...]:
     route = 0
     for r, e in net.pick.items():
         p = peers[r]
@@ -135,7 +136,7 @@ def _eff(n: Network) -> float:
     return n.effective if n.effective is not None else (n.measured or 0.0)
 
 
-def why_better(best: Network, other: Network, peers: Dict[int, Dict[str, Any]]) -> str:
+def why_better(best: Network, other: Network, peers: Dict[int, Peer]) -> str:
     """Which ranking criterion of :func:`score` decided between two usable networks."""
     b, o = score(best, peers), score(other, peers)
     if b[0] != o[0]:

@@ -9,22 +9,32 @@ import ipaddress
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.contract.timing import SIBLING_SECONDS
-from disttrain_probe.phases.dialing import (HOST_CHECK_SECONDS, dial_give_up_at, dial_until_decided, host_check,
-                                            host_words, order, _dial)
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure
+from disttrain_probe.ground.results import SharedState
+from disttrain_probe.ground.shapes import Inventory, Master
+from disttrain_probe.phases.dialing import (
+    HostCheck,
+    HOST_CHECK_SECONDS,
+    _dial,
+    dial_give_up_at,
+    dial_until_decided,
+    host_check,
+    host_words,
+    order,
+)
 from disttrain_probe.phases.inventory import hosts_entry, is_loopback, nameserver, resolve, route_get
 from disttrain_probe.phases.masterstore import beacon_token
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
-from disttrain_probe.runtime.results import SharedState
+
 
 def _resolve_within(addr: str, timeout: float) -> List[str]:
     """:func:`resolve` ``addr``, giving up after ``timeout`` seconds (getaddrinfo has no
     timeout of its own: a DNS server that never answers costs the resolver's timeouts for
     every search domain). Raises OSError (also when it gave up) or UnicodeError."""
-    box: Dict[str, Any] = {}
+    box: Dict[str, Union[List[str], BaseException]] = {}
 
     def run() -> None:
         try:
@@ -37,9 +47,10 @@ def _resolve_within(addr: str, timeout: float) -> List[str]:
     t.join(max(0.05, timeout))
     if t.is_alive():
         raise OSError(f"no answer from the resolver within {timeout:.0f}s")
-    if "err" in box:
-        raise box["err"]
-    return box.get("res") or []
+    err, res = box.get("err"), box.get("res")
+    if isinstance(err, BaseException):
+        raise err
+    return res if isinstance(res, list) and res else []
 
 
 def _resolve_retry(addr: str, deadline: Deadline,
@@ -63,7 +74,7 @@ def _resolve_retry(addr: str, deadline: Deadline,
         time.sleep(0.5)
 
 
-def _answer_source(name: str) -> Dict[str, str]:
+def _answer_source(name: str) -> Master:
     """``{"source": "hosts"}`` when /etc/hosts maps ``name`` (glibc reads it before DNS),
     else ``{"source": "dns", "server": <the first nameserver>}`` (no server when
     resolv.conf names none). Never raises."""
@@ -86,11 +97,11 @@ class _Reach:
     """What every step of :func:`reach_master` reads: the arguments, the rank's name in
     messages (``where``) and the ``master`` record it fills (``state['master']``)."""
     cfg: Any
-    inv: Dict[str, Any]
+    inv: Inventory
     deadline: Deadline
     tracker: Any
     state: SharedState
-    master: Dict[str, Any]
+    master: Master
 
     @property
     def node(self) -> str:
@@ -101,13 +112,13 @@ class _Reach:
         return f"{self.cfg.node_name} (rank {self.cfg.rank})"
 
 
-def reach_master(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+def reach_master(cfg: Any, inv: Inventory, deadline: Deadline, tracker: Any,
                  state: SharedState) -> Optional[str]:
     """The standard-library half of the rendezvous (it runs while torch is still being
     imported): resolve MASTER_ADDR, refuse a loopback answer, and for ranks >= 1 dial the
     master port until it answers. Fills ``state['master']``; returns the address the dial
     reached (None for rank 0). Raises :class:`ProbeFailure` with the classified reason."""
-    master: Dict[str, Any] = {"addr": cfg.master_addr, "port": cfg.master_port,
+    master: Master = {"addr": cfg.master_addr, "port": cfg.master_port,
                               "resolved": [], "route": None, "joined": False}
     state["master"] = master
     r = _Reach(cfg, inv, deadline, tracker, state, master)
@@ -227,7 +238,7 @@ def _dial_master(r: _Reach, resolved: List[str]) -> str:
     # keep time for the host check after a failed dial (at the deadline it had none and
     # a host that resets other ports read as silent)
     give_up = max(now, min(give_up, deadline.at - HOST_CHECK_SECONDS))
-    decided: Optional[Dict[str, Any]]
+    decided: Optional[HostCheck]
     if started_at:
         addr, last, took = _dial(resolved, cfg.master_port, Deadline(give_up))
         decided = None
@@ -247,7 +258,7 @@ class _Dialled:
     None) and rank 0's start (None without that evidence)."""
     last: str
     took: float
-    decided: Optional[Dict[str, Any]]
+    decided: Optional[HostCheck]
     started_at: Optional[str]
 
 

@@ -6,21 +6,34 @@ Every other rank reaches the master first (:mod:`disttrain_probe.phases.reachmas
 dials with :mod:`disttrain_probe.phases.dialing`) and then joins the store
 (:func:`join_store`). All ranks then publish their inventory and wait for each other. The
 :class:`Bus` wrapper is the all-gather used by every later phase.
+
+torch is imported lazily: the probe must report before torch loads (the store is joined
+once the background import is done, ground/torchload.py).
 """
 from __future__ import annotations
 
 import json
 import time
 from datetime import timedelta
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple, TypedDict
 
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.phases.dialing import order
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure
+from disttrain_probe.ground.results import SharedState
+from disttrain_probe.ground.shapes import Inventory
 from disttrain_probe.phases import masterstore
+from disttrain_probe.phases.dialing import order
 from disttrain_probe.phases.masterstore import beacon_token, serve_store
 from disttrain_probe.phases.reachmaster import reach_master
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure
-from disttrain_probe.runtime.results import SharedState
+
+
+class Abort(TypedDict, total=False):
+    """What a failed rank publishes for its peers (:meth:`Bus.abort`)."""
+    rank: int
+    node: str
+    phase: str
+    reason: str
+    message: str
 
 POLL = 0.02
 PREFIX = "dtp/"
@@ -131,7 +144,7 @@ def handshake_failure(cfg: Any, where: str, addr: str, error: str) -> ProbeFailu
         f"({first}); another service may own that port; change rendezvous.port"))
 
 
-def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+def join_store(cfg: Any, inv: Inventory, deadline: Deadline, tracker: Any,
                state: SharedState, addr: Optional[str]) -> Tuple[Any, Bus]:
     """The torch half: rank 0 serves the TCPStore on the socket it listened on early, the
     others join it at ``addr`` (what :func:`reach_master` reached); every rank publishes its
@@ -186,7 +199,7 @@ def join_store(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
     return store, bus
 
 
-def local_store_addr(cfg: Any, inv: Dict[str, Any], state: SharedState) -> str:
+def local_store_addr(cfg: Any, inv: Inventory, state: SharedState) -> str:
     """Where this node's other processes (local ranks > 0) reach the store: the master
     address this rank's dial reached; on node rank 0, which serves it on every address, one
     of MASTER_ADDR's addresses that is this node's own, else 127.0.0.1."""
@@ -210,7 +223,7 @@ def side_store(cfg: Any, addr: str, timeout: float) -> Any:
     return store
 
 
-def peer_abort(store: Any, rank: int) -> Optional[Dict[str, Any]]:
+def peer_abort(store: Any, rank: int) -> Optional[Abort]:
     """The abort another rank published (``Bus.abort``'s dict), None when there is none, it
     is this rank's own, or the store cannot be read."""
     try:
@@ -219,10 +232,10 @@ def peer_abort(store: Any, rank: int) -> Optional[Dict[str, Any]]:
         a = json.loads(store.get(PREFIX + "abort"))
     except Exception:
         return None
-    return a if isinstance(a, dict) and a.get("rank") != rank else None
+    return Abort(**a) if isinstance(a, dict) and a.get("rank") != rank else None
 
 
-def rendezvous(cfg: Any, inv: Dict[str, Any], deadline: Deadline, tracker: Any,
+def rendezvous(cfg: Any, inv: Inventory, deadline: Deadline, tracker: Any,
                state: SharedState) -> Tuple[Any, Bus]:
     """Both halves at once (:func:`reach_master`, then :func:`join_store`), for callers
     that have torch imported already."""

@@ -1,4 +1,5 @@
-"""Group screening of the connectivity mesh beyond the full-mesh limit (pure, not wired in).
+"""Group screening of the connectivity mesh beyond the full-mesh limit (pure; the benchmark
+bench_screening.py measures it against the probe's plan, the probe does not use it).
 
 After NVIDIA's Cluster Readiness Engine: split the ranks into groups of about sqrt(N),
 test every group and a few representative pairs between every two groups in one round,

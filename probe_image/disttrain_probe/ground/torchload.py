@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Dict, Optional
 
-from disttrain_probe.contract import probe_env
+from disttrain_probe.contract import probe_env, vocabulary
+from disttrain_probe.ground.shapes import NcclAnswer, TorchFacts, Versions
 
 # An import that took longer than this many seconds is reported (SlowTorchImport): a third
 # of the default 60 s budget (warm nodes import torch in 2-5 s; $DISTTRAIN_PROBE_SLOW_IMPORT_SECONDS).
@@ -40,20 +41,21 @@ def slow_import_seconds() -> float:
 class TorchLoader:
     """Imports torch and reads the versions in a daemon thread.
 
-    ``load`` is the work (default: :func:`default_load`); it returns ``{"versions": {...},
+    ``load`` is the work (the probe's: :func:`disttrain_probe.phases.torchfacts.load`, a
+    room above this floor, so it is passed in); it returns ``{"versions": {...},
     "ncclDefault": {...} | None}`` and may raise. After :meth:`wait` returned True,
     ``versions``, ``nccl_default``, ``error`` (str or None) and ``seconds`` (float, how long
     the import and version read took) are set.
     """
 
-    def __init__(self, load: Optional[Callable[[], Dict[str, Any]]] = None,
+    def __init__(self, load: Callable[[], TorchFacts],
                  clock: Callable[[], float] = time.monotonic):
-        self._load = load or default_load
+        self._load = load
         self._clock = clock
         self._done = threading.Event()
         self.started: Optional[float] = None
         self.seconds: Optional[float] = None
-        self.result: Dict[str, Any] = {}
+        self.result: TorchFacts = {}
         self.error: Optional[str] = None
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
@@ -81,7 +83,7 @@ class TorchLoader:
 
     def _run(self) -> None:
         try:
-            self.result = dict(self._load())
+            self.result = TorchFacts(**self._load())
         except BaseException as e:  # a broken install is reported, never a crash
             self.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
         finally:
@@ -89,11 +91,11 @@ class TorchLoader:
             self._done.set()
 
     @property
-    def versions(self) -> Dict[str, Any]:
-        return dict(self.result.get("versions") or {})
+    def versions(self) -> Versions:
+        return Versions(**(self.result.get("versions") or {}))
 
     @property
-    def nccl_default(self) -> Optional[Dict[str, Any]]:
+    def nccl_default(self) -> Optional[NcclAnswer]:
         """NCCL's own interface choice without NCCL_SOCKET_IFNAME ({ifname, addr, error}),
         None when no libnccl is loaded (then the re-implemented rule predicts it)."""
         return self.result.get("ncclDefault")
@@ -115,8 +117,6 @@ class TorchLoader:
     def slow_warning(self, node: str) -> Optional[Dict[str, str]]:
         """The SlowTorchImport warning when the import took more than
         :func:`slow_import_seconds`, else None."""
-        from disttrain_probe.contract import vocabulary
-
         limit = slow_import_seconds()
         if self.seconds is None or self.seconds <= limit:
             return None
@@ -126,24 +126,4 @@ class TorchLoader:
             f"training starts as slowly: warm the image on the node, or give the pod more CPU")}
 
 
-def default_load() -> Dict[str, Any]:
-    """Import torch and torch.distributed, read the versions (inventory.versions) and ask
-    the loaded libnccl which interface it would use alone (ncclcheck.py).
-    ``DISTTRAIN_PROBE_TEST_TORCH_DELAY`` (seconds, tests only) makes the import that much
-    slower, as a cold image would."""
-    delay = os.environ.get(probe_env.TEST_TORCH_DELAY)
-    if delay:
-        time.sleep(float(delay))
-    import torch  # noqa: F401  (the slow import)
-    import torch.distributed  # noqa: F401
-
-    from disttrain_probe.phases import ncclcheck
-    from disttrain_probe.phases.inventory import versions
-    out: Dict[str, Any] = {"versions": versions(5.0), "ncclDefault": None}
-    lib = ncclcheck.loaded_library()
-    if lib:
-        out["ncclDefault"] = ncclcheck.bootstrap_interface(lib)
-    return out
-
-
-__all__ = ["INVENTORY_HEAD_START", "SLOW_IMPORT_SECONDS", "TorchLoader", "default_load"]
+__all__ = ["INVENTORY_HEAD_START", "SLOW_IMPORT_SECONDS", "TorchLoader"]

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import List, Mapping, Optional, Sequence, Tuple
 
-from disttrain_probe.localranks.roles import MAX_NPROC
-from disttrain_probe.contract.timing import default_resolve_seconds
 from disttrain_probe.contract import probe_env
+from disttrain_probe.contract.timing import default_resolve_seconds
+from disttrain_probe.ground.launcher import LauncherError, resolve
+from disttrain_probe.ground.roles import MAX_NPROC
 
 DEFAULT_MESSAGE_SIZE = 4 * 1024 * 1024
 DEFAULT_ITERATIONS = 10
@@ -218,7 +219,6 @@ class _Inputs:
 
 def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Config:
     """Build the config; raises :class:`ConfigError` naming the bad input."""
-    from disttrain_probe.runtime.launcher import LauncherError, resolve
     try:  # torchrun / Slurm fill RANK, WORLD_SIZE, MASTER_* where the user set nothing
         env, launch = resolve(dict(os.environ if env is None else env))
     except LauncherError as e:

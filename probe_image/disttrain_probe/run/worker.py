@@ -1,4 +1,4 @@
-"""``python -m disttrain_probe.localranks.worker``: local rank k > 0 of a probe pod (see roles.py).
+"""``python -m disttrain_probe.run.worker``: local rank k > 0 of a probe pod (see roles.py).
 
 Started by local rank 0 (:mod:`disttrain_probe.localranks.spawn`) with its arguments and environment
 plus LOCAL_RANK. It imports torch in the background, waits for local rank 0's go (one
@@ -7,27 +7,35 @@ diagnostics variables local rank 0 set, or ``{"stop": why}``),
 joins the store at ``addr``:MASTER_PORT, then runs the collective phase as global rank
 node rank x P + k: the all-reduce among the node's local ranks, then the one over every
 rank (:func:`disttrain_probe.phases.collective.run`). It reports on stdout in
-:data:`~disttrain_probe.localranks.roles.MARK` lines (:func:`~disttrain_probe.localranks.roles.entry`),
+:data:`~disttrain_probe.ground.roles.MARK` lines (:func:`~disttrain_probe.ground.roles.entry`),
 one before each phase (so a killed process still names its phase) and a final one; exit
-0 on a pass, :data:`~disttrain_probe.localranks.roles.STOPPED` when told to stop, 1 otherwise.
+0 on a pass, :data:`~disttrain_probe.ground.roles.STOPPED` when told to stop, 1 otherwise.
 The same deadlines and watchdog as local rank 0 (deadline.py) bound every phase.
+
+torch is imported lazily: the worker must report before torch loads (the background
+import, ground/torchload.py).
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
+import signal
 import sys
 import threading
 import time
 from datetime import timedelta
 from typing import Any, Dict, List, Optional
 
-from disttrain_probe.runtime import config as C
-from disttrain_probe.localranks import roles as LR
 from disttrain_probe.contract import probe_env, vocabulary
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure, Tracker
-from disttrain_probe.runtime.torchload import TorchLoader
+from disttrain_probe.gpu import nccldiag
+from disttrain_probe.ground import config as C
+from disttrain_probe.ground import roles as LR
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure, Tracker
+from disttrain_probe.ground.shapes import AllReduce, Failure, LocalEntry
+from disttrain_probe.ground.torchload import TorchLoader
+from disttrain_probe.phases import collective, torchfacts
 
 
 def _first_line(e: BaseException) -> str:
@@ -62,8 +70,6 @@ def _die_with_parent() -> None:
     exit at once if it already has. Best effort; the stdin EOF and the watchdog also end it."""
     parent = os.environ.get(LR.PARENT_VAR)
     try:
-        import ctypes
-        import signal
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)
     except Exception:
         pass
@@ -81,14 +87,14 @@ class LocalWorker:
         self.lock = threading.Lock()
         self.done = False
         self.phase = "start"
-        self.failure: Optional[Dict[str, str]] = None
+        self.failure: Optional[Failure] = None
         self.device: Optional[str] = None
-        self.intra: Dict[str, Any] = {}
-        self.world: Dict[str, Any] = {}
+        self.intra: AllReduce = {}
+        self.world: AllReduce = {}
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
-        self.torch = TorchLoader()
+        self.torch = TorchLoader(torchfacts.load)
 
-    def entry(self, ok: bool) -> Dict[str, Any]:
+    def entry(self, ok: bool) -> LocalEntry:
         return LR.entry(self.cfg.local_rank, ok, self.phase, self.failure, self.device,
                         LR.AllReduces(self.intra, self.world))
 
@@ -149,11 +155,9 @@ class LocalWorker:
                 os._exit(9)  # as a crash in torch/NCCL would, without a last word
             store = self._join(msg, d)
             backend = str(msg.get("backend") or "gloo")
-            from disttrain_probe.gpu import nccldiag
             os.environ.update(nccldiag.run_vars(msg.get("env")))  # as local rank 0 set them
             if backend == "nccl":
                 self.device = f"cuda:{cfg.local_rank}"
-            from disttrain_probe.phases import collective
             collective.run(cfg, store, collective.CollectivePath(msg.get("ifname"), backend, self.layout),
                            d, self.tracker, collective.CollectiveResults(self.world, self.intra))
             with self.lock:

@@ -1,4 +1,4 @@
-"""``make gpu-check`` / ``python -m disttrain_probe.gpu.check``: the probe's NCCL path on every local GPU.
+"""``make gpu-check`` / ``python -m disttrain_probe.run.gpucheck``: the probe's NCCL path on every local GPU.
 
 One worker process per visible GPU (rank = local rank = GPU index, MASTER_ADDR
 127.0.0.1, a free port; rank 0 hosts the TCPStore as the probe's rank 0 does), each with
@@ -14,6 +14,8 @@ Without a GPU it prints ``{"ok": true, "skipped": true, "gpus": 0, "reason": ...
 exits 0. A whole run is bounded by ``--timeout`` (default 240 s); workers still running
 then are killed and the summary says so. ``--backend gloo --ranks N`` runs the same
 processes on CPU (no NCCL lines then): the check's own self-test on machines without GPUs.
+
+torch is imported lazily: without a usable torch the check still prints its answer.
 """
 from __future__ import annotations
 
@@ -27,10 +29,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from datetime import timedelta
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from disttrain_probe.gpu import hardware, nccldiag, nccllog
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.gpu import hardware, nccldiag, nccllog
+from disttrain_probe.ground.config import Config
+from disttrain_probe.ground.deadline import ProbeFailure, Tracker
+from disttrain_probe.ground.shapes import AllReduce
+from disttrain_probe.phases import collective, inventory
 
 DEFAULT_SIZES = (1 << 20, 16 << 20, 256 << 20)  # bytes
 DEFAULT_ITERATIONS = 20
@@ -58,13 +65,7 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
     """One rank: env RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Prints one
     JSON line ``{"rank", "results": [...], "versions", "error"}``; exit 0 when every size
     was correct."""
-    from datetime import timedelta
-
     import torch.distributed as dist
-
-    from disttrain_probe.phases import collective, inventory
-    from disttrain_probe.runtime.config import Config
-    from disttrain_probe.runtime.deadline import ProbeFailure, Tracker
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     out: Dict[str, Any] = {"rank": rank, "results": [], "versions": None, "error": None,
@@ -91,7 +92,7 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
             cfg = Config(rank=rank, world_size=world, master_addr="127.0.0.1", master_port=port,
                          node_name=node, backend=backend, message_size_bytes=size,
                          iterations=iterations, local_rank=int(os.environ.get("LOCAL_RANK", rank)))
-            res: Dict[str, Any] = {}
+            res: AllReduce = {}
             # A fresh key space per size: each run makes (and destroys) its own process group.
             collective.run(cfg, dist.PrefixStore(f"gpucheck/{i}", store),
                            collective.CollectivePath(None, backend), d, tracker,
@@ -141,7 +142,7 @@ class CheckRun:
     backend: str = "nccl"
 
 
-def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict[str, Any],
+def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: hardware.Hardware,
               run: CheckRun) -> Dict[str, Any]:
     """The check's one JSON summary from each worker's output (``{"rank", "results",
     "versions", "error"}``; a rank that printed nothing is ``{"rank": r, "error": ...}``),
@@ -178,7 +179,7 @@ def summarize(workers: List[Dict[str, Any]], nccl_lines: Sequence[str], hw: Dict
             "algbwGBps": min((r["algbwGBps"] for r in done), default=None),
             "busbwGBps": min((r["busbwGBps"] for r in done), default=None)})
     v0 = next((w.get("versions") for w in workers if w.get("versions")), None) or {}
-    inv_gpus = hw.get("gpus") or {}
+    inv_gpus: Mapping[str, Any] = hw.get("gpus") or {}
     nccl_ok = backend != "nccl" or parsed["initComplete"] >= gpus
     diag = _diagnostics(workers, node, backend, v0.get("nccl"))
     failures += [dict({"rank": None}, **f) for f in diag.pop("failures")]
@@ -248,7 +249,7 @@ def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "n
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NCCL_DEBUG="INFO",
                        NCCL_DEBUG_SUBSYS=NCCL_SUBSYS,
                        NCCL_DEBUG_FILE=os.path.join(tmp, "nccl.%h.%p.log"))
-            cmd = [sys.executable, "-m", "disttrain_probe.gpu.check", "--worker", "--backend", backend,
+            cmd = [sys.executable, "-m", "disttrain_probe.run.gpucheck", "--worker", "--backend", backend,
                    "--sizes", ",".join(str(s) for s in sizes), "--iterations", str(iterations),
                    "--timeout", str(max(10.0, timeout - 10))]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
@@ -276,7 +277,7 @@ def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "n
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """CLI: prints the summary JSON; exit 0 when ok (or skipped without GPUs), else 1."""
-    ap = argparse.ArgumentParser(prog="python -m disttrain_probe.gpu.check", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m disttrain_probe.run.gpucheck", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default=",".join(str(s) for s in DEFAULT_SIZES),
                     help="all-reduce sizes, e.g. 1M,16M,256M (default %(default)s bytes)")

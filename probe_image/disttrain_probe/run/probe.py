@@ -1,5 +1,5 @@
 """One probe run (:class:`Probe`): every phase in order, each phase's results kept in
-:mod:`disttrain_probe.runtime.results`, the report written at the end (or by the watchdog);
+:mod:`disttrain_probe.ground.results`, the report written at the end (or by the watchdog);
 ``python -m disttrain_probe`` runs it (:mod:`disttrain_probe.__main__`)."""
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, cast
 
-from disttrain_probe.runtime import config as C
-from disttrain_probe.localranks import roles as LR
-from disttrain_probe.contract import probe_env, vocabulary
-from disttrain_probe.runtime import probelocal, probereport
-from disttrain_probe.runtime import report as REP
-from disttrain_probe.runtime.deadline import Deadline, ProbeFailure, Tracker
-from disttrain_probe.runtime import torchload
-from disttrain_probe.runtime.results import (ChoiceResult, CollectiveResult, LocalRanksResult, MeshResult, Outcome,
-                                             SharedState)
-from disttrain_probe.runtime.torchload import TorchLoader
+from disttrain_probe.contract import probe_env, settings, versions, vocabulary
+from disttrain_probe.gpu import hardware, nccldiag, rdmalimits
+from disttrain_probe.ground import config as C
+from disttrain_probe.ground import roles as LR
+from disttrain_probe.ground import torchload
+from disttrain_probe.ground.deadline import Deadline, ProbeFailure, Tracker
+from disttrain_probe.ground.shapes import Failure, Inventory, Peer
+from disttrain_probe.ground.results import Kept, MeshRow, SharedState
+from disttrain_probe.ground.torchload import TorchLoader
+from disttrain_probe.phases import (collective, connectivity, interfaces, inventory, masterstore, ncclcheck,
+                                    rendezvous, torchfacts)
+from disttrain_probe.run import probelocal, probereport
+from disttrain_probe.run import report as REP
 
 
 def _first_line(e: BaseException) -> str:
@@ -29,7 +32,7 @@ def _first_line(e: BaseException) -> str:
 
 class Probe:
     """One probe run: the phases in order (:meth:`run`), what each left
-    (:mod:`disttrain_probe.runtime.results`), and the report written at the end, or by the
+    (:mod:`disttrain_probe.ground.results`), and the report written at the end, or by the
     watchdog when a phase overran (:meth:`_overrun`)."""
 
     def __init__(self, cfg: C.Config, argv: Optional[List[str]] = None):
@@ -38,30 +41,36 @@ class Probe:
         self.lock = threading.RLock()
         self.bus: Any = None
         self.store: Any = None
-        self.inv: Dict[str, Any] = {"interfaces": []}
-        self.state: SharedState = {"warnings": [], "master": None,
-                                   "self_summary": self._self_summary}
-        self.outcome = Outcome()
-        self.mesh = MeshResult()
-        self.choice = ChoiceResult()
-        self.coll = CollectiveResult()
         self.tracker = Tracker(cfg.timeout_seconds, on_overrun=self._overrun)
-        self.torch = TorchLoader()
+        self.torch = TorchLoader(torchfacts.load)
+        state: SharedState = {"warnings": [], "master": None, "self_summary": self._self_summary}
+        # What the run keeps (the report is built from it alone); the names below are its.
+        self.kept = Kept(cfg, self.tracker, self.torch, state)
+        self.state, self.outcome, self.mesh = state, self.kept.outcome, self.kept.mesh
+        self.choice, self.coll, self.ranks = self.kept.choice, self.kept.coll, self.kept.ranks
         # Several processes per node (localranks.py): local ranks 1..P-1, started by this one.
         self.layout = LR.Layout(cfg.rank, cfg.world_size, 0, cfg.nproc_per_node)
-        self.ranks = LocalRanksResult()
         self._nccl_thread: Optional[threading.Thread] = None
 
+    @property
+    def inv(self) -> Inventory:
+        """Phase 1's inventory (``kept.inv``)."""
+        return self.kept.inv
+
+    @inv.setter
+    def inv(self, inv: Inventory) -> None:
+        self.kept.inv = inv
+
     # -- report (probereport.py) ----------------------------------------------------
-    def _self_summary(self) -> Dict[str, Any]:
-        return probereport.self_summary(self)
+    def _self_summary(self) -> Peer:
+        return probereport.self_summary(self.kept)
 
     def build(self) -> Dict[str, Any]:
-        return probereport.build(self)
+        return probereport.build(self.kept)
 
     def prewrite(self, phase: str, reason: Optional[str]) -> None:
         """Write a pessimistic report before each phase (:func:`probereport.prewrite`)."""
-        probereport.prewrite(self, phase, reason)
+        probereport.prewrite(self.kept, phase, reason)
 
     def emit(self) -> None:
         with self.lock:
@@ -126,7 +135,7 @@ class Probe:
         """Every phase in order, then the report; the exit code (0 only on a pass)."""
         cfg = self.cfg
         self._listen_early()
-        spawn_error = probelocal.start_local_ranks(self)  # they import torch meanwhile too
+        spawn_error = probelocal.start_local_ranks(self.kept, self.argv, self._bus)  # they import torch meanwhile too
         self.torch.start_after(torchload.INVENTORY_HEAD_START)  # unless the inventory is done first
         try:
             if spawn_error:
@@ -138,7 +147,7 @@ class Probe:
             self._versions_phase()
             self._collective_phase(hw)
             d = self.begin("report", None, f"{cfg.node_name}: final barrier hung")
-            probelocal.collect_local_ranks(self, d)
+            probelocal.collect_local_ranks(self.kept, d)
             self.outcome.ok = True
             self._finish_barrier(d)
         except ProbeFailure as f:
@@ -148,13 +157,12 @@ class Probe:
         if self.coll.allreduce is not None and self.coll.allreduce.get("busbwGBps") is None:
             self.coll.allreduce = None  # not measured: null, never half-filled
         self.tracker.finish()
-        probelocal.end_local_ranks(self)
+        probelocal.end_local_ranks(self.kept)
         self.emit()
         return 0 if (self.outcome.ok and self.outcome.failure is None) else 1
 
     def _listen_early(self) -> None:
         """Rank 0 listens on the master port now, not after the slow torch import."""
-        from disttrain_probe.phases import masterstore
         cfg = self.cfg
         if cfg.rank == 0 and not cfg.agent_store:
             self.state["master_listener"] = masterstore.listen_early(cfg.master_port)
@@ -163,11 +171,9 @@ class Probe:
                 self.state["beacon"] = masterstore.start_beacon(cfg.beacon_port,
                                                                 masterstore.beacon_token(cfg))
 
-    def _inventory_phase(self) -> Dict[str, Any]:
+    def _inventory_phase(self) -> hardware.Hardware:
         """Phase 1; returns the hardware found (GPUs, RDMA, /dev/shm), and starts the
         background torch import."""
-        from disttrain_probe.phases import connectivity, interfaces, inventory
-        from disttrain_probe.gpu import hardware
         cfg = self.cfg
         node = cfg.node_name
         d = self.begin("inventory", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
@@ -185,7 +191,7 @@ class Probe:
         w = connectivity.port_range_warning(node, self.inv.get("portRange"), cfg.port_range)
         if w:
             self.state["warnings"].append(w)
-        hw: Dict[str, Any] = hardware.collect(hardware.requested_gpus())  # GPUs, RDMA, /dev/shm (hardware.py)
+        hw = hardware.collect(hardware.requested_gpus())  # GPUs, RDMA, /dev/shm (hardware.py)
         self.state["warnings"].extend(hardware.findings(hw, node))
         # Import torch in the background from here on; the phases that need it wait for it.
         # Not earlier: the inventory loads shared libraries (NSS for the hostname, NVML),
@@ -197,7 +203,6 @@ class Probe:
 
     def _rendezvous_phase(self) -> None:
         """Phase 2: reach the master, wait for torch, join the store."""
-        from disttrain_probe.phases import collective, rendezvous
         cfg = self.cfg
         d = self.begin("rendezvous", vocabulary.MASTER_PORT_TIMEOUT, f"{cfg.node_name}: rendezvous hung")
         addr = rendezvous.reach_master(cfg, self.inv, d, self.tracker, self.state)
@@ -206,14 +211,13 @@ class Probe:
         self.store, self.bus = rendezvous.join_store(cfg, self.inv, d, self.tracker, self.state,
                                                      addr)
 
-    def _connectivity_phase(self) -> Dict[str, Any]:
+    def _connectivity_phase(self) -> connectivity.Connectivity:
         """Phase 3: the mesh; returns connectivity's answer (the choice reads it)."""
-        from disttrain_probe.phases import connectivity
         cfg = self.cfg
         d = self.begin("connectivity", vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: connectivity mesh hung")
-        conn: Dict[str, Any] = connectivity.connectivity(cfg, self.inv, self.bus, d, self.tracker)
+        conn = connectivity.connectivity(cfg, self.inv, self.bus, d, self.tracker)
         mine = conn["mesh"].get(cfg.rank, {})
-        self.mesh.rows = [dict({"peer": p, "addr": a}, **res)
+        self.mesh.rows = [MeshRow(peer=p, addr=a, **res)
                           for p in sorted(mine) for a, res in sorted(mine[p].items())]
         if conn.get("errors"):
             self.mesh.listen_errors = conn["errors"]
@@ -221,10 +225,8 @@ class Probe:
         self.mesh.path_mbps_low = conn.get("pathMbpsLow") or {}
         return conn
 
-    def _choice_phase(self, conn: Dict[str, Any]) -> None:
+    def _choice_phase(self, conn: connectivity.Connectivity) -> None:
         """Phase 4: every rank computes the same interface choice; NCCL's own check starts."""
-        from disttrain_probe.phases import interfaces
-        from disttrain_probe.contract import settings
         cfg = self.cfg
         node = cfg.node_name
         self.begin("choice", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: interface choice hung")
@@ -244,16 +246,13 @@ class Probe:
 
     def _versions_phase(self) -> None:
         """Phase 5: all ranks' versions, then the settings that must agree."""
-        from disttrain_probe.contract import settings, versions
         self.begin("versions", vocabulary.PROBE_INTERNAL_ERROR, f"{self.cfg.node_name}: version check hung")
         v = versions.check(self.bus.peers) or settings.mismatch(self.bus.peers)
         if v:
             raise ProbeFailure(v["reason"], v["message"])
 
-    def _collective_phase(self, hw: Dict[str, Any]) -> None:
+    def _collective_phase(self, hw: hardware.Hardware) -> None:
         """Phase 6: the real all-reduce (local ranks 1..P-1 join it), NCCL's log read after."""
-        from disttrain_probe.phases import collective, rendezvous
-        from disttrain_probe.gpu import hardware, rdmalimits
         cfg = self.cfg
         node = cfg.node_name
         d = self.begin("collective", vocabulary.PROCESS_GROUP_INIT_FAILED, f"{node}: collective hung")
@@ -288,7 +287,6 @@ class Probe:
     def _nccl_diagnostics(self, lines: List[str]) -> None:
         """NCCL's DIAG lines (rank 0's process, and each node's first rank for a failed P2P
         pair) as evidence: its warnings join the report's, its first failure ends the probe."""
-        from disttrain_probe.gpu import nccldiag
         lay, nodes = self.layout, getattr(self.bus, "nodes", None) or {}
         rank_nodes = {g: nodes[g // lay.nproc] for g in range(lay.world) if g // lay.nproc in nodes}
         fails, warns = nccldiag.findings(nccldiag.parse(lines), self.cfg.node_name, rank_nodes)
@@ -299,7 +297,7 @@ class Probe:
     def _failed(self, f: ProbeFailure) -> None:
         """A classified failure: it is the report's; peers are told (unless it is theirs)."""
         self.outcome.ok = False
-        f = probelocal.local_cause(self, f)
+        f = probelocal.local_cause(self.kept, self._bus, f)
         self.outcome.failure = {"reason": f.reason, "phase": f.phase or self.outcome.phase, "message": f.message}
         self.tracker.wind_down(4.5)
         if not f.relayed:
@@ -323,7 +321,7 @@ class Probe:
                    f"report")
         self.outcome.failure = {"reason": reason, "phase": self.outcome.phase, "message": msg}
         if self.ranks.failure is not None:
-            self.outcome.failure = dict(self.ranks.failure)
+            self.outcome.failure = Failure(**self.ranks.failure)
         traceback.print_exc(file=sys.stderr)
         self._abort_peers(self.outcome.phase, reason, msg, wait=1.0)
         self._linger_for_peers()
@@ -332,7 +330,6 @@ class Probe:
         """In the background (while versions and the collective run): ask NCCL itself, with
         NCCL_SOCKET_IFNAME set as the operator will set it, which interface its bootstrap
         uses. Skipped without a loaded libnccl."""
-        from disttrain_probe.phases import ncclcheck
         ifname = (self.choice.chosen or {}).get("ifname")
         lib = ncclcheck.loaded_library() if self.torch.nccl_default is not None else None
         if not ifname or not lib:

@@ -4,7 +4,7 @@ The probe pod runs one process per local rank, as training will (``torchrun
 --nproc-per-node P``). Local rank 0 is the node's probe as with one process (inventory,
 master port, the connectivity mesh per node, the interface choice, versions: every
 node-level check, once per node); it starts local ranks 1..P-1 itself
-(:mod:`disttrain_probe.localranks.spawn`, each runs :mod:`disttrain_probe.localranks.worker`) and they
+(:mod:`disttrain_probe.localranks.spawn`, each runs :mod:`disttrain_probe.run.worker`) and they
 join only the collective phase: one process group of ``nodes x P`` ranks (global rank =
 node rank x P + local rank, as torchrun numbers them), first an all-reduce among the
 node's local ranks (the intra-node path: NVLink/P2P/SHM with NCCL, loopback with gloo),
@@ -19,9 +19,10 @@ pod's failure, its message naming the node and the local rank (``node-b local ra
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from disttrain_probe.contract import probe_env, vocabulary
+from disttrain_probe.ground.shapes import AllReduce, Failure, LocalEntry  # noqa: F401  (LocalEntry: the shape spawn.py and run/ name through roles)
 
 MAX_NPROC = 256  # local ranks per node the probe will start (8 GPUs is the usual; 72 on NVL72 trays)
 # A local rank's outcome line on its stdout: this marker, then one JSON object (entry()).
@@ -68,7 +69,7 @@ def who(node: str, local_rank: int, nproc: int) -> str:
     return node if nproc <= 1 else f"{node} local rank {local_rank}"
 
 
-def _bw(result: Optional[Dict[str, Any]], key: str) -> Optional[float]:
+def _bw(result: Optional[AllReduce], key: str) -> Optional[float]:
     v = (result or {}).get(key)
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
@@ -77,18 +78,30 @@ def _bw(result: Optional[Dict[str, Any]], key: str) -> Optional[float]:
 class AllReduces:
     """A local rank's own results of the intra-node (``intra``) and the world (``world``)
     all-reduce, as :mod:`disttrain_probe.phases.collective` returns them (None: not run)."""
-    intra: Optional[Dict[str, Any]] = None
-    world: Optional[Dict[str, Any]] = None
+    intra: Optional[AllReduce] = None
+    world: Optional[AllReduce] = None
 
 
-def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Dict[str, Any]] = None,
-          device: Optional[str] = None, allreduces: AllReduces = AllReduces()) -> Dict[str, Any]:
+def present(failure: Failure) -> Failure:
+    """``failure`` without its keys whose value is None (reason, phase, message order)."""
+    out: Failure = {}
+    if failure.get("reason") is not None:
+        out["reason"] = failure["reason"]
+    if failure.get("phase") is not None:
+        out["phase"] = failure["phase"]
+    if failure.get("message") is not None:
+        out["message"] = failure["message"]
+    return out
+
+
+def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Failure] = None,
+          device: Optional[str] = None, allreduces: AllReduces = AllReduces()) -> LocalEntry:
     """One local rank's compact outcome (an element of the report's ``localRanks``):
     ``{localRank, ok, phase, device?, intraBusbwGBps?, busbwGBps?, failure?}``, bandwidths
     in GB/s (1e9 B/s) from its own timing of the intra-node and the world all-reduce
     (``allreduces``). Optional keys are left out when unknown (a 4 KiB report has to carry
     P of these)."""
-    out: Dict[str, Any] = {"localRank": local_rank, "ok": bool(ok), "phase": phase}
+    out: LocalEntry = {"localRank": local_rank, "ok": bool(ok), "phase": phase}
     if device:
         out["device"] = device
     ib, wb = _bw(allreduces.intra, "busbwGBps"), _bw(allreduces.world, "busbwGBps")
@@ -97,8 +110,7 @@ def entry(local_rank: int, ok: bool, phase: str, failure: Optional[Dict[str, Any
     if wb is not None:
         out["busbwGBps"] = wb
     if failure:
-        out["failure"] = {k: failure.get(k) for k in ("reason", "phase", "message")
-                          if failure.get(k) is not None}
+        out["failure"] = present(failure)
     return out
 
 
@@ -112,8 +124,8 @@ class Ending:
     final: bool = True
 
 
-def exited(local_rank: int, ending: Ending, last: Optional[Dict[str, Any]], node: str,
-           nproc: int) -> Dict[str, Any]:
+def exited(local_rank: int, ending: Ending, last: Optional[LocalEntry], node: str,
+           nproc: int) -> LocalEntry:
     """The outcome of a local rank from what local rank 0 saw: its last outcome line
     (``last``, :func:`entry`'s shape, or None) and its ``ending`` (:class:`Ending`).
     A process that ended without a final outcome (killed, out of memory, a crash in C++)
@@ -121,7 +133,7 @@ def exited(local_rank: int, ending: Ending, last: Optional[Dict[str, Any]], node
     code; so does one still running when ``final`` (local rank 0 waited for it in vain).
     Returns an :func:`entry`-shaped dict."""
     code, tail, final = ending.code, ending.tail, ending.final
-    base = dict(last) if isinstance(last, dict) else entry(local_rank, False, "start")
+    base = LocalEntry(**last) if isinstance(last, dict) else entry(local_rank, False, "start")
     base["localRank"] = local_rank
     if (base.get("ok") is True or base.get("failure") or base.get("stopped")
             or (code is None and not final)):
@@ -143,17 +155,17 @@ def exited(local_rank: int, ending: Ending, last: Optional[Dict[str, Any]], node
     return base
 
 
-def first_failure(entries: Sequence[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+def first_failure(entries: Sequence[LocalEntry]) -> Optional[Failure]:
     """The failure the pod reports for its local ranks: the first local rank (> 0) whose
     outcome failed for a reason of its own, else the first that failed at all; its failure
     dict ``{reason, phase, message}``, None when none failed. A local rank that only
     stopped because local rank 0 failed (``stopped``) is not a failure."""
     failed = [e for e in entries if isinstance(e, dict) and e.get("localRank") != 0
               and isinstance(e.get("failure"), dict) and not e.get("stopped")]
-    return dict(failed[0]["failure"]) if failed else None
+    return Failure(**failed[0]["failure"]) if failed else None
 
 
-def ready(entries: Sequence[Dict[str, Any]], nproc: int) -> bool:
+def ready(entries: Sequence[LocalEntry], nproc: int) -> bool:
     """Every local rank 0..nproc-1 present and ok."""
     seen = {e.get("localRank"): e for e in entries if isinstance(e, dict)}
     return all(seen.get(i, {}).get("ok") is True for i in range(nproc))

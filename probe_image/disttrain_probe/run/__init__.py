@@ -1,0 +1,5 @@
+"""The probe's roof: programs that only sequence the rooms (``phases``, ``gpu``,
+``localranks``) on the ground. One probe run (``probe``) with local rank 0's view of the
+other local ranks (``probelocal``), the report built from what it kept (``probereport``)
+and capped and written (``report``), a local rank's own run (``worker``), and
+``make gpu-check`` (``gpucheck``)."""
