@@ -46,7 +46,7 @@ up: system-deps venv build-cluster
 	$(VPY) -m localcluster up
 
 down: venv
-	-$(VPY) -m localcluster.operator_install stop
+	-$(VPY) -m localcluster.cluster.operator_install stop
 	$(VPY) -m localcluster down
 
 crds: venv

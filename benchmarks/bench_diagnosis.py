@@ -16,7 +16,7 @@ job runs twice, one after the other:
    succeeds, or the cap (``--cap``, default 300 s) passes; the user sees the pods' states
    and the last line of each worker's log;
 3. **as a Kubeflow PyTorchJob** (the peer: the same job translated by
-   :func:`localcluster.kubeflow.pytorchjob_documents`, one Master and numNodes-1 Workers
+   :func:`localcluster.cluster.kubeflow.pytorchjob_documents`, one Master and numNodes-1 Workers
    with the same image, command and env, run by Kubeflow's training operator v1.8.1 that
    ``localcluster up --kubeflow`` starts): seconds from ``kubectl apply`` to the
    PyTorchJob's ``Failed`` condition (or ``Succeeded``), else the cap; the user sees the
@@ -42,7 +42,7 @@ the probe explains; rows that miss it are marked, never hidden.
     .venv/bin/python benchmarks/bench_diagnosis.py --cap 60 --columns probe,pytorchjob
 
 Use a cluster instance of your own when others share the machine
-(``DISTTRAIN_CLUSTER_INSTANCE=N``, see ``localcluster/localcluster/config.py``).
+(``DISTTRAIN_CLUSTER_INSTANCE=N``, see ``localcluster/localcluster/common/config.py``).
 """
 
 from __future__ import annotations
@@ -73,11 +73,11 @@ PEER = "PyTorchJob"
 
 
 def failing_scenarios(names: list[str], only: Optional[list[str]] = None) -> list[Any]:
-    """The scenarios among ``names`` (loaded with :func:`localcluster.scenario.load`) whose
+    """The scenarios among ``names`` (loaded with :func:`localcluster.scenarios.scenario.load`) whose
     expected status is False, in name order, restricted to ``only`` when given.
-    Raises ``localcluster.scenario.ScenarioError`` for a file that does not load and
+    Raises ``localcluster.scenarios.scenario.ScenarioError`` for a file that does not load and
     ValueError for a name in ``only`` that is not a failing scenario."""
-    from localcluster import scenario as scn
+    from localcluster.scenarios import scenario as scn
 
     loaded = [scn.load(n) for n in sorted(names)]
     failing = [s for s in loaded if s.expect.status == "False"]
@@ -390,20 +390,20 @@ def _short(text: str, n: int = 240) -> str:
 def _clients():
     from kubernetes import client, config as kconfig
 
-    from localcluster import config as lc_config
+    from localcluster.common import config as lc_config
 
     kconfig.load_kube_config(str(lc_config.state_dir() / "admin.kubeconfig"))
     return client.CoreV1Api(), client.CustomObjectsApi(), client.ApiClient()
 
 
 def _delete_namespace(ns: str) -> None:
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
 
     kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s", check=False)
 
 
 def _last_log_line(ns: str, pod: str) -> str:
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
 
     out = kubectl("logs", "-n", ns, pod, "--tail=60", check=False)
     return _short(telling_line(out.stdout or ""), 200)
@@ -449,8 +449,8 @@ def run_probe(sc, say=print) -> dict:
 def run_plain(sc, cap: float, say=print) -> dict:
     """The scenario's job without probes: seconds from apply until it fails (or succeeds),
     else ``cap``; what the user sees (pods, last log lines)."""
-    from localcluster import scenario as scn
-    from localcluster.operator_install import kubectl
+    from localcluster.scenarios import scenario as scn
+    from localcluster.cluster.operator_install import kubectl
 
     core, custom, api = _clients()
     ns = f"bd-plain-{sc.name[:34]}-{uuid.uuid4().hex[:5]}"
@@ -487,7 +487,7 @@ def run_plain(sc, cap: float, say=print) -> dict:
 
 def _pod_logs(ns: str, pod: dict) -> list[tuple[str, str]]:
     """(``pod/container``, log) for the pod's init containers, then its containers."""
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
 
     name = pod["metadata"]["name"]
     spec = pod.get("spec") or {}
@@ -502,8 +502,9 @@ def run_pytorchjob(sc, cap: float, restart_policy: str, probe_message: str = "",
                    say=print) -> dict:
     """The scenario's job as a Kubeflow PyTorchJob: seconds from apply until its Failed
     (or Succeeded) condition, else ``cap``; what the user sees at that moment."""
-    from localcluster import kubeflow, scenario as scn
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster import kubeflow
+    from localcluster.scenarios import scenario as scn
+    from localcluster.cluster.operator_install import kubectl
 
     core, custom, api = _clients()
     ns = f"bd-pj-{sc.name[:36]}-{uuid.uuid4().hex[:5]}"
@@ -636,7 +637,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from localcluster import cli, config as lc_config, kubeflow, scenario as scn, scenariorun
+    from localcluster import cli, scenariorun
+    from localcluster.common import config as lc_config
+    from localcluster.cluster import kubeflow
+    from localcluster.scenarios import scenario as scn
 
     console = Console(highlight=False, soft_wrap=True)
     try:

@@ -34,7 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
-from localcluster import config as lc_config, operator_install  # noqa: E402
+from localcluster.common import config as lc_config
+from localcluster.cluster import operator_install  # noqa: E402
 
 console = Console()
 

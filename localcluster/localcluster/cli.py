@@ -12,23 +12,39 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane, dns, kubeflow, kueue, network, nodedns, procs, realnode, routing
-from .config import (FABRIC_NS, IMAGES_FILE, MAX_NODES, NODE_NS_PREFIX, k8s_bin_dir, node_spec_by_name, node_specs,
-                     state_dir, venv_python)
-from .kubeapi import ApiError, KubeClient
-from .kubeconfig import SERVER
-
+from localcluster.cluster import controlplane, kubeflow, kueue
+from localcluster.common import procs
+from localcluster.common.config import (
+    FABRIC_NS,
+    IMAGES_FILE,
+    MAX_NODES,
+    NODE_NS_PREFIX,
+    k8s_bin_dir,
+    node_spec_by_name,
+    node_specs,
+    state_dir,
+    venv_python,
+)
+from localcluster.common.kubeapi import ApiError, KubeClient
+from localcluster.common.kubeconfig import SERVER
+from localcluster.network import dns, nodedns, routing, topology
+from localcluster.network import netns as network
+from localcluster.images import archives
+from localcluster.nodes import realnode
 
 # Modules a running agent has loaded, transitively (containerinit runs fresh for every
 # container); tests/unit/test_localcluster_nodeagent.py keeps the list whole.
-AGENT_SOURCES = ["nodeagent/__init__.py", "nodeagent/__main__.py", "nodeagent/agent.py",
-                 "nodeagent/container.py", "nodeagent/lifecycle.py", "nodeagent/logs.py",
-                 "nodeagent/node.py", "nodeagent/podstate.py", "nodeagent/podstatus.py",
-                 "nodeagent/sandbox.py", "nodeagent/shared.py", "nodeagent/volumes.py",
-                 "nodeagent/watch.py", "podspec.py", "kubeapi.py", "scenario.py",
-                 "__init__.py", "config.py", "kubeconfig.py", "network.py", "nodedns.py", "pki.py",
-                 "podnet.py", "procs.py", "routing.py", "serviceproxy.py"]
-REALNODE_SOURCES = ["realnode.py", "serviceproxy.py", "podnet.py", "scenario.py", "routing.py"]
+AGENT_SOURCES = ["__init__.py", "common/__init__.py", "common/config.py", "common/kubeapi.py",
+                 "common/kubeconfig.py", "common/pki.py", "common/procs.py", "network/__init__.py",
+                 "network/firewall.py", "network/netns.py", "network/nodedns.py", "network/podnet.py",
+                 "network/serviceproxy.py", "network/topology.py", "nodes/__init__.py",
+                 "nodes/nodeagent/__init__.py", "nodes/nodeagent/__main__.py", "nodes/nodeagent/agent.py",
+                 "nodes/nodeagent/container.py", "nodes/nodeagent/lifecycle.py", "nodes/nodeagent/logs.py",
+                 "nodes/nodeagent/node.py", "nodes/nodeagent/podstate.py", "nodes/nodeagent/podstatus.py",
+                 "nodes/nodeagent/sandbox.py", "nodes/nodeagent/shared.py", "nodes/nodeagent/volumes.py",
+                 "nodes/nodeagent/watch.py", "nodes/podspec.py"]
+REALNODE_SOURCES = ["nodes/realnode.py", "images/archives.py", "network/serviceproxy.py", "network/podnet.py",
+                    "network/topology.py"]
 # What runs a node's pods: "containerd" (a real kubelet and containerd, realnode.py) or
 # "agent" (the node agent, nodeagent/: pods as processes). $DISTTRAIN_NODE_RUNTIME or
 # `up --runtime` chooses; see localcluster/README.md.
@@ -183,19 +199,19 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
     dns.DnsError, kubeflow.KubeflowError, kueue.KueueError or TimeoutError.
     """
-    from . import scenario as scn
+    from localcluster.scenarios import scenario as scn
     t0 = time.monotonic()
     if os.geteuid() != 0:
         raise PermissionError("localcluster needs root (network namespaces, mounts)")
     if scenario is not None:
         nodes = scenario.nodes
         topos = scn.topology(scenario)
-        peers = scn.peer_hosts(topos)
+        peers = topology.peer_hosts(topos)
         segments = list(scenario.segments)
     else:
-        topos = scn.default_topology(nodes)
-        peers = scn.peer_hosts(scn.default_topology(MAX_NODES))
-        segments = list(scn.DEFAULT_SEGMENTS)
+        topos = topology.default_topology(nodes)
+        peers = topology.peer_hosts(topology.default_topology(MAX_NODES))
+        segments = list(topology.DEFAULT_SEGMENTS)
     wants_gpus = bool(gpus or any(t.gpus for t in topos))
     runtime, why = choose_runtime(runtime, wants_gpus)
     if why:
@@ -216,7 +232,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         if wants_gpus:
             raise ValueError("real nodes (runtime containerd) have no GPUs here (no device "
                              "plugin); run GPU scenarios with --runtime agent")
-        _write_image_list(state)
+        archives.write_list(state)
     want = {n.name for n in desired}
     for name in list(cfg.get("nodes", {})):
         if name not in want:
@@ -254,10 +270,10 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
         if running is None:
             started[n.name] = time.time()
         if running is None and runtime == "containerd":
-            procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.realnode",
+            procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.nodes.realnode",
                                                 "run", "--node", n.name, "--state", str(state)])
         elif running is None:
-            procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.nodeagent",
+            procs.start_detached(state, agent, [venv_python(), "-m", "localcluster.nodes.nodeagent",
                                                 "--node", n.name, "--gpus", str(node_gpus),
                                                 "--state", str(state)])
         nics = {ln.name: ln.addresses[0].split("/")[0] for ln in topo.links
@@ -326,30 +342,15 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     return state / "admin.kubeconfig"
 
 
-def _write_image_list(state: Path) -> None:
-    """``<state>/realnodes/images.txt``: the docker-archives of the images ``make images``
-    built (``build-images.sh archives``), which each real node imports. Raises RuntimeError
-    when they are not built."""
-    from .config import REPO_ROOT
-    r = subprocess.run(["bash", str(REPO_ROOT / "localcluster" / "build" / "build-images.sh"),
-                        "archives"], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError("real nodes run the project's images: run `make images` first ("
-                           + r.stderr.strip()[-300:] + ")")
-    d = state / "realnodes"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / realnode.IMAGES_LIST).write_text(r.stdout)
-
-
 def _import_images(state: Path, desired) -> None:
     """Import into each running real node the image archives it lacks. Raises RuntimeError."""
-    archives = realnode.image_archives(state)
+    images = archives.image_archives(state)
     ctr = realnode.binaries()["ctr"]
     for n in desired:
         try:
-            realnode.import_images(ctr, realnode.node_dir(state, n.name),
-                                   realnode.containerd_root(n), archives)
-        except realnode.RealNodeError as e:
+            archives.import_images(ctr, realnode.node_dir(state, n.name),
+                                   realnode.containerd_root(n), images)
+        except archives.ImageError as e:
             raise RuntimeError(f"{n.name}: {e}") from e
 
 
@@ -384,11 +385,11 @@ def _unmount_leftovers(state: Path) -> None:
 
 def down() -> None:
     """Stop everything `up` started: node agents, pod processes, cluster DNS, control plane
-    (and the operator if `localcluster.operator_install` started it); delete the
+    (and the operator if `localcluster.cluster.operator_install` started it); delete the
     namespaces, created mount points and etcd data. Safe to run when nothing is up."""
     state = state_dir()
-    try:  # the operator as `localcluster.operator_install` runs it: useless without the cluster
-        from . import operator_install
+    try:  # the operator as `localcluster.cluster.operator_install` runs it: useless without the cluster
+        from localcluster.cluster import operator_install
         operator_install.stop(timeout=5.0)
     except Exception as e:  # module absent or broken: not ours to fix here
         _say(f"operator not stopped: {e}")
@@ -424,10 +425,9 @@ def down() -> None:
 
 
 def _stored_topology(state: Path, name: str):
-    from . import scenario as scn
     try:
         doc = json.loads((state / "nodes" / f"{name}.topology.json").read_text())
-        return scn.NodeTopology.from_json(doc["topology"])
+        return topology.NodeTopology.from_json(doc["topology"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -481,7 +481,7 @@ def status() -> int:
 
 def env_lines() -> str:
     """Shell lines that point kubectl (and helm) at the cluster."""
-    from .operator_install import helm_bin
+    from localcluster.cluster.operator_install import helm_bin
     state = state_dir()
     return (f"export KUBECONFIG={state / 'admin.kubeconfig'}\n"
             f"export PATH={k8s_bin_dir()}:{helm_bin().parent}:$PATH\n")
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sc = None
             if a.scenario:
-                from . import scenario as scn
+                from localcluster.scenarios import scenario as scn
                 sc = scn.load(a.scenario)
             ko = None
             if a.kueue or a.kueue_quota or a.kueue_namespaces:

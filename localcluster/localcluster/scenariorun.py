@@ -19,7 +19,9 @@ from typing import Optional
 
 import yaml
 
-from . import altlibs, config, scenario as scn
+from localcluster.common import config
+from localcluster.scenarios import altlibs
+from localcluster.scenarios import scenario as scn
 
 JOB = "ddp-digits"
 
@@ -126,7 +128,7 @@ def describe(ns: str) -> str:
 
 
 def _kubectl(*args: str, input: Optional[str] = None, check_: bool = True):
-    from .operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
     return kubectl(*args, input=input, check=check_)
 
 
@@ -168,15 +170,16 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     sc = sc.model_copy(update={"expect": sc.expect.for_run(run)})
     _kubectl("create", "namespace", ns, check_=False)
     if sc.kueue is not None:  # the job's namespace gets Kueue's LocalQueue
-        from . import cli, kueue
+        from localcluster import cli
+        from localcluster.cluster import kueue
         kueue.apply(cli.admin_client(config.state_dir()), kueue.local_queue(ns))
         if sc.kueue.holdSeconds:
             _hold_quota(sc, ns, say)
     if sc.networkPolicies:  # enforced before the job's first pod exists
-        from . import netpol
+        from localcluster.cluster import netpol
         netpol.apply_policies(sc.networkPolicies, ns)
     if sc.mesh:  # the sidecar is injected from the job's first pod on
-        from . import mesh
+        from localcluster.cluster import mesh
         mesh.enable(ns)
     docs = scn.job_documents(sc)
     t0 = time.monotonic()
@@ -232,8 +235,8 @@ def holder_pods(cpu: str) -> tuple[int, str]:
 def _hold_quota(sc: scn.Scenario, ns: str, say=print) -> None:
     """A batch/v1 Job queued in the same LocalQueue that holds all of the quota's CPU for
     ``kueue.holdSeconds``: the scenario's job waits in the queue until it ends."""
-    from . import kueue
-    from .config import UTILITY_IMAGE
+    from localcluster.cluster import kueue
+    from localcluster.common.config import UTILITY_IMAGE
     cpu = dict(kueue.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
     pods, per_pod = holder_pods(cpu)
     hold = {"apiVersion": "batch/v1", "kind": "Job",
@@ -276,7 +279,10 @@ def same_outcome(outcomes: list[Outcome]) -> Outcome:
 def prepare(sc: scn.Scenario, say=print) -> None:
     """Cluster up as the scenario says, and the operator running. On a failed `up` the
     cluster is taken down (nothing half-created) and the error re-raised."""
-    from . import altlibs, cli, firewall, operator_install
+    from localcluster import cli
+    from localcluster.cluster import operator_install
+    from localcluster.network import firewall
+    from localcluster.scenarios import altlibs
     for t in scn.topology(sc):
         if t.firewall:
             firewall.check(t.firewall)
@@ -289,10 +295,10 @@ def prepare(sc: scn.Scenario, say=print) -> None:
         cli.down()
         raise
     if sc.networkPolicies:  # the enforcer only for scenarios that ask for it
-        from . import netpol
+        from localcluster.cluster import netpol
         netpol.ensure(say=say)
     if sc.mesh:  # the injector only for scenarios that ask for it
-        from . import mesh
+        from localcluster.cluster import mesh
         mesh.ensure(say=say)
     operator_install.stop()  # a fresh operator: the one running may be older code
     operator_install.start()

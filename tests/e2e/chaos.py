@@ -4,10 +4,10 @@
 What is injected, and how:
 
 - **operator killed**: SIGKILL to the operator process (as an OOM kill or a lost node
-  would), a random pause, then started again (:mod:`localcluster.operator_install`), at a
+  would), a random pause, then started again (:mod:`localcluster.cluster.operator_install`), at a
   random point after one of the :data:`STAGES` of a job's life was reached;
 - **apiserver restarted**: SIGTERM to the kube-apiserver (SIGKILL after 5 s), then started
-  again with the same flags (:func:`localcluster.controlplane.ensure_control_plane`), while
+  again with the same flags (:func:`localcluster.cluster.controlplane.ensure_control_plane`), while
   the probes run;
 - **a training pod deleted by hand** (``kubectl delete pod``) while it runs: the attempt
   ends in a gang restart, and no pod of it is created again;
@@ -58,8 +58,11 @@ from kubernetes.client.rest import ApiException
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
-from localcluster import controlplane, network, operator_install, procs, realnode
-from localcluster.config import node_spec_by_name
+from localcluster.cluster import controlplane, operator_install
+from localcluster.network import netns as network
+from localcluster.common import procs
+from localcluster.nodes import realnode
+from localcluster.common.config import node_spec_by_name
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
@@ -565,7 +568,7 @@ def _cond_summary(status: dict[str, Any]) -> str:
 
 class Harness:
     """Runs jobs under faults on the local cluster at ``state`` (the operator must be
-    running, started by :func:`localcluster.operator_install.start`)."""
+    running, started by :func:`localcluster.cluster.operator_install.start`)."""
 
     def __init__(self, state: Path, seed: int, say: Callable[[str], None] = print):
         self.state = state

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from localcluster.config import UTILITY_IMAGE
+from localcluster.common.config import UTILITY_IMAGE
 import yaml
 
 pytestmark = pytest.mark.e2e

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from localcluster.config import UTILITY_IMAGE
+from localcluster.common.config import UTILITY_IMAGE
 import yaml
 
-from localcluster import kueue
+from localcluster.cluster import kueue
 
 pytestmark = pytest.mark.e2e
 

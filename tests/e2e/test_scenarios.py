@@ -17,7 +17,9 @@ import uuid
 
 import pytest
 
-from localcluster import cli, operator_install, scenario as scn, scenariorun
+from localcluster import cli, scenariorun
+from localcluster.cluster import operator_install
+from localcluster.scenarios import scenario as scn
 
 pytestmark = pytest.mark.e2e
 

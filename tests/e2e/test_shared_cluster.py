@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from localcluster.config import UTILITY_IMAGE
+from localcluster.common.config import UTILITY_IMAGE
 import yaml
 
-from localcluster import kueue
+from localcluster.cluster import kueue
 
 from .test_operator import apply, condition, get_job, pods, wait_for
 from .test_operator import example_docs as _example_docs

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from localcluster import scenario as scn
+from localcluster.scenarios import scenario as scn
+from localcluster.network import topology
 
 pytestmark = pytest.mark.netns
 
@@ -49,7 +50,7 @@ def lib():
     return path
 
 
-def build(ns: str, fab: str, topo: scn.NodeTopology) -> None:
+def build(ns: str, fab: str, topo: topology.NodeTopology) -> None:
     """The node's links as network.py makes them: decoy bridges (kept up by a veth port)
     first, NICs as veths whose other end sits in ``fab``, then cni0 (the pod bridge)."""
     sh("ip", "netns", "add", ns)

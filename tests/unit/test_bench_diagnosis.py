@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from localcluster import scenario as scn
+from localcluster.scenarios import scenario as scn
 
 from ..support.fixtures import load_benchmark
 

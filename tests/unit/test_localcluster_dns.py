@@ -1,4 +1,4 @@
-"""Cluster DNS (localcluster/dns.py): Corefile, address choice, the plan, DNS messages.
+"""Cluster DNS (localcluster/network/dns.py): Corefile, address choice, the plan, DNS messages.
 All pure; a real UDP round trip on the loopback checks :func:`dns.query`."""
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import threading
 
 import pytest
 
-from localcluster import dns, scenario as scn
-from localcluster.config import DNS_SERVICE_IP, pod_cidr
+from localcluster.network import dns
+from localcluster.scenarios import scenario as scn
+from localcluster.network import topology
+from localcluster.common.config import DNS_SERVICE_IP, pod_cidr
 
 
 def test_corefile_has_kubernetes_small_ttls_and_no_forwarding():
@@ -52,7 +54,7 @@ def test_pick_address_full_subnet_and_ipv6():
 
 
 def test_plan_default_topology():
-    p = dns.plan(scn.default_topology(3))
+    p = dns.plan(topology.default_topology(3))
     assert p.attachments == (dns.Attachment("mgmt", ("10.100.0.254/24",)),)
     assert p.attachments[0].ifname == "eth-mgmt" and p.attachments[0].fabric_peer == "mgmt-dns"
     assert p.gateways == {"node-a": "10.100.0.254", "node-b": "10.100.0.254",
@@ -88,7 +90,7 @@ def test_plan_follows_internal_ip_segment_and_avoids_used_addresses():
 
 
 def test_plan_two_segments_when_internal_ips_differ():
-    topos = scn.default_topology(2)
+    topos = topology.default_topology(2)
     # node-b's first NIC on the data segment: its InternalIP is there
     b = topos[1]
     nics = [ln for ln in b.links if ln.segment]
@@ -114,7 +116,7 @@ def test_plan_one_segment_per_subnet_so_dns_never_has_two_nics_on_one():
 
 
 def test_plan_internal_ip_on_no_nic():
-    topos = scn.default_topology(1)
+    topos = topology.default_topology(1)
     topos[0].internal_ip = "192.0.2.1"
     with pytest.raises(ValueError, match="on none of its NICs"):
         dns.plan(topos)

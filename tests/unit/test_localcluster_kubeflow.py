@@ -1,6 +1,6 @@
 """The pure parts of running Kubeflow's training operator on the local cluster
-(localcluster/localcluster/kubeflow.py) and of its init container's nslookup
-(localcluster/localcluster/nslookup.py). No cluster, no binary."""
+(localcluster/localcluster/cluster/kubeflow.py) and of its init container's nslookup
+(localcluster/localcluster/images/nslookup.py). No cluster, no binary."""
 from __future__ import annotations
 
 import base64
@@ -14,7 +14,11 @@ import pytest
 import yaml
 from cryptography import x509
 
-from localcluster import config, kubeflow, nslookup, pki, podspec, scenario as scn
+from localcluster.common import config, pki
+from localcluster.cluster import kubeflow
+from localcluster.images import nslookup
+from localcluster.nodes import podspec
+from localcluster.scenarios import scenario as scn
 
 UPSTREAM_WEBHOOKS = [{
     "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -229,7 +233,7 @@ def test_parse_resolv_conf_takes_odd_files(text):
 
 
 def test_nslookup_answers_and_fails_like_busybox(tmp_path, monkeypatch):
-    from localcluster import dns
+    from localcluster.network import dns
 
     (tmp_path / "resolv.conf").write_text(RESOLV)
     asked = []

@@ -1,4 +1,4 @@
-"""localcluster/kueue.py's pure parts: config, webhooks, CRD conversion, RBAC, queues."""
+"""localcluster/cluster/kueue.py's pure parts: config, webhooks, CRD conversion, RBAC, queues."""
 from __future__ import annotations
 
 import base64
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from localcluster import kueue
-from localcluster.config import kueue_dir
+from localcluster.cluster import kueue
+from localcluster.common.config import kueue_dir
 
 CA = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -142,7 +142,7 @@ def test_real_manifests_when_built():
 
 
 def test_scenario_kueue_key():
-    from localcluster import scenario as scn
+    from localcluster.scenarios import scenario as scn
     sc = scn.parse("kueue:\n  quota: {cpu: 4, nvidia.com/gpu: 2}\nexpect: {status: \"True\"}\n")
     o = sc.kueue.options()
     assert dict(o.quota) == {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": "2"}

@@ -1,9 +1,10 @@
-"""The scenario field ``networkPolicies`` and the enforcer's manifests (localcluster/netpol.py)."""
+"""The scenario field ``networkPolicies`` and the enforcer's manifests (localcluster/cluster/netpol.py)."""
 from __future__ import annotations
 
 import pytest
 
-from localcluster import netpol, scenario as scn
+from localcluster.cluster import netpol
+from localcluster.scenarios import scenario as scn
 
 DENY = """
 networkPolicies:

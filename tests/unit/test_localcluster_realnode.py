@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from localcluster import egress, realnode
-from localcluster.config import node_spec_by_name
+from localcluster.cluster import egress
+from localcluster.nodes import realnode
+from localcluster.common.config import node_spec_by_name
 
 
 def test_egress_proxy_relays_a_connect_and_refuses_garbage(tmp_path):
@@ -67,8 +68,8 @@ def test_site_spec_gives_every_container_the_nodes_software_and_env(tmp_path):
     """The node's base OCI spec: the torch tree read-only on PYTHONPATH, the scenario's
     env (an NCCL preload), library paths and pythonpath, each host directory they name
     mounted read-only at its own path; the default spec's own env and mounts kept."""
-    from localcluster.config import REPO_ROOT
-    from localcluster.scenario import NodeTopology
+    from localcluster.common.config import REPO_ROOT
+    from localcluster.network.topology import NodeTopology
     nccl = tmp_path / "nccl-2.28.9" / "lib"
     nccl.mkdir(parents=True)
     (nccl / "libnccl.so.2").write_text("")

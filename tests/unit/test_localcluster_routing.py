@@ -1,4 +1,4 @@
-"""Routed links between segments in scenarios (localcluster/routing.py and scenario.py):
+"""Routed links between segments in scenarios (localcluster/network/routing.py and scenario.py):
 the router plan, each node's routes and the refusals, all pure."""
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import textwrap
 
 import pytest
 
-from localcluster import routing, scenario as scn
+from localcluster.network import routing
+from localcluster.scenarios import scenario as scn
 
 ROUTED = """
 nodes: 3

@@ -1,5 +1,5 @@
 """Up to 64 simulated nodes: names beyond node-z and the scenario/cluster address plan
-(localcluster/localcluster/config.py, scenario.py). Pure: no cluster."""
+(localcluster/localcluster/common/config.py, scenario.py). Pure: no cluster."""
 from __future__ import annotations
 
 import ipaddress
@@ -8,7 +8,10 @@ import textwrap
 import pytest
 import yaml
 
-from localcluster import config, dns, scenario as scn
+from localcluster.common import config
+from localcluster.network import dns
+from localcluster.scenarios import scenario as scn
+from localcluster.network import topology
 
 
 def _parse(text: str) -> scn.Scenario:
@@ -47,7 +50,7 @@ def test_node_specs_cap_at_64_with_distinct_ports_and_addresses():
 
 
 def test_default_topology_of_64_nodes_is_a_sound_plan():
-    topos = scn.default_topology(64)
+    topos = topology.default_topology(64)
     nics = [ln for t in topos for ln in t.links if ln.segment]
     ips = [ipaddress.ip_interface(a).ip for ln in nics for a in ln.addresses]
     assert len(ips) == len(set(ips)) == 128
@@ -58,7 +61,7 @@ def test_default_topology_of_64_nodes_is_a_sound_plan():
     plan = dns.plan(topos)  # cluster DNS still finds its address above the nodes
     assert set(plan.gateways.values()) == {"10.100.0.254"}
     assert len(plan.pod_routes) == 64
-    hosts = scn.peer_hosts(topos)
+    hosts = topology.peer_hosts(topos)
     assert "10.100.0.74 node-bl" in hosts and "10.101.0.37 node-aa-data" in hosts
 
 
@@ -144,7 +147,7 @@ def test_neighbour_limits_are_raised_never_lowered(tmp_path):
     """The neighbour tables are shared by every network namespace: 32 simulated nodes
     overflowed the default 1024 entries (a false NoCommonInterface). The limits are raised
     where lower, largest first, and a higher value someone set is kept."""
-    from localcluster import network
+    from localcluster.network import netns as network
     assert network.neighbour_limits({"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 1024}) \
         == network.NEIGH_THRESHOLDS
     assert network.neighbour_limits({"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 99999}) \

@@ -1,4 +1,4 @@
-"""Scenario files (localcluster/scenario.py), nft rendering (firewall.py), the expectation
+"""Scenario files (localcluster/scenarios/scenario.py), nft rendering (firewall.py), the expectation
 check (scenariorun.check) and the cluster instance settings (config.py): all pure."""
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ import textwrap
 
 import pytest
 
-from localcluster import firewall, scenario as scn, scenariorun
-from localcluster.config import REPO_ROOT
+from localcluster.network import firewall
+from localcluster.scenarios import scenario as scn
+from localcluster.network import topology
+from localcluster import scenariorun
+from localcluster.common.config import REPO_ROOT
 
 
 def parse(text: str) -> scn.Scenario:
@@ -37,7 +40,7 @@ def test_minimal_scenario_is_the_default_cluster():
     assert a.links[1].addresses == ["10.100.0.11/24"] and a.links[1].fabric_peer == "mgmt-node-a"
     assert b.links[2].addresses == ["10.101.0.12/24"] and b.links[2].fabric_peer == "data-node-b"
     assert (a.internal_ip, b.internal_ip) == ("10.100.0.11", "10.100.0.12")
-    hosts = scn.peer_hosts(topos)
+    hosts = topology.peer_hosts(topos)
     assert "10.100.0.11 node-a" in hosts and "::ffff:10.101.0.12 node-b-data" in hosts
 
 
@@ -61,7 +64,7 @@ def test_overrides_replace_fields_per_node_and_ipv6_and_mtu():
     assert b.links[1].name == "enp4s0" and b.internal_ip == "10.100.0.99"
     assert (a.gpus, b.gpus) == (None, 4)
     assert a.hosts == ["127.0.1.1 node-a"] and b.env == {"NCCL_DEBUG": "INFO"}
-    assert scn.NodeTopology.from_json(b.to_json()) == b
+    assert topology.NodeTopology.from_json(b.to_json()) == b
 
 
 @pytest.mark.parametrize("text,where", [
@@ -174,7 +177,7 @@ def test_check_expectations():
 
 
 def _config_in(instance: str) -> list[str]:
-    code = ("from localcluster import config as c, operator_install as o; "
+    code = ("from localcluster.common import config as c; from localcluster.cluster import operator_install as o; "
             "print(c.INSTANCE, c.APISERVER_PORT, c.ETCD_CLIENT_PORT, c.ETCD_PEER_PORT, "
             "c.CONTROLLER_MANAGER_PORT, c.SCHEDULER_PORT, c.KUBELET_PORT_BASE, o.LIVENESS_PORT, "
             "o.METRICS_PORT, c.FABRIC_NS, c.NodeSpec(0).netns, c.state_dir().name)")
@@ -195,10 +198,10 @@ def test_cluster_instance_shifts_ports_names_and_state():
 
 
 def test_process_matching_does_not_confuse_instances(tmp_path):
-    from localcluster.procs import mentions
+    from localcluster.common.procs import mentions
     st = tmp_path / ".localcluster"
     assert mentions(["etcd", f"--data-dir={st}/etcd"], st)
-    assert mentions(["python", "-m", "localcluster.nodeagent", "--state", str(st)], st)
+    assert mentions(["python", "-m", "localcluster.nodes.nodeagent", "--state", str(st)], st)
     assert not mentions(["python", "--state", f"{st}-1"], st)
     assert not mentions(["etcd", f"--data-dir={st}-1/etcd"], st)
 
@@ -276,3 +279,12 @@ def test_a_mesh_scenario_proves_something_only_when_every_pod_carried_the_sideca
     assert scenariorun.sidecar_check({"j-probe-0": True, "j-worker-0": False}) == \
         "pods without Istio's sidecar (istio-proxy): j-worker-0"
     assert "no pod of the job was seen" in scenariorun.sidecar_check({})
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 5, 64])
+def test_default_topology_is_the_plan_of_a_scenario_with_no_settings(nodes):
+    """The network and the nodes build the plain cluster without the scenario model
+    (network/topology.py); it must stay the plan the scenario model makes of the defaults."""
+    plain = scn.topology(scn.Scenario(nodes=nodes, expect=scn.Expect(status="True")))
+    assert topology.default_topology(nodes) == plain
+    assert [t.to_json() for t in topology.default_topology(nodes)] == [t.to_json() for t in plain]

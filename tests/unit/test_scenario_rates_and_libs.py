@@ -9,7 +9,11 @@ import textwrap
 
 import pytest
 
-from localcluster import altlibs, network, nodedns, realnode, scenario as scn, scenariorun
+from localcluster.scenarios import altlibs, scenario as scn
+from localcluster.network import topology
+from localcluster.network import netns as network, nodedns
+from localcluster.nodes import realnode
+from localcluster import scenariorun
 
 
 def parse(text: str) -> scn.Scenario:
@@ -31,8 +35,8 @@ def test_rate_limit_reaches_the_link_and_unset_keeps_the_old_document():
     assert doc["links"][1]["rate_mbit"] == 1000
     # an unlimited link serializes as before (same topology digest: no needless rebuild)
     assert "rate_mbit" not in doc["links"][2]
-    assert scn.NodeTopology.from_json(doc).links[1].rate_mbit == 1000
-    assert scn.NodeTopology.from_json(doc).links[2].rate_mbit is None
+    assert topology.NodeTopology.from_json(doc).links[1].rate_mbit == 1000
+    assert topology.NodeTopology.from_json(doc).links[2].rate_mbit is None
 
 
 def test_rate_limit_errors_name_the_line():
@@ -55,7 +59,7 @@ def test_node_dns_records_reach_one_node_and_its_kubelet():
         """)
     a, b = scn.topology(sc)
     assert a.dns_records == {} and "dns_records" not in a.to_json()  # same digest as before
-    assert scn.NodeTopology.from_json(b.to_json()).dns_records == {
+    assert topology.NodeTopology.from_json(b.to_json()).dns_records == {
         "ddp-digits-0.ddp-digits": "10.100.0.99"}
     assert nodedns.server_for(a.dns_records) == "10.96.0.10"
     assert nodedns.server_for(b.dns_records) == nodedns.NODE_LOCAL_DNS == "169.254.20.10"
@@ -76,7 +80,7 @@ def test_node_dns_records_reach_one_node_and_its_kubelet():
 
 
 def scn_spec():
-    from localcluster.config import node_spec_by_name
+    from localcluster.common.config import node_spec_by_name
     return node_spec_by_name("node-b")
 
 
