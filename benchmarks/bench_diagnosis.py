@@ -637,7 +637,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from localcluster import cli, scenariorun
+    from localcluster import scenariorun
+    from localcluster.common.kubeconfig import admin_client
     from localcluster.common import config as lc_config
     from localcluster.cluster import kubeflow
     from localcluster.scenarios import scenario as scn
@@ -663,7 +664,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         scenariorun.prepare(sc, say=lambda *_: None)
         if "pytorchjob" in columns:
             state = lc_config.state_dir()
-            kubeflow.ensure(state, cli.admin_client(state))
+            kubeflow.ensure(state, admin_client(state))
         p = run_probe(sc, say=say) if "probe" in columns else None
         q = run_plain(sc, args.cap, say=say) if "plain" in columns else None
         k = (run_pytorchjob(sc, args.cap, args.pytorchjob_restart_policy,

@@ -487,10 +487,10 @@ def _clients():
 
 
 def _admin():
-    from localcluster import cli
+    from localcluster.common.kubeconfig import admin_client
     from localcluster.common import config as lc_config
 
-    return cli.admin_client(lc_config.state_dir())
+    return admin_client(lc_config.state_dir())
 
 
 def request_count() -> float:
@@ -585,11 +585,11 @@ def measure_size(nodes: int, runs: int, probe_timeout: int = 300, say=print) -> 
     """Cluster of ``nodes`` nodes, a fresh operator, ``runs`` runs probe on and off. The
     nodes are node agents, the lighter mode (32 and 64 real kubelets do not fit 2 cores
     and 24 GiB; `make bench` measures real nodes against it at 2 and 8)."""
-    from localcluster import cli
+    from localcluster import bringup
     from localcluster.cluster import operator_install
 
     say(f"  {nodes} nodes as node agents (the lighter mode; not real kubelets)")
-    cli.up(nodes=nodes, timeout=600, runtime="agent")
+    bringup.up(nodes=nodes, timeout=600, runtime="agent")
     operator_install.stop()
     operator_install.start()
     ensure_flow_schema()
@@ -609,12 +609,12 @@ def measure_size(nodes: int, runs: int, probe_timeout: int = 300, say=print) -> 
 def measure_many(jobs: int, job_nodes: int, probe: bool, timeout: float, say=print) -> dict:
     """``jobs`` DistTrainingJobs at once on a 2-node cluster (each its own rendezvous
     port); outcomes, time to all outcomes, requests, peak RSS, retries logged."""
-    from localcluster import cli
+    from localcluster import bringup
     from localcluster.common import config as lc_config
     from localcluster.cluster import operator_install
     from localcluster.cluster.operator_install import kubectl
 
-    cli.up(nodes=max(2, job_nodes), timeout=600)
+    bringup.up(nodes=max(2, job_nodes), timeout=600)
     operator_install.stop()
     operator_install.start()
     ensure_flow_schema()

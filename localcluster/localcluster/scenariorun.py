@@ -170,9 +170,9 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     sc = sc.model_copy(update={"expect": sc.expect.for_run(run)})
     _kubectl("create", "namespace", ns, check_=False)
     if sc.kueue is not None:  # the job's namespace gets Kueue's LocalQueue
-        from localcluster import cli
         from localcluster.cluster import kueue
-        kueue.apply(cli.admin_client(config.state_dir()), kueue.local_queue(ns))
+        from localcluster.common.kubeconfig import admin_client
+        kueue.apply(admin_client(config.state_dir()), kueue.local_queue(ns))
         if sc.kueue.holdSeconds:
             _hold_quota(sc, ns, say)
     if sc.networkPolicies:  # enforced before the job's first pod exists
@@ -279,7 +279,7 @@ def same_outcome(outcomes: list[Outcome]) -> Outcome:
 def prepare(sc: scn.Scenario, say=print) -> None:
     """Cluster up as the scenario says, and the operator running. On a failed `up` the
     cluster is taken down (nothing half-created) and the error re-raised."""
-    from localcluster import cli
+    from localcluster import bringup, cli
     from localcluster.cluster import operator_install
     from localcluster.network import firewall
     from localcluster.scenarios import altlibs
@@ -288,7 +288,7 @@ def prepare(sc: scn.Scenario, say=print) -> None:
             firewall.check(t.firewall)
     altlibs.ensure_for(sc, say=say)  # e.g. another NCCL for version-skew (before any change)
     try:
-        cli.up(scenario=sc)
+        bringup.up(scenario=sc)
     except Exception:
         say("up failed; taking the cluster down")
         operator_install.stop(timeout=5.0)

@@ -61,7 +61,8 @@ from disttrain.children import observe
 from localcluster.cluster import controlplane, operator_install
 from localcluster.network import netns as network
 from localcluster.common import procs
-from localcluster.nodes import realnode
+from localcluster.nodes.realnode.base import node_dir, process_name
+from localcluster.nodes.realnode.cgroups import kill_node
 from localcluster.common.config import node_spec_by_name
 
 REPO = Path(__file__).resolve().parents[2]
@@ -237,13 +238,13 @@ def lose_node(state: Path, node: str) -> dict[str, Any]:
     for link in links:
         subprocess.run(["ip", "-n", spec.netns, "link", "set", link, "down"], capture_output=True)
     agent = procs.tracked_pid(state, f"agent-{node}")
-    real = procs.tracked_pid(state, realnode.process_name(node))
+    real = procs.tracked_pid(state, process_name(node))
     if agent is not None:
         os.kill(agent, signal.SIGKILL)
     killed = 0
     if real is not None:  # a real node: its supervisor, then kubelet, containerd, shims, containers
         os.kill(real, signal.SIGKILL)
-        killed += realnode.kill_node(spec.netns)
+        killed += kill_node(spec.netns)
         agent = real
     for ns in [spec.netns] + [x for x in network.our_netns() if x.startswith(spec.netns + "-p")]:
         for pid in network.netns_pids(ns):
@@ -293,7 +294,7 @@ def probe_phase(state: Path, ns: str, pod: dict[str, Any]) -> Optional[str]:
     files = [state / "pods" / f"{ns}_{observe.name(pod)}_{uid}" / "probe.termination-log"]
     node = (pod.get("spec") or {}).get("nodeName")
     if node:  # a real kubelet keeps it under its root dir, one file per container start
-        files += sorted((realnode.node_dir(state, node) / "kubelet" / "pods" / str(uid)
+        files += sorted((node_dir(state, node) / "kubelet" / "pods" / str(uid)
                          / "containers" / "probe").glob("*"), key=lambda f: f.stat().st_mtime)[-1:]
     for f in files:
         try:

@@ -69,10 +69,10 @@ def _cstatus(pod: dict, name: str, init: bool = False) -> dict:
 
 @pytest.fixture(scope="module")
 def agent_nodes(cluster):
-    from localcluster import cli
-    cli.up(nodes=len(cluster.node_names), runtime="agent")
+    from localcluster import bringup
+    bringup.up(nodes=len(cluster.node_names), runtime="agent")
     yield cluster
-    cli.up(nodes=len(cluster.node_names))
+    bringup.up(nodes=len(cluster.node_names))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,7 +17,8 @@ import uuid
 
 import pytest
 
-from localcluster import cli, scenariorun
+from localcluster import bringup, scenariorun
+from localcluster.network import netns
 from localcluster.cluster import operator_install
 from localcluster.scenarios import scenario as scn
 
@@ -32,7 +33,7 @@ def scenario_cluster(cluster):
     operator_install.stop()
     yield cluster
     operator_install.stop()
-    cli.up(nodes=2)  # the default topology again, for the tests that follow
+    bringup.up(nodes=2)  # the default topology again, for the tests that follow
     if TIMINGS:
         print("\nseconds from apply to the expected condition:")
         for k, v in TIMINGS.items():
@@ -90,9 +91,9 @@ def test_bad_scenario_names_line_and_field_and_creates_nothing(tmp_path):
     f = tmp_path / "bad.yaml"
     f.write_text("nodes: 2\nnodeOverrides:\n  node-a:\n    nics:\n      - {name: eth0, segment: mgmt, mtu: 5}\n"
                  "expect: {status: 'True'}\n")
-    before = sorted(cli.network.list_netns())
+    before = sorted(netns.list_netns())
     p = subprocess.run([sys.executable, "-m", "localcluster.scenariorun", str(f)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert f"{f}:5: nodeOverrides.node-a.nics.0.mtu" in p.stderr
-    assert sorted(cli.network.list_netns()) == before
+    assert sorted(netns.list_netns()) == before

@@ -8,11 +8,9 @@ import json
 import textwrap
 
 import pytest
-
 from localcluster.scenarios import scenario as scn
 
 from ..support.fixtures import load_benchmark
-
 
 bd = load_benchmark("bench_diagnosis")
 

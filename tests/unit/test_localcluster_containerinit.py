@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from localcluster.nodes import containerinit
 
 needs_mount_ns = pytest.mark.skipif(

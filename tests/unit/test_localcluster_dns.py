@@ -8,11 +8,9 @@ import textwrap
 import threading
 
 import pytest
-
-from localcluster.network import dns
-from localcluster.scenarios import scenario as scn
-from localcluster.network import topology
 from localcluster.common.config import DNS_SERVICE_IP, pod_cidr
+from localcluster.network import dns, topology
+from localcluster.scenarios import scenario as scn
 
 
 def test_corefile_has_kubernetes_small_ttls_and_no_forwarding():

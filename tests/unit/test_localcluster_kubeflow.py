@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-
 import os
 import shutil
 from pathlib import Path
@@ -13,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 from cryptography import x509
-
-from localcluster.common import config, pki
 from localcluster.cluster import kubeflow
-from localcluster.images import nslookup
+from localcluster.common import config, pki
 from localcluster.nodes import podspec
 from localcluster.scenarios import scenario as scn
+
+from localcluster.images import nslookup
 
 UPSTREAM_WEBHOOKS = [{
     "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -125,8 +124,8 @@ def test_webhook_certificates_satisfy_the_rotator(tmp_path):
     ca = x509.load_pem_x509_certificate(ca_crt.read_bytes())
     assert ca.extensions.get_extension_for_class(x509.SubjectAlternativeName).value \
         .get_values_for_type(x509.DNSName) == [kubeflow.WEBHOOK_CA_NAME]
-    crt, _ = pki.ensure_cert(tmp_path, "serving", "training-operator", client=False, server=True,
-                             dns=["training-operator.kubeflow.svc"], ips=["127.0.0.1"])
+    crt, _ = pki.ensure_cert(tmp_path, "serving", "training-operator", serving=[
+        "training-operator.kubeflow.svc", "127.0.0.1"])
     cert = x509.load_pem_x509_certificate(crt.read_bytes())
     cert.verify_directly_issued_by(ca)
     # the cluster CA stays as it was: ECDSA, PKCS#8, no SAN

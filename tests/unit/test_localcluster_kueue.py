@@ -5,7 +5,6 @@ import base64
 import json
 
 import pytest
-
 from localcluster.cluster import kueue
 from localcluster.common.config import kueue_dir
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from localcluster.cluster import netpol
 from localcluster.scenarios import scenario as scn
 

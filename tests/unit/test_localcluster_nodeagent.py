@@ -15,10 +15,8 @@ import types
 from pathlib import Path
 
 import pytest
-
-from localcluster import cli
-from localcluster.nodes import nodeagent
 from localcluster.common.config import REPO_ROOT
+from localcluster.nodes import nodeagent, processes
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(nodeagent.__path__))
 
@@ -30,9 +28,9 @@ def test_every_module_imports(name):
 
 def test_fingerprint_lists_every_module():
     package = Path(nodeagent.__file__).parent
-    agent_files = {n for n in cli.AGENT_SOURCES if n.startswith("nodes/nodeagent/")}
+    agent_files = {n for n in processes.AGENT_SOURCES if n.startswith("nodes/nodeagent/")}
     assert agent_files == {f"nodes/nodeagent/{p.name}" for p in package.glob("*.py")}
-    assert len(cli.agent_code_version("agent")) == 16
+    assert len(processes.code_version("agent")) == 16
 
 
 def test_fingerprint_lists_every_module_the_agent_loads():
@@ -46,7 +44,7 @@ def test_fingerprint_lists_every_module_the_agent_loads():
             "      and getattr(m, '__file__', None)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "localcluster")})
-    assert set(out.stdout.split()) == set(cli.AGENT_SOURCES)
+    assert set(out.stdout.split()) == set(processes.AGENT_SOURCES)
 
 
 def test_pod_worker_keeps_its_thread_and_parts():

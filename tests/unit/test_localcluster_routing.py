@@ -5,7 +5,6 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-
 from localcluster.network import routing
 from localcluster.scenarios import scenario as scn
 

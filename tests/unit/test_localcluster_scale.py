@@ -7,11 +7,9 @@ import textwrap
 
 import pytest
 import yaml
-
 from localcluster.common import config
-from localcluster.network import dns
+from localcluster.network import dns, topology
 from localcluster.scenarios import scenario as scn
-from localcluster.network import topology
 
 
 def _parse(text: str) -> scn.Scenario:

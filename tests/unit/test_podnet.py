@@ -2,9 +2,8 @@
 from __future__ import annotations
 
 import pytest
-
-from localcluster.network import podnet
 from localcluster.common.config import pod_cidr
+from localcluster.network import podnet
 
 
 def test_pod_cidr_gateway_and_names():

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 import textwrap
+from pathlib import Path
 
 import pytest
+from localcluster.network import netns as network
+from localcluster.network import nodedns, topology
+from localcluster.nodes.realnode.nodeconfig import kubelet_config
+from localcluster.scenarios import altlibs
+from localcluster.scenarios import scenario as scn
 
-from localcluster.scenarios import altlibs, scenario as scn
-from localcluster.network import topology
-from localcluster.network import netns as network, nodedns
-from localcluster.nodes import realnode
 from localcluster import scenariorun
 
 
@@ -74,7 +75,7 @@ def test_node_dns_records_reach_one_node_and_its_kubelet():
         assert bool(re.match(pattern, q)) == hit, q
     with pytest.raises(ValueError):
         nodedns.render_corefile({'a" b': "10.0.0.1"})
-    cfg = realnode.kubelet_config(Path("/n"), scn_spec(), Path("/ca"), {"serving_crt": "c", "serving_key": "k"},
+    cfg = kubelet_config(Path("/n"), scn_spec(), Path("/ca"), {"serving_crt": "c", "serving_key": "k"},
                                   nodedns.server_for(b.dns_records))
     assert cfg["clusterDNS"] == ["169.254.20.10"]
 

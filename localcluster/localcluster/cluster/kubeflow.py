@@ -293,9 +293,8 @@ def ensure_credentials(state: Path) -> dict[str, Path]:
                           p / "ca.crt", crt, key)
     wp = p / "kubeflow-webhook"
     ca_crt, ca_key = pki.ensure_ca(wp, cn=WEBHOOK_CA_NAME, dns=[WEBHOOK_CA_NAME], rsa_pkcs1=True)
-    tls_crt, tls_key = pki.ensure_cert(wp, "serving", WEBHOOK_SERVICE, client=False, server=True,
-                                       dns=[f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc", "localhost"],
-                                       ips=["127.0.0.1"])
+    tls_crt, tls_key = pki.ensure_cert(wp, "serving", WEBHOOK_SERVICE, serving=[
+        f"{WEBHOOK_SERVICE}.{NAMESPACE}.svc", "localhost", "127.0.0.1"])
     d = cert_dir(state)
     d.mkdir(parents=True, exist_ok=True)
     for src, name in ((tls_crt, "tls.crt"), (tls_key, "tls.key")):

@@ -321,8 +321,7 @@ def ensure_files(state: Path, integrations: Iterable[str] = DEFAULT_INTEGRATIONS
     d = kueue_state(state)
     crt, key = pki.ensure_cert(p, "kueue", USER)
     write_kubeconfig(d / "kueue.kubeconfig", USER, p / "ca.crt", crt, key)
-    scrt, skey = pki.ensure_cert(p, "kueue-serving", "kueue-webhook", client=False, server=True,
-                                 dns=["localhost"], ips=["127.0.0.1"])
+    scrt, skey = pki.ensure_cert(p, "kueue-serving", "kueue-webhook", serving=["localhost", "127.0.0.1"])
     for target in (d / "certs", d / "etc" / "kueue" / "metrics" / "certs"):
         target.mkdir(parents=True, exist_ok=True)
         for src, name in ((scrt, "tls.crt"), (skey, "tls.key")):

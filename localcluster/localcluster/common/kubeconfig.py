@@ -6,6 +6,7 @@ from pathlib import Path
 import yaml
 
 from localcluster.common.config import APISERVER_PORT
+from localcluster.common.kubeapi import KubeClient
 
 SERVER = f"https://127.0.0.1:{APISERVER_PORT}"
 
@@ -34,3 +35,9 @@ def write_kubeconfig(path: Path, user: str, ca: Path, cert: Path, key: Path,
     tmp.chmod(0o600)
     tmp.replace(path)
     return path
+
+
+def admin_client(state: Path) -> KubeClient:
+    """A KubeClient authenticated as admin (system:masters)."""
+    p = state / "pki"
+    return KubeClient(SERVER, str(p / "ca.crt"), str(p / "admin.crt"), str(p / "admin.key"))

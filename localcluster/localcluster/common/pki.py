@@ -92,23 +92,33 @@ def ensure_ca(pki: Path, cn: str = "disttrain-localcluster-ca",
     return crt, key_path
 
 
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
 def ensure_cert(
     pki: Path,
     stem: str,
     cn: str,
     orgs: list[str] | None = None,
     *,
-    client: bool = True,
-    server: bool = False,
-    dns: list[str] | None = None,
-    ips: list[str] | None = None,
+    serving: list[str] | None = None,
 ) -> tuple[Path, Path]:
     """Create ``<pki>/<stem>.{crt,key}`` signed by the CA unless both exist.
 
-    ``cn``/``orgs`` become the subject (Kubernetes user name / groups for client certs);
-    ``dns``/``ips`` the subject alternative names of a serving cert.
+    ``cn``/``orgs`` become the subject (Kubernetes user name / groups for client certs).
+    A client cert without ``serving``; with it, a serving cert (server auth only) whose
+    subject alternative names are those names: the DNS names first, then the IP addresses.
     Returns (cert path, key path). Raises FileNotFoundError if the CA is missing.
     """
+    names = serving or []
+    ips = [n for n in names if _is_ip(n)]
+    dns = [n for n in names if not _is_ip(n)]
+    client, server = serving is None, serving is not None
     crt, key_path = pki / f"{stem}.crt", pki / f"{stem}.key"
     if crt.exists() and key_path.exists():
         return crt, key_path
@@ -175,8 +185,7 @@ def ensure_control_plane_pki(pki: Path) -> None:
     """Create the CA, the apiserver serving cert, the control-plane client certs and the
     service-account key pair (each only if missing)."""
     ensure_ca(pki)
-    ensure_cert(pki, "apiserver", "kube-apiserver", client=False, server=True,
-                dns=APISERVER_SANS_DNS, ips=APISERVER_SANS_IP)
+    ensure_cert(pki, "apiserver", "kube-apiserver", serving=[*APISERVER_SANS_DNS, *APISERVER_SANS_IP])
     ensure_cert(pki, "admin", "admin", ["system:masters"])
     ensure_cert(pki, "controller-manager", "system:kube-controller-manager")
     ensure_cert(pki, "scheduler", "system:kube-scheduler")
@@ -194,6 +203,5 @@ def ensure_node_pki(pki: Path, node: str, internal_ip: str) -> dict[str, Path]:
     """
     c, k = ensure_cert(pki, f"node-{node}", f"system:node:{node}", ["system:nodes"])
     sc, sk = ensure_cert(pki, f"node-{node}-serving", f"system:node:{node}", ["system:nodes"],
-                         client=False, server=True, dns=[node, "localhost"],
-                         ips=["127.0.0.1", internal_ip])
+                         serving=[node, "localhost", "127.0.0.1", internal_ip])
     return {"client_crt": c, "client_key": k, "serving_crt": sc, "serving_key": sk}

@@ -7,7 +7,6 @@ import subprocess
 import time
 from pathlib import Path
 
-
 from localcluster.common.config import (
     REPO_ROOT,
 )

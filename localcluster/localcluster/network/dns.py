@@ -78,10 +78,9 @@ class DnsError(RuntimeError):
 # -- pure parts -------------------------------------------------------------------------
 def render_corefile(kubeconfig: Path | str, domain: str = CLUSTER_DOMAIN, *,
                     record_ttl: int = RECORD_TTL, cache_ttl: int = CACHE_TTL,
-                    cache_min_ttl: int = CACHE_MIN_TTL, health_port: int = HEALTH_PORT,
-                    ready_port: int = READY_PORT) -> str:
+                    cache_min_ttl: int = CACHE_MIN_TTL) -> str:
     """The Corefile: the kubernetes plugin for ``domain`` and the reverse zones with a
-    small cache, health/ready on 127.0.0.1 inside the namespace; no forwarding (nothing
+    small cache, health/ready on 127.0.0.1 inside the namespace (HEALTH_PORT, READY_PORT); no forwarding (nothing
     outside the cluster can be reached). TTLs are in seconds, ports are TCP ports.
 
     Every other name gets NXDOMAIN at once from a ``.`` block (the template plugin), as
@@ -96,8 +95,8 @@ def render_corefile(kubeconfig: Path | str, domain: str = CLUSTER_DOMAIN, *,
     return (
         f"{domain}:53 in-addr.arpa:53 ip6.arpa:53 {{\n"
         "    errors\n"
-        f"    health 127.0.0.1:{health_port}\n"
-        f"    ready 127.0.0.1:{ready_port}\n"
+        f"    health 127.0.0.1:{HEALTH_PORT}\n"
+        f"    ready 127.0.0.1:{READY_PORT}\n"
         f"    kubernetes {domain} in-addr.arpa ip6.arpa {{\n"
         f"        kubeconfig {kubeconfig} localcluster\n"
         "        pods insecure\n"
