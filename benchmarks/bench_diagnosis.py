@@ -73,13 +73,13 @@ PEER = "PyTorchJob"
 
 
 def failing_scenarios(names: list[str], only: Optional[list[str]] = None) -> list[Any]:
-    """The scenarios among ``names`` (loaded with :func:`localcluster.scenarios.scenario.load`) whose
+    """The scenarios among ``names`` (loaded with :func:`localcluster.scenarios.loader.load`) whose
     expected status is False, in name order, restricted to ``only`` when given.
     Raises ``localcluster.scenarios.scenario.ScenarioError`` for a file that does not load and
     ValueError for a name in ``only`` that is not a failing scenario."""
-    from localcluster.scenarios import scenario as scn
+    from localcluster.scenarios import loader
 
-    loaded = [scn.load(n) for n in sorted(names)]
+    loaded = [loader.load(n) for n in sorted(names)]
     failing = [s for s in loaded if s.expect.status == "False"]
     if only:
         known = {s.name for s in failing}
@@ -388,8 +388,8 @@ def _short(text: str, n: int = 240) -> str:
 
 
 def _clients():
-    from kubernetes import client, config as kconfig
-
+    from kubernetes import client
+    from kubernetes import config as kconfig
     from localcluster.common import config as lc_config
 
     kconfig.load_kube_config(str(lc_config.state_dir() / "admin.kubeconfig"))
@@ -449,13 +449,13 @@ def run_probe(sc, say=print) -> dict:
 def run_plain(sc, cap: float, say=print) -> dict:
     """The scenario's job without probes: seconds from apply until it fails (or succeeds),
     else ``cap``; what the user sees (pods, last log lines)."""
-    from localcluster.scenarios import scenario as scn
     from localcluster.cluster.operator_install import kubectl
+    from localcluster.scenarios import loader
 
     core, custom, api = _clients()
     ns = f"bd-plain-{sc.name[:34]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
-    docs = plain_documents(scn.job_documents(sc))
+    docs = plain_documents(loader.job_documents(sc))
 
     def fetch() -> tuple:
         job = custom.get_namespaced_custom_object("disttrain.dev", "v1alpha1", ns,
@@ -503,13 +503,13 @@ def run_pytorchjob(sc, cap: float, restart_policy: str, probe_message: str = "",
     """The scenario's job as a Kubeflow PyTorchJob: seconds from apply until its Failed
     (or Succeeded) condition, else ``cap``; what the user sees at that moment."""
     from localcluster.cluster import kubeflow
-    from localcluster.scenarios import scenario as scn
     from localcluster.cluster.operator_install import kubectl
+    from localcluster.scenarios import loader
 
     core, custom, api = _clients()
     ns = f"bd-pj-{sc.name[:36]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
-    docs = kubeflow.pytorchjob_documents(scn.job_documents(sc), restart_policy=restart_policy)
+    docs = kubeflow.pytorchjob_documents(loader.job_documents(sc), restart_policy=restart_policy)
     try:
         t0 = time.monotonic()
         kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
@@ -634,18 +634,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         (args.out / "diagnosis.md").write_text(markdown(data["rows"], data["cap_s"], data["meta"]))
         return 0
 
+    from localcluster.cluster import kubeflow
+    from localcluster.common import config as lc_config
+    from localcluster.common.kubeconfig import admin_client
+    from localcluster.scenarios import loader
+    from localcluster.scenarios import scenario as scn
     from rich.console import Console
     from rich.table import Table
 
     from localcluster import scenariorun
-    from localcluster.common.kubeconfig import admin_client
-    from localcluster.common import config as lc_config
-    from localcluster.cluster import kubeflow
-    from localcluster.scenarios import scenario as scn
 
     console = Console(highlight=False, soft_wrap=True)
     try:
-        scenarios = failing_scenarios(scn.all_names(), args.scenario or None)
+        scenarios = failing_scenarios(loader.all_names(), args.scenario or None)
         if "pytorchjob" in columns:
             kubeflow.check_built()
     except (ValueError, scn.ScenarioError, kubeflow.KubeflowError) as e:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster.cluster import controlplane, kubeflow, kueue
+from localcluster.cluster import controlplane, kubeflow, kueue, kueue_objects
 from localcluster.common import procs
 from localcluster.common.config import (
     FABRIC_NS,
@@ -38,7 +38,7 @@ from localcluster.nodes.processes import (
     stop_node_processes,
 )
 from localcluster.nodes.realnode.base import binaries
-from localcluster.scenarios import scenario as scn
+from localcluster.scenarios import nodeplan
 
 
 def load_cfg(state: Path) -> dict:
@@ -66,7 +66,7 @@ class Addons:
     Kueue with these options (``kueue``; None: a scenario's, else an earlier `up`'s)."""
 
     kubeflow: bool = False
-    kueue: "kueue.Options | None" = None
+    kueue: "kueue_objects.Options | None" = None
 
 
 @dataclass
@@ -160,7 +160,7 @@ def _plan(nodes: int, scenario) -> tuple[list[topology.NodeTopology], list[str],
     """(topologies, peer hosts lines, segments) of ``scenario``, else of ``nodes`` plain
     nodes. Raises ScenarioError for a plan the scenario checks refuse."""
     if scenario is not None:
-        topos = scn.topology(scenario)
+        topos = nodeplan.topology(scenario)
         return topos, topology.peer_hosts(topos), list(scenario.segments)
     node_specs(nodes)  # raises ValueError for a count out of 1..MAX_NODES
     return (topology.default_topology(nodes), topology.peer_hosts(topology.default_topology(MAX_NODES)),
@@ -276,7 +276,7 @@ def _ensure_addons(b: _Bringup, client, scenario, addons: Addons) -> None:
     if kueue_options is None and scenario is not None and scenario.kueue is not None:
         kueue_options = scenario.kueue.options()
     if kueue_options is None and b.cfg.get("kueue"):  # started by an earlier `up`: keep it up
-        kueue_options = kueue.Options.from_json(b.cfg["kueue"])
+        kueue_options = kueue_objects.Options.from_json(b.cfg["kueue"])
     if kueue_options is not None:
         secs = kueue.ensure_kueue(state, client, dict(kueue_options.quota),
                                   kueue_options.namespaces, kueue_options.integrations,
@@ -284,7 +284,7 @@ def _ensure_addons(b: _Bringup, client, scenario, addons: Addons) -> None:
         b.cfg["kueue"] = kueue_options.to_json()
         save_cfg(state, b.cfg)
         b.say(f"kueue ready ({'started, queues Active in %.1fs' % secs if secs else 'kept running'}; "
-              f"ClusterQueue {kueue.CLUSTER_QUEUE}, LocalQueue {kueue.LOCAL_QUEUE} in "
+              f"ClusterQueue {kueue_objects.CLUSTER_QUEUE}, LocalQueue {kueue_objects.LOCAL_QUEUE} in "
               f"{', '.join(kueue_options.namespaces) or 'no namespace'})")
 
 

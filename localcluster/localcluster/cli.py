@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from localcluster.bringup import Addons, load_cfg, say, up
-from localcluster.cluster import controlplane, kubeflow, kueue
+from localcluster.cluster import controlplane, kubeflow, kueue, kueue_objects
 from localcluster.common import procs
 from localcluster.common.config import (
     FABRIC_NS,
@@ -132,7 +132,7 @@ def status() -> int:
         ok &= h
         print(f"  {'kueue':26s} {'healthy' if h else 'DOWN'} quota="
               + ",".join(f"{k}={v}" for k, v in sorted(cfg["kueue"].get("quota", {}).items()))
-              + f" localQueue={kueue.LOCAL_QUEUE} in "
+              + f" localQueue={kueue_objects.LOCAL_QUEUE} in "
               + ",".join(cfg["kueue"].get("namespaces") or []))
     api_nodes = {}
     try:
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run Kueue with a ClusterQueue and LocalQueue(s) (see kueue.py)")
     u.add_argument("--kueue-quota", default="",
                    help="the ClusterQueue's nominal quota, e.g. cpu=4,memory=8Gi,nvidia.com/gpu=2 "
-                        f"(unnamed resources keep {kueue.DEFAULT_QUOTA})")
+                        f"(unnamed resources keep {kueue_objects.DEFAULT_QUOTA})")
     u.add_argument("--kueue-namespace", action="append", dest="kueue_namespaces",
                    help="a namespace that gets the LocalQueue user-queue (repeatable; default: default)")
     sub.add_parser("down", help="stop everything and clean up")
@@ -195,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             sc = None
             if a.scenario:
-                from localcluster.scenarios import scenario as scn
-                sc = scn.load(a.scenario)
+                from localcluster.scenarios import loader
+                sc = loader.load(a.scenario)
             ko = None
             if a.kueue or a.kueue_quota or a.kueue_namespaces:
-                ko = kueue.Options(tuple(sorted(kueue.parse_quota(a.kueue_quota).items())),
+                ko = kueue_objects.Options(tuple(sorted(kueue_objects.parse_quota(a.kueue_quota).items())),
                                    tuple(a.kueue_namespaces or ["default"]))
             print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, runtime=a.runtime,
                      addons=Addons(kubeflow=a.kubeflow, kueue=ko)))

@@ -20,7 +20,7 @@ from typing import Optional
 import yaml
 
 from localcluster.common import config
-from localcluster.scenarios import altlibs
+from localcluster.scenarios import altlibs, loader, nodeplan
 from localcluster.scenarios import scenario as scn
 
 JOB = "ddp-digits"
@@ -170,9 +170,9 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     sc = sc.model_copy(update={"expect": sc.expect.for_run(run)})
     _kubectl("create", "namespace", ns, check_=False)
     if sc.kueue is not None:  # the job's namespace gets Kueue's LocalQueue
-        from localcluster.cluster import kueue
+        from localcluster.cluster import kueue, kueue_objects
         from localcluster.common.kubeconfig import admin_client
-        kueue.apply(admin_client(config.state_dir()), kueue.local_queue(ns))
+        kueue.apply(admin_client(config.state_dir()), kueue_objects.local_queue(ns))
         if sc.kueue.holdSeconds:
             _hold_quota(sc, ns, say)
     if sc.networkPolicies:  # enforced before the job's first pod exists
@@ -181,7 +181,7 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     if sc.mesh:  # the sidecar is injected from the job's first pod on
         from localcluster.cluster import mesh
         mesh.enable(ns)
-    docs = scn.job_documents(sc)
+    docs = loader.job_documents(sc)
     t0 = time.monotonic()
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
     seen: dict[str, tuple] = {}
@@ -235,12 +235,12 @@ def holder_pods(cpu: str) -> tuple[int, str]:
 def _hold_quota(sc: scn.Scenario, ns: str, say=print) -> None:
     """A batch/v1 Job queued in the same LocalQueue that holds all of the quota's CPU for
     ``kueue.holdSeconds``: the scenario's job waits in the queue until it ends."""
-    from localcluster.cluster import kueue
+    from localcluster.cluster import kueue_objects
     from localcluster.common.config import UTILITY_IMAGE
-    cpu = dict(kueue.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
+    cpu = dict(kueue_objects.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
     pods, per_pod = holder_pods(cpu)
     hold = {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "quota-holder", "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
+            "metadata": {"name": "quota-holder", "labels": {kueue_objects.QUEUE_LABEL: kueue_objects.LOCAL_QUEUE}},
             "spec": {"suspend": True, "backoffLimit": 0, "parallelism": pods, "completions": pods,
                      "template": {"spec": {
                          "restartPolicy": "Never", "containers": [{
@@ -283,7 +283,7 @@ def prepare(sc: scn.Scenario, say=print) -> None:
     from localcluster.cluster import operator_install
     from localcluster.network import firewall
     from localcluster.scenarios import altlibs
-    for t in scn.topology(sc):
+    for t in nodeplan.topology(sc):
         if t.firewall:
             firewall.check(t.firewall)
     altlibs.ensure_for(sc, say=say)  # e.g. another NCCL for version-skew (before any change)
@@ -310,7 +310,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the job's namespace afterwards")
     a = ap.parse_args(argv)
     try:
-        sc = scn.load(a.scenario)
+        sc = loader.load(a.scenario)
     except scn.ScenarioError as e:
         print(f"scenario error:\n{e}", file=sys.stderr)
         return 2

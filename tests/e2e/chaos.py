@@ -52,18 +52,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import yaml
+from disttrain.api import constants
+from disttrain.children import observe
+from disttrain_probe.contract import vocabulary
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
-
-from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.children import observe
 from localcluster.cluster import controlplane, operator_install
-from localcluster.network import netns as network
 from localcluster.common import procs
+from localcluster.common.config import node_spec_by_name
+from localcluster.network import netns as network
 from localcluster.nodes.realnode.base import node_dir, process_name
 from localcluster.nodes.realnode.cgroups import kill_node
-from localcluster.common.config import node_spec_by_name
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"

@@ -9,9 +9,8 @@ import sys
 import time
 
 import pytest
-
-from localcluster.network import netns as network
 from localcluster.common.config import DNS_NS, DNS_SERVICE_IP, NODE_NS_PREFIX, UTILITY_IMAGE
+from localcluster.network import netns as network
 
 pytestmark = pytest.mark.e2e
 

@@ -16,11 +16,11 @@ import time
 import uuid
 
 import pytest
+from localcluster.cluster import operator_install
+from localcluster.network import netns
+from localcluster.scenarios import loader
 
 from localcluster import bringup, scenariorun
-from localcluster.network import netns
-from localcluster.cluster import operator_install
-from localcluster.scenarios import scenario as scn
 
 pytestmark = pytest.mark.e2e
 
@@ -62,9 +62,9 @@ def _one_run(sc, name, run):
     return outcome, problems, lines
 
 
-@pytest.mark.parametrize("name", scn.all_names())
+@pytest.mark.parametrize("name", loader.all_names())
 def test_scenario(scenario_cluster, name):
-    sc = scn.load(name)
+    sc = loader.load(name)
     if sc.slow and not SLOW:
         pytest.skip("a slow scenario: make test-scale (DISTTRAIN_SLOW_SCENARIOS=1) runs it")
     scenariorun.prepare(sc, say=lambda *_: None)

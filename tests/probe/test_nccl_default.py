@@ -15,9 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from localcluster.scenarios import scenario as scn
 from localcluster.network import topology
+from localcluster.scenarios import loader, nodeplan
 
 pytestmark = pytest.mark.netns
 
@@ -76,9 +75,9 @@ def build(ns: str, fab: str, topo: topology.NodeTopology) -> None:
     sh("ip", "-n", ns, "link", "set", "cni0", "up")
 
 
-@pytest.mark.parametrize("name", scn.all_names())
+@pytest.mark.parametrize("name", loader.all_names())
 def test_nccl_and_the_rule_agree_on_every_scenario(lib, name):
-    topo = scn.topology(scn.load(name))[0]
+    topo = nodeplan.topology(loader.load(name))[0]
     tag = uuid.uuid4().hex[:6]
     ns, fab = f"dtjp-{tag}-n", f"dtjp-{tag}-f"
     sh("ip", "netns", "add", fab)

@@ -10,7 +10,7 @@ import threading
 import pytest
 from localcluster.common.config import DNS_SERVICE_IP, pod_cidr
 from localcluster.network import dns, topology
-from localcluster.scenarios import scenario as scn
+from localcluster.scenarios import loader, nodeplan
 
 
 def test_corefile_has_kubernetes_small_ttls_and_no_forwarding():
@@ -64,7 +64,7 @@ def test_plan_default_topology():
 
 
 def test_plan_follows_internal_ip_segment_and_avoids_used_addresses():
-    sc = scn.parse(textwrap.dedent("""
+    sc = loader.parse(textwrap.dedent("""
         description: InternalIP on a custom segment; node-b takes the last host
         nodes: 2
         segments:
@@ -81,7 +81,7 @@ def test_plan_follows_internal_ip_segment_and_avoids_used_addresses():
               - {name: eth1, segment: data}
         expect: {status: "True", phase: Succeeded}
         """), "t.yaml")
-    p = dns.plan(scn.topology(sc))
+    p = dns.plan(nodeplan.topology(sc))
     assert p.attachments == (dns.Attachment("fast", ("10.50.0.253/24",)),)
     assert set(p.gateways.values()) == {"10.50.0.253"}
     assert p.pod_routes["node-b"] == (pod_cidr(1), "10.50.0.254")
@@ -107,8 +107,8 @@ def test_plan_one_segment_per_subnet_so_dns_never_has_two_nics_on_one():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    sc = scn.load(str(root / "scenarios" / "two-nics-one-subnet.yaml"))
-    p = dns.plan(scn.topology(sc))
+    sc = loader.load(str(root / "scenarios" / "two-nics-one-subnet.yaml"))
+    p = dns.plan(nodeplan.topology(sc))
     assert [a.segment for a in p.attachments] == ["mgmt"]
     assert p.gateways == {"node-a": "10.100.0.254", "node-b": "10.100.0.254"}
 

@@ -15,7 +15,7 @@ from cryptography import x509
 from localcluster.cluster import kubeflow
 from localcluster.common import config, pki
 from localcluster.nodes import podspec
-from localcluster.scenarios import scenario as scn
+from localcluster.scenarios import loader
 
 from localcluster.images import nslookup
 
@@ -37,7 +37,7 @@ UPSTREAM_WEBHOOKS = [{
 
 
 def _example_docs():
-    return scn.job_documents(scn.load("healthy"))
+    return loader.job_documents(loader.load("healthy"))
 
 
 def test_webhook_configuration_keeps_only_the_pytorchjob_hook_reached_by_url():
@@ -167,19 +167,19 @@ def test_pytorchjob_documents_translate_the_example():
 
 
 def test_pytorchjob_documents_carry_what_a_user_would_set():
-    docs = scn.job_documents(scn.load("ifname-missing"))
+    docs = loader.job_documents(loader.load("ifname-missing"))
     pj = kubeflow.pytorchjob_documents(docs, master_port=23456)[-1]
     c = pj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth2"
     assert c["ports"][0]["containerPort"] == 23456
-    pod_net = scn.job_documents(scn.load("firewall-ephemeral-port-range"))
+    pod_net = loader.job_documents(loader.load("firewall-ephemeral-port-range"))
     pod = kubeflow.pytorchjob_documents(pod_net)[-1]["spec"]["pytorchReplicaSpecs"]["Master"][
         "template"]["spec"]
     assert "hostNetwork" not in pod
     assert pod["securityContext"]["sysctls"] == [{"name": "net.ipv4.ip_local_port_range",
                                                   "value": "61000 62000"}]
-    three = scn.job_documents(scn.load("not-enough-nodes"))
+    three = loader.job_documents(loader.load("not-enough-nodes"))
     assert kubeflow.pytorchjob_documents(three)[-1]["spec"]["pytorchReplicaSpecs"]["Worker"][
         "replicas"] == 2
     with pytest.raises(ValueError, match="no DistTrainingJob"):
@@ -187,7 +187,7 @@ def test_pytorchjob_documents_carry_what_a_user_would_set():
 
 
 def test_pytorchjob_documents_name_the_trainer_pytorch_not_the_first_sidecar():
-    docs = scn.job_documents(scn.load("sidecar-first"))
+    docs = loader.job_documents(loader.load("sidecar-first"))
     pod = kubeflow.pytorchjob_documents(docs)[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["log-shipper", "pytorch"]
     assert pod["containers"][1]["command"] == ["python", "/workspace/train_digits.py"]

@@ -9,11 +9,12 @@ import pytest
 import yaml
 from localcluster.common import config
 from localcluster.network import dns, topology
+from localcluster.scenarios import loader, nodeplan
 from localcluster.scenarios import scenario as scn
 
 
 def _parse(text: str) -> scn.Scenario:
-    return scn.parse(textwrap.dedent(text), "t.yaml")
+    return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
 def _eth1_at(node: str, address: str) -> str:
@@ -66,7 +67,7 @@ def test_default_topology_of_64_nodes_is_a_sound_plan():
 def test_a_64_node_scenario_loads_and_65_is_refused():
     sc = _parse("nodes: 64\nexpect: {status: 'True'}\n"
                 "nodeOverrides:\n  node-bl: {env: {X: '1'}}\n")
-    assert scn.topology(sc)[-1].env == {"X": "1"}
+    assert nodeplan.topology(sc)[-1].env == {"X": "1"}
     with pytest.raises(scn.ScenarioError, match="nodes"):
         _parse("nodes: 65\nexpect: {status: 'True'}\n")
     with pytest.raises(scn.ScenarioError, match="nodeOverrides.node-bm: no such node"):
@@ -81,7 +82,7 @@ def test_a_segment_too_small_for_the_nodes_is_named():
           data: {{subnet: 10.101.0.0/24}}
         expect: {{status: "True"}}
         """
-    assert len(scn.topology(_parse(text.format(n=4)))) == 4  # hosts .11-.14 fit in a /28
+    assert len(nodeplan.topology(_parse(text.format(n=4)))) == 4  # hosts .11-.14 fit in a /28
     with pytest.raises(scn.ScenarioError, match=r"segments\.mgmt: 10\.100\.0\.0/28 has no host "
                                                 r"\.15 for node-e .*4 node\(s\) fit"):
         _parse(text.format(n=5))
@@ -119,8 +120,8 @@ def test_an_overlay_in_the_nodes_own_pod_cidr_and_segments_sharing_a_subnet_are_
 
 
 def test_decoys_may_repeat_their_addresses():
-    sc = scn.load("decoy-bridges")  # docker0 172.17.0.1/16 on every node, on purpose
-    assert len({ln.addresses[0] for t in scn.topology(sc) for ln in t.links
+    sc = loader.load("decoy-bridges")  # docker0 172.17.0.1/16 on every node, on purpose
+    assert len({ln.addresses[0] for t in nodeplan.topology(sc) for ln in t.links
                 if ln.name == "docker0"}) == 1
 
 
@@ -135,7 +136,7 @@ def test_fabric_interface_names_must_fit_with_long_node_names():
                                "expect": {"status": "True"}})
 
     # eth1's fabric end is abcdefg1-<node>: 15 bytes for node-z, 16 for node-aa
-    assert len(scn.topology(_parse(doc(26)))) == 26
+    assert len(nodeplan.topology(_parse(doc(26)))) == 26
     with pytest.raises(scn.ScenarioError, match=r"'abcdefg1-node-aa', is longer than the 15 bytes.*"
                                                 r"segment name of at most 6 characters"):
         _parse(doc(27))

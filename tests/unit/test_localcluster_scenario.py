@@ -10,29 +10,30 @@ import textwrap
 import pytest
 from localcluster.common.config import REPO_ROOT
 from localcluster.network import firewall, topology
+from localcluster.scenarios import loader, nodeplan
 from localcluster.scenarios import scenario as scn
 
 from localcluster import scenariorun
 
 
 def parse(text: str) -> scn.Scenario:
-    return scn.parse(textwrap.dedent(text), "t.yaml")
+    return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
-@pytest.mark.parametrize("name", scn.all_names())
+@pytest.mark.parametrize("name", loader.all_names())
 def test_every_checked_in_scenario_loads(name):
-    sc = scn.load(name)
+    sc = loader.load(name)
     assert sc.name == name and sc.description
-    topos = scn.topology(sc)
+    topos = nodeplan.topology(sc)
     assert len(topos) == sc.nodes
-    assert scn.job_documents(sc)
+    assert loader.job_documents(sc)
     if sc.expect.status == "True":  # a healthy cluster must still train
         assert sc.expect.phase == "Succeeded", f"{name}: expect.phase: Succeeded"
 
 
 def test_minimal_scenario_is_the_default_cluster():
     sc = parse("expect: {status: 'True'}\n")
-    topos = scn.topology(sc)
+    topos = nodeplan.topology(sc)
     a, b = topos
     assert [ln.name for ln in a.links] == ["docker0", "eth0", "eth1"]
     assert a.links[0].addresses == ["172.17.0.1/16"] and a.links[0].segment is None
@@ -58,7 +59,7 @@ def test_overrides_replace_fields_per_node_and_ipv6_and_mtu():
             gpus: 4
         expect: {status: 'True'}
         """)
-    a, b = scn.topology(sc)
+    a, b = nodeplan.topology(sc)
     assert a.links[1].addresses == ["10.100.0.11/24", "fd00:100::b/64"] and a.links[1].mtu == 9000
     assert b.links[1].name == "enp4s0" and b.internal_ip == "10.100.0.99"
     assert (a.gpus, b.gpus) == (None, 4)
@@ -103,22 +104,22 @@ def test_overrides_replace_fields_per_node_and_ipv6_and_mtu():
 ])
 def test_errors_name_line_and_field(text, where):
     with pytest.raises(scn.ScenarioError) as e:
-        scn.parse(text, "t.yaml")
+        loader.parse(text, "t.yaml")
     assert where in str(e.value)
 
 
 def test_resolve_by_name_or_path(tmp_path):
-    assert scn.resolve("healthy") == scn.SCENARIO_DIR / "healthy.yaml"
+    assert loader.resolve("healthy") == loader.SCENARIO_DIR / "healthy.yaml"
     f = tmp_path / "mine.yaml"
     f.write_text("expect: {status: 'True'}\n")
-    assert scn.load(str(f)).name == "mine"
+    assert loader.load(str(f)).name == "mine"
     with pytest.raises(scn.ScenarioError, match="known: .*healthy"):
-        scn.resolve("no-such-scenario")
+        loader.resolve("no-such-scenario")
 
 
 def test_job_overrides_deep_merge():
     sc = parse("expect: {status: 'True'}\njob: {numNodes: 3, network: {socketIfname: eth2}}\n")
-    job = [d for d in scn.job_documents(sc) if d["kind"] == "DistTrainingJob"][0]
+    job = [d for d in loader.job_documents(sc) if d["kind"] == "DistTrainingJob"][0]
     assert job["spec"]["numNodes"] == 3
     assert job["spec"]["network"] == {"hostNetwork": True, "socketIfname": "eth2"}
 
@@ -251,10 +252,10 @@ def test_describe_problems_names_what_is_missing():
 
 def test_repeat_and_slow_fields_and_same_outcome_over_runs():
     from localcluster import scenariorun as sr
-    sc = scn.parse("slow: true\nexpect: {status: 'True', repeat: 5}\n", "t.yaml")
+    sc = loader.parse("slow: true\nexpect: {status: 'True', repeat: 5}\n", "t.yaml")
     assert sc.slow and sc.expect.repeat == 5
     with pytest.raises(scn.ScenarioError, match="expect.repeat"):
-        scn.parse("expect: {status: 'True', repeat: 0}\n", "t.yaml")
+        loader.parse("expect: {status: 'True', repeat: 0}\n", "t.yaml")
 
     def run(ok, ifname):
         return sr.Outcome(ok, "" if ok else "failed", 1.0, 2.0,
@@ -284,6 +285,6 @@ def test_a_mesh_scenario_proves_something_only_when_every_pod_carried_the_sideca
 def test_default_topology_is_the_plan_of_a_scenario_with_no_settings(nodes):
     """The network and the nodes build the plain cluster without the scenario model
     (network/topology.py); it must stay the plan the scenario model makes of the defaults."""
-    plain = scn.topology(scn.Scenario(nodes=nodes, expect=scn.Expect(status="True")))
+    plain = nodeplan.topology(scn.Scenario(nodes=nodes, expect=scn.Expect(status="True")))
     assert topology.default_topology(nodes) == plain
     assert [t.to_json() for t in topology.default_topology(nodes)] == [t.to_json() for t in plain]

@@ -11,14 +11,14 @@ import pytest
 from localcluster.network import netns as network
 from localcluster.network import nodedns, topology
 from localcluster.nodes.realnode.nodeconfig import kubelet_config
-from localcluster.scenarios import altlibs
+from localcluster.scenarios import altlibs, loader, nodeplan
 from localcluster.scenarios import scenario as scn
 
 from localcluster import scenariorun
 
 
 def parse(text: str) -> scn.Scenario:
-    return scn.parse(textwrap.dedent(text), "t.yaml")
+    return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
 def test_rate_limit_reaches_the_link_and_unset_keeps_the_old_document():
@@ -29,7 +29,7 @@ def test_rate_limit_reaches_the_link_and_unset_keeps_the_old_document():
             - {name: eth1, segment: data}
         expect: {status: 'True'}
         """)
-    a, _ = scn.topology(sc)
+    a, _ = nodeplan.topology(sc)
     eth0, eth1 = a.links[1], a.links[2]
     assert (eth0.name, eth0.rate_mbit, eth1.rate_mbit) == ("eth0", 1000, None)
     doc = a.to_json()
@@ -58,7 +58,7 @@ def test_node_dns_records_reach_one_node_and_its_kubelet():
             dns: {records: {ddp-digits-0.ddp-digits: 10.100.0.99}}
         expect: {status: 'True'}
         """)
-    a, b = scn.topology(sc)
+    a, b = nodeplan.topology(sc)
     assert a.dns_records == {} and "dns_records" not in a.to_json()  # same digest as before
     assert topology.NodeTopology.from_json(b.to_json()).dns_records == {
         "ddp-digits-0.ddp-digits": "10.100.0.99"}
@@ -116,7 +116,7 @@ def test_nccl_token_expands_to_the_cache_and_is_validated(tmp_path, monkeypatch)
             libraryPaths: ["{nccl:2.26.2.post1}"]
         expect: {status: 'True'}
         """)
-    a, b = scn.topology(sc)
+    a, b = nodeplan.topology(sc)
     assert a.env == {} and a.library_paths == []
     assert b.env["LD_PRELOAD"] == f"{tmp_path}/nccl-2.28.9/nvidia/nccl/lib/libnccl.so.2"
     assert b.env["NCCL_DEBUG"] == "INFO"

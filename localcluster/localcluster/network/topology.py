@@ -3,7 +3,7 @@ hosts lines, firewall, routes, env), which ``netns.py`` builds and the nodes rea
 
 :class:`NodeTopology` travels as JSON (``<state>/nodes/<node>.topology.json``, written by
 `up`); :func:`default_topology` is the plain cluster of ``localcluster up`` (the same plan
-``scenarios.scenario.topology`` makes of a scenario with no settings), so the network and
+``scenarios.nodeplan.topology`` makes of a scenario with no settings), so the network and
 the nodes need no scenario to run. Pure.
 """
 from __future__ import annotations

@@ -41,29 +41,25 @@ builds and the node, real or agent, reads).
 """
 from __future__ import annotations
 
-import copy
 import ipaddress
 import re
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 
+from localcluster.cluster.kueue_objects import INTEGRATION_RESOURCES, Options, parse_quota
+from localcluster.cluster.netpol import check_manifests
 from localcluster.common.config import (
     MAX_NODES,
     POD_NETWORK_CIDR,
-    REPO_ROOT,
     SERVICE_CIDR,
-    node_index,
     node_name,
-    pod_cidr,
 )
 from localcluster.network import routing
 from localcluster.network.routing import RoutedLink
-from localcluster.network.topology import DEFAULT_DECOYS, DEFAULT_NICS, DEFAULT_SEGMENTS, Link, NodeTopology
+from localcluster.network.topology import DEFAULT_NICS, DEFAULT_SEGMENTS
 
-SCENARIO_DIR = REPO_ROOT / "scenarios"
 IFNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$"
 SEGMENT_PATTERN = r"^[a-z][a-z0-9]{0,6}$"  # br-<segment> and <segment>N-node-x fit in 15 chars
 NODE_NAME_PATTERN = r"^node-[a-z]{1,2}$"  # config.node_name: node-a .. node-z, node-aa ..
@@ -330,7 +326,7 @@ class KueueSettings(_Strict):
 
     quota: dict[str, Union[StrictInt, str]] = Field(
         default_factory=dict, description="resource -> quantity (cpu, memory, nvidia.com/gpu); "
-        "unnamed resources keep kueue.DEFAULT_QUOTA")
+        "unnamed resources keep kueue_objects.DEFAULT_QUOTA")
     integrations: list[str] = Field(default_factory=lambda: ["batch/job"])
     holdSeconds: StrictInt = Field(
         0, ge=0, le=600, description="before the job is applied, a batch/v1 Job in the same queue "
@@ -340,22 +336,19 @@ class KueueSettings(_Strict):
     @field_validator("quota")
     @classmethod
     def _quota(cls, v):
-        from localcluster.cluster.kueue import parse_quota
         parse_quota(",".join(f"{k}={q}" for k, q in v.items()))
         return {k: str(q) for k, q in v.items()}
 
     @field_validator("integrations")
     @classmethod
     def _integrations(cls, v):
-        from localcluster.cluster.kueue import INTEGRATION_RESOURCES
         bad = [i for i in v if i not in INTEGRATION_RESOURCES]
         if bad:
             raise ValueError(f"unknown integration(s) {bad}; known: {sorted(INTEGRATION_RESOURCES)}")
         return v
 
     def options(self):
-        """The ``kueue.Options`` for `up` (no namespace: scenariorun adds the job's)."""
-        from localcluster.cluster.kueue import Options, parse_quota
+        """The ``kueue_objects.Options`` for `up` (no namespace: scenariorun adds the job's)."""
         quota = parse_quota(",".join(f"{k}={q}" for k, q in self.quota.items()))
         return Options(tuple(sorted(quota.items())), (), tuple(self.integrations))
 
@@ -389,7 +382,6 @@ class Scenario(_Strict):
     @field_validator("networkPolicies")
     @classmethod
     def _policies(cls, v):
-        from localcluster.cluster.netpol import check_manifests  # not at import: node processes load this module
         return check_manifests(v, "networkPolicies")
 
     @model_validator(mode="after")
@@ -418,280 +410,3 @@ class Scenario(_Strict):
         return self
 
 
-def _host(subnet: str, index: int, segment: str = "?") -> str:
-    """Node ``index``'s default address on ``subnet``: host .(11+index), as addr/prefix.
-    Raises ScenarioError when the subnet has no such host (naming the segment)."""
-    net = ipaddress.ip_network(subnet)
-    last = net.num_addresses - (1 if net.version == 6 else 2)  # the highest usable host
-    if 11 + index > last:
-        raise ScenarioError(f"segments.{segment}: {subnet} has no host .{11 + index} for "
-                            f"{node_name(index)} (nodes get host 11+i; {last - 10} node(s) fit): "
-                            f"use a larger subnet (a /24 holds {MAX_NODES})")
-    return f"{net.network_address + 11 + index}/{net.prefixlen}"
-
-
-def check_address_plan(topos: list["NodeTopology"], segments: dict[str, "Segment"],
-                       where: str = "scenario") -> None:
-    """Refuse an address plan the cluster cannot run: segment subnets that overlap the
-    cluster's pod network (10.244.0.0/16) or Service range (10.96.0.0/16) (two segments may
-    share a subnet: separate bridges, as two-nics-one-subnet needs); a
-    NIC or decoy address inside those ranges (a decoy may hold an address of its own node's
-    pod CIDR, as flannel.1 does); one address on two NICs (decoys are
-    node-local and may repeat, like docker0); a NIC whose fabric end
-    (``<segment><k>-<node>``) exceeds the 15 bytes of an interface name. Pure.
-    Raises ScenarioError naming the field, the nodes and what to change."""
-    reserved = {k: ipaddress.ip_network(v) for k, v in RESERVED_RANGES.items()}
-
-    def clash(net) -> Optional[str]:
-        return next((f"the {what} {r}" for what, r in reserved.items()
-                     if r.version == net.version and r.overlaps(net)), None)
-
-    nets = [(name, ipaddress.ip_network(c)) for name, seg in segments.items()
-            for c in (seg.subnet, seg.subnet6) if c]
-    for name, net in nets:
-        if (what := clash(net)) is not None:
-            raise ScenarioError(f"{where}: segments.{name}: {net} overlaps {what}; "
-                                f"pick another subnet")
-    owner: dict = {}
-    for t in topos:
-        own_pods = ipaddress.ip_network(pod_cidr(node_index(t.name)))
-        for ln in t.links:
-            for a in ln.addresses:
-                iface = ipaddress.ip_interface(a)
-                if ln.segment is None and iface.version == 4 and iface.network.subnet_of(own_pods):
-                    continue  # a node-local device of the node's own pod network (an overlay)
-                if (what := clash(iface.network)) is not None:
-                    raise ScenarioError(f"{where}: {t.name}: {ln.name} {a} overlaps {what}; "
-                                        f"pick another address")
-                if ln.segment is None:
-                    continue
-                if iface.ip in owner:
-                    raise ScenarioError(f"{where}: {t.name}: {ln.name} {iface.ip} is also "
-                                        f"{owner[iface.ip]}'s address: duplicate addresses on "
-                                        f"the fabric; give each NIC its own")
-                owner[iface.ip] = f"{t.name} {ln.name}"
-            if ln.fabric_peer and len(ln.fabric_peer.encode()) > IFNAMSIZ:
-                room = IFNAMSIZ - len(ln.fabric_peer.encode()) + len(ln.segment)
-                raise ScenarioError(f"{where}: segments.{ln.segment}: the fabric end of "
-                                    f"{t.name}'s {ln.name}, {ln.fabric_peer!r}, is longer than "
-                                    f"the {IFNAMSIZ} bytes of an interface name: use a segment "
-                                    f"name of at most {max(room, 1)} characters")
-
-
-def node_config(sc: Scenario, node: str) -> NodeConfig:
-    """The defaults with the node's overrides applied (field by field)."""
-    merged = sc.defaults.model_dump(exclude_none=True)
-    if node in sc.nodeOverrides:
-        merged.update(sc.nodeOverrides[node].model_dump(exclude_none=True))
-    return NodeConfig(**merged)
-
-
-def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> list[NodeTopology]:
-    """One NodeTopology per node (names: config.node_name), its address plan checked
-    (:func:`check_address_plan`). Raises ScenarioError for a node without an IPv4 NIC,
-    a segment too small for the nodes, or a plan the checks refuse."""
-    segs = segments or sc.segments
-    pairs = routing.plan(sc.routers, {k: v.subnet for k, v in segs.items()}, "")
-    out = []
-    for i in range(sc.nodes):
-        name = node_name(i)
-        cfg = node_config(sc, name)
-        decoys = cfg.decoys if cfg.decoys is not None else [Decoy(**d) for d in DEFAULT_DECOYS]
-        nics = cfg.nics if cfg.nics is not None else [Nic(**n) for n in DEFAULT_NICS]
-        links = [Link(d.name, list(d.addresses), d.mtu) for d in decoys]
-        used: dict[str, int] = {}
-        internal = None
-        for nic in nics:
-            seg = segs[nic.segment]
-            if nic.addresses is not None:
-                addrs = list(nic.addresses)
-            else:
-                addrs = [_host(seg.subnet, i, nic.segment)] + \
-                    ([_host(seg.subnet6, i, nic.segment)] if seg.subnet6 else [])
-            k = used.get(nic.segment, 0)
-            used[nic.segment] = k + 1
-            peer = f"{nic.segment}{k if k else ''}-{name}"
-            links.append(Link(nic.name, addrs, nic.mtu, nic.segment, peer, nic.rateMbit))
-            if internal is None:
-                internal = next((a.split("/")[0] for a in addrs
-                                 if ipaddress.ip_interface(a).version == 4), None)
-        names = [ln.name for ln in links]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup or "lo" in names:
-            raise ScenarioError(f"{sc.name or 'scenario'}: {name}: interface name(s) "
-                                f"{', '.join(sorted(dup or {'lo'}))} used twice")
-        if internal is None:
-            raise ScenarioError(f"{sc.name or 'scenario'}: {name}: no NIC with an IPv4 address "
-                                "(the first one is the Node's InternalIP)")
-        out.append(NodeTopology(
-            name=name, index=i, links=links, internal_ip=internal,
-            hosts=[h.replace("{node}", name) for h in cfg.hosts or []],
-            firewall=cfg.firewall.model_dump() if cfg.firewall else None,
-            dns_records=dict(cfg.dns.records) if cfg.dns else {},
-            env={k: expand(v) for k, v in (cfg.env or {}).items()},
-            library_paths=[expand(p) for p in cfg.libraryPaths or []],
-            pythonpath=[expand(p) for p in cfg.pythonpath or []], gpus=cfg.gpus,
-            routes=routing.node_routes(pairs, {n.name: n.segment for n in nics})))
-    check_address_plan(out, segs, sc.name or "scenario")
-    _check_router_addresses(out, pairs, sc.name or "scenario")
-    return out
-
-
-def _check_router_addresses(topos: list[NodeTopology], pairs: list, where: str) -> None:
-    """Refuse a NIC address a router takes (host .1 of a routed segment). Pure."""
-    legs = routing.leg_addresses(pairs)
-    for t in topos:
-        for ln in t.links:
-            for a in ln.addresses:
-                ip = a.split("/")[0]
-                if ln.segment is not None and ip in legs:
-                    raise ScenarioError(f"{where}: {t.name}: {ln.name} {ip} is the address of "
-                                        f"the {legs[ip]}; give the NIC another address")
-
-
-# -- loading ------------------------------------------------------------------------------
-def _lines(node: yaml.Node, path: tuple = (), out: Optional[dict] = None) -> dict:
-    """Map every path (tuple of keys/indexes) in the composed YAML to its 1-based line.
-    Raises ScenarioError (a line, no source) for a key given twice in one mapping: YAML
-    loaders keep the last one silently, which would drop half of what was written."""
-    out = {} if out is None else out
-    out.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        seen: dict = {}
-        for k, v in node.value:
-            if k.value in seen:
-                where = ".".join(str(x) for x in path + (k.value,))
-                raise ScenarioError(f"{k.start_mark.line + 1}: {where}: given twice (also on line "
-                                    f"{seen[k.value]}); YAML would keep only the last one")
-            seen[k.value] = k.start_mark.line + 1
-            out[path + (k.value,)] = k.start_mark.line + 1  # a field's line is its key's
-            _lines(v, path + (k.value,), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            _lines(v, path + (i,), out)
-    return out
-
-
-def _line_for(lines: dict, loc: tuple) -> int:
-    loc = tuple(loc)
-    while loc and loc not in lines:
-        loc = loc[:-1]
-    return lines.get(loc, 1)
-
-
-def resolve(name_or_path: str) -> Path:
-    """A scenario name (``scenarios/<name>.yaml``) or a path to a file anywhere.
-    Raises ScenarioError if neither exists."""
-    p = Path(name_or_path)
-    if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
-        if p.is_file():
-            return p.resolve()
-        raise ScenarioError(f"{name_or_path}: no such file")
-    cand = SCENARIO_DIR / f"{name_or_path}.yaml"
-    if cand.is_file():
-        return cand
-    known = ", ".join(sorted(x.stem for x in SCENARIO_DIR.glob("*.yaml")))
-    raise ScenarioError(f"no scenario {name_or_path!r} in {SCENARIO_DIR} (known: {known})")
-
-
-def parse(text: str, source: str = "<scenario>") -> Scenario:
-    """Parse and validate scenario YAML. Raises ScenarioError ``source:line: field: why``."""
-    try:
-        root = yaml.compose(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = mark.line + 1 if mark else 1
-        raise ScenarioError(f"{source}:{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
-    if root is None or not isinstance(root, yaml.MappingNode):
-        raise ScenarioError(f"{source}:1: a scenario is a mapping (description, nodes, expect, ...)")
-    try:
-        lines = _lines(root)
-        data = yaml.safe_load(text)
-    except ScenarioError as e:
-        raise ScenarioError(f"{source}:{e}") from None
-    except (yaml.YAMLError, RecursionError) as e:  # e.g. a tag safe_load refuses
-        mark = getattr(e, "problem_mark", None)
-        raise ScenarioError(f"{source}:{mark.line + 1 if mark else 1}: not valid scenario YAML: "
-                            f"{getattr(e, 'problem', None) or type(e).__name__}") from None
-    try:
-        sc = Scenario.model_validate(data)
-    except ValidationError as e:
-        raise _located(e, source, lines) from None
-    sc.name = Path(source).stem
-    try:
-        topology(sc)
-    except ScenarioError as e:
-        raise ScenarioError(f"{source}:{_line_for(lines, ('nodeOverrides',))}: {e}") from None
-    _check_job(sc, source, lines)
-    return sc
-
-
-def _located(e: ValidationError, source: str, lines: dict, prefix: tuple = ()) -> ScenarioError:
-    """One ``source:line: field: why`` per error of ``e``; ``prefix`` is where the
-    validated object sits in the file (e.g. ``("job",)``)."""
-    msgs = []
-    for err in e.errors():
-        loc = prefix + tuple(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        here = ".".join(str(x) for x in loc)
-        named, sep, rest = msg.partition(": ")
-        if err["msg"].startswith("Value error, ") and sep and (not loc or named.startswith(here + ".")):
-            # cross-field errors name their own field path: "nodeOverrides.node-z: ..."
-            loc = tuple(int(x) if x.isdigit() else x for x in named.split("."))
-            field_s, msg = named, rest
-        else:
-            field_s = here or "(top level)"
-        msgs.append(f"{source}:{_line_for(lines, loc)}: {field_s}: {msg}")
-    return ScenarioError("\n".join(msgs))
-
-
-def _check_job(sc: Scenario, source: str, lines: dict) -> None:
-    """The example's spec with ``job`` merged in must be a valid DistTrainingJob spec (the
-    operator's own models), so a bad override is named here, before a cluster is built,
-    not by ``kubectl apply`` after. Raises ScenarioError ``source:line: job.<field>: why``."""
-    from disttrain.api.types import DistTrainingJobSpec
-
-    spec = next((d["spec"] for d in job_documents(sc) if d.get("kind") == "DistTrainingJob"), {})
-    try:
-        DistTrainingJobSpec.model_validate(spec)
-    except ValidationError as e:
-        raise _located(e, source, lines, ("job",)) from None
-
-
-def load(name_or_path: str) -> Scenario:
-    """Load a scenario by name or path. Raises ScenarioError."""
-    p = resolve(name_or_path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ScenarioError(f"{p}:1: cannot read the file as UTF-8 text: {e}") from None
-    return parse(text, str(p))
-
-
-def all_names() -> list[str]:
-    """Names of the scenarios in ``scenarios/``."""
-    return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
-
-
-def deep_merge(base: dict, over: dict) -> dict:
-    """``over`` merged into a copy of ``base`` (mappings recursively; anything else replaces)."""
-    out = copy.deepcopy(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = deep_merge(out[k], v)
-        else:
-            out[k] = copy.deepcopy(v)
-    return out
-
-
-def job_documents(sc: Scenario, example: Optional[Path] = None) -> list[dict]:
-    """The example's documents with the scenario's ``job`` merged into the job's spec."""
-    example = example or REPO_ROOT / "examples" / "ddp-digits.yaml"
-    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
-    for d in docs:
-        if d.get("kind") == "DistTrainingJob":
-            d["spec"] = deep_merge(d.get("spec") or {}, sc.job)
-            if sc.kueue is not None:  # queued in the LocalQueue scenariorun creates
-                from localcluster.cluster.kueue import LOCAL_QUEUE, QUEUE_LABEL
-                d.setdefault("metadata", {}).setdefault("labels", {})[QUEUE_LABEL] = LOCAL_QUEUE
-    return docs
