@@ -232,7 +232,7 @@ def test_parse_resolv_conf_takes_odd_files(text):
 
 
 def test_nslookup_answers_and_fails_like_busybox(tmp_path, monkeypatch):
-    from localcluster.network import dns
+    from localcluster.network import dnsquery
 
     (tmp_path / "resolv.conf").write_text(RESOLV)
     asked = []
@@ -243,7 +243,7 @@ def test_nslookup_answers_and_fails_like_busybox(tmp_path, monkeypatch):
             return {"rcode": "NOERROR", "answers": [{"type": "A", "data": "10.244.0.5"}]}
         return {"rcode": "NXDOMAIN", "answers": []}
 
-    monkeypatch.setattr(dns, "query", fake_query)
+    monkeypatch.setattr(dnsquery, "query", fake_query)
     code, out = nslookup.lookup("m-0", resolv_path=str(tmp_path / "resolv.conf"))
     assert code == 0 and "Name:\tm-0.svc.cluster.local\nAddress: 10.244.0.5" in out
     assert asked[:2] == [("m-0.ns1.svc.cluster.local", "10.96.0.10"),
@@ -254,7 +254,7 @@ def test_nslookup_answers_and_fails_like_busybox(tmp_path, monkeypatch):
     def timeout(*a, **k):
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(dns, "query", timeout)
+    monkeypatch.setattr(dnsquery, "query", timeout)
     code, out = nslookup.lookup("m-0", resolv_path=str(tmp_path / "resolv.conf"))
     assert code == 1 and "no servers could be reached" in out
     assert nslookup.main([]) == 2

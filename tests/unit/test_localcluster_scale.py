@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import yaml
 from localcluster.common import config
-from localcluster.network import dns, topology
+from localcluster.network import dnsplan, topology
 from localcluster.scenarios import loader, nodeplan
 from localcluster.scenarios import scenario as scn
 
@@ -57,7 +57,7 @@ def test_default_topology_of_64_nodes_is_a_sound_plan():
     pods = [ipaddress.ip_network(config.pod_cidr(t.index)) for t in topos]
     assert len(set(pods)) == 64
     assert all(p.subnet_of(ipaddress.ip_network(config.POD_NETWORK_CIDR)) for p in pods)
-    plan = dns.plan(topos)  # cluster DNS still finds its address above the nodes
+    plan = dnsplan.plan(topos)  # cluster DNS still finds its address above the nodes
     assert set(plan.gateways.values()) == {"10.100.0.254"}
     assert len(plan.pod_routes) == 64
     hosts = topology.peer_hosts(topos)

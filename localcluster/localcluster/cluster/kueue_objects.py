@@ -14,38 +14,16 @@ from typing import Iterable
 from localcluster.common.config import KUEUE_HEALTH_PORT, KUEUE_WEBHOOK_PORT
 
 USER = "system:kueue"  # the client certificate's CN; the ClusterRole(Binding) name
-
-
 NAMESPACE = "kueue-system"
-
-
 GROUP = "kueue.x-k8s.io"
-
-
 API = f"/apis/{GROUP}/v1beta2"
-
-
 FLAVOR = "default-flavor"
-
-
 CLUSTER_QUEUE = "cluster-queue"
-
-
 LOCAL_QUEUE = "user-queue"
-
-
 QUEUE_LABEL = f"{GROUP}/queue-name"
-
-
 DEFAULT_QUOTA = {"cpu": "16", "memory": "32Gi", "nvidia.com/gpu": "0"}
-
-
 DEFAULT_INTEGRATIONS = ("batch/job",)
-
-
 MANAGED_BY = {"app.kubernetes.io/managed-by": "localcluster"}
-
-
 # Kueue integration -> the (API group, resource) its webhooks act on.
 INTEGRATION_RESOURCES = {
     "batch/job": ("batch", "jobs"),
@@ -58,11 +36,7 @@ INTEGRATION_RESOURCES = {
 
 # The CRDs upstream serves through the conversion webhook (config/components/crd/kustomization.yaml).
 CONVERTED_CRDS = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
-
-
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-
-
 RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 
 

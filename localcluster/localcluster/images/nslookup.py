@@ -7,7 +7,7 @@ that loops ``nslookup <job>-master-0`` until the master's Service name resolves.
 is short: it resolves through the pod's ``/etc/resolv.conf`` search list (busybox 1.30
 applies it, which is why upstream pins alpine 3.10), so this does the same: the
 candidates in resolv.conf's order (:func:`candidates`), asked over UDP of the first
-nameserver (``localcluster.network.dns.query``). Exit status 0 with the answer printed as busybox
+nameserver (``localcluster.network.dnsquery.query``). Exit status 0 with the answer printed as busybox
 prints it, 1 with ``** server can't find NAME: NXDOMAIN`` (or a timeout line).
 """
 from __future__ import annotations
@@ -59,7 +59,7 @@ def candidates(name: str, rc: ResolvConf) -> list[str]:
 def lookup(name: str, server: Optional[str] = None, resolv_path: str = "/etc/resolv.conf",
            timeout: float = 2.0) -> tuple[int, str]:
     """Resolve ``name`` as busybox's nslookup does; returns (exit status, output text)."""
-    from localcluster.network.dns import query
+    from localcluster.network.dnsquery import query
 
     try:
         with open(resolv_path) as f:

@@ -24,20 +24,15 @@ outside the cluster get NXDOMAIN).
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import logging
 import os
-import random
 import signal
 import socket
-import struct
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional, TypeVar
+from typing import Optional
 
 from localcluster.common import pki, procs
 from localcluster.common.config import (
@@ -50,10 +45,11 @@ from localcluster.common.config import (
     KUBERNETES_SERVICE_PORT,
     NodeSpec,
     coredns_bin,
-    pod_cidr,
     venv_python,
 )
 from localcluster.common.kubeconfig import write_kubeconfig
+from localcluster.network.dnsplan import Plan, plan
+from localcluster.network.dnsquery import in_netns, query
 from localcluster.network.netns import _ip, list_netns
 
 log = logging.getLogger("localcluster.network.dns")
@@ -67,8 +63,6 @@ READY_PORT = 8181
 RECORD_TTL = 1  # seconds: the kubernetes plugin's answers (new pods show up fast)
 CACHE_TTL = 5  # seconds: the cache plugin's cap
 CACHE_MIN_TTL = 1  # seconds: the cache's floor (its default, 5, would outlive RECORD_TTL)
-
-T = TypeVar("T")
 
 
 class DnsError(RuntimeError):
@@ -114,281 +108,6 @@ def render_corefile(kubeconfig: Path | str, domain: str = CLUSTER_DOMAIN, *,
         "        rcode NXDOMAIN\n"
         "    }\n"
         "}\n")
-
-
-def pick_address(subnet: str, used: Iterable[str]) -> str:
-    """The highest usable host of IPv4 ``subnet`` (e.g. "10.100.0.0/24" -> "10.100.0.254")
-    that is not in ``used`` (addresses, with or without a prefix length).
-    Raises ValueError if every host is used or the subnet is not IPv4."""
-    net = ipaddress.ip_network(subnet, strict=False)
-    if net.version != 4:
-        raise ValueError(f"{subnet}: cluster DNS needs an IPv4 subnet")
-    taken = {ipaddress.ip_interface(u).ip for u in used}
-    first, last = int(net.network_address), int(net.broadcast_address)
-    if net.prefixlen < 31:
-        first, last = first + 1, last - 1
-    for a in range(last, first - 1, -1):
-        ip = ipaddress.IPv4Address(a)
-        if ip not in taken:
-            return str(ip)
-    raise ValueError(f"no free address for cluster DNS in {subnet}")
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """The DNS namespace's NIC on one fabric segment."""
-
-    segment: str
-    addresses: tuple[str, ...]  # addr/prefix, one per subnet of the nodes' InternalIPs
-
-    @property
-    def ifname(self) -> str:
-        """The NIC's name in the DNS namespace, ``eth-<segment>`` (<= 11 bytes)."""
-        return f"eth-{self.segment}"
-
-    @property
-    def fabric_peer(self) -> str:
-        """The veth end on ``br-<segment>`` in the fabric, ``<segment>-dns``."""
-        return f"{self.segment}-dns"
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Where cluster DNS sits: its NICs, and per node the gateway and the pod route."""
-
-    attachments: tuple[Attachment, ...]
-    gateways: dict[str, str] = field(default_factory=dict)  # node -> DNS address (no prefix)
-    pod_routes: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (CIDR, via)
-
-    def to_json(self) -> dict:
-        """A JSON-able dict (what ``<state>/dns/plan.json`` holds)."""
-        return {"attachments": [{"segment": a.segment, "addresses": list(a.addresses)}
-                                for a in self.attachments],
-                "gateways": dict(self.gateways),
-                "podRoutes": {k: list(v) for k, v in self.pod_routes.items()}}
-
-    @classmethod
-    def from_json(cls, d: dict) -> "Plan":
-        """Inverse of :meth:`to_json`. Raises KeyError/TypeError for a malformed dict."""
-        return cls(tuple(Attachment(a["segment"], tuple(a["addresses"]))
-                         for a in d["attachments"]),
-                   dict(d["gateways"]), {k: (v[0], v[1]) for k, v in d["podRoutes"].items()})
-
-
-def plan(topos: list) -> Plan:
-    """Plan cluster DNS for nodes with these ``topology.NodeTopology`` objects: one NIC per
-    segment that carries some node's InternalIP, on each subnet of those InternalIPs the
-    highest host no node uses there; each node routes the DNS ClusterIP via the address on
-    its InternalIP's subnet, and the DNS namespace routes node i's pod CIDR via its
-    InternalIP. Pure. Raises ValueError if a node's InternalIP is on none of its NICs or a
-    subnet has no free address."""
-    used: dict[str, set[str]] = {}  # segment -> every address on it
-    for t in topos:
-        for ln in t.links:
-            if ln.segment is not None:
-                used.setdefault(ln.segment, set()).update(ln.addresses)
-    subnets: dict[str, list[str]] = {}  # segment -> subnets of InternalIPs, in node order
-    node_subnet: dict[str, tuple[str, str]] = {}
-    for t in topos:
-        hit = next(((ln.segment, ipaddress.ip_interface(a).network) for ln in t.links
-                    if ln.segment is not None for a in ln.addresses
-                    if ipaddress.ip_interface(a).ip == ipaddress.ip_address(t.internal_ip)), None)
-        if hit is None:
-            raise ValueError(f"{t.name}: InternalIP {t.internal_ip} is on none of its NICs")
-        seg, net = hit[0], str(hit[1])
-        if net not in subnets.setdefault(seg, []):
-            subnets[seg].append(net)
-        node_subnet[t.name] = (seg, net)
-    # A subnet carried by several segments (a scenario's isolated segment sharing the
-    # management subnet): DNS joins only the segment with the most nodes' InternalIPs on it
-    # (then the most nodes with any NIC there, then the first). On two it would itself have
-    # two NICs on one subnet, its replies leaving by the wrong one; a node whose InternalIP
-    # is on another segment routes DNS to an address it cannot reach there, as a real node
-    # on an isolated NIC would.
-    def nodes_on(seg: str, net: str) -> int:
-        return sum(1 for t in topos if any(
-            ln.segment == seg and ipaddress.ip_interface(a).network == ipaddress.ip_network(net)
-            for ln in t.links for a in ln.addresses))
-
-    count = {sn: (sum(1 for v in node_subnet.values() if v == sn), nodes_on(*sn))
-             for sn in set(node_subnet.values())}
-    for seg, nets in list(subnets.items()):
-        for net in list(nets):
-            best = max((sn for sn in count if sn[1] == net), key=lambda sn: (
-                *count[sn], -list(subnets).index(sn[0])))
-            if best[0] != seg:
-                nets.remove(net)
-                for name, sn in node_subnet.items():
-                    if sn == (seg, net):
-                        node_subnet[name] = best
-    subnets = {seg: nets for seg, nets in subnets.items() if nets}
-    addr: dict[tuple[str, str], str] = {}
-    attachments = []
-    for seg, nets in subnets.items():
-        cidrs = []
-        for net in nets:
-            a = pick_address(net, used[seg])
-            addr[(seg, net)] = a
-            cidrs.append(f"{a}/{ipaddress.ip_network(net).prefixlen}")
-        attachments.append(Attachment(seg, tuple(cidrs)))
-    return Plan(tuple(attachments),
-                {t.name: addr[node_subnet[t.name]] for t in topos},
-                {t.name: (pod_cidr(t.index), t.internal_ip) for t in topos})
-
-
-# -- DNS messages (RFC 1035), enough for A/AAAA/PTR/SRV/CNAME lookups ---------------------
-QTYPES = {"A": 1, "NS": 2, "CNAME": 5, "SOA": 6, "PTR": 12, "TXT": 16, "AAAA": 28, "SRV": 33,
-          "ANY": 255}
-RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
-
-
-def build_query(name: str, qtype: str = "A", qid: int = 0) -> bytes:
-    """A DNS query message (recursion desired) for ``name``. Raises ValueError for an
-    unknown type, an empty label or a label over 63 bytes."""
-    if qtype.upper() not in QTYPES:
-        raise ValueError(f"unknown query type {qtype!r}")
-    out = bytearray(struct.pack("!HHHHHH", qid & 0xFFFF, 0x0100, 1, 0, 0, 0))
-    for label in name.rstrip(".").split("."):
-        b = label.encode("idna") if label else b""
-        if not 0 < len(b) <= 63:
-            raise ValueError(f"bad label {label!r} in {name!r}")
-        out += bytes([len(b)]) + b
-    out += b"\0" + struct.pack("!HH", QTYPES[qtype.upper()], 1)
-    return bytes(out)
-
-
-def _read_name(msg: bytes, off: int) -> tuple[str, int]:
-    labels, end, jumps = [], None, 0
-    while True:
-        if off >= len(msg):
-            raise ValueError("truncated name")
-        n = msg[off]
-        if n & 0xC0 == 0xC0:
-            if jumps > 64:
-                raise ValueError("compression loop")
-            jumps += 1
-            if end is None:
-                end = off + 2
-            off = ((n & 0x3F) << 8) | msg[off + 1]
-            continue
-        if n == 0:
-            off += 1
-            break
-        labels.append(msg[off + 1:off + 1 + n].decode("ascii", "replace"))
-        off += 1 + n
-    return ".".join(labels) + ".", end if end is not None else off
-
-
-def parse_response(msg: bytes) -> dict:
-    """Decode a DNS response: ``{"id", "rcode" (name), "truncated", "answers": [{"name",
-    "type", "ttl" (seconds), "data"}]}``; data is the address for A/AAAA, the target for
-    CNAME/PTR/NS, ``"prio weight port target"`` for SRV, else hex.
-    Raises ValueError for a malformed message."""
-    try:
-        qid, flags, qd, an, _ns, _ar = struct.unpack_from("!HHHHHH", msg, 0)
-        off = 12
-        for _ in range(qd):
-            _, off = _read_name(msg, off)
-            off += 4
-        names = {v: k for k, v in QTYPES.items()}
-        answers = []
-        for _ in range(an):
-            name, off = _read_name(msg, off)
-            rtype, _cls, ttl, rdlen = struct.unpack_from("!HHIH", msg, off)
-            off += 10
-            rdata = msg[off:off + rdlen]
-            if len(rdata) != rdlen:
-                raise ValueError("truncated record")
-            if rtype == 1:
-                data = socket.inet_ntop(socket.AF_INET, rdata)
-            elif rtype == 28:
-                data = socket.inet_ntop(socket.AF_INET6, rdata)
-            elif rtype in (2, 5, 12):
-                data = _read_name(msg, off)[0]
-            elif rtype == 33:
-                prio, weight, port = struct.unpack_from("!HHH", rdata)
-                data = f"{prio} {weight} {port} {_read_name(msg, off + 6)[0]}"
-            else:
-                data = rdata.hex()
-            off += rdlen
-            answers.append({"name": name, "type": names.get(rtype, str(rtype)), "ttl": ttl,
-                            "data": data})
-    except (struct.error, IndexError) as e:
-        raise ValueError(f"malformed DNS message: {e}") from e
-    return {"id": qid, "rcode": RCODES.get(flags & 0xF, str(flags & 0xF)),
-            "truncated": bool(flags & 0x0200), "answers": answers}
-
-
-def _in_netns(netns: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` in a thread that has entered ``/run/netns/<netns>`` (sockets it creates
-    stay in that namespace). Raises OSError if the namespace cannot be entered."""
-    from localcluster.network.serviceproxy import _setns  # the same setns(2) the service relay uses
-    result: dict = {}
-
-    def work() -> None:
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        try:
-            target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-            try:
-                _setns(target)
-                try:
-                    result["value"] = fn()
-                finally:
-                    _setns(own)
-            finally:
-                os.close(target)
-        except BaseException as e:  # handed to the caller
-            result["error"] = e
-        finally:
-            os.close(own)
-
-    t = threading.Thread(target=work, name=f"setns-{netns}")
-    t.start()
-    t.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
-def query(name: str, qtype: str = "A", server: str = DNS_SERVICE_IP, port: int = 53,
-          timeout: float = 2.0, netns: Optional[str] = None) -> dict:
-    """Ask ``server`` for ``name`` over UDP (TCP when the answer is truncated); ``netns``:
-    send from that network namespace (default: this process's). ``timeout`` in seconds.
-    Returns :func:`parse_response`'s dict. Raises TimeoutError, OSError (e.g. no route),
-    ValueError (bad name or malformed answer)."""
-    qid = random.randrange(1 << 16)
-    msg = build_query(name, qtype, qid)
-    fam = socket.AF_INET6 if ":" in server else socket.AF_INET
-
-    def mk(kind: int) -> socket.socket:
-        return socket.socket(fam, kind)
-
-    def sock(kind: int) -> socket.socket:
-        return _in_netns(netns, lambda: mk(kind)) if netns else mk(kind)
-
-    deadline = time.monotonic() + timeout
-    with sock(socket.SOCK_DGRAM) as s:
-        s.connect((server, port))
-        s.send(msg)
-        while True:
-            s.settimeout(max(0.01, deadline - time.monotonic()))
-            data = s.recv(65535)  # socket.timeout is TimeoutError
-            if len(data) >= 2 and struct.unpack_from("!H", data)[0] == qid:
-                break
-    out = parse_response(data)
-    if not out["truncated"]:
-        return out
-    with sock(socket.SOCK_STREAM) as s:
-        s.settimeout(max(0.01, deadline - time.monotonic()))
-        s.connect((server, port))
-        s.sendall(struct.pack("!H", len(msg)) + msg)
-        buf = b""
-        while len(buf) < 2 or len(buf) < 2 + struct.unpack_from("!H", buf)[0]:
-            chunk = s.recv(65535)
-            if not chunk:
-                raise ValueError("DNS over TCP: connection closed early")
-            buf += chunk
-    return parse_response(buf[2:2 + struct.unpack_from("!H", buf)[0]])
 
 
 # -- network ---------------------------------------------------------------------------
@@ -558,7 +277,7 @@ def relay_healthy(state: Path) -> bool:
             s = socket.socket()
             s.settimeout(2)
             return s
-        with _in_netns(DNS_NS, conn) as s:
+        with in_netns(DNS_NS, conn) as s:
             s.connect((KUBERNETES_SERVICE_IP, KUBERNETES_SERVICE_PORT))
         return True
     except OSError:

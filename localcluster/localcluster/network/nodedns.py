@@ -26,6 +26,7 @@ from typing import Mapping
 
 from localcluster.common import procs
 from localcluster.common.config import CLUSTER_DOMAIN, DNS_SERVICE_IP, NodeSpec, coredns_bin
+from localcluster.network.dnsquery import query
 from localcluster.network.netns import _ip
 
 NODE_LOCAL_DNS = "169.254.20.10"  # NodeLocal DNSCache's link-local listen address
@@ -81,7 +82,6 @@ def _corefile(state: Path, node: str) -> Path:
 
 
 def _answers(netns: str, timeout: float) -> bool:
-    from localcluster.network.dns import query  # dns.py imports network too; late to keep this module light
     try:
         query("kubernetes.default.svc.cluster.local", server=NODE_LOCAL_DNS, timeout=timeout,
               netns=netns)

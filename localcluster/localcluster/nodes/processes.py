@@ -26,8 +26,8 @@ from localcluster.nodes.realnode.cgroups import kill_node
 # container); tests/unit/test_localcluster_nodeagent.py keeps the list whole.
 AGENT_SOURCES = ["__init__.py", "common/__init__.py", "common/config.py", "common/kubeapi.py",
                  "common/kubeconfig.py", "common/pki.py", "common/procs.py", "network/__init__.py",
-                 "network/firewall.py", "network/netns.py", "network/nodedns.py", "network/podnet.py",
-                 "network/serviceproxy.py", "network/topology.py", "nodes/__init__.py",
+                 "network/dnsquery.py", "network/firewall.py", "network/netns.py", "network/nodedns.py",
+                 "network/podnet.py", "network/serviceproxy.py", "network/topology.py", "nodes/__init__.py",
                  "nodes/nodeagent/__init__.py", "nodes/nodeagent/__main__.py", "nodes/nodeagent/agent.py",
                  "nodes/nodeagent/container.py", "nodes/nodeagent/lifecycle.py", "nodes/nodeagent/logs.py",
                  "nodes/nodeagent/node.py", "nodes/nodeagent/podstate.py", "nodes/nodeagent/podstatus.py",
@@ -45,8 +45,6 @@ REALNODE_SOURCES = ["nodes/realnode/__init__.py", "nodes/realnode/__main__.py", 
 # "agent" (the node agent, nodeagent/: pods as processes). $DISTTRAIN_NODE_RUNTIME or
 # `up --runtime` chooses; see localcluster/README.md.
 RUNTIMES = ("containerd", "agent")
-
-
 DEFAULT_RUNTIME = "containerd"
 
 

@@ -12,14 +12,8 @@ from localcluster.common.config import (
 )
 
 CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
-
-
 SANDBOX_IMAGE = "localhost/disttrain/pause:3.10"
-
-
 KUBELET_PORT = 10250
-
-
 BASE_SPEC = "base-spec.json"  # containerd's base_runtime_spec (site_spec)
 
 

@@ -50,8 +50,6 @@ def _host_paths(values: list[str]) -> list[str]:
 
 
 HOST_MOUNT_ROOT = "/opt/site/host"  # host directory D is at HOST_MOUNT_ROOT + D in containers
-
-
 # Console scripts of the torch tree (it has none: pip would write them into an image's bin),
 # each mounted read-only at /usr/local/bin/<name>, which every image's PATH holds.
 SITE_BIN = ["torchrun"]
