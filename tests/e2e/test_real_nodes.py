@@ -1,4 +1,4 @@
-"""Real nodes (localcluster/nodes/realnode.py): a real kubelet with its own containerd, runc and
+"""Real nodes (localcluster/nodes/realnode/): a real kubelet with its own containerd, runc and
 the CNI plugins per node, running the images built from the repository's Dockerfiles.
 
 `make demo`'s path, end to end, in a cluster instance of its own (DISTTRAIN_CLUSTER_INSTANCE

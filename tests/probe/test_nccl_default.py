@@ -50,7 +50,7 @@ def lib():
 
 
 def build(ns: str, fab: str, topo: topology.NodeTopology) -> None:
-    """The node's links as network.py makes them: decoy bridges (kept up by a veth port)
+    """The node's links as network/netns.py makes them: decoy bridges (kept up by a veth port)
     first, NICs as veths whose other end sits in ``fab``, then cni0 (the pod bridge)."""
     sh("ip", "netns", "add", ns)
     sh("ip", "-n", ns, "link", "set", "lo", "up")

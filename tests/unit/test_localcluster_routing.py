@@ -1,4 +1,4 @@
-"""Routed links between segments in scenarios (localcluster/network/routing.py and scenario.py):
+"""Routed links between segments in scenarios (localcluster/network/routing.py and scenarios/):
 the router plan, each node's routes and the refusals, all pure."""
 from __future__ import annotations
 

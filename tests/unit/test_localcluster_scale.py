@@ -1,5 +1,5 @@
 """Up to 64 simulated nodes: names beyond node-z and the scenario/cluster address plan
-(localcluster/localcluster/common/config.py, scenario.py). Pure: no cluster."""
+(localcluster/localcluster/common/config.py, scenarios/). Pure: no cluster."""
 from __future__ import annotations
 
 import ipaddress

@@ -4,7 +4,7 @@ A scenario's ``dns: {records: {NAME: ADDRESS}}`` on a node (:class:`~.scenario.N
 runs, in that node's namespace, a CoreDNS (the binary of ``make build-cluster``) on
 :data:`NODE_LOCAL_DNS` = 169.254.20.10, the address NodeLocal DNSCache listens on in real
 clusters. It answers those names (template plugin) and forwards everything else
-to cluster DNS (10.96.0.10); the node's kubelet (``clusterDNS``, ``realnode.py``) or node
+to cluster DNS (10.96.0.10); the node's kubelet (``clusterDNS``, ``nodes/realnode/``) or node
 agent (the pods' resolv.conf, ``nodeagent/sandbox.py``) points the node's pods at it. One
 node thus gets a different answer for a name than the others: a stale record in a
 node-local cache, a split-horizon resolver. Nodes without ``dns`` use cluster DNS as

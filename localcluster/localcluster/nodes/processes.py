@@ -41,7 +41,7 @@ REALNODE_SOURCES = ["nodes/realnode/__init__.py", "nodes/realnode/__main__.py", 
                     "network/podnet.py", "network/topology.py"]
 
 
-# What runs a node's pods: "containerd" (a real kubelet and containerd, realnode.py) or
+# What runs a node's pods: "containerd" (a real kubelet and containerd, realnode/) or
 # "agent" (the node agent, nodeagent/: pods as processes). $DISTTRAIN_NODE_RUNTIME or
 # `up --runtime` chooses; see localcluster/README.md.
 RUNTIMES = ("containerd", "agent")

@@ -34,10 +34,10 @@ under the cache by ``altlibs.py``). Example::
       reason: EphemeralPortsBlocked
       messageContains: [node-a, ip_local_port_range]
 
-Everything here is pure (no I/O but reading the file): :func:`load` returns a validated
-:class:`Scenario` or raises :class:`ScenarioError` naming the file, line and field.
-:func:`topology` turns it into one :class:`NodeTopology` per node (what ``network.py``
-builds and the node, real or agent, reads).
+Everything here is pure: ``loader.load`` returns a validated :class:`Scenario` or raises
+:class:`ScenarioError` naming the file, line and field. ``nodeplan.topology`` turns it into
+one ``NodeTopology`` per node (``network/topology.py``: what ``network/netns.py`` builds and
+the node, real or agent, reads).
 """
 from __future__ import annotations
 
