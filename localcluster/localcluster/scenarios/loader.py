@@ -1,4 +1,4 @@
-"""Loading scenarios: a name or path to its file, YAML to a checked :class:`~.scenario.Scenario`
+"""Loading scenarios: a name or path to its file, YAML to a checked ``Scenario``
 with each error located at its line, every scenario's name, and the job documents a
 scenario applies (the example job deep-merged with its ``job``)."""
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A real node's cgroups (v2): one per node under the machine's root, which ``run`` joins
-so that containerd, the kubelet and every shim and container inherit it; ``kill_node``
-ends them all, which is what a lost node looks like."""
+"""A real node's cgroups: ``/<node>`` in every hierarchy (the v1 ones and the unified one),
+which ``run`` joins so that containerd, the kubelet and every shim and container inherit
+it; ``kill_node`` ends them all, which is what a lost node looks like."""
 from __future__ import annotations
 
 import os
