@@ -46,7 +46,7 @@ up: system-deps venv build-cluster
 	$(VPY) -m localcluster up
 
 down: venv
-	-$(VPY) -m localcluster.operator_install stop
+	-$(VPY) -m localcluster.cluster.operator_install stop
 	$(VPY) -m localcluster down
 
 crds: venv
@@ -81,12 +81,12 @@ else
 endif
 
 # Import borders (import-linter contracts in pyproject.toml: the operator's layers, the
-# product never importing localcluster, the probe never importing the operator), ruff, and
-# mypy on the operator and the probe ([tool.mypy] in pyproject.toml; its cache in the venv), and
-# the product's sizes (issue 17): modules <= 450 lines, functions <= 80 (tools/check_sizes.py),
-# at most 6 parameters (ruff's PLR0913).
+# local cluster's rooms, the product never importing localcluster, the probe never importing
+# the operator), ruff, and mypy on the operator and the probe ([tool.mypy] in pyproject.toml;
+# its cache in the venv), and the sizes of the product and the local cluster (issues 17, 32):
+# modules <= 450 lines, functions <= 80 (tools/check_sizes.py), at most 6 parameters (ruff's
+# PLR0913).
 # The working tree's packages come first on the path, before the venv's editable install.
-# localcluster/ and tests/e2e/ are not ruff-checked yet (work in progress there).
 LINT_PATH := operator:probe_image:localcluster
 lint: venv
 	PYTHONPATH=$(LINT_PATH) $(VENV)/bin/lint-imports --no-cache

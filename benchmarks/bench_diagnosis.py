@@ -16,7 +16,7 @@ job runs twice, one after the other:
    succeeds, or the cap (``--cap``, default 300 s) passes; the user sees the pods' states
    and the last line of each worker's log;
 3. **as a Kubeflow PyTorchJob** (the peer: the same job translated by
-   :func:`localcluster.kubeflow.pytorchjob_documents`, one Master and numNodes-1 Workers
+   :func:`localcluster.cluster.kubeflow.pytorchjob_documents`, one Master and numNodes-1 Workers
    with the same image, command and env, run by Kubeflow's training operator v1.8.1 that
    ``localcluster up --kubeflow`` starts): seconds from ``kubectl apply`` to the
    PyTorchJob's ``Failed`` condition (or ``Succeeded``), else the cap; the user sees the
@@ -42,7 +42,7 @@ the probe explains; rows that miss it are marked, never hidden.
     .venv/bin/python benchmarks/bench_diagnosis.py --cap 60 --columns probe,pytorchjob
 
 Use a cluster instance of your own when others share the machine
-(``DISTTRAIN_CLUSTER_INSTANCE=N``, see ``localcluster/localcluster/config.py``).
+(``DISTTRAIN_CLUSTER_INSTANCE=N``, see ``localcluster/localcluster/common/config.py``).
 """
 
 from __future__ import annotations
@@ -73,13 +73,13 @@ PEER = "PyTorchJob"
 
 
 def failing_scenarios(names: list[str], only: Optional[list[str]] = None) -> list[Any]:
-    """The scenarios among ``names`` (loaded with :func:`localcluster.scenario.load`) whose
+    """The scenarios among ``names`` (loaded with :func:`localcluster.scenarios.loader.load`) whose
     expected status is False, in name order, restricted to ``only`` when given.
-    Raises ``localcluster.scenario.ScenarioError`` for a file that does not load and
+    Raises ``localcluster.scenarios.scenario.ScenarioError`` for a file that does not load and
     ValueError for a name in ``only`` that is not a failing scenario."""
-    from localcluster import scenario as scn
+    from localcluster.scenarios import loader
 
-    loaded = [scn.load(n) for n in sorted(names)]
+    loaded = [loader.load(n) for n in sorted(names)]
     failing = [s for s in loaded if s.expect.status == "False"]
     if only:
         known = {s.name for s in failing}
@@ -388,22 +388,22 @@ def _short(text: str, n: int = 240) -> str:
 
 
 def _clients():
-    from kubernetes import client, config as kconfig
-
-    from localcluster import config as lc_config
+    from kubernetes import client
+    from kubernetes import config as kconfig
+    from localcluster.common import config as lc_config
 
     kconfig.load_kube_config(str(lc_config.state_dir() / "admin.kubeconfig"))
     return client.CoreV1Api(), client.CustomObjectsApi(), client.ApiClient()
 
 
 def _delete_namespace(ns: str) -> None:
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
 
     kubectl("delete", "namespace", ns, "--wait=true", "--timeout=120s", check=False)
 
 
 def _last_log_line(ns: str, pod: str) -> str:
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
 
     out = kubectl("logs", "-n", ns, pod, "--tail=60", check=False)
     return _short(telling_line(out.stdout or ""), 200)
@@ -449,13 +449,13 @@ def run_probe(sc, say=print) -> dict:
 def run_plain(sc, cap: float, say=print) -> dict:
     """The scenario's job without probes: seconds from apply until it fails (or succeeds),
     else ``cap``; what the user sees (pods, last log lines)."""
-    from localcluster import scenario as scn
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
+    from localcluster.scenarios import loader
 
     core, custom, api = _clients()
     ns = f"bd-plain-{sc.name[:34]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
-    docs = plain_documents(scn.job_documents(sc))
+    docs = plain_documents(loader.job_documents(sc))
 
     def fetch() -> tuple:
         job = custom.get_namespaced_custom_object("disttrain.dev", "v1alpha1", ns,
@@ -487,7 +487,7 @@ def run_plain(sc, cap: float, say=print) -> dict:
 
 def _pod_logs(ns: str, pod: dict) -> list[tuple[str, str]]:
     """(``pod/container``, log) for the pod's init containers, then its containers."""
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
 
     name = pod["metadata"]["name"]
     spec = pod.get("spec") or {}
@@ -502,13 +502,14 @@ def run_pytorchjob(sc, cap: float, restart_policy: str, probe_message: str = "",
                    say=print) -> dict:
     """The scenario's job as a Kubeflow PyTorchJob: seconds from apply until its Failed
     (or Succeeded) condition, else ``cap``; what the user sees at that moment."""
-    from localcluster import kubeflow, scenario as scn
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster import kubeflow
+    from localcluster.cluster.operator_install import kubectl
+    from localcluster.scenarios import loader
 
     core, custom, api = _clients()
     ns = f"bd-pj-{sc.name[:36]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
-    docs = kubeflow.pytorchjob_documents(scn.job_documents(sc), restart_policy=restart_policy)
+    docs = kubeflow.pytorchjob_documents(loader.job_documents(sc), restart_policy=restart_policy)
     try:
         t0 = time.monotonic()
         kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
@@ -633,14 +634,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         (args.out / "diagnosis.md").write_text(markdown(data["rows"], data["cap_s"], data["meta"]))
         return 0
 
+    from localcluster.cluster import kubeflow
+    from localcluster.common import config as lc_config
+    from localcluster.common.kubeconfig import admin_client
+    from localcluster.scenarios import loader
+    from localcluster.scenarios import scenario as scn
     from rich.console import Console
     from rich.table import Table
 
-    from localcluster import cli, config as lc_config, kubeflow, scenario as scn, scenariorun
+    from localcluster import scenariorun
 
     console = Console(highlight=False, soft_wrap=True)
     try:
-        scenarios = failing_scenarios(scn.all_names(), args.scenario or None)
+        scenarios = failing_scenarios(loader.all_names(), args.scenario or None)
         if "pytorchjob" in columns:
             kubeflow.check_built()
     except (ValueError, scn.ScenarioError, kubeflow.KubeflowError) as e:
@@ -659,7 +665,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         scenariorun.prepare(sc, say=lambda *_: None)
         if "pytorchjob" in columns:
             state = lc_config.state_dir()
-            kubeflow.ensure(state, cli.admin_client(state))
+            kubeflow.ensure(state, admin_client(state))
         p = run_probe(sc, say=say) if "probe" in columns else None
         q = run_plain(sc, args.cap, say=say) if "plain" in columns else None
         k = (run_pytorchjob(sc, args.cap, args.pytorchjob_restart_policy,

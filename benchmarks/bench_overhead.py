@@ -29,12 +29,14 @@ import uuid
 from pathlib import Path
 
 import yaml
-from kubernetes import client, config as kconfig
+from kubernetes import client
+from kubernetes import config as kconfig
 from rich.console import Console
 from rich.table import Table
 
 REPO = Path(__file__).resolve().parents[1]
-from localcluster import config as lc_config, operator_install  # noqa: E402
+from localcluster.cluster import operator_install  # noqa: E402
+from localcluster.common import config as lc_config
 
 console = Console()
 

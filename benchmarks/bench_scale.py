@@ -347,7 +347,7 @@ class ProbeCpu(threading.Thread):
 
     def __init__(self):
         super().__init__(daemon=True)
-        from localcluster.config import NODE_NS_PREFIX
+        from localcluster.common.config import NODE_NS_PREFIX
 
         self.clk = os.sysconf("SC_CLK_TCK")
         self.prefix = NODE_NS_PREFIX
@@ -478,18 +478,19 @@ class JobTimeline(_Timeline):
 
 
 def _clients():
-    from kubernetes import client, config as kconfig
-
-    from localcluster import config as lc_config
+    from kubernetes import client
+    from kubernetes import config as kconfig
+    from localcluster.common import config as lc_config
 
     kconfig.load_kube_config(str(lc_config.state_dir() / "admin.kubeconfig"))
     return client.CoreV1Api(), client.CustomObjectsApi(), client.ApiClient()
 
 
 def _admin():
-    from localcluster import cli, config as lc_config
+    from localcluster.common import config as lc_config
+    from localcluster.common.kubeconfig import admin_client
 
-    return cli.admin_client(lc_config.state_dir())
+    return admin_client(lc_config.state_dir())
 
 
 def request_count() -> float:
@@ -499,7 +500,7 @@ def request_count() -> float:
 
 def ensure_flow_schema() -> None:
     """Create (or keep) the FlowSchema that counts the operator's requests."""
-    from localcluster.kubeapi import ApiError
+    from localcluster.common.kubeapi import ApiError
 
     try:
         _admin().post("/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas", flow_schema())
@@ -510,7 +511,7 @@ def ensure_flow_schema() -> None:
 
 def operator_peak_rss() -> Optional[int]:
     """The host-process operator's VmHWM in bytes (None if it does not run)."""
-    from localcluster import operator_install
+    from localcluster.cluster import operator_install
 
     pid = operator_install.pid()
     try:
@@ -527,7 +528,7 @@ def _condition(job: dict, ctype: str) -> Optional[dict]:
 def run_job(core, custom, nodes: int, probe: bool, probe_timeout: int = 300,
             timeout: float = 600.0, say=print) -> dict:
     """One scale run: apply, wait for Validated, all training pods Running, and the end."""
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
 
     example = [d for d in yaml.safe_load_all((REPO / "examples" / "ddp-digits.yaml").read_text()) if d]
     ns = f"scale-{nodes}-{'on' if probe else 'off'}-{uuid.uuid4().hex[:5]}"
@@ -584,10 +585,12 @@ def measure_size(nodes: int, runs: int, probe_timeout: int = 300, say=print) -> 
     """Cluster of ``nodes`` nodes, a fresh operator, ``runs`` runs probe on and off. The
     nodes are node agents, the lighter mode (32 and 64 real kubelets do not fit 2 cores
     and 24 GiB; `make bench` measures real nodes against it at 2 and 8)."""
-    from localcluster import cli, operator_install
+    from localcluster.cluster import operator_install
+
+    from localcluster import bringup
 
     say(f"  {nodes} nodes as node agents (the lighter mode; not real kubelets)")
-    cli.up(nodes=nodes, timeout=600, runtime="agent")
+    bringup.up(nodes=nodes, timeout=600, runtime="agent")
     operator_install.stop()
     operator_install.start()
     ensure_flow_schema()
@@ -607,10 +610,13 @@ def measure_size(nodes: int, runs: int, probe_timeout: int = 300, say=print) -> 
 def measure_many(jobs: int, job_nodes: int, probe: bool, timeout: float, say=print) -> dict:
     """``jobs`` DistTrainingJobs at once on a 2-node cluster (each its own rendezvous
     port); outcomes, time to all outcomes, requests, peak RSS, retries logged."""
-    from localcluster import cli, config as lc_config, operator_install
-    from localcluster.operator_install import kubectl
+    from localcluster.cluster import operator_install
+    from localcluster.cluster.operator_install import kubectl
+    from localcluster.common import config as lc_config
 
-    cli.up(nodes=max(2, job_nodes), timeout=600)
+    from localcluster import bringup
+
+    bringup.up(nodes=max(2, job_nodes), timeout=600)
     operator_install.stop()
     operator_install.start()
     ensure_flow_schema()
@@ -661,7 +667,7 @@ def measure_many(jobs: int, job_nodes: int, probe: bool, timeout: float, say=pri
 
 
 def _meta() -> dict:
-    from localcluster import config as lc_config
+    from localcluster.common import config as lc_config
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True,
                             capture_output=True).stdout.strip()
@@ -705,7 +711,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         data = json.loads((args.out / "scale.json").read_text())
         (args.out / "scale.md").write_text(markdown(data))
         return 0
-    from localcluster import config as lc_config
+    from localcluster.common import config as lc_config
 
     if any(n > lc_config.MAX_NODES for n in args.nodes) or args.runs < 1 or args.jobs < 0:
         parser.error(f"--nodes at most {lc_config.MAX_NODES}, --runs >= 1, --jobs >= 0")

@@ -24,7 +24,7 @@
 #                  istio-proxy's stand-in, localcluster/images/mesh) for scenarios with mesh: istio
 #   archives/<name>-c-<key>.tar   each image as a docker-archive, named as the chart and the
 #                  example name it (ghcr.io/disttrain/...), which each real node's containerd
-#                  imports (localcluster/localcluster/realnode.py)
+#                  imports (localcluster/localcluster/images/archives.py)
 #   torch-tree/torch-<version>-<key>/   torch and what it requires, taken from the project's
 #                  venv: the read-only tree nodes share (mounted, on PYTHONPATH) instead of a
 #                  6 GB torch layer in every image (see "Images" in localcluster/README.md)
@@ -151,7 +151,7 @@ build_probe() {
 build_example() { build_image examples-digits examples/Dockerfile examples "BASE_IMAGE=$BASE_NAME"; }
 # alpine:3.10 for Kubeflow's PyTorch init container on real nodes (localcluster/images/alpine).
 build_alpine() { build_image alpine localcluster/images/alpine/Dockerfile localcluster/images/alpine "PYTHON_IMAGE=$BASE_NAME"; }
-# Istio's sidecar for scenarios with `mesh: istio` (localcluster/images/mesh, localcluster/mesh.py).
+# Istio's sidecar for scenarios with `mesh: istio` (localcluster/images/mesh, localcluster/cluster/mesh.py).
 build_mesh() { build_image mesh-sidecar localcluster/images/mesh/Dockerfile localcluster/images/mesh "PYTHON_IMAGE=$BASE_NAME"; }
 # A test image: a probe that writes a broken report (tests/e2e/test_operator.py).
 build_garbage_probe() {

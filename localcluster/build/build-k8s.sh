@@ -180,7 +180,7 @@ build_training_operator() {
 }
 
 # Kueue (sigs.k8s.io/kueue) has no replace directives, so `go install m@v` builds its own
-# cmd/kueue main. The manifests `localcluster/kueue.py` applies come from the same module
+# cmd/kueue main. The manifests `localcluster/cluster/kueue.py` applies come from the same module
 # version: the CRDs (config/components/crd/bases), the manager's ClusterRole
 # (config/components/rbac/role.yaml) and the webhooks (config/components/webhook/manifests.yaml).
 build_kueue() {

@@ -8,7 +8,7 @@
 #   bash localcluster/build/system-deps.sh images  # only what building the images needs
 #                                                # (make images: build-images.sh)
 #   bash localcluster/build/system-deps.sh nodes   # what real nodes run: containerd, runc,
-#                                                # the CNI plugins (localcluster/realnode.py)
+#                                                # the CNI plugins (localcluster/nodes/realnode/)
 #
 # Quiet (and about 10 ms) when everything is present. Exits non-zero with the reason and the
 # command to run by hand when a tool is missing and this is not root, not Debian, or
@@ -25,12 +25,12 @@ die() { say "error: $*"; exit 1; }
 
 # tool|Debian package|why the project needs it
 TOOLS=(
-  "ip|iproute2|network namespaces, veth links and addresses of the simulated nodes (localcluster/network.py)"
-  "tc|iproute2|link rates of the simulated NICs (localcluster/network.py)"
-  "nft|nftables|scenario firewalls (localcluster/firewall.py)"
-  "unshare|util-linux|private mount and UTS namespaces of real nodes and agent containers (localcluster/realnode.py, nodeagent/)"
+  "ip|iproute2|network namespaces, veth links and addresses of the simulated nodes (localcluster/network/netns.py)"
+  "tc|iproute2|link rates of the simulated NICs (localcluster/network/netns.py)"
+  "nft|nftables|scenario firewalls (localcluster/network/firewall.py)"
+  "unshare|util-linux|private mount and UTS namespaces of real nodes and agent containers (localcluster/nodes/realnode/, nodeagent/)"
   "umount|mount|unmounting leftovers at localcluster down (localcluster/cli.py)"
-  "sysctl|procps|pod-network sysctls inside node namespaces (localcluster/podnet.py)"
+  "sysctl|procps|pod-network sysctls inside node namespaces (localcluster/network/podnet.py)"
   "go|golang-go|compiling the control plane from its Go modules (localcluster/build/build-k8s.sh)"
   "make|make|the project's entry points (Makefile)"
 )
@@ -42,7 +42,7 @@ IMAGE_TOOLS=(
   "runc|runc|running the Dockerfiles' RUN steps (buildah only recommends a runtime)"
 )
 # Only for real nodes (`up --runtime containerd`, make demo, the e2e tests on real nodes):
-# each node runs a real kubelet with its own containerd (localcluster/realnode.py).
+# each node runs a real kubelet with its own containerd (localcluster/nodes/realnode/).
 CNI_DIR="${SYSTEM_DEPS_CNI_DIR:-/usr/lib/cni}"  # Debian's plugin directory; the tests point it elsewhere
 NODE_TOOLS=(
   "containerd|containerd|each real node's container runtime (CRI), 1.6 in bookworm"

@@ -1,6 +1,6 @@
 """Entry point: python -m localcluster up|down|status|env."""
 import sys
 
-from .cli import main
+from localcluster.cli import main
 
 sys.exit(main())

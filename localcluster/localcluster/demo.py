@@ -30,9 +30,9 @@ from typing import Optional
 from rich.console import Console
 from rich.markup import escape
 
-
-from . import config, operator_install
-from .operator_install import kubectl
+from localcluster.cluster import operator_install
+from localcluster.cluster.operator_install import kubectl
+from localcluster.common import config
 
 console = Console(highlight=False, soft_wrap=True)
 EXAMPLE = config.REPO_ROOT / "examples" / "ddp-digits.yaml"
@@ -169,7 +169,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                   markup=False)
     operator_ok = check_operator_restarts() and operator_ok
     console.rule("[bold]Keep using kubectl against the local cluster")
-    from .cli import env_lines
+    from localcluster.cli import env_lines
     console.print(env_lines().rstrip(), markup=False)
     console.print("# or: eval \"$(.venv/bin/python -m localcluster env)\"", markup=False)
     console.print("make down   # stops the cluster and removes its namespaces and processes")

@@ -19,7 +19,9 @@ from typing import Optional
 
 import yaml
 
-from . import altlibs, config, scenario as scn
+from localcluster.common import config
+from localcluster.scenarios import altlibs, loader, nodeplan
+from localcluster.scenarios import scenario as scn
 
 JOB = "ddp-digits"
 
@@ -126,7 +128,7 @@ def describe(ns: str) -> str:
 
 
 def _kubectl(*args: str, input: Optional[str] = None, check_: bool = True):
-    from .operator_install import kubectl
+    from localcluster.cluster.operator_install import kubectl
     return kubectl(*args, input=input, check=check_)
 
 
@@ -168,17 +170,18 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     sc = sc.model_copy(update={"expect": sc.expect.for_run(run)})
     _kubectl("create", "namespace", ns, check_=False)
     if sc.kueue is not None:  # the job's namespace gets Kueue's LocalQueue
-        from . import cli, kueue
-        kueue.apply(cli.admin_client(config.state_dir()), kueue.local_queue(ns))
+        from localcluster.cluster import kueue, kueue_objects
+        from localcluster.common.kubeconfig import admin_client
+        kueue.apply(admin_client(config.state_dir()), kueue_objects.local_queue(ns))
         if sc.kueue.holdSeconds:
             _hold_quota(sc, ns, say)
     if sc.networkPolicies:  # enforced before the job's first pod exists
-        from . import netpol
+        from localcluster.cluster import netpol
         netpol.apply_policies(sc.networkPolicies, ns)
     if sc.mesh:  # the sidecar is injected from the job's first pod on
-        from . import mesh
+        from localcluster.cluster import mesh
         mesh.enable(ns)
-    docs = scn.job_documents(sc)
+    docs = loader.job_documents(sc)
     t0 = time.monotonic()
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
     seen: dict[str, tuple] = {}
@@ -232,12 +235,12 @@ def holder_pods(cpu: str) -> tuple[int, str]:
 def _hold_quota(sc: scn.Scenario, ns: str, say=print) -> None:
     """A batch/v1 Job queued in the same LocalQueue that holds all of the quota's CPU for
     ``kueue.holdSeconds``: the scenario's job waits in the queue until it ends."""
-    from . import kueue
-    from .config import UTILITY_IMAGE
-    cpu = dict(kueue.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
+    from localcluster.cluster import kueue_objects
+    from localcluster.common.config import UTILITY_IMAGE
+    cpu = dict(kueue_objects.Options.from_json(sc.kueue.options().to_json()).quota).get("cpu", "1")
     pods, per_pod = holder_pods(cpu)
     hold = {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "quota-holder", "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
+            "metadata": {"name": "quota-holder", "labels": {kueue_objects.QUEUE_LABEL: kueue_objects.LOCAL_QUEUE}},
             "spec": {"suspend": True, "backoffLimit": 0, "parallelism": pods, "completions": pods,
                      "template": {"spec": {
                          "restartPolicy": "Never", "containers": [{
@@ -276,23 +279,26 @@ def same_outcome(outcomes: list[Outcome]) -> Outcome:
 def prepare(sc: scn.Scenario, say=print) -> None:
     """Cluster up as the scenario says, and the operator running. On a failed `up` the
     cluster is taken down (nothing half-created) and the error re-raised."""
-    from . import altlibs, cli, firewall, operator_install
-    for t in scn.topology(sc):
+    from localcluster import bringup, cli
+    from localcluster.cluster import operator_install
+    from localcluster.network import firewall
+    from localcluster.scenarios import altlibs
+    for t in nodeplan.topology(sc):
         if t.firewall:
             firewall.check(t.firewall)
     altlibs.ensure_for(sc, say=say)  # e.g. another NCCL for version-skew (before any change)
     try:
-        cli.up(scenario=sc)
+        bringup.up(scenario=sc)
     except Exception:
         say("up failed; taking the cluster down")
         operator_install.stop(timeout=5.0)
         cli.down()
         raise
     if sc.networkPolicies:  # the enforcer only for scenarios that ask for it
-        from . import netpol
+        from localcluster.cluster import netpol
         netpol.ensure(say=say)
     if sc.mesh:  # the injector only for scenarios that ask for it
-        from . import mesh
+        from localcluster.cluster import mesh
         mesh.ensure(say=say)
     operator_install.stop()  # a fresh operator: the one running may be older code
     operator_install.start()
@@ -304,7 +310,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the job's namespace afterwards")
     a = ap.parse_args(argv)
     try:
-        sc = scn.load(a.scenario)
+        sc = loader.load(a.scenario)
     except scn.ScenarioError as e:
         print(f"scenario error:\n{e}", file=sys.stderr)
         return 2

@@ -4,10 +4,10 @@
 What is injected, and how:
 
 - **operator killed**: SIGKILL to the operator process (as an OOM kill or a lost node
-  would), a random pause, then started again (:mod:`localcluster.operator_install`), at a
+  would), a random pause, then started again (:mod:`localcluster.cluster.operator_install`), at a
   random point after one of the :data:`STAGES` of a job's life was reached;
 - **apiserver restarted**: SIGTERM to the kube-apiserver (SIGKILL after 5 s), then started
-  again with the same flags (:func:`localcluster.controlplane.ensure_control_plane`), while
+  again with the same flags (:func:`localcluster.cluster.controlplane.ensure_control_plane`), while
   the probes run;
 - **a training pod deleted by hand** (``kubectl delete pod``) while it runs: the attempt
   ends in a gang restart, and no pod of it is created again;
@@ -52,14 +52,17 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import yaml
+from disttrain.api import constants
+from disttrain.children import observe
+from disttrain_probe.contract import vocabulary
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
-
-from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.children import observe
-from localcluster import controlplane, network, operator_install, procs, realnode
-from localcluster.config import node_spec_by_name
+from localcluster.cluster import controlplane, operator_install
+from localcluster.common import procs
+from localcluster.common.config import node_spec_by_name
+from localcluster.network import netns as network
+from localcluster.nodes.realnode.base import node_dir, process_name
+from localcluster.nodes.realnode.cgroups import kill_node
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
@@ -234,13 +237,13 @@ def lose_node(state: Path, node: str) -> dict[str, Any]:
     for link in links:
         subprocess.run(["ip", "-n", spec.netns, "link", "set", link, "down"], capture_output=True)
     agent = procs.tracked_pid(state, f"agent-{node}")
-    real = procs.tracked_pid(state, realnode.process_name(node))
+    real = procs.tracked_pid(state, process_name(node))
     if agent is not None:
         os.kill(agent, signal.SIGKILL)
     killed = 0
     if real is not None:  # a real node: its supervisor, then kubelet, containerd, shims, containers
         os.kill(real, signal.SIGKILL)
-        killed += realnode.kill_node(spec.netns)
+        killed += kill_node(spec.netns)
         agent = real
     for ns in [spec.netns] + [x for x in network.our_netns() if x.startswith(spec.netns + "-p")]:
         for pid in network.netns_pids(ns):
@@ -290,7 +293,7 @@ def probe_phase(state: Path, ns: str, pod: dict[str, Any]) -> Optional[str]:
     files = [state / "pods" / f"{ns}_{observe.name(pod)}_{uid}" / "probe.termination-log"]
     node = (pod.get("spec") or {}).get("nodeName")
     if node:  # a real kubelet keeps it under its root dir, one file per container start
-        files += sorted((realnode.node_dir(state, node) / "kubelet" / "pods" / str(uid)
+        files += sorted((node_dir(state, node) / "kubelet" / "pods" / str(uid)
                          / "containers" / "probe").glob("*"), key=lambda f: f.stat().st_mtime)[-1:]
     for f in files:
         try:
@@ -565,7 +568,7 @@ def _cond_summary(status: dict[str, Any]) -> str:
 
 class Harness:
     """Runs jobs under faults on the local cluster at ``state`` (the operator must be
-    running, started by :func:`localcluster.operator_install.start`)."""
+    running, started by :func:`localcluster.cluster.operator_install.start`)."""
 
     def __init__(self, state: Path, seed: int, say: Callable[[str], None] = print):
         self.state = state

@@ -64,7 +64,7 @@ def cluster() -> Cluster:
     At the end it runs `down`, unless DISTTRAIN_KEEP_CLUSTER=1 or another pytest session
     on this machine is still using the cluster (sessions register in <state>/sessions/).
     """
-    from localcluster.config import k8s_bin_dir, node_specs, state_dir
+    from localcluster.common.config import k8s_bin_dir, node_specs, state_dir
 
     # Locally a missing prerequisite skips; in CI (DISTTRAIN_REQUIRE_E2E=1) it fails.
     unmet = pytest.fail if os.environ.get("DISTTRAIN_REQUIRE_E2E") == "1" else pytest.skip
@@ -101,7 +101,7 @@ def cluster() -> Cluster:
 def kubeflow_operator(cluster: Cluster) -> Cluster:
     """Kubeflow's training operator (PyTorchJob) running on the session's cluster
     (`localcluster up --kubeflow`); `down` at the end of the session stops it."""
-    from localcluster import kubeflow
+    from localcluster.cluster import kubeflow
 
     unmet = pytest.fail if os.environ.get("DISTTRAIN_REQUIRE_E2E") == "1" else pytest.skip
     try:
@@ -128,8 +128,8 @@ def ns(cluster: Cluster, request) -> str:
 @pytest.fixture(scope="module")
 def operator(cluster):
     """The operator as a host process under the chart's ServiceAccount and RBAC
-    (:mod:`localcluster.operator_install`), started for a test module, stopped at its end."""
-    from localcluster import operator_install
+    (:mod:`localcluster.cluster.operator_install`), started for a test module, stopped at its end."""
+    from localcluster.cluster import operator_install
 
     operator_install.stop()
     operator_install.start()

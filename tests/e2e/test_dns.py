@@ -9,15 +9,14 @@ import sys
 import time
 
 import pytest
-
-from localcluster import network
-from localcluster.config import DNS_NS, DNS_SERVICE_IP, NODE_NS_PREFIX, UTILITY_IMAGE
+from localcluster.common.config import DNS_NS, DNS_SERVICE_IP, NODE_NS_PREFIX, UTILITY_IMAGE
+from localcluster.network import netns as network
 
 pytestmark = pytest.mark.e2e
 
 
 def _query(netns: str, name: str, qtype: str = "A") -> dict:
-    p = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "localcluster.dns",
+    p = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-m", "localcluster.network.dns",
                         "query", name, "--type", qtype, "--server", DNS_SERVICE_IP],
                        capture_output=True, text=True, timeout=30)
     assert p.stdout.strip(), p.stderr

@@ -10,9 +10,8 @@ import json
 import time
 
 import pytest
-
-from localcluster.config import UTILITY_IMAGE
 import yaml
+from localcluster.common.config import UTILITY_IMAGE
 
 pytestmark = pytest.mark.e2e
 

@@ -12,9 +12,8 @@ import time
 
 import pytest
 import yaml
-
-from localcluster import kubeflow
-from localcluster.config import REPO_ROOT
+from localcluster.cluster import kubeflow
+from localcluster.common.config import REPO_ROOT
 
 pytestmark = pytest.mark.e2e
 

@@ -9,11 +9,9 @@ import sys
 import time
 
 import pytest
-
-from localcluster.config import UTILITY_IMAGE
 import yaml
-
-from localcluster import kueue
+from localcluster.cluster import kueue_objects
+from localcluster.common.config import UTILITY_IMAGE
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +33,7 @@ def kueue_cluster(cluster):
 
 def job(name: str, cpu: str) -> dict:
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name, "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
+            "metadata": {"name": name, "labels": {kueue_objects.QUEUE_LABEL: kueue_objects.LOCAL_QUEUE}},
             "spec": {"suspend": True, "parallelism": 1, "completions": 1, "backoffLimit": 0,
                      "template": {"spec": {"restartPolicy": "Never", "containers": [{
                          "name": "main", "image": UTILITY_IMAGE, "command": ["sleep", "120"],
@@ -73,7 +71,7 @@ def wait_for(what: str, fn, timeout: float = 60.0, every: float = 0.5):
 
 def test_kueue_admits_one_job_and_holds_the_next_while_the_quota_is_used(kueue_cluster, ns):
     c = kueue_cluster
-    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue.local_queue(ns)))
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue_objects.local_queue(ns)))
     c.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(job("first", "1500m")))
     t0 = time.monotonic()
     wait_for("the first Job to be admitted and unsuspended", lambda: (
@@ -92,7 +90,7 @@ def test_kueue_admits_one_job_and_holds_the_next_while_the_quota_is_used(kueue_c
     time.sleep(2)  # still held, and still nothing running for it
     assert get(c, "job", "second", "-n", ns)["spec"]["suspend"] is True
     assert get(c, "pods", "-n", ns, "-l", "job-name=second")["items"] == []
-    lq = get(c, "localqueues.kueue.x-k8s.io", kueue.LOCAL_QUEUE, "-n", ns)
+    lq = get(c, "localqueues.kueue.x-k8s.io", kueue_objects.LOCAL_QUEUE, "-n", ns)
     assert lq["status"]["pendingWorkloads"] == 1 and lq["status"]["admittedWorkloads"] == 1
 
     c.kubectl("delete", "job", "first", "-n", ns, "--cascade=background", "--wait=false")
@@ -105,10 +103,10 @@ def test_a_workload_created_directly_is_admitted_with_its_flavor(kueue_cluster, 
     """The shape the operator will create for a DistTrainingJob: one pod set of numNodes
     pods with the template's resources, in the job's LocalQueue (no Job integration)."""
     c = kueue_cluster
-    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue.local_queue(ns)))
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue_objects.local_queue(ns)))
     wl = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
           "metadata": {"name": "ddp"},
-          "spec": {"queueName": kueue.LOCAL_QUEUE, "podSets": [{
+          "spec": {"queueName": kueue_objects.LOCAL_QUEUE, "podSets": [{
               "name": "nodes", "count": 2, "template": {"spec": {
                   "restartPolicy": "Never", "containers": [{
                       "name": "main", "image": UTILITY_IMAGE,
@@ -118,7 +116,7 @@ def test_a_workload_created_directly_is_admitted_with_its_flavor(kueue_cluster, 
         condition(w := get(c, "workloads.kueue.x-k8s.io", "ddp", "-n", ns), "Admitted")
         .get("status") == "True" and w))
     [assignment] = got["status"]["admission"]["podSetAssignments"]
-    assert got["status"]["admission"]["clusterQueue"] == kueue.CLUSTER_QUEUE
+    assert got["status"]["admission"]["clusterQueue"] == kueue_objects.CLUSTER_QUEUE
     assert assignment["name"] == "nodes" and assignment["count"] == 2
-    assert assignment["flavors"] == {"cpu": kueue.FLAVOR, "memory": kueue.FLAVOR}
+    assert assignment["flavors"] == {"cpu": kueue_objects.FLAVOR, "memory": kueue_objects.FLAVOR}
     assert assignment["resourceUsage"]["cpu"] == "1"

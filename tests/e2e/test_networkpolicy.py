@@ -1,4 +1,4 @@
-"""NetworkPolicies enforced for real (localcluster/netpol.py: kube-network-policies as a
+"""NetworkPolicies enforced for real (localcluster/cluster/netpol.py: kube-network-policies as a
 DaemonSet on the real nodes): two pods on two nodes, on the pod network, and what a
 default-deny ingress policy and an allow rule for the client's labels on one port do."""
 from __future__ import annotations
@@ -7,9 +7,8 @@ import json
 import time
 
 import pytest
-
-from localcluster import netpol
-from localcluster.config import UTILITY_IMAGE
+from localcluster.cluster import netpol
+from localcluster.common.config import UTILITY_IMAGE
 
 pytestmark = pytest.mark.e2e
 

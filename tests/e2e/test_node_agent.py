@@ -12,8 +12,7 @@ import time
 import uuid
 
 import pytest
-
-from localcluster.config import NODE_NS_PREFIX, node_spec_by_name, pod_cidr
+from localcluster.common.config import NODE_NS_PREFIX, node_spec_by_name, pod_cidr
 
 pytestmark = pytest.mark.e2e
 
@@ -69,10 +68,10 @@ def _cstatus(pod: dict, name: str, init: bool = False) -> dict:
 
 @pytest.fixture(scope="module")
 def agent_nodes(cluster):
-    from localcluster import cli
-    cli.up(nodes=len(cluster.node_names), runtime="agent")
+    from localcluster import bringup
+    bringup.up(nodes=len(cluster.node_names), runtime="agent")
     yield cluster
-    cli.up(nodes=len(cluster.node_names))
+    bringup.up(nodes=len(cluster.node_names))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -344,7 +343,7 @@ def test_volume_over_an_ancestor_of_the_project_does_not_hide_it(cluster):
     """An emptyDir on the directory holding the repo (e.g. /tmp when CI clones under /tmp,
     as the chart's operator pod mounts /tmp) must not hide the venv the container runs from,
     nor the state dir the other volumes come from."""
-    from localcluster.config import REPO_ROOT
+    from localcluster.common.config import REPO_ROOT
 
     parent = str(REPO_ROOT.parent)
     cluster.kubectl("create", "configmap", "ancestor-cm", "-n", NS, "--from-literal=k=v", check=False)
@@ -365,7 +364,7 @@ def test_mount_points_made_under_a_volume_that_hides_the_state_dir_start_first_t
     (the chart's emptyDir on /tmp, a clone under /tmp), every mount point the container had
     to create on the host failed it once (created-paths could not be written). It must
     start on its first try and record each path it created, for `down` to remove."""
-    from localcluster.config import REPO_ROOT
+    from localcluster.common.config import REPO_ROOT
 
     parent = str(REPO_ROOT.parent)
     base = f"/var/run/dtj-e2e-{uuid.uuid4().hex[:8]}"

@@ -34,7 +34,7 @@ from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.reconcile.policies import apierrors
 from disttrain.shell.kube import Kube, failure_from
-from localcluster import operator_install
+from localcluster.cluster import operator_install
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""Pod networking on the proving ground (localcluster/podnet.py): per-pod namespaces on the
+"""Pod networking on the proving ground (localcluster/network/podnet.py): per-pod namespaces on the
 node's cni0, pod CIDRs routed between nodes, kubelet's /etc/hosts and resolv.conf, safe
 sysctls, sandbox teardown."""
 from __future__ import annotations
@@ -9,10 +9,9 @@ import subprocess
 import time
 
 import pytest
-
-from localcluster.config import DNS_SERVICE_IP, UTILITY_IMAGE, node_spec_by_name, pod_cidr
-from localcluster import podnet
-from localcluster.network import list_netns
+from localcluster.common.config import DNS_SERVICE_IP, UTILITY_IMAGE, node_spec_by_name, pod_cidr
+from localcluster.network import podnet
+from localcluster.network.netns import list_netns
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""Real nodes (localcluster/realnode.py): a real kubelet with its own containerd, runc and
+"""Real nodes (localcluster/nodes/realnode/): a real kubelet with its own containerd, runc and
 the CNI plugins per node, running the images built from the repository's Dockerfiles.
 
 `make demo`'s path, end to end, in a cluster instance of its own (DISTTRAIN_CLUSTER_INSTANCE
@@ -43,7 +43,7 @@ def _py(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
 
 
 def kubectl(*args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    from localcluster.config import k8s_bin_dir
+    from localcluster.common.config import k8s_bin_dir
     r = subprocess.run([str(k8s_bin_dir() / "kubectl"), *args], env=_env(), input=input,
                        capture_output=True, text=True, timeout=120)
     if check and r.returncode != 0:
@@ -141,8 +141,8 @@ def test_an_image_no_registry_serves_fails_naming_rank_node_and_cause(demo):
 
 def _daemon_pid(node: str, daemon: str) -> int | None:
     """The pid of ``daemon`` (containerd or kubelet) of real node ``node``, from its cgroup."""
-    from localcluster import realnode
-    for pid in realnode.cgroup_pids(f"{NS_PREFIX}{node}"):
+    from localcluster.nodes.realnode.cgroups import cgroup_pids
+    for pid in cgroup_pids(f"{NS_PREFIX}{node}"):
         try:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
@@ -221,12 +221,12 @@ def test_a_hung_kubelet_during_the_probe_is_named(demo):
 
 
 def test_a_node_killed_during_the_probe_is_named(demo):
-    """A node dies whole (kubelet, containerd, shims, containers: realnode.kill_node) while
+    """A node dies whole (kubelet, containerd, shims, containers: kill_node) while
     the probe runs: the job fails within the probe budget naming that node, and no training
     pod is created. The node killed is the one without the operator pod: a Deployment's pod
     on a lost node is only replaced after the NoExecute taint's tolerationSeconds (300 s by
     default), as on any cluster."""
-    from localcluster import realnode
+    from localcluster.nodes.realnode.cgroups import kill_node
     docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
     job = next(d for d in docs if d["kind"] == "DistTrainingJob")
     job["metadata"]["name"] = "lost"
@@ -240,7 +240,7 @@ def test_a_node_killed_during_the_probe_is_named(demo):
             node = next(p["spec"]["nodeName"] for p in probes if p["spec"]["nodeName"] != operator_node)
         time.sleep(0.2)
     assert node, "the probes never ran"
-    assert realnode.kill_node(f"{NS_PREFIX}{node}") > 0
+    assert kill_node(f"{NS_PREFIX}{node}") > 0
     killed = time.monotonic()
     job = {}
     while time.monotonic() - killed < 120:

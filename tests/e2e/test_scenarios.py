@@ -16,8 +16,11 @@ import time
 import uuid
 
 import pytest
+from localcluster.cluster import operator_install
+from localcluster.network import netns
+from localcluster.scenarios import loader
 
-from localcluster import cli, operator_install, scenario as scn, scenariorun
+from localcluster import bringup, scenariorun
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +33,7 @@ def scenario_cluster(cluster):
     operator_install.stop()
     yield cluster
     operator_install.stop()
-    cli.up(nodes=2)  # the default topology again, for the tests that follow
+    bringup.up(nodes=2)  # the default topology again, for the tests that follow
     if TIMINGS:
         print("\nseconds from apply to the expected condition:")
         for k, v in TIMINGS.items():
@@ -59,9 +62,9 @@ def _one_run(sc, name, run):
     return outcome, problems, lines
 
 
-@pytest.mark.parametrize("name", scn.all_names())
+@pytest.mark.parametrize("name", loader.all_names())
 def test_scenario(scenario_cluster, name):
-    sc = scn.load(name)
+    sc = loader.load(name)
     if sc.slow and not SLOW:
         pytest.skip("a slow scenario: make test-scale (DISTTRAIN_SLOW_SCENARIOS=1) runs it")
     scenariorun.prepare(sc, say=lambda *_: None)
@@ -88,9 +91,9 @@ def test_bad_scenario_names_line_and_field_and_creates_nothing(tmp_path):
     f = tmp_path / "bad.yaml"
     f.write_text("nodes: 2\nnodeOverrides:\n  node-a:\n    nics:\n      - {name: eth0, segment: mgmt, mtu: 5}\n"
                  "expect: {status: 'True'}\n")
-    before = sorted(cli.network.list_netns())
+    before = sorted(netns.list_netns())
     p = subprocess.run([sys.executable, "-m", "localcluster.scenariorun", str(f)],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert f"{f}:5: nodeOverrides.node-a.nics.0.mtu" in p.stderr
-    assert sorted(cli.network.list_netns()) == before
+    assert sorted(netns.list_netns()) == before

@@ -12,11 +12,9 @@ import sys
 import time
 
 import pytest
-
-from localcluster.config import UTILITY_IMAGE
 import yaml
-
-from localcluster import kueue
+from localcluster.cluster import kueue_objects
+from localcluster.common.config import UTILITY_IMAGE
 
 from .test_operator import apply, condition, get_job, pods, wait_for
 from .test_operator import example_docs as _example_docs
@@ -62,7 +60,7 @@ def placed(cluster, ns, name):
 def blocker(cpu: str) -> dict:
     """A batch/v1 Job queued in the same LocalQueue, holding ``cpu`` of the quota."""
     return {"apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": "blocker", "labels": {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}},
+            "metadata": {"name": "blocker", "labels": {kueue_objects.QUEUE_LABEL: kueue_objects.LOCAL_QUEUE}},
             "spec": {"suspend": True, "backoffLimit": 0, "template": {"spec": {
                 "restartPolicy": "Never", "containers": [{
                     "name": "main", "image": UTILITY_IMAGE, "command": ["sleep", "600"],
@@ -72,14 +70,14 @@ def blocker(cpu: str) -> dict:
 def test_queued_job_waits_with_no_pod_then_trains_and_an_eviction_makes_it_probe_again(
         kueue_cluster, operator, ns):
     c = kueue_cluster
-    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue.local_queue(ns)))
+    c.kubectl("apply", "-f", "-", input=yaml.safe_dump(kueue_objects.local_queue(ns)))
     c.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(blocker("1500m")))
     wait_for(lambda: c.kubectl("get", "job", "blocker", "-n", ns, "-o", "jsonpath={.spec.suspend}").stdout == "false",
              60, what="the blocker admitted")
     docs = example_docs()
     for d in docs:
         if d["kind"] == "DistTrainingJob":
-            d["metadata"]["labels"] = {kueue.QUEUE_LABEL: kueue.LOCAL_QUEUE}
+            d["metadata"]["labels"] = {kueue_objects.QUEUE_LABEL: kueue_objects.LOCAL_QUEUE}
     apply(c, ns, docs)
     adm = wait_for(lambda: status_of(c, ns, "ddp-digits", "Admitted").get("reason") == "WaitingForQuota"
                    and "insufficient" in status_of(c, ns, "ddp-digits", "Admitted")["message"]
@@ -93,14 +91,14 @@ def test_queued_job_waits_with_no_pod_then_trains_and_an_eviction_makes_it_probe
              what="training after admission")
     assert status_of(c, ns, "ddp-digits", "Admitted")["reason"] == "WorkloadAdmitted"
     # evict it: stopping its LocalQueue with HoldAndDrain evicts the admitted Workload
-    c.kubectl("patch", "localqueue", kueue.LOCAL_QUEUE, "-n", ns, "--type=merge",
+    c.kubectl("patch", "localqueue", kueue_objects.LOCAL_QUEUE, "-n", ns, "--type=merge",
               "-p", '{"spec":{"stopPolicy":"HoldAndDrain"}}')
     wait_for(lambda: status_of(c, ns, "ddp-digits", "Admitted").get("reason") == "WorkloadEvicted", 60,
              what="WorkloadEvicted")
     wait_for(lambda: not pods(c, ns, "disttrain.dev/role=worker"), 90, what="the training pods deleted")
     job = get_job(c, ns)
     assert condition(job, "Failed")["status"] != "True"
-    c.kubectl("patch", "localqueue", kueue.LOCAL_QUEUE, "-n", ns, "--type=merge",
+    c.kubectl("patch", "localqueue", kueue_objects.LOCAL_QUEUE, "-n", ns, "--type=merge",
               "-p", '{"spec":{"stopPolicy":"None"}}')
     c.kubectl("wait", "--for=condition=Succeeded", "dtj/ddp-digits", "-n", ns, "--timeout=300s", timeout=310)
     job = get_job(c, ns)

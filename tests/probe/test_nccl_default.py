@@ -15,8 +15,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from localcluster import scenario as scn
+from localcluster.network import topology
+from localcluster.scenarios import loader, nodeplan
 
 pytestmark = pytest.mark.netns
 
@@ -49,8 +49,8 @@ def lib():
     return path
 
 
-def build(ns: str, fab: str, topo: scn.NodeTopology) -> None:
-    """The node's links as network.py makes them: decoy bridges (kept up by a veth port)
+def build(ns: str, fab: str, topo: topology.NodeTopology) -> None:
+    """The node's links as network/netns.py makes them: decoy bridges (kept up by a veth port)
     first, NICs as veths whose other end sits in ``fab``, then cni0 (the pod bridge)."""
     sh("ip", "netns", "add", ns)
     sh("ip", "-n", ns, "link", "set", "lo", "up")
@@ -75,9 +75,9 @@ def build(ns: str, fab: str, topo: scn.NodeTopology) -> None:
     sh("ip", "-n", ns, "link", "set", "cni0", "up")
 
 
-@pytest.mark.parametrize("name", scn.all_names())
+@pytest.mark.parametrize("name", loader.all_names())
 def test_nccl_and_the_rule_agree_on_every_scenario(lib, name):
-    topo = scn.topology(scn.load(name))[0]
+    topo = nodeplan.topology(loader.load(name))[0]
     tag = uuid.uuid4().hex[:6]
     ns, fab = f"dtjp-{tag}-n", f"dtjp-{tag}-f"
     sh("ip", "netns", "add", fab)

@@ -13,13 +13,12 @@ import time
 import uuid
 
 import pytest
-from hypothesis import given, strategies as st
-
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases import interfaces, pathmtu
-from localcluster import routing
-
+from hypothesis import given
+from hypothesis import strategies as st
+from localcluster.network import routing
 from probe_helpers import run_ranks
 
 
@@ -138,7 +137,7 @@ def sh(*args: str, stdin: str | None = None) -> None:
 @pytest.fixture
 def routed(request):
     """Two node namespaces whose eth1 sit on two segments joined by routers through a
-    1400-byte middle link (localcluster.routing, as the proving ground builds it); eth0 on
+    1400-byte middle link (localcluster.network.routing, as the proving ground builds it); eth0 on
     a shared segment carries the rendezvous. Parametrized by icmpFragNeeded."""
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("nft") is None:
         pytest.skip("needs root, iproute2 and nft (network namespaces, routers)")

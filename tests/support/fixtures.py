@@ -128,7 +128,7 @@ def load_benchmark(name: str):
     """Import ``benchmarks/<name>.py`` (not a package) as a module, for its pure parts."""
     import importlib.util
 
-    from localcluster.config import REPO_ROOT
+    from localcluster.common.config import REPO_ROOT
 
     spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)

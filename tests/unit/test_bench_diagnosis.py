@@ -8,11 +8,9 @@ import json
 import textwrap
 
 import pytest
-
-from localcluster import scenario as scn
+from localcluster.scenarios import loader
 
 from ..support.fixtures import load_benchmark
-
 
 bd = load_benchmark("bench_diagnosis")
 
@@ -32,24 +30,24 @@ def test_failing_scenarios_are_discovered_from_the_folder_not_a_list(tmp_path, m
         expect: {condition: MasterReachable, status: "False", reason: MasterAddrUnresolvable}
         """))
     (tmp_path / "fine.yaml").write_text("description: ok\nexpect: {status: 'True', phase: Succeeded}\n")
-    monkeypatch.setattr(scn, "SCENARIO_DIR", tmp_path)
-    got = bd.failing_scenarios(scn.all_names())
+    monkeypatch.setattr(loader, "SCENARIO_DIR", tmp_path)
+    got = bd.failing_scenarios(loader.all_names())
     assert [s.name for s in got] == ["zz-new-fault"]
     with pytest.raises(ValueError, match="not a failing scenario: fine"):
-        bd.failing_scenarios(scn.all_names(), ["fine"])
+        bd.failing_scenarios(loader.all_names(), ["fine"])
 
 
 def test_every_checked_in_failing_scenario_is_measured():
-    names = [s.name for s in bd.failing_scenarios(scn.all_names())]
-    expected = sorted(n for n in scn.all_names() if scn.load(n).expect.status == "False")
+    names = [s.name for s in bd.failing_scenarios(loader.all_names())]
+    expected = sorted(n for n in loader.all_names() if loader.load(n).expect.status == "False")
     assert names == expected and "firewall-master-drop" in names and "healthy" not in names
-    only = bd.failing_scenarios(scn.all_names(), ["firewall-master-reject"])
+    only = bd.failing_scenarios(loader.all_names(), ["firewall-master-reject"])
     assert [s.name for s in only] == ["firewall-master-reject"]
 
 
 def test_plain_documents_turn_probes_off_and_keep_the_rest():
-    sc = scn.load("ifname-missing")
-    docs = scn.job_documents(sc)
+    sc = loader.load("ifname-missing")
+    docs = loader.job_documents(sc)
     plain = bd.plain_documents(docs)
     job = next(d for d in plain if d.get("kind") == "DistTrainingJob")
     assert job["spec"]["probe"]["enabled"] is False
@@ -249,7 +247,7 @@ def test_columns_option_is_checked():
 
 
 def test_row_compares_with_the_peer_only_when_the_probe_ran():
-    sc = scn.load("ifname-missing")
+    sc = loader.load("ifname-missing")
     k = {"seconds": 4.7, "end": "failed", "informative": True, "sees": "PyTorchJob failed",
          "first_error": "w/pytorch: RuntimeError: eth2", "conditions": [], "pods": []}
     alone = bd._row(sc, None, None, k)
@@ -269,7 +267,7 @@ def test_peer_column_reused_from_a_previous_report_is_compared_with_the_new_prob
     """--peer-from: the PyTorchJob does not change with the product, so a re-run of the
     probe column takes the peer's figures from the previous report and recomputes the
     ratios against the new probe seconds; a scenario the old report lacks has no peer."""
-    sc = scn.load("firewall-master-reject")
+    sc = loader.load("firewall-master-reject")
     old_p = {"seconds": 38.4, "ok": True, "why": "", "condition": {"message": "node-b"},
              "sees": "MasterReachable=False"}
     k = {"seconds": 300.0, "end": "capped", "informative": False, "sees": "nothing failed",

@@ -7,11 +7,9 @@ import json
 
 import pytest
 import yaml
-
-from localcluster.config import REPO_ROOT
+from localcluster.common.config import REPO_ROOT
 
 from ..support.fixtures import load_benchmark
-
 
 bs = load_benchmark("bench_scale")
 

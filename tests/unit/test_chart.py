@@ -19,7 +19,7 @@ import generate_readme  # noqa: E402
 
 
 def helm_bin() -> str:
-    from localcluster.config import cache_dir, versions
+    from localcluster.common.config import cache_dir, versions
 
     path = cache_dir() / f"helm-{versions()['HELM_VERSION']}" / "bin" / "helm"
     if not path.exists():

@@ -143,3 +143,15 @@ def _is_reason_fallback(node, tree) -> bool:
                 if isinstance(k, ast.Constant) and k.value == "reason" and any(x is node for x in ast.walk(v)):
                     return True
     return False
+
+
+def test_the_local_clusters_layers_name_every_room_and_entry_point():
+    """Every folder of ``localcluster/localcluster/`` and every module at its top is in
+    the rooms contract, so a new room or entry point is layered from its first commit."""
+    c = _contract("localcluster rooms")
+    assert c["type"] == "layers" and c["containers"] == ["localcluster"]
+    named = {part.strip() for layer in c["layers"] for part in layer.replace("|", ":").split(":")}
+    package = REPO / "localcluster" / "localcluster"
+    present = {p.stem for p in package.glob("*.py") if p.stem != "__init__"}
+    present |= {d.name for d in package.iterdir() if (d / "__init__.py").exists()}
+    assert named == present

@@ -1,4 +1,4 @@
-"""localcluster.containerinit in a real private mount namespace (root and unshare, no cluster).
+"""localcluster.nodes.containerinit in a real private mount namespace (root and unshare, no cluster).
 
 The case of the first-run crash loop: a volume mounted over an ancestor of the state dir
 (the chart's emptyDir on /tmp, a clone under /tmp) while later mount points do not exist on
@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from localcluster import containerinit
+from localcluster.nodes import containerinit
 
 needs_mount_ns = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -26,7 +25,7 @@ def _run(spec: dict, spec_file: Path) -> subprocess.CompletedProcess:
     spec_file.write_text(json.dumps(spec))
     return subprocess.run(
         ["unshare", "--mount", "--uts", "--propagation", "private", sys.executable, "-m",
-         "localcluster.containerinit", str(spec_file)],
+         "localcluster.nodes.containerinit", str(spec_file)],
         capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
 
 

@@ -1,5 +1,5 @@
-"""Cluster DNS (localcluster/dns.py): Corefile, address choice, the plan, DNS messages.
-All pure; a real UDP round trip on the loopback checks :func:`dns.query`."""
+"""Cluster DNS (localcluster/network/dns.py): Corefile, address choice, the plan, DNS messages.
+All pure; a real UDP round trip on the loopback checks :func:`dnsquery.query`."""
 from __future__ import annotations
 
 import socket
@@ -8,9 +8,9 @@ import textwrap
 import threading
 
 import pytest
-
-from localcluster import dns, scenario as scn
-from localcluster.config import DNS_SERVICE_IP, pod_cidr
+from localcluster.common.config import DNS_SERVICE_IP, pod_cidr
+from localcluster.network import dns, dnsplan, dnsquery, topology
+from localcluster.scenarios import loader, nodeplan
 
 
 def test_corefile_has_kubernetes_small_ttls_and_no_forwarding():
@@ -41,30 +41,30 @@ def test_corefile_rejects_negative_ttl():
     ("10.0.0.0/31", [], "10.0.0.1"),
 ])
 def test_pick_address_highest_free_host(subnet, used, want):
-    assert dns.pick_address(subnet, used) == want
+    assert dnsplan.pick_address(subnet, used) == want
 
 
 def test_pick_address_full_subnet_and_ipv6():
     with pytest.raises(ValueError, match="no free address"):
-        dns.pick_address("10.0.0.0/30", ["10.0.0.1", "10.0.0.2"])
+        dnsplan.pick_address("10.0.0.0/30", ["10.0.0.1", "10.0.0.2"])
     with pytest.raises(ValueError, match="IPv4"):
-        dns.pick_address("fd00::/64", [])
+        dnsplan.pick_address("fd00::/64", [])
 
 
 def test_plan_default_topology():
-    p = dns.plan(scn.default_topology(3))
-    assert p.attachments == (dns.Attachment("mgmt", ("10.100.0.254/24",)),)
+    p = dnsplan.plan(topology.default_topology(3))
+    assert p.attachments == (dnsplan.Attachment("mgmt", ("10.100.0.254/24",)),)
     assert p.attachments[0].ifname == "eth-mgmt" and p.attachments[0].fabric_peer == "mgmt-dns"
     assert p.gateways == {"node-a": "10.100.0.254", "node-b": "10.100.0.254",
                           "node-c": "10.100.0.254"}
     assert p.pod_routes == {"node-a": (pod_cidr(0), "10.100.0.11"),
                             "node-b": (pod_cidr(1), "10.100.0.12"),
                             "node-c": (pod_cidr(2), "10.100.0.13")}
-    assert dns.Plan.from_json(p.to_json()) == p
+    assert dnsplan.Plan.from_json(p.to_json()) == p
 
 
 def test_plan_follows_internal_ip_segment_and_avoids_used_addresses():
-    sc = scn.parse(textwrap.dedent("""
+    sc = loader.parse(textwrap.dedent("""
         description: InternalIP on a custom segment; node-b takes the last host
         nodes: 2
         segments:
@@ -81,20 +81,20 @@ def test_plan_follows_internal_ip_segment_and_avoids_used_addresses():
               - {name: eth1, segment: data}
         expect: {status: "True", phase: Succeeded}
         """), "t.yaml")
-    p = dns.plan(scn.topology(sc))
-    assert p.attachments == (dns.Attachment("fast", ("10.50.0.253/24",)),)
+    p = dnsplan.plan(nodeplan.topology(sc))
+    assert p.attachments == (dnsplan.Attachment("fast", ("10.50.0.253/24",)),)
     assert set(p.gateways.values()) == {"10.50.0.253"}
     assert p.pod_routes["node-b"] == (pod_cidr(1), "10.50.0.254")
 
 
 def test_plan_two_segments_when_internal_ips_differ():
-    topos = scn.default_topology(2)
+    topos = topology.default_topology(2)
     # node-b's first NIC on the data segment: its InternalIP is there
     b = topos[1]
     nics = [ln for ln in b.links if ln.segment]
     b.links = [ln for ln in b.links if not ln.segment] + [nics[1], nics[0]]
     b.internal_ip = nics[1].addresses[0].split("/")[0]
-    p = dns.plan(topos)
+    p = dnsplan.plan(topos)
     assert [a.segment for a in p.attachments] == ["mgmt", "data"]
     assert p.gateways == {"node-a": "10.100.0.254", "node-b": "10.101.0.254"}
 
@@ -107,30 +107,30 @@ def test_plan_one_segment_per_subnet_so_dns_never_has_two_nics_on_one():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    sc = scn.load(str(root / "scenarios" / "two-nics-one-subnet.yaml"))
-    p = dns.plan(scn.topology(sc))
+    sc = loader.load(str(root / "scenarios" / "two-nics-one-subnet.yaml"))
+    p = dnsplan.plan(nodeplan.topology(sc))
     assert [a.segment for a in p.attachments] == ["mgmt"]
     assert p.gateways == {"node-a": "10.100.0.254", "node-b": "10.100.0.254"}
 
 
 def test_plan_internal_ip_on_no_nic():
-    topos = scn.default_topology(1)
+    topos = topology.default_topology(1)
     topos[0].internal_ip = "192.0.2.1"
     with pytest.raises(ValueError, match="on none of its NICs"):
-        dns.plan(topos)
+        dnsplan.plan(topos)
 
 
 def test_build_query_wire_format():
-    q = dns.build_query("web.default.svc.cluster.local.", "A", qid=0x1234)
+    q = dnsquery.build_query("web.default.svc.cluster.local.", "A", qid=0x1234)
     assert q[:12] == struct.pack("!HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0)
     assert q[12:] == (b"\x03web\x07default\x03svc\x07cluster\x05local\x00"
                       + struct.pack("!HH", 1, 1))
     with pytest.raises(ValueError):
-        dns.build_query("a..b")
+        dnsquery.build_query("a..b")
     with pytest.raises(ValueError):
-        dns.build_query("x" * 64 + ".local")
+        dnsquery.build_query("x" * 64 + ".local")
     with pytest.raises(ValueError):
-        dns.build_query("a.local", "BOGUS")
+        dnsquery.build_query("a.local", "BOGUS")
 
 
 def _response(query: bytes, rcode: int = 0, answers: list[tuple[int, bytes]] = ()) -> bytes:
@@ -142,9 +142,9 @@ def _response(query: bytes, rcode: int = 0, answers: list[tuple[int, bytes]] = (
 
 
 def test_parse_response_a_srv_ptr_and_compression():
-    q = dns.build_query("web.ns.svc.cluster.local", "A", qid=7)
+    q = dnsquery.build_query("web.ns.svc.cluster.local", "A", qid=7)
     srv = struct.pack("!HHH", 0, 100, 80) + b"\x05web-0\xc0\x0c"
-    r = dns.parse_response(_response(q, 0, [(1, socket.inet_aton("10.244.0.5")),
+    r = dnsquery.parse_response(_response(q, 0, [(1, socket.inet_aton("10.244.0.5")),
                                             (33, srv), (12, b"\xc0\x0c"),
                                             (28, socket.inet_pton(socket.AF_INET6, "fd00::1"))]))
     assert r["id"] == 7 and r["rcode"] == "NOERROR" and not r["truncated"]
@@ -154,18 +154,18 @@ def test_parse_response_a_srv_ptr_and_compression():
     assert r["answers"][1]["data"] == "0 100 80 web-0.web.ns.svc.cluster.local."
     assert r["answers"][2]["data"] == "web.ns.svc.cluster.local."
     assert r["answers"][3]["data"] == "fd00::1"
-    assert dns.parse_response(_response(q, 3))["rcode"] == "NXDOMAIN"
+    assert dnsquery.parse_response(_response(q, 3))["rcode"] == "NXDOMAIN"
 
 
 def test_parse_response_rejects_garbage():
     with pytest.raises(ValueError):
-        dns.parse_response(b"\x00\x01")
-    q = dns.build_query("a.local")
+        dnsquery.parse_response(b"\x00\x01")
+    q = dnsquery.build_query("a.local")
     with pytest.raises(ValueError):
-        dns.parse_response(_response(q, 0, [(1, b"\x01\x02\x03\x04")])[:-2])
+        dnsquery.parse_response(_response(q, 0, [(1, b"\x01\x02\x03\x04")])[:-2])
     loop = struct.pack("!HHHHHH", 1, 0x8180, 1, 0, 0, 0) + b"\xc0\x0c"
     with pytest.raises(ValueError):
-        dns.parse_response(loop)
+        dnsquery.parse_response(loop)
 
 
 def test_query_round_trip_on_loopback():
@@ -181,7 +181,7 @@ def test_query_round_trip_on_loopback():
     t = threading.Thread(target=serve)
     t.start()
     try:
-        r = dns.query("kube-dns.kube-system.svc.cluster.local", server="127.0.0.1",
+        r = dnsquery.query("kube-dns.kube-system.svc.cluster.local", server="127.0.0.1",
                       port=srv.getsockname()[1], timeout=5)
     finally:
         t.join()
@@ -194,6 +194,6 @@ def test_query_times_out():
     srv.bind(("127.0.0.1", 0))
     try:
         with pytest.raises(TimeoutError):
-            dns.query("x.local", server="127.0.0.1", port=srv.getsockname()[1], timeout=0.2)
+            dnsquery.query("x.local", server="127.0.0.1", port=srv.getsockname()[1], timeout=0.2)
     finally:
         srv.close()

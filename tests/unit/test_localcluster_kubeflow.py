@@ -1,11 +1,10 @@
 """The pure parts of running Kubeflow's training operator on the local cluster
-(localcluster/localcluster/kubeflow.py) and of its init container's nslookup
-(localcluster/localcluster/nslookup.py). No cluster, no binary."""
+(localcluster/localcluster/cluster/kubeflow.py) and of its init container's nslookup
+(localcluster/localcluster/images/nslookup.py). No cluster, no binary."""
 from __future__ import annotations
 
 import base64
 import json
-
 import os
 import shutil
 from pathlib import Path
@@ -13,8 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 from cryptography import x509
+from localcluster.cluster import kubeflow
+from localcluster.common import config, pki
+from localcluster.nodes import podspec
+from localcluster.scenarios import loader
 
-from localcluster import config, kubeflow, nslookup, pki, podspec, scenario as scn
+from localcluster.images import nslookup
 
 UPSTREAM_WEBHOOKS = [{
     "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
@@ -34,7 +37,7 @@ UPSTREAM_WEBHOOKS = [{
 
 
 def _example_docs():
-    return scn.job_documents(scn.load("healthy"))
+    return loader.job_documents(loader.load("healthy"))
 
 
 def test_webhook_configuration_keeps_only_the_pytorchjob_hook_reached_by_url():
@@ -121,8 +124,8 @@ def test_webhook_certificates_satisfy_the_rotator(tmp_path):
     ca = x509.load_pem_x509_certificate(ca_crt.read_bytes())
     assert ca.extensions.get_extension_for_class(x509.SubjectAlternativeName).value \
         .get_values_for_type(x509.DNSName) == [kubeflow.WEBHOOK_CA_NAME]
-    crt, _ = pki.ensure_cert(tmp_path, "serving", "training-operator", client=False, server=True,
-                             dns=["training-operator.kubeflow.svc"], ips=["127.0.0.1"])
+    crt, _ = pki.ensure_cert(tmp_path, "serving", "training-operator", serving=[
+        "training-operator.kubeflow.svc", "127.0.0.1"])
     cert = x509.load_pem_x509_certificate(crt.read_bytes())
     cert.verify_directly_issued_by(ca)
     # the cluster CA stays as it was: ECDSA, PKCS#8, no SAN
@@ -164,19 +167,19 @@ def test_pytorchjob_documents_translate_the_example():
 
 
 def test_pytorchjob_documents_carry_what_a_user_would_set():
-    docs = scn.job_documents(scn.load("ifname-missing"))
+    docs = loader.job_documents(loader.load("ifname-missing"))
     pj = kubeflow.pytorchjob_documents(docs, master_port=23456)[-1]
     c = pj["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "eth2"
     assert c["ports"][0]["containerPort"] == 23456
-    pod_net = scn.job_documents(scn.load("firewall-ephemeral-port-range"))
+    pod_net = loader.job_documents(loader.load("firewall-ephemeral-port-range"))
     pod = kubeflow.pytorchjob_documents(pod_net)[-1]["spec"]["pytorchReplicaSpecs"]["Master"][
         "template"]["spec"]
     assert "hostNetwork" not in pod
     assert pod["securityContext"]["sysctls"] == [{"name": "net.ipv4.ip_local_port_range",
                                                   "value": "61000 62000"}]
-    three = scn.job_documents(scn.load("not-enough-nodes"))
+    three = loader.job_documents(loader.load("not-enough-nodes"))
     assert kubeflow.pytorchjob_documents(three)[-1]["spec"]["pytorchReplicaSpecs"]["Worker"][
         "replicas"] == 2
     with pytest.raises(ValueError, match="no DistTrainingJob"):
@@ -184,7 +187,7 @@ def test_pytorchjob_documents_carry_what_a_user_would_set():
 
 
 def test_pytorchjob_documents_name_the_trainer_pytorch_not_the_first_sidecar():
-    docs = scn.job_documents(scn.load("sidecar-first"))
+    docs = loader.job_documents(loader.load("sidecar-first"))
     pod = kubeflow.pytorchjob_documents(docs)[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     assert [c["name"] for c in pod["containers"]] == ["log-shipper", "pytorch"]
     assert pod["containers"][1]["command"] == ["python", "/workspace/train_digits.py"]
@@ -229,7 +232,7 @@ def test_parse_resolv_conf_takes_odd_files(text):
 
 
 def test_nslookup_answers_and_fails_like_busybox(tmp_path, monkeypatch):
-    from localcluster import dns
+    from localcluster.network import dnsquery
 
     (tmp_path / "resolv.conf").write_text(RESOLV)
     asked = []
@@ -240,7 +243,7 @@ def test_nslookup_answers_and_fails_like_busybox(tmp_path, monkeypatch):
             return {"rcode": "NOERROR", "answers": [{"type": "A", "data": "10.244.0.5"}]}
         return {"rcode": "NXDOMAIN", "answers": []}
 
-    monkeypatch.setattr(dns, "query", fake_query)
+    monkeypatch.setattr(dnsquery, "query", fake_query)
     code, out = nslookup.lookup("m-0", resolv_path=str(tmp_path / "resolv.conf"))
     assert code == 0 and "Name:\tm-0.svc.cluster.local\nAddress: 10.244.0.5" in out
     assert asked[:2] == [("m-0.ns1.svc.cluster.local", "10.96.0.10"),
@@ -251,7 +254,7 @@ def test_nslookup_answers_and_fails_like_busybox(tmp_path, monkeypatch):
     def timeout(*a, **k):
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(dns, "query", timeout)
+    monkeypatch.setattr(dnsquery, "query", timeout)
     code, out = nslookup.lookup("m-0", resolv_path=str(tmp_path / "resolv.conf"))
     assert code == 1 and "no servers could be reached" in out
     assert nslookup.main([]) == 2

@@ -1,4 +1,4 @@
-"""The proving ground's service mesh (localcluster/mesh.py, localcluster/images/mesh): the
+"""The proving ground's service mesh (localcluster/cluster/mesh.py, localcluster/images/mesh): the
 injection policy's shape and image, and the capture rules istio-init writes."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from localcluster import mesh
+from localcluster.cluster import mesh
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,9 +1,10 @@
-"""The scenario field ``networkPolicies`` and the enforcer's manifests (localcluster/netpol.py)."""
+"""The scenario field ``networkPolicies`` and the enforcer's manifests (localcluster/cluster/netpol.py)."""
 from __future__ import annotations
 
 import pytest
-
-from localcluster import netpol, scenario as scn
+from localcluster.cluster import netpol
+from localcluster.scenarios import loader
+from localcluster.scenarios import scenario as scn
 
 DENY = """
 networkPolicies:
@@ -24,7 +25,7 @@ expect: {status: 'True'}
 
 
 def test_policies_parse_and_default_to_the_jobs_namespace():
-    sc = scn.parse(DENY, "t.yaml")
+    sc = loader.parse(DENY, "t.yaml")
     docs = netpol.policy_documents(sc.networkPolicies, "sc-ns")
     assert docs[0] == {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
                        "metadata": {"name": "default-deny-ingress", "namespace": "sc-ns"},
@@ -33,7 +34,7 @@ def test_policies_parse_and_default_to_the_jobs_namespace():
     assert docs[1]["metadata"]["namespace"] == "other"
     assert rule["from"][1] == {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}
     assert rule["ports"] == [{"protocol": "TCP", "port": 29500}, {"port": "http"}]
-    assert scn.parse("expect: {status: 'True'}\n", "t.yaml").networkPolicies == []
+    assert loader.parse("expect: {status: 'True'}\n", "t.yaml").networkPolicies == []
 
 
 @pytest.mark.parametrize("policy, where", [
@@ -53,7 +54,7 @@ def test_policies_parse_and_default_to_the_jobs_namespace():
 ])
 def test_a_bad_manifest_is_refused_naming_the_field(policy, where):
     with pytest.raises(scn.ScenarioError) as e:
-        scn.parse(f"expect: {{status: 'True'}}\nnetworkPolicies:\n  - {policy}\n", "t.yaml")
+        loader.parse(f"expect: {{status: 'True'}}\nnetworkPolicies:\n  - {policy}\n", "t.yaml")
     assert f"t.yaml:3: {where}" in str(e.value)
 
 

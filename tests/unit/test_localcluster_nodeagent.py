@@ -1,4 +1,4 @@
-"""The node agent package (localcluster/nodeagent/): every module imports, the entry point
+"""The node agent package (localcluster/nodes/nodeagent/): every module imports, the entry point
 parses its arguments as `up` passes them, and `up`'s code fingerprint covers every module.
 Nothing here starts an agent (that needs a cluster: tests/e2e)."""
 from __future__ import annotations
@@ -15,41 +15,40 @@ import types
 from pathlib import Path
 
 import pytest
-
-from localcluster import cli, nodeagent
-from localcluster.config import REPO_ROOT
+from localcluster.common.config import REPO_ROOT
+from localcluster.nodes import nodeagent, processes
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(nodeagent.__path__))
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_every_module_imports(name):
-    assert importlib.import_module(f"localcluster.nodeagent.{name}").__doc__
+    assert importlib.import_module(f"localcluster.nodes.nodeagent.{name}").__doc__
 
 
 def test_fingerprint_lists_every_module():
     package = Path(nodeagent.__file__).parent
-    agent_files = {n for n in cli.AGENT_SOURCES if n.startswith("nodeagent/")}
-    assert agent_files == {f"nodeagent/{p.name}" for p in package.glob("*.py")}
-    assert len(cli.agent_code_version("agent")) == 16
+    agent_files = {n for n in processes.AGENT_SOURCES if n.startswith("nodes/nodeagent/")}
+    assert agent_files == {f"nodes/nodeagent/{p.name}" for p in package.glob("*.py")}
+    assert len(processes.code_version("agent")) == 16
 
 
 def test_fingerprint_lists_every_module_the_agent_loads():
     """`up` restarts an agent whose code changed: every localcluster module the agent
     imports, transitively, is part of that fingerprint (a fresh interpreter imports it)."""
     code = ("import importlib, sys, pathlib, localcluster\n"
-            "importlib.import_module('localcluster.nodeagent.__main__')\n"
+            "importlib.import_module('localcluster.nodes.nodeagent.__main__')\n"
             "base = pathlib.Path(localcluster.__file__).parent\n"
             "print('\\n'.join(pathlib.Path(m.__file__).relative_to(base).as_posix()\n"
             "      for n, m in list(sys.modules.items()) if n.split('.')[0] == 'localcluster'\n"
             "      and getattr(m, '__file__', None)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT / "localcluster")})
-    assert set(out.stdout.split()) == set(cli.AGENT_SOURCES)
+    assert set(out.stdout.split()) == set(processes.AGENT_SOURCES)
 
 
 def test_pod_worker_keeps_its_thread_and_parts():
-    from localcluster.nodeagent.lifecycle import PodWorker
+    from localcluster.nodes.nodeagent.lifecycle import PodWorker
     for method in ("_start", "_prepare_volumes", "_setup_sandbox", "compute_status", "_delete_pod",
                    "update", "remove", "event"):
         assert callable(getattr(PodWorker, method))
@@ -65,8 +64,8 @@ def test_no_thread_overrides_a_name_of_thread():
     """Thread calls its own private methods (``_delete`` at exit, ``_stop``, ``_bootstrap``):
     a worker method of that name would run from Thread's machinery too."""
     for name in MODULES:
-        importlib.import_module(f"localcluster.nodeagent.{name}")
-    importlib.import_module("localcluster.serviceproxy")
+        importlib.import_module(f"localcluster.nodes.nodeagent.{name}")
+    importlib.import_module("localcluster.network.serviceproxy")
     ours = [c for c in _subclasses(threading.Thread) if c.__module__.startswith("localcluster.")]
     assert {c.__name__ for c in ours} >= {"PodWorker", "ServiceProxy"}
     allowed = {"__init__", "run", "__module__", "__doc__", "__dict__", "__weakref__", "__qualname__",
@@ -79,7 +78,7 @@ def test_no_thread_overrides_a_name_of_thread():
 
 
 def test_main_parses_arguments_and_runs_the_agent(monkeypatch):
-    entry = importlib.import_module("localcluster.nodeagent.__main__")
+    entry = importlib.import_module("localcluster.nodes.nodeagent.__main__")
     made = []
 
     class FakeAgent:
@@ -99,7 +98,7 @@ def test_main_parses_arguments_and_runs_the_agent(monkeypatch):
 
 
 def test_main_refuses_missing_arguments(capsys):
-    entry = importlib.import_module("localcluster.nodeagent.__main__")
+    entry = importlib.import_module("localcluster.nodes.nodeagent.__main__")
     with pytest.raises(SystemExit) as exc:
         entry.main(["--gpus", "1"])
     assert exc.value.code == 2
@@ -107,17 +106,17 @@ def test_main_refuses_missing_arguments(capsys):
 
 
 def test_python_dash_m_entry_point_answers_help():
-    out = subprocess.run([sys.executable, "-m", "localcluster.nodeagent", "--help"],
+    out = subprocess.run([sys.executable, "-m", "localcluster.nodes.nodeagent", "--help"],
                          capture_output=True, text=True, timeout=60,
                          cwd=REPO_ROOT / "localcluster")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("usage: localcluster.nodeagent")
+    assert out.stdout.startswith("usage: localcluster.nodes.nodeagent")
     assert "--state" in out.stdout
 
 
 def test_pod_worker_parts_work_together_on_a_fake_agent(tmp_path):
     """Volumes, mounts, sandbox files, events and status of one worker (no process runs)."""
-    from localcluster.nodeagent.lifecycle import PodWorker
+    from localcluster.nodes.nodeagent.lifecycle import PodWorker
     (tmp_path / "hosts").write_text("127.0.0.1 localhost\n")
     events: list[tuple] = []
     agent = types.SimpleNamespace(

@@ -6,9 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-
-from localcluster import podnet
-from localcluster.network import delete_netns, list_netns
+from localcluster.network import podnet
+from localcluster.network.netns import delete_netns, list_netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"),
                                 reason="needs root and iproute2")

@@ -1,4 +1,4 @@
-"""Tracked processes (localcluster/localcluster/procs.py): a process just started is never
+"""Tracked processes (localcluster/localcluster/common/procs.py): a process just started is never
 taken for gone while it execs (CI once failed ``up --kubeflow`` with "training operator
 exited" and an empty log: /proc/<pid>/cmdline reads empty in the middle of execve), and an
 ended child says how it ended."""
@@ -10,8 +10,7 @@ import sys
 import time
 
 import pytest
-
-from localcluster import procs
+from localcluster.common import procs
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare")

@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from localcluster import egress, realnode
-from localcluster.config import node_spec_by_name
+from localcluster.cluster import egress
+from localcluster.common.config import node_spec_by_name
+from localcluster.nodes import processes
+from localcluster.nodes.realnode.base import SANDBOX_IMAGE
+from localcluster.nodes.realnode.nodeconfig import cni_conflist, containerd_config, kubelet_config
+from localcluster.nodes.realnode.sitetree import HOST_MOUNT_ROOT, SITE_BIN, TORCH_MOUNT, site_env_and_mounts, site_spec
 
 
 def test_egress_proxy_relays_a_connect_and_refuses_garbage(tmp_path):
@@ -67,8 +70,8 @@ def test_site_spec_gives_every_container_the_nodes_software_and_env(tmp_path):
     """The node's base OCI spec: the torch tree read-only on PYTHONPATH, the scenario's
     env (an NCCL preload), library paths and pythonpath, each host directory they name
     mounted read-only at its own path; the default spec's own env and mounts kept."""
-    from localcluster.config import REPO_ROOT
-    from localcluster.scenario import NodeTopology
+    from localcluster.common.config import REPO_ROOT
+    from localcluster.network.topology import NodeTopology
     nccl = tmp_path / "nccl-2.28.9" / "lib"
     nccl.mkdir(parents=True)
     (nccl / "libnccl.so.2").write_text("")
@@ -76,12 +79,12 @@ def test_site_spec_gives_every_container_the_nodes_software_and_env(tmp_path):
                         env={"LD_PRELOAD": f"{nccl}/libnccl.so.2", "NCCL_DEBUG": "INFO"},
                         library_paths=[str(tmp_path / "missing")], pythonpath=["tests/e2e/images"])
     tree = tmp_path / "torch"
-    env, mounts = realnode.site_env_and_mounts(topo, tree)
-    inside = realnode.HOST_MOUNT_ROOT  # found on real nodes: a path under /root is unreadable there
-    assert env["PYTHONPATH"] == f"{realnode.TORCH_MOUNT}:{inside}{REPO_ROOT / 'tests/e2e/images'}"
+    env, mounts = site_env_and_mounts(topo, tree)
+    inside = HOST_MOUNT_ROOT  # found on real nodes: a path under /root is unreadable there
+    assert env["PYTHONPATH"] == f"{TORCH_MOUNT}:{inside}{REPO_ROOT / 'tests/e2e/images'}"
     assert env["LD_PRELOAD"] == f"{inside}{nccl}/libnccl.so.2"
     assert env["LD_LIBRARY_PATH"] == str(tmp_path / "missing") and env["NCCL_DEBUG"] == "INFO"
-    assert mounts[0] == (str(tree), realnode.TORCH_MOUNT)
+    assert mounts[0] == (str(tree), TORCH_MOUNT)
     assert mounts[1] == (str(REPO_ROOT / "localcluster/images/site-bin/torchrun"), "/usr/local/bin/torchrun")
     assert Path(mounts[1][0]).stat().st_mode & 0o111  # executable
     assert (str(nccl), f"{inside}{nccl}") in mounts
@@ -89,30 +92,30 @@ def test_site_spec_gives_every_container_the_nodes_software_and_env(tmp_path):
     assert not any(m[0] == str(tmp_path / "missing") for m in mounts)  # nothing to mount
     default = {"process": {"env": ["PATH=/usr/bin", "PYTHONPATH=/x"]},
                "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}]}
-    spec = realnode.site_spec(default, env, mounts)
+    spec = site_spec(default, env, mounts)
     assert spec["process"]["env"][0] == "PATH=/usr/bin" and "PYTHONPATH=/x" not in spec["process"]["env"]
     assert f"PYTHONPATH={env['PYTHONPATH']}" in spec["process"]["env"]
     assert spec["mounts"][0]["destination"] == "/proc" and default["mounts"][1:] == []  # pure
-    assert {"destination": realnode.TORCH_MOUNT, "type": "bind", "source": str(tree),
+    assert {"destination": TORCH_MOUNT, "type": "bind", "source": str(tree),
             "options": ["rbind", "ro"]} in spec["mounts"]
     # A node with no scenario: the torch tree alone.
-    env, mounts = realnode.site_env_and_mounts(None, tree)
-    assert env == {"PYTHONPATH": realnode.TORCH_MOUNT} and mounts[0] == (str(tree), realnode.TORCH_MOUNT)
-    assert len(mounts) == 1 + len(realnode.SITE_BIN)
+    env, mounts = site_env_and_mounts(None, tree)
+    assert env == {"PYTHONPATH": TORCH_MOUNT} and mounts[0] == (str(tree), TORCH_MOUNT)
+    assert len(mounts) == 1 + len(SITE_BIN)
 
 
 def test_node_configuration_carries_what_this_machine_kind_needs(tmp_path):
     """No CAP_SYS_RESOURCE (restrict_oom_score_adj), cgroup v1 (failCgroupV1: false), no
     registry (the pause image built here, no image GC), one cgroup root per node."""
     spec = node_spec_by_name("node-b")
-    toml = realnode.containerd_config(tmp_path, tmp_path / "root")
-    assert "restrict_oom_score_adj = true" in toml and f'sandbox_image = "{realnode.SANDBOX_IMAGE}"' in toml
+    toml = containerd_config(tmp_path, tmp_path / "root")
+    assert "restrict_oom_score_adj = true" in toml and f'sandbox_image = "{SANDBOX_IMAGE}"' in toml
     assert f'Root = "{tmp_path}/runc"' in toml and f'address = "{tmp_path}/containerd.sock"' in toml
-    cfg = realnode.kubelet_config(tmp_path, spec, Path("/ca"), {"serving_crt": "c", "serving_key": "k"})
+    cfg = kubelet_config(tmp_path, spec, Path("/ca"), {"serving_crt": "c", "serving_key": "k"})
     assert cfg["failCgroupV1"] is False and cfg["cgroupRoot"] == f"/{spec.netns}"
     assert cfg["imageGCHighThresholdPercent"] == 100 and cfg["authentication"]["anonymous"]["enabled"] is False
     yaml.safe_dump(cfg)  # serializable as the kubelet's --config
-    cni = realnode.cni_conflist(tmp_path, spec.index)
+    cni = cni_conflist(tmp_path, spec.index)
     bridge = cni["plugins"][0]
     assert bridge["bridge"] == "cni0" and bridge["ipMasq"] is False
     assert bridge["ipam"]["ranges"][0][0] == {"subnet": "10.244.1.0/24", "gateway": "10.244.1.1"}
@@ -120,31 +123,29 @@ def test_node_configuration_carries_what_this_machine_kind_needs(tmp_path):
 
 
 def test_nodes_are_real_unless_fake_gpus_need_the_agent(monkeypatch):
-    from localcluster import cli
     monkeypatch.delenv("DISTTRAIN_NODE_RUNTIME", raising=False)
-    assert cli.choose_runtime(None, False) == ("containerd", "")
-    runtime, why = cli.choose_runtime(None, True)
+    assert processes.choose_runtime(None, False) == ("containerd", "")
+    runtime, why = processes.choose_runtime(None, True)
     assert runtime == "agent" and "lighter mode" in why and "device plugin" in why
-    assert cli.choose_runtime("containerd", True) == ("containerd", "")  # named: `up` refuses it
-    assert cli.choose_runtime("agent", False) == ("agent", "")
+    assert processes.choose_runtime("containerd", True) == ("containerd", "")  # named: `up` refuses it
+    assert processes.choose_runtime("agent", False) == ("agent", "")
     monkeypatch.setenv("DISTTRAIN_NODE_RUNTIME", "containerd")
-    assert cli.choose_runtime(None, True) == ("containerd", "")
+    assert processes.choose_runtime(None, True) == ("containerd", "")
     monkeypatch.setenv("DISTTRAIN_NODE_RUNTIME", "docker")
     with pytest.raises(ValueError, match="node runtime must be one of"):
-        cli.choose_runtime(None, False)
+        processes.choose_runtime(None, False)
 
 
 def test_a_restarted_node_is_ready_only_after_a_fresh_heartbeat():
     """A Node object keeps saying Ready from before its kubelet restarted: `up` waits for a
     heartbeat at or after the start (whole seconds, as the API writes them)."""
-    from localcluster import cli
     node = {"status": {"conditions": [{"type": "MemoryPressure", "status": "False"},
                                       {"type": "Ready", "status": "True",
                                        "lastHeartbeatTime": "2026-12-02T15:00:10Z"}]}}
     start = 1796223610.7  # 2026-12-02T15:00:10.7Z
-    assert cli._node_ready(node) and cli._node_ready(node, start)
-    assert not cli._node_ready(node, start + 1)
+    assert processes.node_ready(node) and processes.node_ready(node, start)
+    assert not processes.node_ready(node, start + 1)
     node["status"]["conditions"][1]["lastHeartbeatTime"] = "garbage"
-    assert cli._node_ready(node) and not cli._node_ready(node, start)
-    assert not cli._node_ready({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
-    assert not cli._node_ready({})
+    assert processes.node_ready(node) and not processes.node_ready(node, start)
+    assert not processes.node_ready({"status": {"conditions": [{"type": "Ready", "status": "False"}]}})
+    assert not processes.node_ready({})

@@ -1,12 +1,13 @@
-"""Routed links between segments in scenarios (localcluster/routing.py and scenario.py):
+"""Routed links between segments in scenarios (localcluster/network/routing.py and scenarios/):
 the router plan, each node's routes and the refusals, all pure."""
 from __future__ import annotations
 
 import textwrap
 
 import pytest
-
-from localcluster import routing, scenario as scn
+from localcluster.network import routing
+from localcluster.scenarios import loader, nodeplan
+from localcluster.scenarios import scenario as scn
 
 ROUTED = """
 nodes: 3
@@ -26,7 +27,7 @@ expect: {status: 'False'}
 
 
 def parse(text: str) -> scn.Scenario:
-    return scn.parse(textwrap.dedent(text), "t.yaml")
+    return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
 def test_a_routed_link_gives_two_routers_and_each_node_a_route_to_the_other_side():
@@ -37,7 +38,7 @@ def test_a_routed_link_gives_two_routers_and_each_node_a_route_to_the_other_side
     assert (a.netns, a.segment, a.lan, a.wan, a.peer_wan, a.remote) == (
         "dtj-rt0a", "data", "10.101.0.1/24", "169.254.254.1/30", "169.254.254.2", "10.102.0.0/24")
     assert (b.netns, b.lan, b.remote) == ("dtj-rt0b", "10.102.0.1/24", "10.101.0.0/24")
-    topos = {t.name: t for t in scn.topology(sc)}
+    topos = {t.name: t for t in nodeplan.topology(sc)}
     assert topos["node-a"].routes == [{"to": "10.102.0.0/24", "via": "10.101.0.1", "dev": "eth1"}]
     assert topos["node-c"].routes == [{"to": "10.101.0.0/24", "via": "10.102.0.1", "dev": "eth1"}]
     assert topos["node-a"].to_json()["routes"] == topos["node-a"].routes
@@ -45,7 +46,7 @@ def test_a_routed_link_gives_two_routers_and_each_node_a_route_to_the_other_side
 
 def test_without_routers_a_topology_document_is_unchanged():
     """The node's digest decides whether `up` rebuilds it: no routers, no new key."""
-    t = scn.topology(parse("expect: {status: 'True'}\n"))[0]
+    t = nodeplan.topology(parse("expect: {status: 'True'}\n"))[0]
     assert t.routes == [] and "routes" not in t.to_json()
 
 
@@ -66,7 +67,7 @@ def test_a_nic_on_the_routers_address_is_refused():
     text = ROUTED.replace("      - {name: eth1, segment: datb}",
                           "      - {name: eth1, segment: datb, addresses: [10.102.0.1/24]}")
     with pytest.raises(scn.ScenarioError, match="10.102.0.1 is the address of the router"):
-        scn.topology(parse(text))
+        nodeplan.topology(parse(text))
 
 
 TWO_SIDES = """
@@ -104,6 +105,6 @@ def test_a_node_on_both_sides_of_a_router_keeps_its_connected_routes():
     text = ROUTED.replace("nodeOverrides:", "nodeOverrides:\n  node-b:\n    nics:\n"
                           "      - {name: eth0, segment: mgmt}\n      - {name: eth1, segment: data}\n"
                           "      - {name: eth2, segment: datb}")
-    topos = {t.name: t for t in scn.topology(parse(text))}
+    topos = {t.name: t for t in nodeplan.topology(parse(text))}
     assert topos["node-b"].routes == []
     assert topos["node-a"].routes == [{"to": "10.102.0.0/24", "via": "10.101.0.1", "dev": "eth1"}]

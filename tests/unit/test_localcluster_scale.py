@@ -1,5 +1,5 @@
 """Up to 64 simulated nodes: names beyond node-z and the scenario/cluster address plan
-(localcluster/localcluster/config.py, scenario.py). Pure: no cluster."""
+(localcluster/localcluster/common/config.py, scenarios/). Pure: no cluster."""
 from __future__ import annotations
 
 import ipaddress
@@ -7,12 +7,14 @@ import textwrap
 
 import pytest
 import yaml
-
-from localcluster import config, dns, scenario as scn
+from localcluster.common import config
+from localcluster.network import dnsplan, topology
+from localcluster.scenarios import loader, nodeplan
+from localcluster.scenarios import scenario as scn
 
 
 def _parse(text: str) -> scn.Scenario:
-    return scn.parse(textwrap.dedent(text), "t.yaml")
+    return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
 def _eth1_at(node: str, address: str) -> str:
@@ -47,7 +49,7 @@ def test_node_specs_cap_at_64_with_distinct_ports_and_addresses():
 
 
 def test_default_topology_of_64_nodes_is_a_sound_plan():
-    topos = scn.default_topology(64)
+    topos = topology.default_topology(64)
     nics = [ln for t in topos for ln in t.links if ln.segment]
     ips = [ipaddress.ip_interface(a).ip for ln in nics for a in ln.addresses]
     assert len(ips) == len(set(ips)) == 128
@@ -55,17 +57,17 @@ def test_default_topology_of_64_nodes_is_a_sound_plan():
     pods = [ipaddress.ip_network(config.pod_cidr(t.index)) for t in topos]
     assert len(set(pods)) == 64
     assert all(p.subnet_of(ipaddress.ip_network(config.POD_NETWORK_CIDR)) for p in pods)
-    plan = dns.plan(topos)  # cluster DNS still finds its address above the nodes
+    plan = dnsplan.plan(topos)  # cluster DNS still finds its address above the nodes
     assert set(plan.gateways.values()) == {"10.100.0.254"}
     assert len(plan.pod_routes) == 64
-    hosts = scn.peer_hosts(topos)
+    hosts = topology.peer_hosts(topos)
     assert "10.100.0.74 node-bl" in hosts and "10.101.0.37 node-aa-data" in hosts
 
 
 def test_a_64_node_scenario_loads_and_65_is_refused():
     sc = _parse("nodes: 64\nexpect: {status: 'True'}\n"
                 "nodeOverrides:\n  node-bl: {env: {X: '1'}}\n")
-    assert scn.topology(sc)[-1].env == {"X": "1"}
+    assert nodeplan.topology(sc)[-1].env == {"X": "1"}
     with pytest.raises(scn.ScenarioError, match="nodes"):
         _parse("nodes: 65\nexpect: {status: 'True'}\n")
     with pytest.raises(scn.ScenarioError, match="nodeOverrides.node-bm: no such node"):
@@ -80,7 +82,7 @@ def test_a_segment_too_small_for_the_nodes_is_named():
           data: {{subnet: 10.101.0.0/24}}
         expect: {{status: "True"}}
         """
-    assert len(scn.topology(_parse(text.format(n=4)))) == 4  # hosts .11-.14 fit in a /28
+    assert len(nodeplan.topology(_parse(text.format(n=4)))) == 4  # hosts .11-.14 fit in a /28
     with pytest.raises(scn.ScenarioError, match=r"segments\.mgmt: 10\.100\.0\.0/28 has no host "
                                                 r"\.15 for node-e .*4 node\(s\) fit"):
         _parse(text.format(n=5))
@@ -118,8 +120,8 @@ def test_an_overlay_in_the_nodes_own_pod_cidr_and_segments_sharing_a_subnet_are_
 
 
 def test_decoys_may_repeat_their_addresses():
-    sc = scn.load("decoy-bridges")  # docker0 172.17.0.1/16 on every node, on purpose
-    assert len({ln.addresses[0] for t in scn.topology(sc) for ln in t.links
+    sc = loader.load("decoy-bridges")  # docker0 172.17.0.1/16 on every node, on purpose
+    assert len({ln.addresses[0] for t in nodeplan.topology(sc) for ln in t.links
                 if ln.name == "docker0"}) == 1
 
 
@@ -134,7 +136,7 @@ def test_fabric_interface_names_must_fit_with_long_node_names():
                                "expect": {"status": "True"}})
 
     # eth1's fabric end is abcdefg1-<node>: 15 bytes for node-z, 16 for node-aa
-    assert len(scn.topology(_parse(doc(26)))) == 26
+    assert len(nodeplan.topology(_parse(doc(26)))) == 26
     with pytest.raises(scn.ScenarioError, match=r"'abcdefg1-node-aa', is longer than the 15 bytes.*"
                                                 r"segment name of at most 6 characters"):
         _parse(doc(27))
@@ -144,7 +146,7 @@ def test_neighbour_limits_are_raised_never_lowered(tmp_path):
     """The neighbour tables are shared by every network namespace: 32 simulated nodes
     overflowed the default 1024 entries (a false NoCommonInterface). The limits are raised
     where lower, largest first, and a higher value someone set is kept."""
-    from localcluster import network
+    from localcluster.network import netns as network
     assert network.neighbour_limits({"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 1024}) \
         == network.NEIGH_THRESHOLDS
     assert network.neighbour_limits({"gc_thresh1": 128, "gc_thresh2": 512, "gc_thresh3": 99999}) \

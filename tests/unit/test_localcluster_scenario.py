@@ -1,4 +1,4 @@
-"""Scenario files (localcluster/scenario.py), nft rendering (firewall.py), the expectation
+"""Scenario files (localcluster/scenarios/scenario.py), nft rendering (firewall.py), the expectation
 check (scenariorun.check) and the cluster instance settings (config.py): all pure."""
 from __future__ import annotations
 
@@ -8,36 +8,39 @@ import sys
 import textwrap
 
 import pytest
+from localcluster.common.config import REPO_ROOT
+from localcluster.network import firewall, topology
+from localcluster.scenarios import loader, nodeplan
+from localcluster.scenarios import scenario as scn
 
-from localcluster import firewall, scenario as scn, scenariorun
-from localcluster.config import REPO_ROOT
+from localcluster import scenariorun
 
 
 def parse(text: str) -> scn.Scenario:
-    return scn.parse(textwrap.dedent(text), "t.yaml")
+    return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
-@pytest.mark.parametrize("name", scn.all_names())
+@pytest.mark.parametrize("name", loader.all_names())
 def test_every_checked_in_scenario_loads(name):
-    sc = scn.load(name)
+    sc = loader.load(name)
     assert sc.name == name and sc.description
-    topos = scn.topology(sc)
+    topos = nodeplan.topology(sc)
     assert len(topos) == sc.nodes
-    assert scn.job_documents(sc)
+    assert loader.job_documents(sc)
     if sc.expect.status == "True":  # a healthy cluster must still train
         assert sc.expect.phase == "Succeeded", f"{name}: expect.phase: Succeeded"
 
 
 def test_minimal_scenario_is_the_default_cluster():
     sc = parse("expect: {status: 'True'}\n")
-    topos = scn.topology(sc)
+    topos = nodeplan.topology(sc)
     a, b = topos
     assert [ln.name for ln in a.links] == ["docker0", "eth0", "eth1"]
     assert a.links[0].addresses == ["172.17.0.1/16"] and a.links[0].segment is None
     assert a.links[1].addresses == ["10.100.0.11/24"] and a.links[1].fabric_peer == "mgmt-node-a"
     assert b.links[2].addresses == ["10.101.0.12/24"] and b.links[2].fabric_peer == "data-node-b"
     assert (a.internal_ip, b.internal_ip) == ("10.100.0.11", "10.100.0.12")
-    hosts = scn.peer_hosts(topos)
+    hosts = topology.peer_hosts(topos)
     assert "10.100.0.11 node-a" in hosts and "::ffff:10.101.0.12 node-b-data" in hosts
 
 
@@ -56,12 +59,12 @@ def test_overrides_replace_fields_per_node_and_ipv6_and_mtu():
             gpus: 4
         expect: {status: 'True'}
         """)
-    a, b = scn.topology(sc)
+    a, b = nodeplan.topology(sc)
     assert a.links[1].addresses == ["10.100.0.11/24", "fd00:100::b/64"] and a.links[1].mtu == 9000
     assert b.links[1].name == "enp4s0" and b.internal_ip == "10.100.0.99"
     assert (a.gpus, b.gpus) == (None, 4)
     assert a.hosts == ["127.0.1.1 node-a"] and b.env == {"NCCL_DEBUG": "INFO"}
-    assert scn.NodeTopology.from_json(b.to_json()) == b
+    assert topology.NodeTopology.from_json(b.to_json()) == b
 
 
 @pytest.mark.parametrize("text,where", [
@@ -101,22 +104,22 @@ def test_overrides_replace_fields_per_node_and_ipv6_and_mtu():
 ])
 def test_errors_name_line_and_field(text, where):
     with pytest.raises(scn.ScenarioError) as e:
-        scn.parse(text, "t.yaml")
+        loader.parse(text, "t.yaml")
     assert where in str(e.value)
 
 
 def test_resolve_by_name_or_path(tmp_path):
-    assert scn.resolve("healthy") == scn.SCENARIO_DIR / "healthy.yaml"
+    assert loader.resolve("healthy") == loader.SCENARIO_DIR / "healthy.yaml"
     f = tmp_path / "mine.yaml"
     f.write_text("expect: {status: 'True'}\n")
-    assert scn.load(str(f)).name == "mine"
+    assert loader.load(str(f)).name == "mine"
     with pytest.raises(scn.ScenarioError, match="known: .*healthy"):
-        scn.resolve("no-such-scenario")
+        loader.resolve("no-such-scenario")
 
 
 def test_job_overrides_deep_merge():
     sc = parse("expect: {status: 'True'}\njob: {numNodes: 3, network: {socketIfname: eth2}}\n")
-    job = [d for d in scn.job_documents(sc) if d["kind"] == "DistTrainingJob"][0]
+    job = [d for d in loader.job_documents(sc) if d["kind"] == "DistTrainingJob"][0]
     assert job["spec"]["numNodes"] == 3
     assert job["spec"]["network"] == {"hostNetwork": True, "socketIfname": "eth2"}
 
@@ -174,7 +177,7 @@ def test_check_expectations():
 
 
 def _config_in(instance: str) -> list[str]:
-    code = ("from localcluster import config as c, operator_install as o; "
+    code = ("from localcluster.common import config as c; from localcluster.cluster import operator_install as o; "
             "print(c.INSTANCE, c.APISERVER_PORT, c.ETCD_CLIENT_PORT, c.ETCD_PEER_PORT, "
             "c.CONTROLLER_MANAGER_PORT, c.SCHEDULER_PORT, c.KUBELET_PORT_BASE, o.LIVENESS_PORT, "
             "o.METRICS_PORT, c.FABRIC_NS, c.NodeSpec(0).netns, c.state_dir().name)")
@@ -195,10 +198,10 @@ def test_cluster_instance_shifts_ports_names_and_state():
 
 
 def test_process_matching_does_not_confuse_instances(tmp_path):
-    from localcluster.procs import mentions
+    from localcluster.common.procs import mentions
     st = tmp_path / ".localcluster"
     assert mentions(["etcd", f"--data-dir={st}/etcd"], st)
-    assert mentions(["python", "-m", "localcluster.nodeagent", "--state", str(st)], st)
+    assert mentions(["python", "-m", "localcluster.nodes.nodeagent", "--state", str(st)], st)
     assert not mentions(["python", "--state", f"{st}-1"], st)
     assert not mentions(["etcd", f"--data-dir={st}-1/etcd"], st)
 
@@ -249,10 +252,10 @@ def test_describe_problems_names_what_is_missing():
 
 def test_repeat_and_slow_fields_and_same_outcome_over_runs():
     from localcluster import scenariorun as sr
-    sc = scn.parse("slow: true\nexpect: {status: 'True', repeat: 5}\n", "t.yaml")
+    sc = loader.parse("slow: true\nexpect: {status: 'True', repeat: 5}\n", "t.yaml")
     assert sc.slow and sc.expect.repeat == 5
     with pytest.raises(scn.ScenarioError, match="expect.repeat"):
-        scn.parse("expect: {status: 'True', repeat: 0}\n", "t.yaml")
+        loader.parse("expect: {status: 'True', repeat: 0}\n", "t.yaml")
 
     def run(ok, ifname):
         return sr.Outcome(ok, "" if ok else "failed", 1.0, 2.0,
@@ -276,3 +279,12 @@ def test_a_mesh_scenario_proves_something_only_when_every_pod_carried_the_sideca
     assert scenariorun.sidecar_check({"j-probe-0": True, "j-worker-0": False}) == \
         "pods without Istio's sidecar (istio-proxy): j-worker-0"
     assert "no pod of the job was seen" in scenariorun.sidecar_check({})
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 5, 64])
+def test_default_topology_is_the_plan_of_a_scenario_with_no_settings(nodes):
+    """The network and the nodes build the plain cluster without the scenario model
+    (network/topology.py); it must stay the plan the scenario model makes of the defaults."""
+    plain = nodeplan.topology(scn.Scenario(nodes=nodes, expect=scn.Expect(status="True")))
+    assert topology.default_topology(nodes) == plain
+    assert [t.to_json() for t in topology.default_topology(nodes)] == [t.to_json() for t in plain]

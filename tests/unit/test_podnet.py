@@ -1,10 +1,9 @@
-"""Pure parts of the proving ground's pod network (localcluster/podnet.py)."""
+"""Pure parts of the proving ground's pod network (localcluster/network/podnet.py)."""
 from __future__ import annotations
 
 import pytest
-
-from localcluster import podnet
-from localcluster.config import pod_cidr
+from localcluster.common.config import pod_cidr
+from localcluster.network import podnet
 
 
 def test_pod_cidr_gateway_and_names():

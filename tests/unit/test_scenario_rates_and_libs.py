@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 import textwrap
+from pathlib import Path
 
 import pytest
+from localcluster.network import netns as network
+from localcluster.network import nodedns, topology
+from localcluster.nodes.realnode.nodeconfig import kubelet_config
+from localcluster.scenarios import altlibs, loader, nodeplan
+from localcluster.scenarios import scenario as scn
 
-from localcluster import altlibs, network, nodedns, realnode, scenario as scn, scenariorun
+from localcluster import scenariorun
 
 
 def parse(text: str) -> scn.Scenario:
-    return scn.parse(textwrap.dedent(text), "t.yaml")
+    return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
 def test_rate_limit_reaches_the_link_and_unset_keeps_the_old_document():
@@ -24,15 +29,15 @@ def test_rate_limit_reaches_the_link_and_unset_keeps_the_old_document():
             - {name: eth1, segment: data}
         expect: {status: 'True'}
         """)
-    a, _ = scn.topology(sc)
+    a, _ = nodeplan.topology(sc)
     eth0, eth1 = a.links[1], a.links[2]
     assert (eth0.name, eth0.rate_mbit, eth1.rate_mbit) == ("eth0", 1000, None)
     doc = a.to_json()
     assert doc["links"][1]["rate_mbit"] == 1000
     # an unlimited link serializes as before (same topology digest: no needless rebuild)
     assert "rate_mbit" not in doc["links"][2]
-    assert scn.NodeTopology.from_json(doc).links[1].rate_mbit == 1000
-    assert scn.NodeTopology.from_json(doc).links[2].rate_mbit is None
+    assert topology.NodeTopology.from_json(doc).links[1].rate_mbit == 1000
+    assert topology.NodeTopology.from_json(doc).links[2].rate_mbit is None
 
 
 def test_rate_limit_errors_name_the_line():
@@ -53,9 +58,9 @@ def test_node_dns_records_reach_one_node_and_its_kubelet():
             dns: {records: {ddp-digits-0.ddp-digits: 10.100.0.99}}
         expect: {status: 'True'}
         """)
-    a, b = scn.topology(sc)
+    a, b = nodeplan.topology(sc)
     assert a.dns_records == {} and "dns_records" not in a.to_json()  # same digest as before
-    assert scn.NodeTopology.from_json(b.to_json()).dns_records == {
+    assert topology.NodeTopology.from_json(b.to_json()).dns_records == {
         "ddp-digits-0.ddp-digits": "10.100.0.99"}
     assert nodedns.server_for(a.dns_records) == "10.96.0.10"
     assert nodedns.server_for(b.dns_records) == nodedns.NODE_LOCAL_DNS == "169.254.20.10"
@@ -70,13 +75,13 @@ def test_node_dns_records_reach_one_node_and_its_kubelet():
         assert bool(re.match(pattern, q)) == hit, q
     with pytest.raises(ValueError):
         nodedns.render_corefile({'a" b': "10.0.0.1"})
-    cfg = realnode.kubelet_config(Path("/n"), scn_spec(), Path("/ca"), {"serving_crt": "c", "serving_key": "k"},
+    cfg = kubelet_config(Path("/n"), scn_spec(), Path("/ca"), {"serving_crt": "c", "serving_key": "k"},
                                   nodedns.server_for(b.dns_records))
     assert cfg["clusterDNS"] == ["169.254.20.10"]
 
 
 def scn_spec():
-    from localcluster.config import node_spec_by_name
+    from localcluster.common.config import node_spec_by_name
     return node_spec_by_name("node-b")
 
 
@@ -111,7 +116,7 @@ def test_nccl_token_expands_to_the_cache_and_is_validated(tmp_path, monkeypatch)
             libraryPaths: ["{nccl:2.26.2.post1}"]
         expect: {status: 'True'}
         """)
-    a, b = scn.topology(sc)
+    a, b = nodeplan.topology(sc)
     assert a.env == {} and a.library_paths == []
     assert b.env["LD_PRELOAD"] == f"{tmp_path}/nccl-2.28.9/nvidia/nccl/lib/libnccl.so.2"
     assert b.env["NCCL_DEBUG"] == "INFO"
