@@ -24,7 +24,7 @@
 #                  istio-proxy's stand-in, localcluster/images/mesh) for scenarios with mesh: istio
 #   archives/<name>-c-<key>.tar   each image as a docker-archive, named as the chart and the
 #                  example name it (ghcr.io/disttrain/...), which each real node's containerd
-#                  imports (localcluster/localcluster/images/archives.py)
+#                  imports (localcluster/localcluster/nodeimages/archives.py)
 #   torch-tree/torch-<version>-<key>/   torch and what it requires, taken from the project's
 #                  venv: the read-only tree nodes share (mounted, on PYTHONPATH) instead of a
 #                  6 GB torch layer in every image (see "Images" in localcluster/README.md)

@@ -24,7 +24,7 @@ from localcluster.common.config import (
 )
 from localcluster.common.kubeapi import ApiError
 from localcluster.common.kubeconfig import admin_client
-from localcluster.images import archives
+from localcluster.nodeimages import archives
 from localcluster.network import dns, nodedns, routing, topology
 from localcluster.network import netns as network
 from localcluster.nodes.processes import (

@@ -1,6 +1,6 @@
 """The pure parts of running Kubeflow's training operator on the local cluster
 (localcluster/localcluster/cluster/kubeflow.py) and of its init container's nslookup
-(localcluster/localcluster/images/nslookup.py). No cluster, no binary."""
+(localcluster/localcluster/nodeimages/nslookup.py). No cluster, no binary."""
 from __future__ import annotations
 
 import base64
@@ -17,7 +17,7 @@ from localcluster.common import config, pki
 from localcluster.nodes import podspec
 from localcluster.scenarios import loader
 
-from localcluster.images import nslookup
+from localcluster.nodeimages import nslookup
 
 UPSTREAM_WEBHOOKS = [{
     "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",

@@ -230,7 +230,7 @@ def ensure(timeout: float = 90.0, say=print) -> float:
     until its pod runs on every node, each synced with the apiserver (its log says
     "Syncing nftables rules"). Returns the seconds it took.
     Raises NetpolError naming the nodes without one."""
-    from localcluster.images import archives
+    from localcluster.nodeimages import archives
     t0 = time.monotonic()
     try:
         archive = dict(archives.image_archives(config.state_dir())).get(image())

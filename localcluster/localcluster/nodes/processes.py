@@ -16,7 +16,7 @@ from localcluster.common.config import (
 )
 from localcluster.common.kubeapi import ApiError
 from localcluster.common.kubeconfig import admin_client
-from localcluster.images import archives
+from localcluster.nodeimages import archives
 from localcluster.network import netns as network
 from localcluster.network import nodedns
 from localcluster.nodes.realnode.base import binaries, containerd_root, node_dir, process_name

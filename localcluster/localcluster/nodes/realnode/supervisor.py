@@ -19,7 +19,7 @@ from localcluster.common.config import (
     pod_cidr,
     venv_python,
 )
-from localcluster.images.archives import ImageError, image_archives, import_images
+from localcluster.nodeimages.archives import ImageError, image_archives, import_images
 from localcluster.network import podnet
 from localcluster.nodes.realnode.base import SYSCTL_FILES, RealNodeError, binaries, containerd_root, node_dir
 from localcluster.nodes.realnode.cgroups import cgroup_pids, ensure_cgroups, join_cgroups, kill_node
