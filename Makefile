@@ -96,7 +96,7 @@ lint: venv
 
 test: lint system-deps venv build-cluster images
 	@$(SYSTEM_DEPS) nodes
-	$(VPY) -m pytest -q -ra
+	$(VPY) -m pytest -q -ra --durations=30
 
 test-unit: venv
 	$(VPY) -m pytest -q -ra tests/unit

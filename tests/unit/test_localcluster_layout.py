@@ -31,3 +31,13 @@ def test_every_subpackage_imports_from_the_repository_root():
         for n in subpackages())
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_the_node_code_fingerprints_name_files_that_exist():
+    """A node restarts when the code it runs changed: the lists of that code name files by
+    path, and a file moved without its entry made ``up`` fail with "No such file"."""
+    from localcluster.nodes import processes
+
+    for listed in (processes.AGENT_SOURCES, processes.REALNODE_SOURCES):
+        missing = [p for p in listed if not (PACKAGE / p).is_file()]
+        assert not missing, f"listed but absent: {missing}"

@@ -37,7 +37,7 @@ AGENT_SOURCES = ["__init__.py", "common/__init__.py", "common/config.py", "commo
 
 REALNODE_SOURCES = ["nodes/realnode/__init__.py", "nodes/realnode/__main__.py", "nodes/realnode/base.py",
                     "nodes/realnode/cgroups.py", "nodes/realnode/nodeconfig.py", "nodes/realnode/sitetree.py",
-                    "nodes/realnode/supervisor.py", "images/archives.py", "network/serviceproxy.py",
+                    "nodes/realnode/supervisor.py", "nodeimages/archives.py", "network/serviceproxy.py",
                     "network/podnet.py", "network/topology.py"]
 
 
