@@ -1,7 +1,10 @@
 """Spec-aware fixes (operator/disttrain/diagnosis/advice.py)."""
+import pytest
+from hypothesis import given, strategies as st
+
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.diagnosis.advice import advice, apply_advice
+from disttrain.diagnosis.advice import advice, apply_advice, dns_policy_cause
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import Diagnosis, Verdict
@@ -62,3 +65,64 @@ def test_apply_advice_touches_only_false_conditions_once():
     msg = d.conditions[constants.NETWORK_VALIDATED].message
     assert msg.startswith("node-a drops; with hostNetwork") and msg.count("hostNetwork: false") == 1
     assert d.conditions[constants.MASTER_REACHABLE].message == "fine"
+
+
+def dns_spec(pod: dict, **network) -> DistTrainingJobSpec:
+    body = job()
+    body["spec"]["network"] = network
+    body["spec"]["template"]["spec"].update(pod)
+    return DistTrainingJobSpec.model_validate(body["spec"])
+
+
+POINTER = ("MasterReachable=False (MasterAddrUnresolvable) on node-b: see the MasterReachable "
+           "condition for the cause and the fix")
+EVIDENCE = "node-b could not resolve MASTER_ADDR j-0.j: the record exists, node-b's path to its DNS server fails"
+
+DNS_ROWS = [  # (name, template additions, network, the cause names this policy (None: no cause))
+    ("Default on the pod network", {"dnsPolicy": "Default"}, {"hostNetwork": False}, "dnsPolicy: Default"),
+    ("None without a nameserver", {"dnsPolicy": "None", "dnsConfig": {"searches": ["x"]}},
+     {"hostNetwork": False}, "dnsPolicy: None"),
+    ("None with a nameserver: the user chose it", {"dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.96.0.10"]}},
+     {"hostNetwork": False}, None),
+    ("ClusterFirst", {"dnsPolicy": "ClusterFirst"}, {"hostNetwork": False}, None),
+    ("hostNetwork: the operator sets ClusterFirstWithHostNet", {"dnsPolicy": "Default"},
+     {"hostNetwork": True, "enableDNSHostnames": True}, None),
+    ("no DNS hostnames: MASTER_ADDR is an address", {"dnsPolicy": "Default"},
+     {"hostNetwork": False, "enableDNSHostnames": False}, None),
+    ("a dnsConfig of the wrong shape", {"dnsPolicy": "None", "dnsConfig": ["x"]}, {"hostNetwork": False}, "dnsPolicy: None"),
+]
+
+
+@pytest.mark.parametrize("name,pod,network,names", DNS_ROWS, ids=[r[0] for r in DNS_ROWS])
+def test_a_template_dns_policy_off_the_cluster_dns_is_the_cause_on_the_check_and_validated(name, pod, network, names):
+    d = Diagnosis(conditions={
+        constants.MASTER_REACHABLE: Verdict(constants.FALSE, vocabulary.MASTER_ADDR_UNRESOLVABLE, EVIDENCE),
+        constants.VALIDATED: Verdict(constants.FALSE, vocabulary.MASTER_ADDR_UNRESOLVABLE, POINTER),
+    })
+    apply_advice(d, REF, dns_spec(pod, **network))
+    check, summary = d.conditions[constants.MASTER_REACHABLE].message, d.conditions[constants.VALIDATED].message
+    if names is None:
+        assert "dnsPolicy" not in check and summary == POINTER
+        return
+    for text in (check, summary):
+        assert f"spec.template.spec.{names}" in text and "ClusterFirst" in text
+    assert check.startswith("spec.template.spec.dnsPolicy") and "node-b could not resolve" in check
+    assert summary.startswith("MasterReachable=False (MasterAddrUnresolvable) on node-b: spec.template")
+    assert len(check) <= 400 and len(summary) <= 320
+    assert "headless Service" not in check and "path to" not in check  # the template, not a node or the Service
+    apply_advice(d, REF, dns_spec(pod, **network))  # once
+    assert d.conditions[constants.MASTER_REACHABLE].message == check and d.conditions[constants.VALIDATED].message == summary
+
+
+@given(st.dictionaries(st.sampled_from(["dnsPolicy", "dnsConfig", "hostname"]),
+                       st.one_of(st.none(), st.text(max_size=10), st.sampled_from(["Default", "None"]),
+                                 st.lists(st.text(max_size=5), max_size=2),
+                                 st.dictionaries(st.sampled_from(["nameservers", "searches"]),
+                                                 st.one_of(st.none(), st.lists(st.text(max_size=5), max_size=2))))))
+def test_dns_policy_cause_never_raises_on_any_template(pod):
+    try:
+        s = dns_spec(pod, hostNetwork=False)
+    except ValueError:
+        return  # the model refused it: the admission's business
+    cause = dns_policy_cause(s)
+    assert cause is None or (pod.get("dnsPolicy") in ("Default", "None") and len(cause) < 250)

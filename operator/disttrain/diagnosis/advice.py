@@ -46,16 +46,66 @@ def advice(reason: str, job: JobRef, spec: DistTrainingJobSpec,
     return None
 
 
+def dns_policy_cause(spec: DistTrainingJobSpec) -> Optional[str]:
+    """The cause and the fix when the template's ``dnsPolicy`` keeps the pods off the
+    cluster's DNS while MASTER_ADDR is rank 0's cluster DNS name: ``Default`` (the node's
+    resolver, which does not know cluster names) or ``None`` without a ``dnsConfig``
+    nameserver. None otherwise, and with ``network.hostNetwork`` (the operator then sets
+    ``ClusterFirstWithHostNet`` itself, :func:`disttrain.children.podbase.base_pod`). The
+    template is untrusted: any shape, never raises."""
+    pod = spec.template.spec if isinstance(spec.template.spec, dict) else {}
+    policy = pod.get("dnsPolicy")
+    if spec.network.host_network or not uses_dns_hostnames(spec):
+        return None
+    if policy == "Default":
+        gives = "the node's resolver, which does not know the cluster's names"
+    elif policy == "None":
+        config = pod.get("dnsConfig")
+        servers = config.get("nameservers") if isinstance(config, dict) else None
+        if isinstance(servers, list) and servers:
+            return None
+        gives = "no nameserver (no dnsConfig.nameservers)"
+    else:
+        return None
+    return (f"spec.template.spec.dnsPolicy: {policy} gives the pods {gives}, so rank 0's cluster "
+            f"DNS name (MASTER_ADDR) cannot resolve: remove dnsPolicy from the template or set it "
+            f"to ClusterFirst")
+
+
+def _apply_dns_policy(diag: Diagnosis, cause: str) -> None:
+    """The template's dnsPolicy is the cause of MasterAddrUnresolvable (not a node's DNS
+    path): ``cause`` first on the failing check, the evidence's first clause after it (who
+    could not resolve, without the attribution's guess at a node's DNS path), and on ``Validated`` in place of the pointer (its ``<Check>=False (<Reason>)
+    on <nodes>`` head kept)."""
+    for ctype, v in diag.conditions.items():
+        if v.status != constants.FALSE or v.reason != vocabulary.MASTER_ADDR_UNRESOLVABLE or cause in v.message:
+            continue
+        if ctype == constants.VALIDATED:
+            head, sep, _ = v.message.partition(": see the ")
+            v.message = messages.join([f"{head}: {cause}" if sep else cause, "" if sep else v.message],
+                                      messages.SUMMARY_LIMIT)
+        else:  # the evidence: who failed to resolve, without a guess at the node's DNS path
+            first = (messages.clauses(v.message) or [""])[0].partition(": the record exists")[0]
+            v.message = messages.join([cause, first.rstrip(". ")], messages.LIMIT)
+
+
 def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> None:
     """Append :func:`advice` to every false check condition of ``diag`` it applies to (in
     place), shortening the probe's evidence so the message stays within
     :data:`messages.LIMIT`; ``Validated`` only points at the failing check, so it gets the
     advice only when the cause belongs to no check. Text only: no status or reason changes
-    here (the spec's policies decided in :func:`~disttrain.diagnosis.diagnose.diagnose`)."""
+    here (the spec's policies decided in :func:`~disttrain.diagnosis.diagnose.diagnose`).
+    A template dnsPolicy that keeps the pods off the cluster's DNS (:func:`dns_policy_cause`)
+    replaces the advice for MasterAddrUnresolvable, on ``Validated`` too."""
+    dns_cause = dns_policy_cause(spec)
+    if dns_cause:
+        _apply_dns_policy(diag, dns_cause)
     for ctype, v in diag.conditions.items():
         if v.status != constants.FALSE:
             continue
         if ctype == constants.VALIDATED and constants.REASON_CONDITION.get(v.reason):
+            continue
+        if dns_cause and v.reason == vocabulary.MASTER_ADDR_UNRESOLVABLE:
             continue
         extra = advice(v.reason, job, spec, diag.explained)
         if v.reason in _PORT_REASONS and not spec.network.port_range and "network.portRange" in v.message:
@@ -66,4 +116,4 @@ def apply_advice(diag: Diagnosis, job: JobRef, spec: DistTrainingJobSpec) -> Non
                                limit)
 
 
-__all__ = ["advice", "apply_advice"]
+__all__ = ["advice", "apply_advice", "dns_policy_cause"]

@@ -17,6 +17,7 @@ from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
+from disttrain.diagnosis import messages
 from disttrain.children.names import probe_pod_name
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
 
@@ -64,7 +65,12 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
                    f"take one{where}; scheduler: {msg}; add nodes or lower spec.numNodes")
         else:
             reason = vocabulary.PROBE_UNSCHEDULABLE
-            msg += "; relax the template's nodeSelector/tolerations/resources or add capacity"
+            fix = scheduling.selector_fix([m for _, m in words], s.spec.template.spec)
+            if fix:  # the fix names the template's selector; the scheduler's words yield room
+                msg = messages.join([messages.bound(msg, messages.SUMMARY_LIMIT - len(fix) - len(messages.SEP)), fix],
+                                    messages.SUMMARY_LIMIT)
+            else:
+                msg += "; relax the template's nodeSelector/tolerations/resources or add capacity"
         s.set(constants.PROBES_SCHEDULED, constants.FALSE, reason, msg)
         s.fail_preflight(reason, msg)
         return True

@@ -26,6 +26,7 @@ _TOTAL = re.compile(r"(\d+)/(\d+) nodes are available")
 _ITEM = re.compile(r"(\d+) ([^,.]+)")
 TRANSIENT = ("Insufficient ", "didn't have free ports", "Too many pods")
 ANTI_AFFINITY = "didn't match pod anti-affinity rules"
+NODE_SELECTOR = "didn't match Pod's node affinity/selector"
 
 
 def reasons(message: str) -> list[tuple[int, str]]:
@@ -87,6 +88,56 @@ def summarize(unschedulable: list[tuple[int, str]], num_nodes: int, each: int = 
     if held:
         parts.append(f"{_ranks(held)} held by the gang (all {num_nodes} or none)")
     return "; ".join(parts)
+
+
+def _pairs(selector: object, most: int = 4, each: int = 60) -> str:
+    """``k=v, k2=v2`` of a nodeSelector mapping (at most ``most`` pairs, each cut to
+    ``each`` characters); "" when it is not a non-empty mapping."""
+    if not isinstance(selector, dict):
+        return ""
+    pairs = [f"{k}={v}"[:each] for k, v in list(selector.items())[:most]]
+    more = len(selector) - most
+    return ", ".join(pairs) + (f" and {more} more" if more > 0 else "")
+
+
+def _affinity_keys(pod_spec: dict, most: int = 4, each: int = 60) -> str:
+    """The keys of the template's required nodeAffinity terms (``matchExpressions`` and
+    ``matchFields``), ``a, b``; "" when it has none or its shape is not the API's."""
+    node_aff = ((pod_spec.get("affinity") or {}) if isinstance(pod_spec.get("affinity"), dict) else {}).get("nodeAffinity")
+    req = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") if isinstance(node_aff, dict) else None
+    terms = req.get("nodeSelectorTerms") if isinstance(req, dict) else None
+    keys: list[str] = []
+    for term in terms if isinstance(terms, list) else []:
+        for field in ("matchExpressions", "matchFields"):
+            exprs = term.get(field) if isinstance(term, dict) else None
+            for e in exprs if isinstance(exprs, list) else []:
+                key = e.get("key") if isinstance(e, dict) else None
+                if isinstance(key, str) and key and key[:each] not in keys:
+                    keys.append(key[:each])
+    return ", ".join(keys[:most]) + (f" and {len(keys) - most} more" if len(keys) > most else "")
+
+
+def selector_fix(messages: list[str], pod_spec: object) -> Optional[str]:
+    """The fix naming what the pods select nodes on, when a scheduler message in
+    ``messages`` says the nodes "didn't match Pod's node affinity/selector": the template's
+    ``spec.template.spec.nodeSelector`` pairs and/or its required nodeAffinity terms' keys,
+    and to label a node or change the selector (the operator reads no node labels, so it
+    does not claim which node lacks them). None when no message says so or the template
+    (``pod_spec``, the template's ``spec`` mapping, any shape) selects on nothing. Never
+    raises; at most about 300 characters."""
+    if not any(NODE_SELECTOR in (m or "") for m in messages) or not isinstance(pod_spec, dict):
+        return None
+    pairs = _pairs(pod_spec.get("nodeSelector"))
+    keys = _affinity_keys(pod_spec)
+    said = []
+    if pairs:
+        said.append(f"spec.template.spec.nodeSelector {pairs}")
+    if keys:
+        said.append(f"required nodeAffinity on {keys} (spec.template.spec.affinity)")
+    if not said:
+        return None
+    return (f"the pods select nodes by {' and '.join(said)}: label the nodes that should run "
+            "the job to match, or change the selector")
 
 
 def gang_held(unschedulable: list[tuple[int, str]], num_nodes: int) -> int:
