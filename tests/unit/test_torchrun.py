@@ -241,3 +241,32 @@ def test_operator_env_is_what_the_training_pod_gets(launcher, backend, nproc):
     for sym, real in stand_ins.items():
         ours = {k: v.replace(sym, real) for k, v in ours.items()}
     assert {k: v for k, v in got.items() if k in ours or k.startswith("PET_") or k in RESERVED} == ours
+
+
+# Commands that start torchrun in ways the shell reader cannot follow: wrapping them would
+# start a second torchrun on the same rendezvous (found by an adversarial review).
+RUNS_UNREAD = [
+    ["bash", "-c", 'x=$(echo ")"); torchrun --nnodes=4 t.py'],
+    ["bash", "-c", "N=$(grep -c '(' f); torchrun t.py"],
+    ["bash", "-c", "cat > c.yaml <<EOF\nname: don't panic\nEOF\ntorchrun t.py"],
+    ["bash", "-o", "pipefail", "-c", "torchrun t.py"],
+    ["timeout", "3600", "torchrun", "t.py"],
+    ["env", "-u", "X", "torchrun", "t.py"],
+    ["bash", "-c", "bash -c 'torchrun --nnodes=4 t.py'"],
+    ["python", "-m", "torch.distributed.launch", "t.py"],
+]
+
+
+@pytest.mark.parametrize("argv", RUNS_UNREAD)
+def test_a_command_naming_torchrun_is_never_wrapped_in_another(argv):
+    from disttrain.children.pods import Rendezvous, TorchrunOptions, torchrun_command
+
+    assert torchrun.runs_torchrun(argv)
+    wrapped = torchrun_command(argv, [], TorchrunOptions(2, 1, 0, "static", "uid"), Rendezvous("10.0.0.1", 29500))
+    assert wrapped == argv
+
+
+@pytest.mark.parametrize("argv", [["python", "train.py"], ["python", "torchrun_utils.py"],
+                                  ["python", "-m", "mypkg.torchrun"], ["bash", "-c", "python my-torchrun-helper.py"]])
+def test_a_command_that_only_resembles_torchrun_is_wrapped(argv):
+    assert not torchrun.runs_torchrun(argv)

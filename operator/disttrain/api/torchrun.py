@@ -29,6 +29,7 @@ argparse reads them, abbreviations included, up to the training script.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence
 
@@ -249,6 +250,23 @@ def launches(argv: Sequence[str], env: Optional[Mapping[str, str]] = None) -> li
         if opts is not None:
             found.append(opts)
     return found
+
+
+# a launcher named anywhere in the command: torchrun, or its modules
+_LAUNCHER_NAMED = re.compile(r"(?<![\w.-])(torchrun|torch\.distributed\.(run|launch))(?![\w-])")
+
+
+def runs_torchrun(argv: Sequence[str]) -> bool:
+    """Whether the container's own command starts torchrun, so the operator must not wrap it
+    in another: :func:`launches` found an invocation, or (a script it cannot read as a
+    shell would: quotes inside ``$(...)``, here-documents, ``bash -o pipefail -c``,
+    ``timeout 3600 torchrun ...``, a shell in a shell) the command names a launcher
+    anywhere. Wrapping such a command starts two torchruns on one rendezvous; passing it as
+    written lets it read the rendezvous from ``PET_*``. Never raises."""
+    argv = [a for a in argv if isinstance(a, str)]
+    if launches(argv):
+        return True
+    return any(_LAUNCHER_NAMED.search(a) for a in argv)
 
 
 def expected_values(dest: str, p: Passed) -> set[str]:

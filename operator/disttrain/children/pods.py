@@ -81,12 +81,12 @@ def torchrun_command(
     Options: ``--nnodes``, ``--nproc-per-node``, and for the static backend ``--node-rank``
     ``--master-addr`` ``--master-port``; for c10d ``--rdzv-backend=c10d``
     ``--rdzv-endpoint=addr:port`` ``--rdzv-id=<job uid>``.
-    A command that already runs torchrun (:func:`disttrain.api.torchrun.launches`) is returned
+    A command that already runs torchrun (:func:`disttrain.api.torchrun.runs_torchrun`) is returned
     as written (command + args): torchrun then reads the rendezvous from PET_* (see
     :func:`build_worker_pod`). Never raises.
     """
     full = [a for a in list(command) + list(args) if isinstance(a, str)]
-    if torchrun.launches(full):
+    if torchrun.runs_torchrun(full):
         return full
     opts = ["torchrun", f"--nnodes={options.num_nodes}", f"--nproc-per-node={options.nproc}"]
     if options.backend == "c10d":
@@ -171,7 +171,7 @@ def build_worker_pod(
     trainer = trainer_container(spec)
     trainer["env"] = merge_env(trainer.get("env"), env)
     command, args = list_of(trainer.get("command")), list_of(trainer.get("args"))
-    if spec.launcher == Launcher.torchrun.value and not torchrun.launches(command + args):
+    if spec.launcher == Launcher.torchrun.value and not torchrun.runs_torchrun(command + args):
         options = TorchrunOptions(spec.num_nodes, nproc, rank, str(spec.rendezvous.backend), job.uid)
         trainer["command"] = torchrun_command(command, args, options, rdzv)
         trainer["args"] = []
