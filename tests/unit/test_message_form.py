@@ -96,3 +96,19 @@ def test_cut_never_raises_and_is_bounded(text, limit):
     out = messages.cut(text, limit)
     assert len(out) <= limit
     assert at_word_boundary(text.strip(), out) or len(text.strip()) > limit
+
+
+@pytest.mark.parametrize("brk", ["\n", "\r\n", "\u2028", "\x85", "\x0b", "\x0c", "\u2029"])
+def test_every_line_break_python_knows_is_joined(brk):
+    """A kubelet's or apiserver's message may break its lines with any of these; a
+    condition message is one line whatever the break (str.splitlines' set)."""
+    out = cond.clip(f"Error: a{brk}b  {brk}{brk} c")
+    assert out == "Error: a | b | c" and len(out.splitlines()) == 1
+
+
+@given(st.text(alphabet=st.sampled_from(" \t\n\r\u2028\x85ab"), max_size=300))
+@settings(max_examples=200)
+def test_one_line_is_one_line_with_no_blank_parts(text):
+    out = messages.one_line(text)
+    assert len(out.splitlines()) <= 1 and out == out.strip()
+    assert all(part.strip() for part in out.split(" | ")) or not out
