@@ -88,3 +88,25 @@ def test_never_raises_and_never_returns_a_launcher_line(user, start):
 def test_any_text_gives_none_or_one_bounded_line(text):
     got = meaningful_line(text)
     assert got is None or (got.strip() == got and got and len(got) <= LINE_LIMIT and "\n" not in got)
+
+
+RANK_PREFIXED = """[rank1]: Traceback (most recent call last):
+[rank1]:   File "/workspace/train.py", line 9, in <module>
+[rank1]:     x = a @ b
+[rank1]: RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 9x4)
+[rank1]:[W1205 12:00:00.000000000 ProcessGroupNCCL.cpp:1250] Warning: WARNING: process group has NOT been destroyed before we destruct ProcessGroupNCCL.
+"""
+
+
+@pytest.mark.parametrize("text,want", [
+    # torch prefixes each rank's output with [rankN]: (or [defaultN]:); the exception is the
+    # trainer's line, not the warning printed after it
+    (RANK_PREFIXED, "RuntimeError: mat1 and mat2 shapes cannot be multiplied (4x8 and 9x4)"),
+    ("[default0]: ValueError: bad shape\n[default0]: shutting down", "ValueError: bad shape"),
+    # terminal colours and carriage returns never reach the message, nor hide the exception
+    ("\x1b[31mRuntimeError: ошибка\x1b[0m\r\n", "RuntimeError: ошибка"),
+    ("x\n\x1b[1;31mValueError: bad shape\x1b[0m\n[rank0]: done", "ValueError: bad shape"),
+    ("\x07\x1b]0;title\x07Killed\n", "Killed"),
+])
+def test_prefixes_and_escape_sequences(text, want):
+    assert meaningful_line(text) == want

@@ -48,13 +48,26 @@ def _signal_in(line: str) -> Optional[str]:
     return m.group(0) if m else None
 
 
+# terminal colours, titles (OSC) and other escape sequences, and C0 controls but the tab
+_ESCAPES = re.compile(r"\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-_]|"
+                      r"[\x00-\x08\x0e-\x1f\x7f]")
+# torch's per-rank prefix of a process's output: ``[rank1]:``, ``[default0]:``
+_RANK_PREFIX = re.compile(r"^\[(?:rank|default)\d+\]:")
+
+
+def _plain(line: str) -> str:
+    """``line`` without escape sequences, control characters and torch's per-rank prefix
+    (its indentation after the prefix kept: tracebacks are read by it), right-stripped."""
+    return _RANK_PREFIX.sub("", _ESCAPES.sub("", line)).rstrip()
+
+
 def meaningful_line(text: object, limit: int = LINE_LIMIT) -> Optional[str]:
     """The line of the log tail ``text`` that says why the container failed (see the module
     docstring), stripped and at most ``limit`` characters (cut at a word boundary with
     ``…``); None when ``text`` holds only launcher noise or is not a string. Never raises."""
     if not isinstance(text, str):
         return None
-    raw = [x.rstrip() for x in text.splitlines() if x.strip()]
+    raw = [x for x in (_plain(x) for x in text.splitlines()) if x.strip()]
     if len(text.encode("utf-8", "replace")) >= KUBELET_TAIL_BYTES - 8 and len(raw) > 1:
         raw = raw[1:]  # the kubelet cut the log there: its first line is likely a fragment
     lines = [x.strip() for x in raw]

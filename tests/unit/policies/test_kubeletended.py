@@ -282,3 +282,17 @@ def test_a_probe_evicted_after_its_final_report_keeps_its_word():
     p = timed_out(1, 2)
     p["status"].update(reason="Evicted", message="The node was low on resource: memory.")
     assert kubeletended.ended_by_kubelet(p, json_parser) is None
+
+
+@pytest.mark.parametrize("message,quoted", [
+    ("pessimistic", None),  # its own report, written before the phase: no log line to quote
+    ("log", "importing torch"),
+])
+def test_a_probe_that_exited_without_a_final_report_quotes_its_log_never_its_report(message, quoted):
+    p = oomkilled(1, 2, message=message)
+    term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+    term.update(exitCode=1, reason="Error")
+    _, v = verdict(2, [running(0), p])
+    assert (v["status"], v["reason"]) == ("False", V.PROBE_CONTAINER_FAILED), v
+    assert '"v"' not in v["message"] and "{" not in v["message"], v["message"]
+    assert quoted is None or quoted in v["message"], v["message"]

@@ -33,7 +33,7 @@ from disttrain.api import constants
 from disttrain.api.types import DistTrainingJobSpec, trainer_index
 from disttrain.children import kubelet, observe
 from disttrain.children.kubelet import ContainerFailure
-from disttrain.diagnosis import messages
+from disttrain.diagnosis import logline, messages
 from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome, Verdict
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies.deadline import seconds_left
@@ -146,9 +146,10 @@ def describe(pod: Any, rank: int, f: ContainerFailure, spec: DistTrainingJobSpec
         fix = (f"raise the default memory limit the namespace's LimitRange gives containers (the "
                f"probe sets none on {f.container})")
     tail = ""
-    if f.kind == kubelet.EXIT:
-        lines = observe.termination_message(pod, f.container).strip().splitlines()[-2:]
-        tail = f": {' | '.join(lines)}" if lines else ""
+    said = observe.termination_message(pod, f.container)
+    if f.kind == kubelet.EXIT and not said.lstrip().startswith("{"):  # a report is no log line
+        line = logline.quote(said, observe.name(pod), f.container)
+        tail = f": {line}" if line else ""
     return (f"{node}: {observe.name(pod)} (rank {rank}){SAYS}{f.describe()}{during}"
             f"{tail}; {fix}")
 
