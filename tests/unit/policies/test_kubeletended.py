@@ -296,3 +296,30 @@ def test_a_probe_that_exited_without_a_final_report_quotes_its_log_never_its_rep
     assert (v["status"], v["reason"]) == ("False", V.PROBE_CONTAINER_FAILED), v
     assert '"v"' not in v["message"] and "{" not in v["message"], v["message"]
     assert quoted is None or quoted in v["message"], v["message"]
+
+
+def test_an_injected_sidecar_killed_after_every_rank_passed_is_not_the_verdict():
+    """A mesh's istio-proxy in the probe pod OOMKilled once both probes wrote their final,
+    passing reports: the probes' word stands (found by an adversarial review: the verdict
+    was OOMKilled with a fix naming a field the job does not have)."""
+    from ...support.reconcile import finished_probes
+
+    pods = finished_probes()
+    pods[0]["status"]["containerStatuses"].append(
+        {"name": "istio-proxy", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}})
+    body = advance(job(), step(job(), []))
+    plan = step(body, pods)
+    v = cond.get(plan.status["conditions"], C.VALIDATED)
+    assert (v["status"], v["reason"]) == ("True", V.ALL_CHECKS_PASSED), v
+
+
+def test_the_probes_own_container_oomkilled_is_the_verdict_whatever_its_report():
+    from ...support.reconcile import finished_probes
+
+    pods = finished_probes()
+    term = pods[1]["status"]["containerStatuses"][0]["state"]["terminated"]
+    term.update(exitCode=137, reason="OOMKilled")
+    pods[1]["status"]["phase"] = "Failed"
+    body = advance(job(), step(job(), []))
+    v = cond.get(step(body, pods).status["conditions"], C.VALIDATED)
+    assert (v["status"], v["reason"]) == ("False", V.OOM_KILLED) and "node-b" in v["message"], v

@@ -77,17 +77,24 @@ def _report(pod: Any, parse_report: ReportParser) -> tuple[Optional[dict], bool]
         return None, raw.lstrip().startswith("{")
 
 
+# the probe pod's own containers; others (a mesh's injected sidecar) never outvote the
+# probe's final report: an istio-proxy OOMKilled after every rank passed is no verdict
+OURS = ("probe", "install-probe", "")
+
+
 def ended_by_kubelet(pod: Any, parse_report: ReportParser) -> Optional[ContainerFailure]:
     """How the kubelet ended (or keeps from starting) this probe pod, or None when it did
     not, or the probe had its own word: a final report (``final`` not false) before the
     pod or a container ended, or a container's exit with a message that is a report which
     does not parse (ProbeReportInvalid says so). An image that cannot be pulled is
     ProbesScheduled's (:func:`.probing.scheduling_verdict`); out of memory, and a container
-    that cannot start, are the kubelet's whatever the report. Never raises."""
+    that cannot start, are the kubelet's whatever the report when they are the probe's own
+    containers (:data:`OURS`); another's (an injected sidecar) only without a final report.
+    Never raises."""
     f = kubelet.container_failure(pod)
     if f is None or f.kind == kubelet.IMAGE:
         return None
-    if f.kind == kubelet.OOM or not f.ended:
+    if (f.kind == kubelet.OOM or not f.ended) and f.container in OURS:
         return f
     rep, looks = _report(pod, parse_report)
     if rep is not None and rep.get("final") is not False:
