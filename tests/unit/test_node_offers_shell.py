@@ -63,6 +63,15 @@ def test_nodes_are_read_only_while_a_pod_waits_for_an_insufficient_resource():
     assert kube.node_reads == 1 and kube.event_reads == 1  # the GPU is offered nowhere: its Events
 
 
+def test_nodes_are_read_for_a_pod_its_gang_holds():
+    """With the workload API's gang, every member may show only the gang's words; its own
+    requests are then weighed against the nodes (found on the real proving ground)."""
+    kube = FakeKube()
+    r = reconciler(kube)
+    got = r.nodes("ns", [gpu_pod(message="minCount (2) cannot be satisfied: 0 scheduled, 1 remaining")])
+    assert got is not None and kube.node_reads == 1 and kube.event_reads == 1
+
+
 def test_the_nodes_are_cached_for_all_jobs():
     kube = FakeKube()
     r = reconciler(kube)

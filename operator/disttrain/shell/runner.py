@@ -155,13 +155,14 @@ class Reconciler:
 
     def nodes(self, namespace: str, pods: list[dict]) -> Optional[NodeOffers]:
         """The nodes' allocatable, and a node autoscaler's word on the pods, while a pod of
-        the job waits for an ``Insufficient`` resource (:mod:`disttrain.reconcile.policies.offers`);
+        the job waits for an ``Insufficient`` resource, or is held by its gang
+        (:func:`disttrain.reconcile.policies.offers.considered`);
         None otherwise. The nodes are read at most every :data:`NODES_TTL_SECONDS` for all
         jobs, bounded by pages (:meth:`Kube.list_node_allocatable`); the Events of at most
         :data:`EVENT_PODS` pods whose resource no node offers, each at most every
         :data:`EVENTS_TTL_SECONDS`. Never raises: a read the operator may not make (no RBAC
         for nodes) or that fails gives None (the job waits as before), said once in the log."""
-        waiting = [(p, m) for p in pods if (m := observe.unschedulable(p)) and offers.insufficient(m)]
+        waiting = [(p, m) for p in pods if (m := observe.unschedulable(p)) and offers.considered(p, m)]
         read = self._node_allocatable() if waiting else None
         if read is None:
             return None

@@ -11,6 +11,7 @@ from hypothesis import given as given_
 from hypothesis import strategies as st
 
 from disttrain.api import constants as C
+from disttrain.reconcile import conditions as cond
 from disttrain.api.quantity import parse_quantity
 from disttrain.reconcile.policies import offers, probing, training
 from disttrain.reconcile.step import NodeOffers, Outcome
@@ -54,7 +55,20 @@ def workers(**kw):
     return [asking(f"j-worker-{r}", C.ROLE_WORKER, r, attempt=0, **kw) for r in range(2)]
 
 
+GANG_HELD = "minCount (2) cannot be satisfied: 0 scheduled, 1 remaining"
+
+
 @table(
+    ("a gang (the workload API's PodGroup) holds every member: the gang's words hide the GPU no "
+     "node offers, which is found from the pod's own requests (dry run of the real proving ground)",
+     given().probing().with_pods(*probes(message=GANG_HELD)).observing(nodes=CPU_NODES),
+     Want(Outcome.CONTINUE, {C.PROBES_SCHEDULED: (UNK, V.RESOURCE_NOT_OFFERED)},
+          says={C.PROBES_SCHEDULED: "no node offers nvidia.com/gpu (0/3 nodes have it; the pod requests 1)"})),
+    ("a gang holds its members, and what they ask every node offers: no verdict of offers",
+     given().probing().with_pods(*probes(message=GANG_HELD, limits={"cpu": "2"})).observing(nodes=CPU_NODES),
+     Want(Outcome.CONTINUE, {C.VALIDATED: (UNK, V.PROBING)},
+          more=lambda s: (cond.get(s.status["conditions"], C.PROBES_SCHEDULED) or {}).get("reason")
+          != V.RESOURCE_NOT_OFFERED)),
     ("GPU asked, no node offers it: said at once, the timeout runs",
      given().probing().with_pods(*probes()).observing(nodes=CPU_NODES),
      Want(Outcome.CONTINUE, {C.PROBES_SCHEDULED: (UNK, V.RESOURCE_NOT_OFFERED), C.VALIDATED: (UNK, V.PROBING)},

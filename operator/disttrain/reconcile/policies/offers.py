@@ -29,6 +29,7 @@ from disttrain.api.quantity import parse_quantity
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import observe
 from disttrain.reconcile import conditions as cond
+from disttrain.reconcile.policies import scheduling
 from disttrain.reconcile.step import NodeOffers
 
 DEFAULT_TIMEOUT_SECONDS = 300  # scheduleTimeoutSeconds unset: a new node's device plugin has time
@@ -114,14 +115,26 @@ def pod_requests(pod: Any, resource: str) -> Decimal:
     return need + _amount(spec.get("overhead"), resource)
 
 
+def considered(pod: Any, message: str) -> list[str]:
+    """The resources to weigh against the nodes' offers for ``pod`` the scheduler cannot
+    place (``message``: its words): its ``Insufficient`` items; for a pod held by its gang
+    (``minCount (2) cannot be satisfied``: the gang's words hide the member's own reason),
+    every resource the pod requests. Never raises."""
+    named = insufficient(message)
+    if named or not scheduling.GANG.search(str(message)):
+        return named
+    spec = _d(_d(pod).get("spec"))
+    return sorted(set(effective(spec, container_requests)) | set(_d(spec.get("overhead"))))
+
+
 def shortages(pod: Any, message: str, nodes: Optional[NodeOffers]) -> list[Shortage]:
-    """The resources of ``pod``'s ``Insufficient`` items (``message``: the scheduler's) that
-    no node offers as much of as the pod requests; [] when the nodes were not all read,
-    none was read, or the pod does not request the resource. Never raises."""
+    """The resources :func:`considered` for ``pod`` (``message``: the scheduler's) that no
+    node offers as much of as the pod requests; [] when the nodes were not all read, none
+    was read, or the pod does not request the resource. Never raises."""
     if nodes is None or not nodes.complete or not nodes.allocatable:
         return []
     out = []
-    for resource in insufficient(message):
+    for resource in considered(pod, message):
         req = pod_requests(pod, resource)
         if req <= 0:
             continue
