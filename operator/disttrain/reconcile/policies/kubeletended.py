@@ -29,13 +29,12 @@ import re
 from datetime import datetime
 from typing import Any, Optional
 
-from disttrain.api import constants
 from disttrain.api.types import DistTrainingJobSpec, trainer_index
 from disttrain.children import kubelet, observe
 from disttrain.children.kubelet import ContainerFailure
 from disttrain.diagnosis import logline, messages
-from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome, Verdict
-from disttrain.reconcile import conditions as cond
+from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome
+from disttrain.reconcile.policies import nodeloss
 from disttrain.reconcile.policies.deadline import seconds_left
 from disttrain.reconcile.step import ReportParser, Step
 from disttrain_probe.contract import vocabulary
@@ -185,12 +184,8 @@ def override(diag: Diagnosis, outcomes: list[ProbeOutcome]) -> bool:
         return False  # only lost pods: nodeloss.override's
     first = min(hit, key=lambda x: REASONS_ORDER.index(x.error_reason))
     nodes = ", ".join(sorted({x.node or x.pod for x in hit}))
-    for ctype in constants.CHECK_CONDITIONS[1:]:
-        v = diag.conditions.get(ctype)
-        if v is None or v.status != cond.TRUE:
-            diag.conditions[ctype] = Verdict(cond.UNKNOWN, vocabulary.NOT_REACHED,
-                                             f"not decided: the kubelet ended the probe on {nodes}")
-    diag.conditions[constants.VALIDATED] = Verdict(cond.FALSE, first.error_reason, _summary(hit, first))
+    nodeloss.take_over(diag, f"the kubelet ended the probe on {nodes}", first.error_reason or "",
+                       _summary(hit, first))
     return True
 
 

@@ -155,11 +155,18 @@ def override(diag: Diagnosis, outcomes: list[ProbeOutcome]) -> bool:
     if not lost:
         return False
     nodes = ", ".join(sorted({x.node or x.pod for x in lost}))
+    take_over(diag, f"{nodes} lost during the probe", vocabulary.PROBE_POD_LOST,
+              cond.clip(" | ".join(x.error or "" for x in lost)))
+    return True
+
+
+def take_over(diag: Diagnosis, why: str, reason: str, message: str) -> None:
+    """Make an ended probe the verdict: every check not passed becomes Unknown (NotReached,
+    "not decided: ``why``": it follows from the end), ``Validated=False`` with ``reason``
+    and ``message``. Shared by this module's lost nodes and
+    :mod:`disttrain.reconcile.policies.kubeletended`."""
     for ctype in constants.CHECK_CONDITIONS[1:]:
         v = diag.conditions.get(ctype)
         if v is None or v.status != cond.TRUE:
-            diag.conditions[ctype] = Verdict(cond.UNKNOWN, vocabulary.NOT_REACHED,
-                                             f"not decided: {nodes} lost during the probe")
-    diag.conditions[constants.VALIDATED] = Verdict(cond.FALSE, vocabulary.PROBE_POD_LOST,
-                                           cond.clip(" | ".join(x.error or "" for x in lost)))
-    return True
+            diag.conditions[ctype] = Verdict(cond.UNKNOWN, vocabulary.NOT_REACHED, f"not decided: {why}")
+    diag.conditions[constants.VALIDATED] = Verdict(cond.FALSE, reason, message)
