@@ -245,6 +245,12 @@ def test_job_deleted_and_reapplied_while_its_probe_pods_remain(cluster, operator
     assert time.monotonic() - t0 < 30
     assert "ddp-digits-probe-0" in condition(new, "ProbesScheduled")["message"]
     assert condition(new, "Validated")["status"] == "Unknown"
+    # the old pods go one at a time: while rank 1's name is still held, rank 0's probe is not
+    # created (alone it would wait for a peer that cannot start, and the budget run out)
+    cluster.kubectl("delete", "pod", "ddp-digits-probe-0", "-n", ns, "--timeout=60s", timeout=70)
+    time.sleep(6)
+    assert [p["metadata"]["name"] for p in pods(cluster, ns)] == ["ddp-digits-probe-1"]
+    assert (condition(get_job(cluster, ns), "ProbesScheduled") or {}).get("reason") == "NameConflict"
     for p in pods(cluster, ns):
         cluster.kubectl("delete", "pod", p["metadata"]["name"], "-n", ns, "--wait=false")
     # on real kubelets the old pods first terminate (their grace period), then the new

@@ -179,9 +179,9 @@ def rank0(host_ip="10.100.0.10"):
     ("without probes, rank 0 without an address yet: wait",
      given().without_probes().with_pods(rank0(host_ip=None)),
      Want(Outcome.CONTINUE, creates=[])),
-    ("a foreign pod holds a training pod's name: wait, say so",
+    ("a foreign pod holds a training pod's name: wait, say so, create no rank meanwhile",
      given().validated().with_pods(pod("j-worker-1", C.ROLE_WORKER, 1, attempt=0, owner_uid=None)),
-     Want(Outcome.CONTINUE, {C.TRAINING_STARTED: (UNK, V.NAME_CONFLICT)}, creates=["j-worker-0"],
+     Want(Outcome.CONTINUE, {C.TRAINING_STARTED: (UNK, V.NAME_CONFLICT)}, creates=[],
           says={C.TRAINING_STARTED: "j-worker-1 exist(s) and is not this job's"})),
     ("a foreign pod held the name too long: the job failed",
      given().validated().status(nameConflictSince="2026-11-30T11:50:00Z")

@@ -124,8 +124,9 @@ def _not_offered(s: Step, unsched: list[tuple[int, dict, str]]) -> Optional[bool
 
 
 def _name_conflicts(s: Step) -> bool:
-    """Say which foreign pods hold names this attempt needs (they block its creation); True
-    when the conflict outlasted its bound and the preflight failed with NameConflict."""
+    """Say which foreign pods hold names this attempt needs; True while any does (no probe
+    of the attempt is created meanwhile), the preflight failed with NameConflict once the
+    conflict outlasted its bound."""
     waited = s.st.waiting_for_name
     found = conflicts.check(s, [probe_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
     if found is None:
@@ -135,7 +136,7 @@ def _name_conflicts(s: Step) -> bool:
     msg, expired = found
     if not expired:
         s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.NAME_CONFLICT, msg)
-        return False
+        return True
     s.set(constants.PROBES_SCHEDULED, constants.FALSE, vocabulary.NAME_CONFLICT, msg)
     s.fail_preflight(vocabulary.NAME_CONFLICT, msg)
     return True
@@ -157,8 +158,12 @@ def run(s: Step) -> Optional[ProbeRun]:
     by_rank = current_probes(s, attempt)
     s.set(constants.VALIDATED, constants.UNKNOWN, vocabulary.PROBING, "preflight probe running")
     record_start(s, by_rank)
+    # names first: a rank created while another's name is held would wait alone for a peer
+    # that cannot start, and end before it does
+    if _name_conflicts(s):
+        return None
     master = launch(s, attempt, by_rank)
-    if scheduling_verdict(s, by_rank) or _name_conflicts(s):
+    if scheduling_verdict(s, by_rank):
         return None
     n = s.spec.num_nodes
     complete = len(by_rank) == n

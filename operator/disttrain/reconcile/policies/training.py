@@ -171,8 +171,9 @@ def _rank_failure(s: Step, r: int, p: dict, trainer: str) -> Optional[str]:
 
 
 def _name_conflicts(s: Step) -> bool:
-    """NameConflict while foreign pods hold training pod names; True when the conflict
-    outlasted its bound and the job failed with it."""
+    """NameConflict while foreign pods hold training pod names: True while any does (no
+    training pod is created meanwhile), the job failed with it once the conflict outlasted
+    its bound."""
     if s.is_true(constants.TRAINING_STARTED):
         return False
     found = conflicts.check(s, [worker_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
@@ -184,7 +185,7 @@ def _name_conflicts(s: Step) -> bool:
         s.finish(False, vocabulary.NAME_CONFLICT, msg, "a training pod's name is held by another pod")
         return True
     s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.NAME_CONFLICT, msg)
-    return False
+    return True
 
 
 def _unplaced(s: Step, by_rank: dict[int, dict]) -> bool:
@@ -235,13 +236,15 @@ def run(s: Step) -> None:
     if failed:
         _on_failure(s, attempt, by_rank, "; ".join(failed))
         return
+    # names first: a rank created while another's name is held would wait alone at the
+    # rendezvous for a peer that cannot start
+    if _name_conflicts(s):
+        return
     if _may_create(s, attempt):
         if s.spec.probe.enabled:
             _create_probed(s, attempt, by_rank)
         else:
             _create_unprobed(s, attempt, by_rank)
-    if _name_conflicts(s):
-        return
     if _unplaced(s, by_rank):
         return
     if by_rank and not s.st.start_time:
