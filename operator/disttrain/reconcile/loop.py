@@ -177,6 +177,22 @@ def _cleanup(s: Step) -> None:
         s.plan.requeue(left)
 
 
+def owned_service_name(body: dict[str, Any], capabilities: frozenset[str]) -> Optional[str]:
+    """The name of the headless Service the step for job ``body`` may own and must observe,
+    decided on the spec it acts on (a gang turns DNS hostnames on: :mod:`.policies.gang`);
+    None when it owns none or the spec is not one the step acts on. Never raises."""
+    try:
+        spec = DistTrainingJobSpec.model_validate(body.get("spec") or {})
+        meta = body.get("metadata") or {}
+        spec, problem = gangpolicy.effective_spec(spec, capabilities, meta.get("name"))
+        name = str(meta.get("name") or "")
+    except Exception:  # noqa: BLE001 - an invalid spec is the step's to report
+        return None
+    if problem or not name or not uses_dns_hostnames(spec) or spec.network.subdomain:
+        return None
+    return name
+
+
 def _headless_service(s: Step) -> None:
     """With DNS hostnames and no user-managed subdomain, the job owns a headless Service
     named after it: created with the first pod, and again if it went missing."""

@@ -23,13 +23,12 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue, observe
 from disttrain.shell import metrics
-from disttrain.api.types import DistTrainingJobSpec
-from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
+from disttrain.children.names import JobRef
 from disttrain.shell.kube import Kube, failure_from
 from disttrain.reconcile.policies import offers
 from disttrain.reconcile.policies.apierrors import SHOW_AFTER, backoff_seconds
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
-from disttrain.reconcile.loop import reconcile
+from disttrain.reconcile.loop import owned_service_name, reconcile
 from disttrain.diagnosis.report import parse_report as _parse_report_model
 from disttrain.reconcile.step import ApiFailure, NodeOffers, Observed
 
@@ -117,15 +116,11 @@ class Reconciler:
         self.read_errors.pop(key, None)
 
     def services(self, namespace: str, job: dict) -> list[dict]:
-        """The Service the job may own (named after it), observed only when it uses one."""
-        try:
-            spec = DistTrainingJobSpec.model_validate(job.get("spec") or {})
-            ref = JobRef.from_body(job)
-        except Exception:  # noqa: BLE001 - an invalid spec is reconcile's to report
-            return []
-        if not uses_dns_hostnames(spec) or spec.network.subdomain:
-            return []
-        return self.kube.get_services(namespace, service_name(ref, spec))
+        """The Service the job may own (named after it), observed only when the spec the
+        step acts on uses one (:func:`disttrain.reconcile.loop.owned_service_name`: with a
+        gang, DNS hostnames are on although the spec leaves them unset)."""
+        name = owned_service_name(job, self.capabilities())
+        return self.kube.get_services(namespace, name) if name else []
 
     def network_policies(self, namespace: str, job: dict, pods: list[dict]) -> tuple[dict, ...]:
         """The NetworkPolicies of the job's namespace while its preflight is undecided and
