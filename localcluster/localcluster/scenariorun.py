@@ -61,7 +61,11 @@ def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -
     c = _condition(job, expect.condition)
     phase = ((job or {}).get("status") or {}).get("phase")
     waiting = c is not None and c.get("reason") in k.WAITING_REASONS and c.get("reason") != expect.reason
-    if c is None or waiting or (c.get("status") == "Unknown" and expect.status != "Unknown"):
+    # Unknown is never final: an expected Unknown/<reason> may follow Unknown/<another> (the
+    # first poll may see ProbesPending before the scheduler's word reached the operator)
+    undecided = c is not None and c.get("status") == "Unknown" and (
+        expect.status != "Unknown" or bool(expect.reason) and c.get("reason") != expect.reason)
+    if c is None or waiting or undecided:
         if phase in ("Succeeded", "Failed"):
             return False, f"job {phase} but {expect.condition} is {c and c.get('status')}"
         return None, f"{expect.condition} not yet decided"

@@ -176,6 +176,18 @@ def test_check_expectations():
     assert scenariorun.check(_job(("Validated", "True", "AllChecksPassed", ""), phase="Failed"), e2, {})[0] is False
 
 
+def test_an_expected_unknown_waits_through_another_unknown_reason():
+    """Unknown is never final: the first poll of a job may see Unknown/ProbesPending before
+    the scheduler's word reached the operator (the scenario gpu-not-offered failed so, by
+    chance, whenever the first poll came early)."""
+    e = scn.Expect(condition="ProbesScheduled", status="Unknown", reason="ResourceNotOffered")
+    assert scenariorun.check(_job(("ProbesScheduled", "Unknown", "ProbesPending", "0/2")), e, {})[0] is None
+    assert scenariorun.check(_job(("ProbesScheduled", "Unknown", "ResourceNotOffered", "no node")), e, {})[0] is True
+    assert scenariorun.check(_job(("ProbesScheduled", "False", "ResourceNotOffered", "no node")), e, {})[0] is False
+    assert scenariorun.check(_job(("ProbesScheduled", "Unknown", "ProbesPending", "0/2"), phase="Failed"),
+                             e, {})[0] is False
+
+
 def _config_in(instance: str) -> list[str]:
     code = ("from localcluster.common import config as c; from localcluster.cluster import operator_install as o; "
             "print(c.INSTANCE, c.APISERVER_PORT, c.ETCD_CLIENT_PORT, c.ETCD_PEER_PORT, "
