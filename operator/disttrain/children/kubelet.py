@@ -81,7 +81,9 @@ class ContainerFailure:
     ``resources.limits.memory`` as written (``64Mi``); ``memory_used``: what it used when
     the kubelet said (an eviction's message); ``resource``: the resource an eviction
     reclaimed; ``ended``: the container or pod ended (False: it waits, the kubelet
-    retries); ``finished_at``: when it ended (RFC 3339) when known."""
+    retries); ``finished_at``: when it ended (RFC 3339) when known; ``reference``: the
+    ConfigMap, Secret or key a config error names missing (:func:`missing_reference` of the
+    whole message: the clip may cut it)."""
 
     kind: str
     reason: str
@@ -95,6 +97,7 @@ class ContainerFailure:
     resource: Optional[str] = None
     ended: bool = True
     finished_at: Optional[str] = None
+    reference: str = ""  # what a config error's whole message names missing (before the clip)
 
     @property
     def who(self) -> str:
@@ -129,16 +132,17 @@ class ContainerFailure:
             return f"{self.who} ended {self.reason or 'with an error'} ({code})"
         return f"{self.who} cannot start: {self.reason}" + (f": {self.message}" if self.message else "")
 
-    def fix(self, where: str = "") -> str:
+    def fix(self, where: str = "", pod: str = "") -> str:
         """The fix, naming ``where`` the setting lives (``spec.template.spec.containers[0]``;
-        default: the container's name)."""
+        default: the container's name); ``pod``: the pod's name, for the ``kubectl logs``
+        command a fix gives."""
         field = f"{where}.resources.limits.memory" if where else \
             f"resources.limits.memory of container {self.container or '?'}"
         where = where or f"container {self.container or '?'}"
         if self.kind == OOM:
             return f"raise {field} above {self.memory_limit or 'what it uses'}"
         if self.kind == CONFIG:
-            missing = missing_reference(self.message)
+            missing = self.reference or missing_reference(self.message)
             return (f"create {missing} in the job's namespace, or fix the reference in {where}"
                     if missing else f"fix the ConfigMap/Secret references of {where}")
         if self.kind == IMAGE:
@@ -156,7 +160,7 @@ class ContainerFailure:
             if self.reason == "Preempting":
                 return "run the job again (a higher priorityClassName keeps it from being preempted)"
             return "run the job again once the node is back (kubectl describe node)"
-        ctr = f" -c {self.container}" if self.container else ""
+        ctr = (f" {pod}" if pod else "") + (f" -c {self.container}" if self.container else "")
         if self.kind == SIGNAL and self.signal == signals.SIGKILL and self.memory_limit:
             return (f"a SIGKILL is most often the kernel's out-of-memory kill: if the node's kernel log "
                     f"says so, raise {field} above {self.memory_limit}")
@@ -254,7 +258,8 @@ def _waiting(pod: Any, name: str, init: bool, cs: dict) -> Optional[ContainerFai
     waiting = _dict(_dict(cs.get("state")).get("waiting"))
     reason, msg = _str(waiting.get("reason")), _clip(waiting.get("message"))
     if reason == "CreateContainerConfigError":
-        return ContainerFailure(CONFIG, reason, name, init, message=msg, ended=False)
+        return ContainerFailure(CONFIG, reason, name, init, message=msg, ended=False,
+                                reference=missing_reference(_str(waiting.get("message"))))
     if reason in _CREATE_REASONS:
         return ContainerFailure(CREATE, reason, name, init, message=msg, ended=False)
     if reason in _IMAGE_REASONS:

@@ -170,6 +170,10 @@ OTHER_STATES = [  # (name, rank 1's pod, the reason, words the message must have
      ["init container install-probe", "LimitRange"]),
     ("a missing ConfigMap", cannot_start(1, "CreateContainerConfigError", 'configmap "train-cfg" not found'),
      V.PROBE_CONFIG_ERROR, ['ConfigMap "train-cfg"']),
+    ("a missing ConfigMap named after a long kubelet preamble (the clip cuts the message)", cannot_start(
+        1, "CreateContainerConfigError", "failed to prepare the container's environment "
+        + "while resolving the env of every container of the pod " * 5 + 'configmap "train-cfg" not found'),
+     V.PROBE_CONFIG_ERROR, ['create ConfigMap "train-cfg"']),
     ("a missing key of a Secret", cannot_start(
         1, "CreateContainerConfigError", "couldn't find key token in Secret ns/hf"),
      V.PROBE_CONFIG_ERROR, ["key token of Secret ns/hf"]),

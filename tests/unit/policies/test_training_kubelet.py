@@ -61,3 +61,31 @@ def test_a_training_rank_the_kubelet_cannot_run_fails_naming_why(state, words):
     assert f["status"] == "True", f
     for w in words:
         assert w in f["message"], (w, f["message"])
+
+
+def test_an_init_container_oomkilled_names_its_own_field():
+    """The fix of an init container's OOM names spec.template.spec.initContainers[i], not a
+    container's field nor a bare name."""
+    pods = workers("Running", "Failed")
+    pods[1]["spec"]["initContainers"] = [{"name": "fetch-data", "resources": copy.deepcopy(LIMITED)}]
+    pods[1]["status"]["initContainerStatuses"] = [
+        {"name": "fetch-data", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}]
+    pods[1]["status"]["containerStatuses"] = [
+        {"name": "trainer", "state": {"waiting": {"reason": "PodInitializing"}}}]
+    body = validated_body()
+    body["spec"]["template"]["spec"]["initContainers"] = [{"name": "fetch-data", "image": "busybox"}]
+    plan = step(body, pods)
+    f = cond.get(plan.status["conditions"], C.FAILED)
+    assert f["status"] == "True", f
+    for w in ("init container fetch-data", "OOMKilled",
+              "raise spec.template.spec.initContainers[0].resources.limits.memory above 64Mi"):
+        assert w in f["message"], (w, f["message"])
+
+
+def test_a_signal_fix_gives_the_pod_to_kubectl_logs():
+    pods = workers("Running", "Running")
+    pods[1]["status"]["containerStatuses"] = [{"name": "trainer", "state": {
+        "terminated": {"exitCode": 139, "reason": "Error"}}}]
+    pods[1]["status"]["phase"] = "Failed"
+    f = train(2, pods)
+    assert "kubectl logs j-worker-1 -c trainer" in f["message"], f["message"]

@@ -143,7 +143,7 @@ def describe(pod: Any, rank: int, f: ContainerFailure, spec: DistTrainingJobSpec
     rep, _ = _report(pod, parse_report)
     phase = rep.get("phase") if rep is not None and rep.get("final") is False else None
     during = f" during its {phase} phase" if isinstance(phase, str) and phase else ""
-    fix = f.fix(template_field(spec, f))
+    fix = f.fix(template_field(spec, f), observe.name(pod))
     if f.kind == kubelet.OOM and not f.init:
         fix += f" (the probe needs {PROBE_MEMORY})"
     elif f.kind == kubelet.POD and f.reason == kubelet.POD_DEADLINE:  # the operator sets it on probes

@@ -158,9 +158,10 @@ def _rank_failure(s: Step, r: int, p: dict, trainer: str) -> Optional[str]:
         ctr = f.container or trainer
         said = logline.quote(observe.termination_message(p, ctr), observe.name(p), ctr)
         quoted = f": {said}" if said and f.kind == kubelet.SIGNAL else ""
-        names = [c.get("name") for c in s.spec.template.spec.get("containers") or [] if isinstance(c, dict)]
-        where = f"spec.template.spec.containers[{names.index(f.container)}]" if f.container in names else ""
-        return f"{who}: {f.describe()}{quoted}; {f.fix(where)}"
+        field = "initContainers" if f.init else "containers"
+        names = [c.get("name") for c in s.spec.template.spec.get(field) or [] if isinstance(c, dict)]
+        where = f"spec.template.spec.{field}[{names.index(f.container)}]" if f.container in names else ""
+        return f"{who}: {f.describe()}{quoted}; {f.fix(where, observe.name(p))}"
     end = end or rankend.trainer_end(p, trainer) or rankend.ContainerEnd(trainer, None, "")
     said = logline.quote(end.message, observe.name(p), end.container)
     why = observe.evicted(p)
