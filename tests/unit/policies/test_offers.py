@@ -266,4 +266,23 @@ def test_generated_never_raises_and_says_no_node_offers_only_when_none_does(node
                 q = parse_quantity(a.get(short.resource)) if isinstance(a, dict) else None
                 assert q is None or q < req
             assert f"no node offers {'' if not short.offers else offers._num(req, short.resource) + ' '}{short.resource} (" \
-                in found.message
+                in found.message or "more resource(s) no node offers" in found.message
+    assert len(found.message) <= 400
+    assert ("a node autoscaler is adding a node" if found.scaling else "scheduleTimeoutSeconds") in found.message
+
+
+@pytest.mark.parametrize("count, name_len", [(2, 5), (6, 20), (12, 40), (30, 60)])
+def test_many_resources_no_node_offers_keep_the_fix_and_the_deadline(count, name_len):
+    """However many resources no node offers, the message stays within 400 characters with
+    the fix and what happens next whole; the resources left out are counted."""
+    names = [f"example.com/{'r' * (name_len - 4)}{i:03d}" for i in range(count)]
+    p = asking("j-probe-0", C.ROLE_PROBE, 0, limits={n: "1" for n in names},
+               message="0/3 nodes are available: " + ", ".join(f"3 Insufficient {n}" for n in names) + ".")
+    found = offers.find([(0, p, offers.observe.unschedulable(p))], CPU_NODES, spec_of(), NOW)
+    assert found is not None
+    m = found.message
+    assert len(m) <= 400, (len(m), m)
+    assert m.startswith(f"no node offers {names[0]} (0/3 nodes have it" if name_len < 60 else "no node offers")
+    assert "add nodes whose device plugin advertises" in m and "scheduleTimeoutSeconds=300" in m, m
+    shown = sum(n in m for n in names)
+    assert shown == count or f"+{count - shown + 1} more resource(s)" in m or f"+{count - shown} more resource(s)" in m, m

@@ -28,6 +28,7 @@ from disttrain.api.podresources import container_requests, effective
 from disttrain.api.quantity import parse_quantity
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import observe
+from disttrain.diagnosis import messages
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import scheduling
 from disttrain.reconcile.step import NodeOffers
@@ -198,12 +199,12 @@ def find(unplaced: list[tuple[int, Any, str]], nodes: Optional[NodeOffers], spec
     if not found:
         return None
     first = next(iter(found))
-    causes = "; ".join(f"{s.clause()}: {_ranks(r)} cannot be placed" for s, r in found.items())
+    items = [f"{s.clause()}: {_ranks(r)} cannot be placed" for s, r in found.items()]
     scale = scaling(pods, nodes)
     timeout = timeout_seconds(spec)
     if scale is not None:
-        return Finding(f"{causes}; a node autoscaler is adding a node ({scale}): the job waits for it",
-                       False, True, None)
+        tail = f"a node autoscaler is adding a node ({scale}): the job waits for it"
+        return Finding(_with_tail(items, [tail]), False, True, None)
     starts = [t for p in pods if (t := _unschedulable_since(p)) is not None]
     since = min(starts) if starts else now
     left = timeout - (now - since).total_seconds()
@@ -211,7 +212,31 @@ def find(unplaced: list[tuple[int, Any, str]], nodes: Optional[NodeOffers], spec
     then = (f"no such node came within {knob}" if left <= 0 else
             f"the job fails at {cond.now_rfc3339(since + timedelta(seconds=timeout))} ({knob}) unless "
             "a node autoscaler adds such a node")
-    return Finding(f"{causes}; {first.fix()}; {then}", left <= 0, False, max(left, 0.0))
+    return Finding(_with_tail(items, [first.fix(), then]), left <= 0, False, max(left, 0.0))
+
+
+def _with_tail(causes: list[str], tail: list[str]) -> str:
+    """``causes`` (one clause per resource) joined while they fit, ``+N more resource(s)
+    no node offers`` for the rest, then ``tail`` (the fix, what happens next) whole: at most
+    :data:`messages.LIMIT` characters, the tail kept before any cause but the first."""
+    end = messages.SEP + messages.SEP.join(tail)
+    room = messages.LIMIT - len(end)
+    if room < messages.MIN_PART:  # a tail of huge resource names: keep what fits, in order
+        return messages.join([*causes, *tail])
+    sep = messages.SEP
+
+    def more(k: int) -> str:
+        return f"+{k} more resource(s) no node offers"
+
+    reserve = len(sep) + len(more(len(causes) - 1)) if len(causes) > 1 else 0
+    out = messages.cut(causes[0], room - reserve)
+    for i, c in enumerate(causes[1:], 1):
+        after = len(sep) + len(more(len(causes) - i - 1)) if i < len(causes) - 1 else 0
+        if len(out) + len(sep) + len(c) + after > room:
+            out += sep + more(len(causes) - i)
+            break
+        out += sep + c
+    return out + end
 
 
 def _ranks(ranks: list[int]) -> str:
