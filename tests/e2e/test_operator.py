@@ -296,3 +296,33 @@ def test_job_deleted_and_applied_again_at_once_validates_on_its_own_pods(cluster
     new_uid = job["metadata"]["uid"]
     probes = [p for p in pods(cluster, ns, "disttrain.dev/role=probe") if not p["metadata"].get("deletionTimestamp")]
     assert all(p["metadata"]["labels"]["disttrain.dev/job-uid"] == new_uid for p in probes)
+
+
+def test_a_resource_only_a_tainted_node_offers_is_not_offered(cluster, operator, ns):
+    """node-b advertises example.com/foo (an extended resource on its status, as Kubernetes'
+    "Advertise Extended Resources for a Node" does) and carries a NoSchedule taint the job
+    does not tolerate: no node the job may use offers it, so the job says so within seconds,
+    naming node-b and its taint, instead of waiting for capacity for ever."""
+    resource, path = "example.com/foo", "/status/capacity/example.com~1foo"
+    cluster.kubectl("patch", "node", "node-b", "--subresource=status", "--type=json",
+                    "-p", json.dumps([{"op": "add", "path": path, "value": "4"}]))
+    cluster.kubectl("taint", "node", "node-b", "dedicated=ml:NoSchedule", "--overwrite")
+    try:
+        wait_for(lambda: json.loads(cluster.kubectl("get", "node", "node-b", "-o", "json").stdout)
+                 ["status"].get("allocatable", {}).get(resource) == "4", 30, what="node-b's allocatable")
+        docs = example_docs()
+        for d in docs:
+            if d["kind"] == "DistTrainingJob":
+                res = d["spec"]["template"]["spec"]["containers"][0].setdefault("resources", {})
+                res.setdefault("limits", {})[resource] = 1
+        apply(cluster, ns, docs)
+        job = wait_for(lambda: (j := get_job(cluster, ns)) and (condition(j, "ProbesScheduled") or {})
+                       .get("reason") == "ResourceNotOffered" and j, 60, what="ResourceNotOffered")
+        msg = condition(job, "ProbesScheduled")["message"]
+        assert "no node the pod may use offers 1 example.com/foo" in msg, msg
+        assert "node-b (taint dedicated=ml:NoSchedule)" in msg and "let the pods onto node-b" in msg, msg
+        assert len(msg) <= 400
+    finally:
+        cluster.kubectl("taint", "node", "node-b", "dedicated=ml:NoSchedule-", check=False)
+        cluster.kubectl("patch", "node", "node-b", "--subresource=status", "--type=json",
+                        "-p", json.dumps([{"op": "remove", "path": path}]), check=False)

@@ -38,7 +38,7 @@ class FakeKube:
         self.node_reads += 1
         if self.error:
             raise self.error
-        return list(self.nodes), True
+        return [(n, a, {}, []) if len(x) == 2 else x for x in self.nodes for n, a in [x[:2]]], True
 
     def list_pod_events(self, namespace, pod):
         self.event_reads += 1
@@ -132,7 +132,9 @@ class Pages:
         assert _preload_content is False
         self.calls.append((limit, _continue))
         start = int(_continue or 0)
-        items = [{"metadata": {"name": f"n{i}"}, "status": {"allocatable": {"cpu": "4"}, "images": ["x"] * 3}}
+        items = [{"metadata": {"name": f"n{i}", **({"labels": {"gpu": "a100"}} if i == 1 else {})},
+                  "status": {"allocatable": {"cpu": "4"}, "images": ["x"] * 3},
+                  **({"spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}]}} if i == 2 else {})}
                  for i in range(start, min(start + limit, self.total))]
         more = str(start + limit) if start + limit < self.total else None
         return SimpleNamespace(data=json.dumps({"items": items, "metadata": {"continue": more}}).encode())
@@ -142,8 +144,21 @@ def test_the_node_list_is_bounded_by_pages():
     kube = Kube.__new__(Kube)
     kube.core = Pages(1200)
     nodes, complete = kube.list_node_allocatable(limit=500, max_pages=10)
-    assert complete and len(nodes) == 1200 and nodes[0] == ("n0", {"cpu": "4"})
+    assert complete and len(nodes) == 1200 and nodes[0] == ("n0", {"cpu": "4"}, {}, [])
+    assert nodes[1][2] == {"gpu": "a100"} and nodes[2][3] == [{"key": "gpu", "effect": "NoSchedule"}]
     assert kube.core.calls == [(500, None), (500, "500"), (500, "1000")]
     kube.core = Pages(5001)
     nodes, complete = kube.list_node_allocatable(limit=500, max_pages=10)
     assert not complete and len(nodes) == 5000 and len(kube.core.calls) == 10
+
+
+def test_the_nodes_labels_and_taints_reach_the_offers():
+    """A GPU offered only by a node whose taint the pod does not tolerate is offered to no
+    pod of the job: the shell passes labels and taints on, and the pod's Events are read."""
+    kube = FakeKube(nodes=[("node-a", {"cpu": "8"}, {}, []),
+                           ("node-c", {"nvidia.com/gpu": "4"}, {"gpu": "a100"},
+                            [{"key": "gpu", "value": "true", "effect": "NoSchedule"}])])
+    r = reconciler(kube)
+    got = r.nodes("ns", [gpu_pod()])
+    assert got is not None and got.placement["node-c"][0] == {"gpu": "a100"}
+    assert kube.event_reads == 1  # the GPU is offered to no pod of the job

@@ -92,11 +92,14 @@ class NodeOffers:
     page bound, so "no node offers" cannot be said; ``autoscaler``: per pod name, the
     latest word of a node autoscaler on it, ``(event reason, message)``
     (``TriggeredScaleUp``, ``NotTriggerScaleUp``, Karpenter's ``Nominated``); empty when
-    the pods' Events were not read."""
+    the pods' Events were not read; ``placement``: per node name, its ``(metadata.labels,
+    spec.taints)`` as read (:mod:`disttrain.children.nodematch` rules a node out for a pod);
+    a node missing here is one any pod may use."""
 
     allocatable: tuple[tuple[str, dict[str, Any]], ...] = ()
     complete: bool = True
     autoscaler: dict[str, tuple[str, str]] = field(default_factory=dict)
+    placement: dict[str, tuple[dict[str, Any], list[Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -135,13 +135,13 @@ class Kube:
         return [self._plain(p) for p in pols.items]
 
     def list_node_allocatable(self, limit: int = 500, max_pages: int = 10
-                              ) -> tuple[list[tuple[str, dict[str, Any]]], bool]:
-        """Every node's ``(name, status.allocatable)``, read in pages of ``limit`` nodes and
+                              ) -> tuple[list[tuple[str, dict[str, Any], dict[str, Any], list[Any]]], bool]:
+        """Every node's ``(name, status.allocatable, metadata.labels, spec.taints)``, read in pages of ``limit`` nodes and
         at most ``max_pages`` pages (5000 nodes by default), each page's JSON parsed
         without building the client's models (a node's image list is large). Returns the
         nodes and whether the list is complete (False: stopped at the page bound). Raises
         ApiException (403 without RBAC for nodes)."""
-        out: list[tuple[str, dict[str, Any]]] = []
+        out: list[tuple[str, dict[str, Any], dict[str, Any], list[Any]]] = []
         token: Optional[str] = None
         for _ in range(max_pages):
             kwargs: dict[str, Any] = {"limit": limit, "_preload_content": False}
@@ -151,8 +151,10 @@ class Kube:
             page = json.loads(resp.data)
             for node in page.get("items") or []:
                 meta, st = node.get("metadata") or {}, node.get("status") or {}
-                alloc = st.get("allocatable")
-                out.append((str(meta.get("name") or "?"), alloc if isinstance(alloc, dict) else {}))
+                alloc, labels = st.get("allocatable"), meta.get("labels")
+                taints = (node.get("spec") or {}).get("taints")
+                out.append((str(meta.get("name") or "?"), alloc if isinstance(alloc, dict) else {},
+                            labels if isinstance(labels, dict) else {}, taints if isinstance(taints, list) else []))
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return out, True

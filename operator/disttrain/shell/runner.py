@@ -35,6 +35,7 @@ from disttrain.reconcile.step import ApiFailure, NodeOffers, Observed
 log = logging.getLogger("disttrain.runner")
 
 Key = tuple[str, str]
+NodeRead = tuple[str, dict, dict, list]  # a node: name, allocatable, labels, taints
 NODES_TTL_SECONDS = 30.0  # the nodes' allocatable is read at most this often (all jobs together)
 NODES_RETRY_SECONDS = 600.0  # after a refused or failed read of the nodes
 EVENTS_TTL_SECONDS = 15.0  # a pod's autoscaler Events are read at most this often
@@ -74,7 +75,7 @@ class Reconciler:
         self._capabilities: Optional[frozenset[str]] = None
         self._netpol_warned = False
         self.clock = time.monotonic
-        self._nodes: Optional[tuple[float, Optional[tuple[tuple[tuple[str, dict], ...], bool]]]] = None
+        self._nodes: Optional[tuple[float, Optional[tuple[tuple[NodeRead, ...], bool]]]] = None
         self._nodes_warned = False
         self._events_warned = False
         self._events: dict[tuple[str, str], tuple[float, Optional[tuple[str, str]]]] = {}
@@ -161,16 +162,18 @@ class Reconciler:
         read = self._node_allocatable() if waiting else None
         if read is None:
             return None
-        found = NodeOffers(*read)
+        items, complete = read
+        found = NodeOffers(tuple((n, a) for n, a, _, _ in items), complete,
+                           placement={n: (labels, taints) for n, _, labels, taints in items})
         unoffered = [p for p, m in waiting if offers.shortages(p, m, found)]
         words = {}
         for p in unoffered[:EVENT_PODS]:
             word = self._autoscaler_word(namespace, observe.name(p))
             if word is not None:
                 words[observe.name(p)] = word
-        return NodeOffers(found.allocatable, found.complete, words)
+        return replace(found, autoscaler=words)
 
-    def _node_allocatable(self) -> Optional[tuple[tuple[tuple[str, dict], ...], bool]]:
+    def _node_allocatable(self) -> Optional[tuple[tuple[NodeRead, ...], bool]]:
         now = self.clock()
         if self._nodes is not None and now < self._nodes[0]:
             return self._nodes[1]

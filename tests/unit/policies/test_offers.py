@@ -286,3 +286,34 @@ def test_many_resources_no_node_offers_keep_the_fix_and_the_deadline(count, name
     assert "add nodes whose device plugin advertises" in m and "scheduleTimeoutSeconds=300" in m, m
     shown = sum(n in m for n in names)
     assert shown == count or f"+{count - shown + 1} more resource(s)" in m or f"+{count - shown} more resource(s)" in m, m
+
+
+TAINTED = NodeOffers((("node-a", {"cpu": "8"}), ("node-b", {"cpu": "8"}), ("node-c", {GPU: "4"})), True, {},
+                     {"node-c": ({"gpu": "a100"}, [{"key": "gpu", "value": "true", "effect": "NoSchedule"}])})
+
+
+@pytest.mark.parametrize("tolerations, selector, want", [
+    (None, None, "node-c (taint gpu=true:NoSchedule)"),
+    ([{"key": "gpu", "operator": "Exists"}], None, None),  # tolerated: node-c is busy, wait
+    ([{"key": "gpu", "value": "true", "effect": "NoSchedule"}], {"gpu": "h100"}, "node-c (nodeSelector gpu=h100)"),
+    ([{"operator": "Exists"}], {"gpu": "a100"}, None),
+    ([{"key": "gpu", "value": "false"}], None, "node-c (taint gpu=true:NoSchedule)"),
+])
+def test_a_resource_only_on_nodes_the_pod_may_not_use_is_not_offered(tolerations, selector, want):
+    """The scheduler says Insufficient nvidia.com/gpu for node-a and node-b and rules node-c
+    out by its taint or the pod's nodeSelector: the GPU is offered to no pod of the job, so
+    the job says so (naming node-c and why) rather than wait for ever; a pod that may use
+    node-c only waits for its GPUs."""
+    p = asking("j-probe-0", C.ROLE_PROBE, 0,
+               message="0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint.")
+    if tolerations:
+        p["spec"]["tolerations"] = tolerations
+    if selector:
+        p["spec"]["nodeSelector"] = selector
+    found = offers.find([(0, p, offers.observe.unschedulable(p))], TAINTED, spec_of(), NOW)
+    if want is None:
+        assert found is None
+        return
+    assert found is not None and want in found.message, found
+    assert found.message.startswith("no node the pod may use offers 1 nvidia.com/gpu (ruled out: node-c (")
+    assert "let the pods onto node-c" in found.message and len(found.message) <= 400

@@ -27,7 +27,7 @@ from disttrain.api import constants
 from disttrain.api.podresources import container_requests, effective
 from disttrain.api.quantity import parse_quantity
 from disttrain.api.types import DistTrainingJobSpec
-from disttrain.children import observe
+from disttrain.children import nodematch, observe
 from disttrain.diagnosis import messages
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import scheduling
@@ -51,12 +51,20 @@ class Shortage:
     requests: Decimal
     offers: tuple[tuple[str, Decimal], ...]
     nodes: int
+    excluded: tuple[tuple[str, str], ...] = ()  # (node, why) that offer enough but the pod may not use
 
     def clause(self) -> str:
         """``no node offers nvidia.com/gpu (0/3 nodes have it; the pod requests 1)``, or
         ``no node offers 4 nvidia.com/gpu (3/5 nodes have it, at most 2: node-a: 2, node-b: 1,
-        +1 more; the pod requests 4)``."""
+        +1 more; the pod requests 4)``, or, when nodes that offer enough are ruled out for
+        the pod, ``no node the pod may use offers 1 nvidia.com/gpu (ruled out: node-c (taint
+        gpu=true:NoSchedule); the pod requests 1)``."""
         req = _num(self.requests, self.resource)
+        if self.excluded:
+            shown = ", ".join(f"{n} ({why})" for n, why in self.excluded[:_SHOWN])
+            more = f", +{len(self.excluded) - _SHOWN} more" if len(self.excluded) > _SHOWN else ""
+            return (f"no node the pod may use offers {req} {self.resource} (ruled out: {shown}{more}; "
+                    f"the pod requests {req})")
         if not self.offers:
             return f"no node offers {self.resource} ({len(self.offers)}/{self.nodes} nodes have it; the pod requests {req})"
         shown = ", ".join(f"{n}: {_num(q, self.resource)}" for n, q in self.offers[:_SHOWN])
@@ -66,6 +74,9 @@ class Shortage:
 
     def fix(self) -> str:
         """What makes the pod placeable."""
+        if self.excluded:
+            return (f"let the pods onto {self.excluded[0][0]} (the template's tolerations, nodeSelector, "
+                    f"affinity) or add nodes with {self.resource}")
         if self.resource.startswith("hugepages-"):
             add = (f"reserve {self.resource} on the nodes (vm.nr_hugepages, then restart the kubelet)")
         elif "/" in self.resource:
@@ -130,20 +141,26 @@ def considered(pod: Any, message: str) -> list[str]:
 
 def shortages(pod: Any, message: str, nodes: Optional[NodeOffers]) -> list[Shortage]:
     """The resources :func:`considered` for ``pod`` (``message``: the scheduler's) that no
-    node offers as much of as the pod requests; [] when the nodes were not all read, none
-    was read, or the pod does not request the resource. Never raises."""
+    node the pod may use (:mod:`disttrain.children.nodematch`: its nodeSelector, required
+    nodeAffinity and tolerations) offers as much of as the pod requests; [] when the nodes
+    were not all read, none was read, or the pod does not request the resource. Never
+    raises."""
     if nodes is None or not nodes.complete or not nodes.allocatable:
         return []
     out = []
+    spec = _d(pod).get("spec")
+    barred = {name: why for name in dict(nodes.allocatable)
+              if (why := nodematch.excluded_by(spec, name, *nodes.placement.get(name, ({}, []))))}
     for resource in considered(pod, message):
         req = pod_requests(pod, resource)
         if req <= 0:
             continue
-        offers = sorted(((name, q) for name, alloc in nodes.allocatable
-                         if isinstance(alloc, dict) and (q := _amount(alloc, resource)) > 0),
-                        key=lambda o: (-o[1], o[0]))
+        having = [(name, q) for name, alloc in nodes.allocatable
+                  if isinstance(alloc, dict) and (q := _amount(alloc, resource)) > 0]
+        offers = sorted(((n, q) for n, q in having if n not in barred), key=lambda o: (-o[1], o[0]))
         if not offers or offers[0][1] < req:
-            out.append(Shortage(resource, req, tuple(offers), len(nodes.allocatable)))
+            out_of_reach = tuple(sorted((n, barred[n]) for n, q in having if n in barred and q >= req))
+            out.append(Shortage(resource, req, tuple(offers), len(nodes.allocatable), out_of_reach))
     return out
 
 
