@@ -158,17 +158,30 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
         good = next((a for a in sorted(held) if not is_loopback(a)), sorted(held)[0])
     names = tuple(ranks[i].node for i in wrong)
     who = messages.node_list(names)
-    got = ", ".join(dict.fromkeys(first[i] for i in wrong))
-    where, fix = _source(_master(ranks[wrong[0]]), who, master_addr)
     others = [ranks[i].node for i in right if i != 0]
     agree = f", which {messages.node_list(others)} resolved" if others else ""
     if reached:
         agree += f"{' and' if agree else ', which'} {messages.node_list([ranks[i].node for i in reached])} reached"
+    # each odd answer with its own node's source: a stale /etc/hosts on one node and a DNS
+    # server's answer on another are two fixes, each where that node got its answer
+    by_source: dict[tuple[Optional[str], Optional[str]], list[int]] = {}
+    for i in wrong:
+        m = _master(ranks[i])
+        by_source.setdefault((m.source if m else None, m.server if m else None), []).append(i)
+    said: list[str] = []
+    fixes: list[str] = []
+    for group in by_source.values():
+        gwho = messages.node_list([ranks[i].node for i in group])
+        where, fix = _source(_master(ranks[group[0]]), gwho, master_addr)
+        said.append(f"{gwho}{' resolved MASTER_ADDR ' + master_addr if not said else ''} to "
+                    f"{', '.join(dict.fromkeys(first[i] for i in group))}{where}")
+        fixes.append(fix)
+    what = "an address" if len(said) == 1 and len(set(first[i] for i in wrong)) == 1 else "addresses"
     return Explanation(
         "resolution", names,
-        f"{who} resolved MASTER_ADDR {master_addr} to {got}{where}, an address {master} (rank 0) "
-        f"does not hold; {master} holds {good}{agree}: {who}'s name resolution, not {master}",
-        fix)
+        f"{' and '.join(said)}, {what} {master} (rank 0) does not hold; {master} holds {good}{agree}: "
+        f"{who}'s name resolution, not {master}",
+        messages.SEP.join(fixes))
 
 
 def own_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Finding]:
