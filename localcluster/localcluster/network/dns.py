@@ -49,7 +49,8 @@ from localcluster.common.config import (
 )
 from localcluster.common.kubeconfig import write_kubeconfig
 from localcluster.network.dnsplan import Plan, plan
-from localcluster.network.dnsquery import in_netns, query
+from localcluster.network.dnsquery import query
+from localcluster.network.setns import run_in
 from localcluster.network.netns import _ip, list_netns
 
 log = logging.getLogger("localcluster.network.dns")
@@ -277,7 +278,7 @@ def relay_healthy(state: Path) -> bool:
             s = socket.socket()
             s.settimeout(2)
             return s
-        with in_netns(DNS_NS, conn) as s:
+        with run_in(DNS_NS, conn) as s:
             s.connect((KUBERNETES_SERVICE_IP, KUBERNETES_SERVICE_PORT))
         return True
     except OSError:

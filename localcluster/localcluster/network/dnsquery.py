@@ -3,21 +3,18 @@ A/AAAA/PTR/SRV/CNAME lookups, built and parsed, and a query sent over UDP (TCP w
 truncated), from inside a network namespace when asked."""
 from __future__ import annotations
 
-import os
 import random
 import socket
 import struct
-import threading
 import time
-from typing import Callable, Optional, TypeVar
+from typing import Optional
 
+from localcluster.network.setns import run_in
 from localcluster.common.config import (
     DNS_SERVICE_IP,
 )
 
 # -- DNS messages (RFC 1035), enough for A/AAAA/PTR/SRV/CNAME lookups ---------------------
-T = TypeVar("T")
-
 QTYPES = {"A": 1, "NS": 2, "CNAME": 5, "SOA": 6, "PTR": 12, "TXT": 16, "AAAA": 28, "SRV": 33,
           "ANY": 255}
 
@@ -102,37 +99,6 @@ def parse_response(msg: bytes) -> dict:
             "truncated": bool(flags & 0x0200), "answers": answers}
 
 
-def in_netns(netns: str, fn: Callable[[], T]) -> T:
-    """Run ``fn`` in a thread that has entered ``/run/netns/<netns>`` (sockets it creates
-    stay in that namespace). Raises OSError if the namespace cannot be entered."""
-    from localcluster.network.serviceproxy import _setns  # the same setns(2) the service relay uses
-    result: dict = {}
-
-    def work() -> None:
-        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        try:
-            target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-            try:
-                _setns(target)
-                try:
-                    result["value"] = fn()
-                finally:
-                    _setns(own)
-            finally:
-                os.close(target)
-        except BaseException as e:  # handed to the caller
-            result["error"] = e
-        finally:
-            os.close(own)
-
-    t = threading.Thread(target=work, name=f"setns-{netns}")
-    t.start()
-    t.join()
-    if "error" in result:
-        raise result["error"]
-    return result["value"]
-
-
 def query(name: str, qtype: str = "A", server: str = DNS_SERVICE_IP, port: int = 53,
           timeout: float = 2.0, netns: Optional[str] = None) -> dict:
     """Ask ``server`` for ``name`` over UDP (TCP when the answer is truncated); ``netns``:
@@ -147,7 +113,7 @@ def query(name: str, qtype: str = "A", server: str = DNS_SERVICE_IP, port: int =
         return socket.socket(fam, kind)
 
     def sock(kind: int) -> socket.socket:
-        return in_netns(netns, lambda: mk(kind)) if netns else mk(kind)
+        return run_in(netns, lambda: mk(kind)) if netns else mk(kind)
 
     deadline = time.monotonic() + timeout
     with sock(socket.SOCK_DGRAM) as s:

@@ -11,61 +11,25 @@ raw TCP (TLS passes through untouched) to the apiserver. No route to the machine
 interfaces is added; the isolation test still holds.
 
 The listening socket is created by a thread that enters the namespace with setns(2)
-(Python 3.11 has no os.setns; ctypes calls libc) and leaves again; a socket stays in the
+(:mod:`localcluster.network.setns`) and leaves again; a socket stays in the
 namespace it was created in, so accepting and relaying run in the host namespace.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
 import socket
 import threading
 
+from localcluster.network.setns import run_in
+
 log = logging.getLogger("localcluster.network.serviceproxy")
 
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL("libc.so.6", use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
-
-
 def socket_in_netns(netns: str) -> socket.socket:
-    """A new TCP socket made inside the named network namespace (``/run/netns/<netns>``).
-    A socket keeps the namespace it was made in, so binding, listening and connecting work
-    from any thread afterwards. A thread of its own switches namespace (setns(2) is per
-    thread), so the caller's never does. Raises OSError (no such namespace...)."""
-    result: dict[str, object] = {}
-
-    def work() -> None:
-        try:
-            own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-            try:
-                target = os.open(f"/run/netns/{netns}", os.O_RDONLY)
-                try:
-                    _setns(target)
-                    try:
-                        result["sock"] = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                    finally:
-                        _setns(own)
-                finally:
-                    os.close(target)
-            finally:
-                os.close(own)
-        except OSError as e:
-            result["error"] = e
-
-    t = threading.Thread(target=work, name=f"setns-{netns}")
-    t.start()
-    t.join()
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["sock"]  # type: ignore[return-value]
+    """A new TCP socket made inside the named network namespace (``/run/netns/<netns>``),
+    usable from any thread afterwards (:func:`localcluster.network.setns.run_in`). Raises
+    OSError (no such namespace...)."""
+    return run_in(netns, lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
 
 
 def listen_in_netns(netns: str, addr: str, port: int, backlog: int = 128) -> socket.socket:
