@@ -27,7 +27,8 @@ from localcluster.nodes.realnode.cgroups import kill_node
 AGENT_SOURCES = ["__init__.py", "common/__init__.py", "common/config.py", "common/kubeapi.py",
                  "common/kubeconfig.py", "common/pki.py", "common/procs.py", "network/__init__.py",
                  "network/dnsquery.py", "network/firewall.py", "network/netns.py", "network/nodedns.py",
-                 "network/podnet.py", "network/serviceproxy.py", "network/topology.py", "nodes/__init__.py",
+                 "network/podnet.py", "network/serviceproxy.py", "network/setns.py", "network/topology.py",
+                 "nodes/__init__.py",
                  "nodes/nodeagent/__init__.py", "nodes/nodeagent/__main__.py", "nodes/nodeagent/agent.py",
                  "nodes/nodeagent/container.py", "nodes/nodeagent/lifecycle.py", "nodes/nodeagent/logs.py",
                  "nodes/nodeagent/node.py", "nodes/nodeagent/podstate.py", "nodes/nodeagent/podstatus.py",
@@ -37,7 +38,7 @@ AGENT_SOURCES = ["__init__.py", "common/__init__.py", "common/config.py", "commo
 
 REALNODE_SOURCES = ["nodes/realnode/__init__.py", "nodes/realnode/__main__.py", "nodes/realnode/base.py",
                     "nodes/realnode/cgroups.py", "nodes/realnode/nodeconfig.py", "nodes/realnode/sitetree.py",
-                    "nodes/realnode/supervisor.py", "nodeimages/archives.py", "network/serviceproxy.py",
+                    "nodes/realnode/supervisor.py", "nodeimages/archives.py", "network/serviceproxy.py", "network/setns.py",
                     "network/podnet.py", "network/topology.py"]
 
 
