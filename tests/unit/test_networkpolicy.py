@@ -227,6 +227,9 @@ UNREAD = "its namespaceSelector needs team=ml, and namespace ml's labels could n
     ("the name label is always known, whatever the labels read say",
      [policy("by-name", {}, ingress=from_ns({"matchLabels": {np_.NAMESPACE_NAME_LABEL: NS}}))],
      {np_.NAMESPACE_NAME_LABEL: "spoofed"}, []),
+    ("a namespace rule for other ports is not the reason the job's ports are dropped",
+     [policy("web-ns", {}, ingress=from_ns({"matchLabels": TEAM}, ports=[{"port": 80}]))], {},
+     [("the rendezvous port", "ingress", ("web-ns",), ()), ("the ephemeral range", "ingress", ("web-ns",), ())]),
     ("a second rule for the job's own pods admits what the namespace rule does not",
      [policy("two", {}, ingress=from_ns({"matchLabels": TEAM}) + [{"from": FROM_JOB}])], {}, []),
 ])

@@ -263,12 +263,12 @@ class Admission:
     """What the policies isolating a pod in one direction admit from/to a peer: ``names``
     (of those policies), ``sure`` (TCP ranges certainly admitted), ``maybe`` ((lo, hi,
     policy, why) admitted unless an undecided selector or port says otherwise) and
-    ``excluded`` ((policy, why) peers that would admit the pods but for the namespace)."""
+    ``excluded`` ((lo, hi, why): what a peer would admit but for the namespace)."""
 
     names: list[str]
     sure: list[tuple[int, int]]
     maybe: list[tuple[int, int, str, str]]
-    excluded: list[tuple[str, str]]
+    excluded: list[tuple[int, int, str]]
 
 
 def evaluate(policies: Sequence[dict], direction: str, pod: PodView, peer: PodView, namespace: str,
@@ -299,7 +299,8 @@ def evaluate(policies: Sequence[dict], direction: str, pod: PodView, peer: PodVi
             elif any(v is None for v, _ in seen):
                 why = next(w for v, w in seen if v is None)
                 out.maybe.extend((lo, hi, name, why) for lo, hi in sure + [(x[0], x[1]) for x in maybe])
-            out.excluded.extend((name, w) for v, w in seen if v is False and w)
+            out.excluded.extend((lo, hi, w) for v, w in seen if v is False and w
+                                for lo, hi in sure + [(x[0], x[1]) for x in maybe])
     if not out.names:
         out.sure.append((1, PORT_MAX))
     out.names.sort()
@@ -379,7 +380,7 @@ def _first(policies: Sequence[dict], views: list[PodView], namespace: str,  # no
             allowed = _merge(a.sure + [(lo, hi) for lo, hi, _, _ in a.maybe])
             if certain and not _covers(allowed, need.lo, need.hi):
                 return Block(need, direction, pod.name, peer.name, tuple(a.names), tuple(allowed),
-                             tuple(dict.fromkeys(w for _, w in a.excluded)))
+                             tuple(dict.fromkeys(w for lo, hi, w in a.excluded if lo <= need.hi and need.lo <= hi)))
             if not certain and _covers(allowed, need.lo, need.hi):
                 hits = [(n, w) for lo, hi, n, w in a.maybe if lo <= need.hi and need.lo <= hi]
                 return Block(need, direction, pod.name, peer.name, tuple(sorted({n for n, _ in hits})),
