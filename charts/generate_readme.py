@@ -39,9 +39,13 @@ every job.
 ## Permissions
 
 The ClusterRole (or, with `watchNamespaces`, one Role per namespace) grants exactly:
-jobs get/list/watch, jobs/status get/patch, pods get/list/watch/create/delete, services
-create (the job's headless Service for DNS hostnames), events create, and for kopf CRD and
-namespace list/watch. No wildcards, no secrets, no nodes.
+jobs get/list/watch/delete, jobs/status get/patch, pods get/list/watch/create/delete,
+services get/create (the job's headless Service for DNS hostnames), podgroups and workloads
+create (gang scheduling), events create/list, networkpolicies list and namespaces get (while
+a job's probes run: the NetworkPolicy that drops its traffic, and the job's namespace labels
+a policy's namespaceSelector tests; a Role gets only its own namespace), and in the
+ClusterRole nodes list (their allocatable) and for kopf CRD and namespace list/watch. No
+wildcards, no secrets.
 
 ## Values
 

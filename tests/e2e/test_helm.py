@@ -85,6 +85,9 @@ def test_operator_pod_trains_the_example_under_its_service_account(cluster, rele
     ("update", "disttrainingjobs.disttrain.dev", "no"),
     ("create", "clusterroles.rbac.authorization.k8s.io", "no"),
     ("get", "configmaps", "no"),
+    ("get", "namespaces", "yes"),  # the job's namespace labels, for NetworkPolicies (issue 31)
+    ("update", "namespaces", "no"),
+    ("delete", "namespaces", "no"),
 ])
 def test_rbac_allows_exactly_what_is_needed(cluster, release, verb, resource, allowed):
     p = cluster.kubectl("auth", "can-i", verb, *resource.split(), "--as", SA, "-A", check=False)

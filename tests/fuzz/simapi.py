@@ -184,6 +184,10 @@ class SimApi:
         self._fault("read")
         return SimpleNamespace(items=copy.deepcopy(self.network_policies[:limit]))
 
+    def read_namespace(self, name):
+        self._fault("read")
+        return {"metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}}}
+
     def read_namespaced_service(self, name, namespace):
         self._fault("read")
         if name not in self.services:

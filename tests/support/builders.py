@@ -160,7 +160,7 @@ class StepBuilder:
 
     def observing(self, **observed: Any) -> "StepBuilder":
         """The rest of :class:`~disttrain.reconcile.step.Observed`: api_failures,
-        capabilities, kueue, network_policies, nodes."""
+        capabilities, kueue, network_policies, nodes, namespace_labels."""
         self.observed.update(observed)
         return self
 
@@ -187,7 +187,8 @@ class StepBuilder:
                  pods=list(o.pods), services=list(o.services), parse_report=json_parser,
                  probe_image="probe:1", api_failures=o.api_failures, capabilities=o.capabilities,
                  labels=dict(o.body["metadata"].get("labels") or {}), kueue=o.kueue,
-                 network_policies=o.network_policies, nodes=o.nodes)
+                 network_policies=o.network_policies, nodes=o.nodes,
+                 namespace_labels=o.namespace_labels)
         for ctype, status, reason in self.conds:
             s.set(ctype, status, reason, "given")
         s.gangs = gangpolicy.gangs(s)

@@ -68,6 +68,9 @@ def test_rbac_least_privilege():
     assert [v for _, res, v in flat if res == "disttrainingjobs"] == ["get", "list", "watch", "delete"]
     # NetworkPolicies: read only, to name one that drops a job's traffic
     assert [(g, v) for g, res, v in flat if res == "networkpolicies"] == [("networking.k8s.io", "list")]
+    # namespaces: kopf lists and watches them; the job's own is read (get) for a policy's
+    # namespaceSelector on its labels; never changed
+    assert sorted(v for g, res, v in flat if res == "namespaces") == ["get", "list", "watch"]
     # nodes: listed only (their allocatable: a resource no node offers), events: posted and listed
     assert [(g, v) for g, res, v in flat if res == "nodes"] == [("", "list")]
     assert sorted(v for _, res, v in flat if res == "events") == ["create", "list"]
@@ -91,6 +94,8 @@ def test_namespaced_mode_uses_roles():
     docs = render("watchNamespaces={team-a,team-b}")
     roles = [d for d in docs if d["kind"] == "Role"]
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    # each Role may get its own namespace (its labels, for NetworkPolicies), nothing more
+    assert all([r["verbs"] for r in d["rules"] if "namespaces" in r["resources"]] == [["get"]] for d in roles)
     cluster_rules = next(d for d in docs if d["kind"] == "ClusterRole")["rules"]
     assert all(r["resources"] != ["pods"] for r in cluster_rules)
     dep = next(d for d in docs if d["kind"] == "Deployment")

@@ -113,7 +113,8 @@ class Observed:
     :mod:`.policies.gang`); ``kueue``: what was read of a queued job's Kueue objects
     (:mod:`.policies.admission`); ``network_policies``: the NetworkPolicies of the job's
     namespace, read while the job is probing (:mod:`disttrain.diagnosis.networkpolicy`);
-    ``nodes``: the nodes' allocatable resources, read only while a pod of the job waits for
+    ``namespace_labels``: the labels of the job's namespace, read with them when there are
+    policies (None: not read, or the operator may not get namespaces); ``nodes``: the nodes' allocatable resources, read only while a pod of the job waits for
     an ``Insufficient`` resource (None: not read, or the operator may not list nodes)."""
 
     body: dict[str, Any]
@@ -125,6 +126,7 @@ class Observed:
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)
     network_policies: tuple[dict[str, Any], ...] = ()
     nodes: Optional[NodeOffers] = None
+    namespace_labels: Optional[dict[str, str]] = None
 
     # one parameter per field of Observed (a constructor that only turns iterables into tuples)
     @classmethod
@@ -132,11 +134,12 @@ class Observed:
            services: Iterable[dict[str, Any]] = (), api_failures: Iterable[ApiFailure] = (),
            capabilities: Iterable[str] = (), kueue: Optional[kueue_objects.KueueRead] = None,
            network_policies: Iterable[dict[str, Any]] = (),
-           nodes: Optional[NodeOffers] = None) -> "Observed":
+           nodes: Optional[NodeOffers] = None,
+           namespace_labels: Optional[dict[str, str]] = None) -> "Observed":
         """From any iterables (copied into tuples; ``kueue`` None: nothing read)."""
         return cls(body, tuple(pods), now, tuple(services), tuple(api_failures),
                    frozenset(capabilities), kueue or kueue_objects.KueueRead(),
-                   tuple(network_policies), nodes)
+                   tuple(network_policies), nodes, namespace_labels)
 
 
 @dataclass
@@ -191,6 +194,7 @@ class Step:
     kueue: kueue_objects.KueueRead = field(default_factory=kueue_objects.KueueRead)  # the queued job's Kueue objects
     placement: Optional[tuple[dict[str, str], list[dict]]] = None  # flavors' nodeSelector, tolerations
     network_policies: tuple[dict[str, Any], ...] = ()  # of the job's namespace (Observed's)
+    namespace_labels: Optional[dict[str, str]] = None  # of the job's namespace (Observed's)
     nodes: Optional[NodeOffers] = None  # the nodes' allocatable (Observed's; policies.offers)
     probe_run: Optional[ProbeRun] = None  # set by policies.probing once the verdict can be reached
 

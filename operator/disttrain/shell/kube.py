@@ -134,6 +134,12 @@ class Kube:
         pols = self.networking.list_namespaced_network_policy(namespace, limit=limit)
         return [self._plain(p) for p in pols.items]
 
+    def get_namespace_labels(self, name: str) -> dict[str, str]:
+        """The labels of namespace ``name`` (``get namespaces``); raises ApiException."""
+        ns = self._plain(self.core.read_namespace(name))
+        labels = (ns.get("metadata") or {}).get("labels") if isinstance(ns, dict) else None
+        return {k: v for k, v in (labels or {}).items() if isinstance(k, str) and isinstance(v, str)}
+
     def list_node_allocatable(self, limit: int = 500, max_pages: int = 10
                               ) -> tuple[list[tuple[str, dict[str, Any], dict[str, Any], list[Any]]], bool]:
         """Every node's ``(name, status.allocatable, metadata.labels, spec.taints)``, read in pages of ``limit`` nodes and

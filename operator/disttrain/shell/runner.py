@@ -74,6 +74,7 @@ class Reconciler:
         self.read_errors: dict[Key, int] = {}
         self._capabilities: Optional[frozenset[str]] = None
         self._netpol_warned = False
+        self._ns_warned = False
         self.clock = time.monotonic
         self._nodes: Optional[tuple[float, Optional[tuple[tuple[NodeRead, ...], bool]]]] = None
         self._nodes_warned = False
@@ -148,6 +149,25 @@ class Reconciler:
                             "that drops a job's traffic; grant list on networking.k8s.io "
                             "networkpolicies (the chart does)", exc.status)
             return ()
+
+    def namespace_labels(self, namespace: str, policies: tuple[dict, ...]) -> Optional[dict[str, str]]:
+        """The labels of the job's namespace when it has NetworkPolicies to judge (read only
+        then: :meth:`network_policies` is () unless the preflight is undecided), for their
+        ``namespaceSelector`` s; None otherwise. Never raises: a read the operator may not
+        make (no RBAC for namespaces) or that fails gives None (a selector on a label is then
+        named as undecided), said once in the log."""
+        if not policies:
+            return None
+        try:
+            return self.kube.get_namespace_labels(namespace)
+        except Exception as exc:  # noqa: BLE001 - optional evidence: never fails a step
+            if not self._ns_warned:
+                self._ns_warned = True
+                f = failure_from(exc, "get", "Namespace", namespace)
+                log.warning("cannot read namespace %s (HTTP %s): a NetworkPolicy's namespaceSelector "
+                            "on its labels is named as undecided; grant get on namespaces (the "
+                            "chart does)", namespace, f.code)
+            return None
 
     def nodes(self, namespace: str, pods: list[dict]) -> Optional[NodeOffers]:
         """The nodes' allocatable, and a node autoscaler's word on the pods, while a pod of
@@ -252,6 +272,7 @@ class Reconciler:
             capabilities = self.capabilities()
             queued = self.kueue(namespace, job)
             policies = self.network_policies(namespace, job, pods)
+            ns_labels = self.namespace_labels(namespace, policies)
             nodes = self.nodes(namespace, pods)
         except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
             n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
@@ -263,7 +284,8 @@ class Reconciler:
         uid = job["metadata"].get("uid", "")
         seen = Observed.of(job, pods, now or datetime.now(timezone.utc), services=services,
                            api_failures=self.failures_for(key, uid), capabilities=capabilities,
-                           kueue=queued, network_policies=policies, nodes=nodes)
+                           kueue=queued, network_policies=policies, nodes=nodes,
+                           namespace_labels=ns_labels)
         plan = reconcile(seen, parse_report, probe_image=self.probe_image)
         new_failures = self.kube.apply(job, plan)
         self.remember(key, uid, new_failures)

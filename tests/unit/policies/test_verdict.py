@@ -22,6 +22,11 @@ DENY = {"kind": "NetworkPolicy", "metadata": {"name": "default-deny"},
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
 ADMIT_JOB = {"kind": "NetworkPolicy", "metadata": {"name": "job-peers"},
              "spec": {"podSelector": {}, "ingress": [{"from": [{"podSelector": {"matchLabels": {C.LABEL_JOB: "j"}}}]}]}}
+# admits the job's pods only from namespaces labelled team=ml (issue 31)
+TEAM_ONLY = {"kind": "NetworkPolicy", "metadata": {"name": "team-only"},
+             "spec": {"podSelector": {"matchLabels": {C.LABEL_JOB: "j"}}, "policyTypes": ["Ingress"],
+                      "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}},
+                                             "podSelector": {}}]}]}}
 INTERCEPTED_FAILURE = {"reason": V.CONNECTION_INTERCEPTED, "phase": "rendezvous", "message": (
     "node-b (rank 1): connections to 10.100.0.10 (MASTER_PORT 29500) are accepted and then closed "
     "before rank 0's probe answers")}
@@ -103,6 +108,39 @@ def events(*want):
      given().spec(network={"hostNetwork": False}).observing(network_policies=(DENY, ADMIT_JOB))
      .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
      Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.MASTER_PORT_TIMEOUT)})),
+    ("a policy admitting only namespaces labelled team=ml, the job's lacks it: the policy and the label, no firewall",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(TEAM_ONLY,), namespace_labels={})
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
+     Want(Outcome.FINISHED, {C.MASTER_REACHABLE: (FALSE, V.NETWORK_POLICY_BLOCKS),
+                             C.VALIDATED: (FALSE, V.NETWORK_POLICY_BLOCKS)},
+          says={C.MASTER_REACHABLE: "team-only drops the job's own traffic: its namespaceSelector "
+                "needs team=ml, which namespace ns lacks (TCP 29500 (rendezvous), 29501",
+                C.VALIDATED: "its namespaceSelector needs team=ml, which namespace ns lacks"},
+          more=lambda s: all("firewall" not in c["message"] for c in s.conds))),
+    ("the same policy, the namespace's labels unread: the policy is the named candidate, never a firewall",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(TEAM_ONLY,))
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
+     Want(Outcome.FINISHED, {C.MASTER_REACHABLE: (FALSE, V.MASTER_PORT_TIMEOUT),
+                             C.VALIDATED: (FALSE, V.MASTER_PORT_TIMEOUT)},
+          says={C.MASTER_REACHABLE: "NetworkPolicy team-only may drop the job's own traffic: "
+                "its namespaceSelector needs team=ml, and namespace ns's labels could not be read (TCP 29500 (",
+                C.VALIDATED: "needs team=ml, and namespace ns's labels could not be read"},
+          more=lambda s: all("firewall" not in c["message"] for c in s.conds)
+          and "kubectl get namespace ns --show-labels" in s.status["probe"]["failures"][0])),
+    ("the same policy, the namespace labelled team=ml: it admits, the probes' own verdict stands",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(TEAM_ONLY,),
+                                                            namespace_labels={"team": "ml"})
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.MASTER_PORT_TIMEOUT)},
+          more=lambda s: "NetworkPolicy" not in s.status["probe"]["failures"][0])),
+    ("an undecided policy on the ephemeral range only: a failed rendezvous is not put on it",
+     given().spec(network={"hostNetwork": False}).observing(network_policies=(
+         {"kind": "NetworkPolicy", "metadata": {"name": "eph"}, "spec": {
+             "podSelector": {}, "ingress": [{"ports": [{"port": 29500, "endPort": 29501}]},
+                                            {"from": [{"namespaceSelector": {"matchLabels": {"team": "ml"}}}]}]}},))
+     .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),
+     Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.MASTER_PORT_TIMEOUT)},
+          more=lambda s: "NetworkPolicy" not in s.status["probe"]["failures"][0])),
     ("hostNetwork pods are exempt from NetworkPolicy: the probes' verdict stands",
      given().spec(network={"hostNetwork": True}).observing(network_policies=(DENY,))
      .with_probe_reports(report(0, "node-a"), report(1, "node-b", ok=False, failure=TIMEOUT)),

@@ -18,7 +18,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.children.names import job_selector
 from disttrain.children.podbase import beacon_port
-from disttrain.diagnosis import mesh, networkpolicy
+from disttrain.diagnosis import mesh, netpolverdict, networkpolicy
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Diagnosis, Policy, ProbeOutcome, diagnose, summarize_ifnames
 from disttrain.reconcile.step import Outcome, Step
@@ -66,13 +66,14 @@ def _probe_pods(s: Step, outcomes: list[ProbeOutcome]) -> list[dict]:
 
 
 def policy_blocks(s: Step, pods: list[dict], outcomes: list[ProbeOutcome]) -> list[networkpolicy.Block]:
-    """What the namespace's NetworkPolicies drop between the job's ``pods`` (probe pods as
-    observed) on the ports it needs (:func:`needs`); [] with hostNetwork (exempt) or no
-    policy."""
+    """What the namespace's NetworkPolicies certainly drop between the job's ``pods`` (probe
+    pods as observed) on the ports it needs (:func:`needs`), judged with the namespace's
+    labels as read (``s.namespace_labels``); [] with hostNetwork (exempt) or no policy."""
     if s.spec.network.host_network or not s.network_policies:
         return []
     views = [networkpolicy.PodView.of(p) for p in pods]
-    return networkpolicy.blocked(s.network_policies, views, s.job.namespace, needs(s, outcomes))
+    return networkpolicy.blocked(s.network_policies, views, s.job.namespace, needs(s, outcomes),
+                                 s.namespace_labels)
 
 
 def blocked_timeout(s: Step, pods: list[dict]) -> bool:
@@ -84,7 +85,7 @@ def blocked_timeout(s: Step, pods: list[dict]) -> bool:
     blocks = policy_blocks(s, pods, [])
     if not blocks:
         return False
-    text = networkpolicy.message(blocks, s.job.namespace, job_selector(s.job))
+    text = netpolverdict.message(blocks, s.job.namespace, job_selector(s.job))
     rdzv = any(b.need.lo <= s.spec.rendezvous.port <= b.need.hi for b in blocks)
     s.set(constants.MASTER_REACHABLE if rdzv else constants.NETWORK_VALIDATED, constants.FALSE,
           vocabulary.NETWORK_POLICY_BLOCKS, text)
@@ -94,11 +95,14 @@ def blocked_timeout(s: Step, pods: list[dict]) -> bool:
 
 def _network_policies(s: Step, diag: Diagnosis, outcomes: list[ProbeOutcome]) -> None:
     """A NetworkPolicy that drops the job's own traffic is the cause of a dropped-connection
-    failure (:mod:`disttrain.diagnosis.networkpolicy`); hostNetwork pods are exempt."""
-    if diag.validated:
+    failure; one that may drop it (a selector or port the operator cannot decide) is named
+    as the candidate instead of a host firewall (:mod:`disttrain.diagnosis.netpolverdict`);
+    hostNetwork pods are exempt."""
+    if diag.validated or s.spec.network.host_network:
         return
-    blocks = policy_blocks(s, _probe_pods(s, outcomes), outcomes)
-    networkpolicy.override(diag, blocks, s.job.namespace, job_selector(s.job))
+    views = [networkpolicy.PodView.of(p) for p in _probe_pods(s, outcomes)]
+    netpolverdict.judge(diag, s.network_policies, views, s.job.namespace, needs(s, outcomes),
+                        s.namespace_labels, job_selector(s.job), s.spec.rendezvous.port)
 
 
 def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
