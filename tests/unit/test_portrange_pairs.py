@@ -170,6 +170,8 @@ def test_a_pair_blocked_elsewhere_and_untested_here_is_not_validated(n, c, src):
     assert f["message"].startswith(f"{S.node(c)}: new connections from {S.node(src)} ")
     assert "eth1 (10.101.0." in f["message"] and "eth0 (10.100.0." in f["message"]
     assert len(f["message"]) <= 400
+    nv = diagnose(S.outcomes(S.reports_from(peers, mesh)), "10.100.0.11").conditions[V.NETWORK_VALIDATED]
+    assert nv.status == constants.FALSE and nv.message.startswith(f"{S.node(c)}: ")
 
 
 def test_a_pair_blocked_elsewhere_but_sampled_clean_here_is_validated():
@@ -202,3 +204,23 @@ def test_generated_faults_never_validate_a_broken_network(case):
     d, nv = verdict(n, fault, with_samples=False)
     if fault.mesh_blocked & fault.nets:
         assert nv.status != constants.TRUE, (fault, nv.message)
+
+
+@pytest.mark.parametrize("world", [2, 4, 8, 32, 33, 64])
+def test_range_samples_follow_the_dial_plan_with_a_bounded_cost(world):
+    """Every pair, both directions, on every non-loopback address up to the full-mesh
+    limit; above it exactly the planned pairs, at most 6 peers x addresses x 6 per rank."""
+    plan = C.plan(world, 7)
+    addrs = ["10.0.0.{}", "10.1.0.{}", "127.0.0.1"]
+    allpeers = {j: {"nonce": "n", "s": [[a.format(j), p] for a in addrs for p in S.SAMPLED]}
+                for j in range(world)}
+    for i in range(world):
+        mine = {str(j): {a.format(j): {"r": "ok"} for a in addrs} for j in plan[i]}
+        tasks = C.range_tasks(i, plan[i], allpeers, mine)
+        assert {t[0] for t in tasks} == set(plan[i])
+        assert not any(t[1].startswith("127.") for t in tasks)
+        assert len(tasks) == len(plan[i]) * 2 * len(S.SAMPLED)
+        if world <= C.FULL_MESH_MAX:
+            assert set(plan[i]) == set(range(world)) - {i}
+        else:
+            assert len(plan[i]) <= 6
