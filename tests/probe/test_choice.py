@@ -28,8 +28,9 @@ def peer(rank: int, *ifaces: dict, node: Optional[str] = None, host_ip: Optional
 
 def mesh_of(peers: Dict[int, dict], ok: Callable[[int, int, str], str] = lambda i, j, a: "ok"
             ) -> Dict[int, Dict[int, Dict[str, dict]]]:
-    """Every rank dials every peer's every IPv4 address; ``ok`` decides the result code."""
-    return scenario_reports.dial_mesh(peers, lambda i, j, ip: {"r": ok(i, j, ip)})
+    """Every rank dials every peer's every IPv4 address and its range samples (as the probe
+    does for every planned pair); ``ok`` decides the result code of both."""
+    return scenario_reports.dial_mesh(peers, lambda i, j, ip: scenario_reports.sampled({"r": ok(i, j, ip)}))
 
 
 def not_docker(i: int, j: int, addr: str) -> str:

@@ -135,3 +135,27 @@ def test_peer_in_unreachable_namespace_is_reported(fabric, tmp_path):
     for i in range(3):
         assert reps[i].failure.reason == vocabulary.RENDEZVOUS_TIMEOUT
         assert "rank(s) 3 never arrived" in reps[i].failure.message
+
+
+def test_lower_range_blocked_from_one_peer_that_is_no_ring_neighbour(fabric, tmp_path):
+    """Issue 31: node-0's firewall drops new TCP from node-2 (not its ring neighbour) to the
+    lower part of its ephemeral range. Every rank samples every peer's range, so the choice
+    fails with EphemeralPortsBlocked naming node-0 and the pair, whichever port the mesh drew."""
+    names, _ = fabric
+    for rule in (["add", "table", "inet", "dtjp"],
+                 ["add", "chain", "inet", "dtjp", "in", "{ type filter hook input priority 0 ; }"],
+                 ["add", "rule", "inet", "dtjp", "in", "ip", "saddr", "10.200.0.3", "tcp", "dport",
+                  "32768-44999", "ct", "state", "new", "drop"]):
+        sh("ip", "netns", "exec", names[0], "nft", *rule)
+    envs = [{"RANK": str(i), "WORLD_SIZE": str(N), "MASTER_ADDR": "10.200.0.1",
+             "MASTER_PORT": "29500", "NODE_NAME": f"node-{i}", "POD_NAME": f"probe-{i}",
+             "HOST_IP": f"10.200.0.{i + 1}", "DISTTRAIN_PROBE_TIMEOUT_SECONDS": "40",
+             "DISTTRAIN_PROBE_ITERATIONS": "2"} for i in range(N)]
+    runs = run_ranks(envs, tmp_path, timeout=70, prefix=[["ip", "netns", "exec", ns] for ns in names])
+    for run in runs:
+        rep = parse_report(run.report_text)
+        assert not rep.ok and rep.failure is not None, (run.rank, run.stderr[-2000:])
+        assert rep.failure.reason == vocabulary.EPHEMERAL_PORTS_BLOCKED, rep.failure.message
+        assert rep.failure.message.startswith(
+            "node-0: part of its ephemeral port range is blocked to node-2"), rep.failure.message
+        assert "node-1:" not in rep.failure.message and "node-3:" not in rep.failure.message

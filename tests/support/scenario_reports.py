@@ -61,13 +61,22 @@ def dial_mesh(peers: dict[int, dict], entry: Callable[[int, int, str], Optional[
     return out
 
 
+SAMPLED = [32768, 38414, 44060, 49707, 55353, 60999]  # range_ports([32768, 60999])
+
+
+def sampled(res: dict, ports: Optional[list] = None) -> dict:
+    """``res`` with the range samples a probe adds to every planned pair's entry
+    (``range: [[port, result], ...]``), each answering as the mesh's own port did."""
+    return {**res, "range": [[p, res.get("r")] for p in (SAMPLED if ports is None else ports)]}
+
+
 def mesh(peers, result: Callable[[int, int, str], str], mbps: Optional[dict] = None):
     """:func:`dial_mesh` as the scenarios see it: loopback left out, the 172.x decoys
     refused, 0.4 ms each, ``mbps`` by /24 prefix ("10.0.0") on the ok entries."""
     def entry(i: int, j: int, ip: str) -> Optional[dict]:
         if ip.startswith("127."):
             return None
-        res = {"r": "refused" if ip.startswith("172.") else result(i, j, ip), "ms": 0.4}
+        res = sampled({"r": "refused" if ip.startswith("172.") else result(i, j, ip), "ms": 0.4})
         if mbps and ip.rsplit(".", 1)[0] in mbps and res["r"] == "ok":
             res["mbps"] = mbps[ip.rsplit(".", 1)[0]]
         return res

@@ -317,21 +317,34 @@ def _dial_all(tasks: List[Tuple[int, str, int, str]], per: float, answer: float)
         return [f.result() for f in futs]
 
 
+def range_tasks(rank: int, peers: List[int], allpeers: Dict[int, Listen],
+                mine: Dict[str, Dict[str, Dial]]) -> List[Tuple[int, str, int, str]]:
+    """(peer, addr, port, nonce) of every range sample this rank dials: the listeners spread
+    over the ephemeral range (``s`` in the listen message) of every peer it dials in the
+    plan (``peers``: :func:`plan`, every other rank up to :data:`FULL_MESH_MAX`), on every
+    address it reached or tried (``mine``: peer -> addr -> result). At most
+    len(peers) x addresses x :data:`RANGE_SAMPLES`; the plan bounds len(peers) above the
+    full-mesh limit. Pure."""
+    return [(peer, str(addr), int(port), str(allpeers[peer].get("nonce")))
+            for peer in sorted(set(peers) - {rank}) if peer in allpeers
+            for addr, port in allpeers[peer].get("s") or []
+            if addr in (mine.get(str(peer)) or {}) and not str(addr).startswith("127.")]
+
+
 def _sample_range(cfg: Any, allpeers: Dict[int, Listen], mine: Dict[str, Dict[str, Dial]],
-                  per: float, answer: float) -> None:
-    """Dial the ring neighbours' (rank +-1) listeners spread over their ephemeral range
-    (``s`` in their listen message) on every address this rank reached or tried, and add
-    ``range: [[port, result], ...]`` to those mesh entries: a firewall that admits only
-    part of the range shows as some ports answering and others not
-    (:mod:`disttrain_probe.phases.portrange`). Each node is sampled by two peers."""
-    world = cfg.world_size
-    near = {(cfg.rank + 1) % world, (cfg.rank - 1) % world} - {cfg.rank}
-    tasks = [(peer, str(addr), int(port), str(allpeers[peer].get("nonce")))
-             for peer in sorted(near) if peer in allpeers
-             for addr, port in allpeers[peer].get("s") or []
-             if addr in (mine.get(str(peer)) or {})]
+                  peers: List[int], timeouts: Tuple[float, float], left: float) -> None:
+    """Dial :func:`range_tasks` and add ``range: [[port, result], ...]`` to those mesh
+    entries: a firewall that admits only part of the range, to every peer or to one, shows
+    as some ports answering and others not (:mod:`disttrain_probe.phases.portrange`).
+    Every planned pair is sampled in both directions, on every network. ``timeouts``: the
+    mesh's (connect, answer) seconds; the connect timeout shrinks, not below 0.3 s, so that even every dial timing out, 64 at
+    a time, takes at most a third of ``left`` (seconds left of the phase)."""
+    tasks = range_tasks(cfg.rank, peers, allpeers, mine)
     if not tasks:
         return
+    waves = -(-len(tasks) // 64)
+    per, answer = timeouts
+    per = max(0.3, min(per, left / 3.0 / waves))
     for (peer, addr, port, _n), res in zip(tasks, _dial_all(tasks, per, answer)):
         r = res.get("r")  # connected but unanswered: a starved peer, not a firewall
         mine[str(peer)][addr].setdefault("range", []).append(
@@ -384,7 +397,8 @@ def connectivity(cfg: Any, inv: Inventory, bus: Any, deadline: Deadline,
                         res["src"] = rt.get("src")
                 mine.setdefault(str(peer), {})[addr] = res
             if deadline.remaining() > per + 1.0:
-                _sample_range(cfg, allpeers, mine, per, answer)
+                _sample_range(cfg, allpeers, mine, sorted(mine_peers), (per, answer),
+                              deadline.remaining())
         _time_transfers(cfg, inv, allpeers, mine, deadline, tracker)
         tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{cfg.node_name}: waiting for peers' mesh results")
         bus.publish("mesh", mine)

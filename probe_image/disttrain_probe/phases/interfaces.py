@@ -44,7 +44,7 @@ from disttrain_probe.phases.networks import (  # noqa: F401  (re-exported: the c
     is_pod_network_device,
 )
 from disttrain_probe.phases.pathmtu import black_hole_failure
-from disttrain_probe.phases.portrange import partial_range_failure
+from disttrain_probe.phases.portrange import partial_range_failure, untested_failure
 from disttrain_probe.phases.ranking import (  # noqa: F401  (re-exported: the choice's terms)
     MEASURED_MARGIN,
     NOISE_MARGIN,
@@ -156,7 +156,9 @@ def choose(peers: Dict[int, Peer], mesh: Mesh,
                 f"{h['message']}")
     failure = interface_not_found(inputs)
     if best is not None and failure is None:  # part of a node's range blocked on the best network
-        failure = partial_range_failure(peers, mesh, {r: e["addr"] for r, e in best.pick.items()})
+        at = {r: e["addr"] for r, e in best.pick.items()}
+        # a pair blocked on another network validates this one only if sampled clean here
+        failure = partial_range_failure(peers, mesh, at) or untested_failure(peers, mesh, at)
     if best is not None and failure is None:  # full-size packets lost on a path of it
         failure = holes[usable.index(best)]
     if best is None and failure is None:
