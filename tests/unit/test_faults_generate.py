@@ -73,6 +73,14 @@ def test_a_master_port_rule_sits_on_every_node_since_the_scheduler_places_rank_0
     assert "nodeOverrides" not in d
 
 
+def test_each_odd_name_answer_comes_from_its_own_nodes_source():
+    f = grammar.NamesFault(("node-a", "node-c"), "master-stale", ("node-c",))
+    over = generate.scenario_data(f, 3)["nodeOverrides"]
+    assert over["node-a"] == {"hosts": [f"{grammar.STALE_ADDRESS} {grammar.MASTER_NAME}"]}
+    assert over["node-c"] == {"dns": {"records": {grammar.MASTER_NAME: grammar.STALE_ADDRESS}}}
+    assert "node-b" not in over
+
+
 def test_islands_put_each_group_on_its_own_segment():
     f = grammar.IslandsFault((("node-a", "node-c"), ("node-b",), ("node-d",)), True)
     d = generate.scenario_data(f, 4)

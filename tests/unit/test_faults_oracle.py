@@ -88,10 +88,13 @@ def test_the_master_port_rule_names_rank_0s_node_through_the_placement():
 
 
 def test_name_faults_name_each_odd_node_and_its_source_never_a_firewall():
-    exp = oracle.expectation(G.NamesFault(("node-b", "node-d"), "master-stale", "dns"), 4)
+    exp = oracle.expectation(G.NamesFault(("node-b", "node-d"), "master-stale", ("node-b", "node-d")), 4)
     assert exp.status == "False" and {"node-b", "node-d", G.STALE_ADDRESS} <= set(exp.must_name)
     assert exp.fix == (G.NODE_DNS,) and "firewall" in exp.never_say
     assert set(exp.reasons) == {V.MASTER_PORT_TIMEOUT, V.MASTER_ADDR_RESOLVES_ELSEWHERE}
+    mixed = oracle.expectation(G.NamesFault(("node-b", "node-d"), "master-stale", ("node-d",)), 4)
+    assert {"/etc/hosts", G.NODE_DNS} <= set(mixed.must_name) and mixed.fix == ()  # a fix for each
+    assert oracle.expectation(G.NamesFault(("node-c",), "master-stale"), 3).fix == ("/etc/hosts",)
     warn = oracle.expectation(G.NamesFault(("node-a",), "hostname"), 3)
     assert (warn.status, warn.reasons, warn.must_not_name) == ("True", (V.HOSTNAME_LOOPBACK,), ("node-b", "node-c"))
 

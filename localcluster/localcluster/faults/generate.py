@@ -77,8 +77,9 @@ def draw_firewall(rnd: random.Random, nodes: tuple[str, ...]) -> G.FirewallFault
 def draw_names(rnd: random.Random, nodes: tuple[str, ...]) -> G.NamesFault:
     what = rnd.choice(["hostname", "master-stale", "master-stale", "master-loopback"])
     most = len(nodes) - 1 if what == "master-stale" else len(nodes)  # someone resolves it right
-    via = rnd.choice(["hosts", "dns"]) if what == "master-stale" else "hosts"
-    return G.NamesFault(_subset(rnd, nodes, 1, most), what, via)
+    odd = _subset(rnd, nodes, 1, most)
+    dns = () if what != "master-stale" else rnd.choice([(), odd, _subset(rnd, odd, 0, len(odd))])
+    return G.NamesFault(odd, what, dns)
 
 
 def draw_islands(rnd: random.Random, nodes: tuple[str, ...]) -> G.IslandsFault:
@@ -180,11 +181,10 @@ def _names(f: G.NamesFault, n: int) -> dict[str, Any]:
     elif f.what == "master-loopback":
         cfg = {"hosts": [f"127.0.0.1 {G.MASTER_NAME}"]}
         job["network"] = {"hostNetwork": True, "enableDNSHostnames": True}
-    elif f.via == "dns":
-        cfg = {"dns": {"records": {G.MASTER_NAME: G.STALE_ADDRESS}}}
     else:
         cfg = {"hosts": [f"{G.STALE_ADDRESS} {G.MASTER_NAME}"]}
-    return {"job": job, "nodeOverrides": {node: cfg for node in f.nodes}}
+    dns = {"dns": {"records": {G.MASTER_NAME: G.STALE_ADDRESS}}}
+    return {"job": job, "nodeOverrides": {node: dns if node in f.dns_nodes else cfg for node in f.nodes}}
 
 
 def _islands(f: G.IslandsFault, n: int) -> dict[str, Any]:

@@ -57,22 +57,27 @@ class FirewallFault:
 @dataclass(frozen=True)
 class NamesFault:
     """Name resolution on ``nodes``: ``what`` ``hostname``: each node's own name resolves to
-    127.0.1.1 (a warning, the job trains); ``master-stale``: the job's MASTER_ADDR name
-    resolves to an address no node holds (through ``via``: the hosts file or a node-local
-    DNS cache); ``master-loopback``: MASTER_ADDR resolves to 127.0.0.1 (hosts file;
-    hostNetwork with DNS hostnames)."""
+    127.0.1.1 (its /etc/hosts; a warning, the job trains); ``master-stale``: the job's
+    MASTER_ADDR name resolves to an address no node holds, from the node's /etc/hosts, or
+    from its node-local DNS cache for the nodes in ``dns_nodes`` (each odd node has its own
+    source, so one verdict may need two fixes); ``master-loopback``: MASTER_ADDR resolves to
+    127.0.0.1 (/etc/hosts; hostNetwork with DNS hostnames)."""
 
     nodes: tuple[str, ...]
     what: Literal["hostname", "master-stale", "master-loopback"]
-    via: Literal["hosts", "dns"] = "hosts"
+    dns_nodes: tuple[str, ...] = ()
     CLASS = "names"
 
+    def hosts_nodes(self) -> tuple[str, ...]:
+        return tuple(n for n in self.nodes if n not in self.dns_nodes)
+
     def describe(self) -> str:
-        src = "/etc/hosts" if self.via == "hosts" else f"node-local DNS ({NODE_DNS})"
         if self.what == "hostname":
-            return f"{names(self.nodes)}: the node's own hostname resolves to 127.0.1.1 ({src})"
+            return f"{names(self.nodes)}: the node's own hostname resolves to 127.0.1.1 (/etc/hosts)"
         addr = STALE_ADDRESS if self.what == "master-stale" else "127.0.0.1"
-        return f"{names(self.nodes)}: {MASTER_NAME} (MASTER_ADDR) resolves to {addr} ({src})"
+        srcs = [f"{names(ns)} by {src}" for ns, src in ((self.hosts_nodes(), "/etc/hosts"),
+                                                         (self.dns_nodes, f"node-local DNS ({NODE_DNS})")) if ns]
+        return f"{MASTER_NAME} (MASTER_ADDR) resolves to {addr} on {' and '.join(srcs)}"
 
 
 @dataclass(frozen=True)

@@ -103,15 +103,17 @@ def _names(f: G.NamesFault, all_nodes: tuple[str, ...]) -> Expectation:
         return Expectation(V.NETWORK_VALIDATED, "True", (V.HOSTNAME_LOOPBACK,), f.nodes + ("127.0.1.1",),
                            others(f.nodes, all_nodes),
                            why="a warning naming each node whose hostname is loopback; the job trains")
-    where = "/etc/hosts" if f.via == "hosts" else G.NODE_DNS
     if f.what == "master-loopback":
         return Expectation(V.MASTER_REACHABLE, "False", (V.MASTER_ADDR_LOOPBACK,), f.nodes + ("127.0.0.1",),
-                           fix=(where,), never_say=(FIREWALL,),
+                           fix=("/etc/hosts",), never_say=(FIREWALL,),
                            why="each odd node's MASTER_ADDR resolves to loopback")
+    # each odd node's own source: both when some answer from /etc/hosts and others from DNS
+    sources = (("/etc/hosts",) if f.hosts_nodes() else ()) + ((G.NODE_DNS,) if f.dns_nodes else ())
     return Expectation(V.MASTER_REACHABLE, "False",
                        (V.MASTER_PORT_TIMEOUT, V.MASTER_ADDR_RESOLVES_ELSEWHERE),
-                       f.nodes + (G.STALE_ADDRESS,), fix=(where,), never_say=(FIREWALL, "InternalIP"),
-                       why=f"each odd node's {where} answers {G.STALE_ADDRESS} for MASTER_ADDR")
+                       f.nodes + (G.STALE_ADDRESS,) + (sources if len(sources) > 1 else ()),
+                       fix=sources if len(sources) == 1 else (), never_say=(FIREWALL, "InternalIP"),
+                       why=f"each odd node's {' or '.join(sources)} answers {G.STALE_ADDRESS} for MASTER_ADDR")
 
 
 def _islands(f: G.IslandsFault, all_nodes: tuple[str, ...]) -> Expectation:
