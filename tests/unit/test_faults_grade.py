@@ -159,3 +159,33 @@ def test_show_prints_the_cases_and_a_bad_class_is_refused(capsys):
     assert text.count("--- # gen-2-") == 2 and "routers:" in text
     assert runner.main(["run", "--classes", "firewal"]) == 2
     assert "unknown fault class" in capsys.readouterr().err
+
+
+def test_a_case_runs_its_scenario_waits_for_validated_and_grades_what_it_saw(monkeypatch):
+    """``_run_case`` with the cluster calls faked: the scenario prepared, the job run with an
+    expect on Validated only, its namespace deleted, the outcome's placement and interface
+    handed to the grader."""
+    from localcluster.cluster import operator_install
+
+    from localcluster import scenariorun
+
+    c = next(x for x in generate.cases(1, 40, ["firewall"]) if x.expectation.status == "False"
+             and "{node:0}" in x.expectation.must_name)
+    calls: list = []
+    monkeypatch.setattr(scenariorun, "prepare", lambda sc, say=None: calls.append(("prepare", sc.name)))
+
+    def run_job(sc, ns, say=None):
+        calls.append(("run", sc.expect.condition, sc.expect.status, sc.expect.phase, ns))
+        conds = [{"type": V.MASTER_REACHABLE, "status": "False", "reason": c.expectation.reasons[0],
+                  "message": "node-b's firewall drops 29500"},
+                 {"type": V.VALIDATED, "status": "False", "reason": c.expectation.reasons[0],
+                  "message": "node-b's firewall drops 29500"}]
+        return scenariorun.Outcome(False, "", None, 1.0, {"status": {"conditions": conds}}, conds, {0: "node-b"})
+
+    monkeypatch.setattr(scenariorun, "run_job", run_job)
+    monkeypatch.setattr(operator_install, "kubectl", lambda *a, **k: calls.append(("kubectl",) + a))
+    g = runner._run_case(c)
+    assert g.outcome == RIGHT, g.why
+    assert calls[0] == ("prepare", c.name)
+    assert calls[1][1:4] == (V.VALIDATED, "False", None) and calls[1][4].startswith(c.name[:20])
+    assert calls[2][:3] == ("kubectl", "delete", "namespace") and calls[2][3] == calls[1][4]
