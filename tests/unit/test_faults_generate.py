@@ -81,6 +81,14 @@ def test_each_odd_name_answer_comes_from_its_own_nodes_source():
     assert "node-b" not in over
 
 
+def test_a_combination_adds_the_hostname_line_to_the_nodes_own_lines():
+    first = grammar.NamesFault(("node-b",), "master-stale")
+    d = generate.scenario_data(grammar.Combo(first, grammar.NamesFault(("node-a", "node-b"), "hostname")), 3)
+    assert d["nodeOverrides"]["node-b"]["hosts"] == [f"{grammar.STALE_ADDRESS} {grammar.MASTER_NAME}",
+                                                     "127.0.1.1 {node}"]
+    assert d["nodeOverrides"]["node-a"] == {"hosts": ["127.0.1.1 {node}"]}
+
+
 def test_islands_put_each_group_on_its_own_segment():
     f = grammar.IslandsFault((("node-a", "node-c"), ("node-b",), ("node-d",)), True)
     d = generate.scenario_data(f, 4)

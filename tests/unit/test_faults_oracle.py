@@ -130,3 +130,13 @@ def test_the_written_expect_refuses_a_verdict_the_grader_refuses(seed, i):
         g = grade.grade(c.expectation, job["status"]["conditions"], RANK_NODES,
                         job["status"]["rendezvous"]["socketIfname"])
         assert g.outcome in (grade.HALF, grade.WRONG)
+
+
+def test_a_combination_keeps_the_failure_and_adds_the_warning_to_a_pass():
+    hostname = G.NamesFault(("node-a", "node-c"), "hostname")
+    fw = G.FirewallFault("node-b", ("node-c",), (32768, 50000), None, "reject", "ephemeral")
+    assert oracle.expectation(G.Combo(fw, hostname), 4) == oracle.expectation(fw, 4)
+    chosen = oracle.expectation(G.Combo(G.IslandsFault((("node-a",), ("node-b", "node-c")), False), hostname), 3)
+    assert (chosen.condition, chosen.status, chosen.socket_ifname, chosen.broken_ifnames) == (
+        V.NETWORK_VALIDATED, "True", "eth0", ("eth1",))
+    assert {"node-a", "node-c", "127.0.1.1"} <= set(chosen.must_name)

@@ -106,6 +106,12 @@ def draw(rnd: random.Random, cls: str, n: int) -> G.Fault:
     if cls == "mtu":
         return G.MtuFault(_subset(rnd, nodes, 1, n - 1), rnd.choice([1280, 1400]),
                           rnd.choice(["drop", "drop", "pass"]), rnd.random() < 0.6)
+    if cls == "combo":  # a first fault on the node network (hosts lines reach hostNetwork pods)
+        first = draw(rnd, rnd.choice(["firewall", "firewall", "names", "islands", "mtu", "healthy"]), n)
+        while isinstance(first, G.Healthy) and first.shape == "port-range" or \
+                isinstance(first, G.NamesFault) and first.what == "hostname":
+            first = draw(rnd, "healthy", n)
+        return G.Combo(first, G.NamesFault(_subset(rnd, nodes, 1, n), "hostname"))
     if cls == "netpol":
         return G.PolicyFault(rnd.choice(["default-deny", "rendezvous-only", "namespace-label", "admits-job"]))
     shape = rnd.choice(["plain", "closed-ports", "port-range"])
@@ -271,6 +277,12 @@ def scenario_data(fault: G.Fault, n: int) -> dict[str, Any]:
         body = _mtu(fault, n)
     elif isinstance(fault, G.PolicyFault):
         body = _policies(fault, n)
+    elif isinstance(fault, G.Combo):
+        body = scenario_data(fault.first, n)
+        over = body.setdefault("nodeOverrides", {})
+        for node in fault.second.nodes:  # the hostname line joins the node's own lines
+            cfg = over.setdefault(node, {})
+            cfg["hosts"] = [*cfg.get("hosts", []), "127.0.1.1 {node}"]
     else:
         body = _healthy(fault, n)
     return {"description": "", "nodes": n, **body}

@@ -170,6 +170,21 @@ class Healthy:
         return "healthy: no fault"
 
 
-Fault = Union[FirewallFault, NamesFault, IslandsFault, SlowLinkFault, MtuFault, PolicyFault, Healthy]
+@dataclass(frozen=True)
+class Combo:
+    """Two faults at once: ``first`` (any fault on the node network: firewall, MASTER_ADDR
+    resolution, islands, MTU, a healthy look-alike) decides the verdict, and ``second``
+    (hostnames resolving to loopback on some nodes: a warning only) must neither hide it
+    nor be blamed for it."""
+
+    first: Union[FirewallFault, NamesFault, IslandsFault, MtuFault, Healthy]
+    second: NamesFault
+    CLASS = "combo"
+
+    def describe(self) -> str:
+        return f"{self.first.describe()}; and {self.second.describe()}"
+
+
+Fault = Union[FirewallFault, NamesFault, IslandsFault, SlowLinkFault, MtuFault, PolicyFault, Healthy, Combo]
 CLASSES = {c.CLASS: c for c in (FirewallFault, NamesFault, IslandsFault, SlowLinkFault, MtuFault,
-                                PolicyFault, Healthy)}
+                                PolicyFault, Healthy, Combo)}

@@ -152,6 +152,17 @@ def _policy(f: G.PolicyFault, all_nodes: tuple[str, ...]) -> Expectation:
                        never_say=(FIREWALL,), why=f"the NetworkPolicy {f.policy_name()} drops the job's traffic")
 
 
+def _combo(f: G.Combo, nodes: int) -> Expectation:
+    first = expectation(f.first, nodes)
+    if first.status == "False":  # the failure decides; the hostname warning must not hide it
+        return first
+    # the hostname warning among the network check's warnings (not necessarily its reason)
+    return Expectation(V.NETWORK_VALIDATED, "True", (), f.second.nodes + ("127.0.1.1",),
+                       never_say=first.never_say, socket_ifname=first.socket_ifname,
+                       broken_ifnames=first.broken_ifnames,
+                       why=f"{first.why}, with a warning naming each node whose hostname is loopback")
+
+
 def expectation(fault: G.Fault, nodes: int) -> Expectation:
     """What a right verdict on ``fault`` in a cluster of ``nodes`` nodes holds."""
     all_nodes = tuple(node_name(i) for i in range(nodes))
@@ -167,4 +178,6 @@ def expectation(fault: G.Fault, nodes: int) -> Expectation:
         return _mtu(fault, all_nodes)
     if isinstance(fault, G.PolicyFault):
         return _policy(fault, all_nodes)
+    if isinstance(fault, G.Combo):
+        return _combo(fault, nodes)
     return Expectation(V.VALIDATED, "True", why="no fault: the job validates and trains")
