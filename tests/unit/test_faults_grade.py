@@ -78,6 +78,11 @@ def test_validated_on_the_broken_interface_is_a_silent_pass_on_the_clean_one_rig
     assert grade(ON_ETH1, passed(), socket_ifname="eth0").outcome == RIGHT
 
 
+def test_refusing_over_a_fault_on_a_network_the_job_need_not_use_is_half():
+    g = grade(ON_ETH1, failed(V.EPHEMERAL_PORTS_BLOCKED, "node-b: ephemeral ports blocked on eth1"))
+    assert g.outcome == HALF and "could train" in g.why
+
+
 def test_rank_0s_node_is_named_through_the_placement():
     conds = failed(V.MASTER_PORT_TIMEOUT, "node-b's firewall drops 29500 from every rank", V.MASTER_REACHABLE)
     assert grade(MASTER, conds, {0: "node-b", 1: "node-a"}).outcome == RIGHT

@@ -1,6 +1,7 @@
 """Grading a job's final conditions against the oracle's expectation: ``right`` (the status,
 an acceptable reason, every required name and the fix's object, nothing forbidden), ``half``
-(the right status and cause class, but a name, node, interface or fix wrong or missing),
+(the right status and cause class, but a name, node, interface or fix wrong or missing; or a
+job refused over a fault on a network it need not use),
 ``wrong`` (no verdict, the wrong status, a cause the fault does not have, or a false alarm),
 ``silent-pass`` (``Validated=True`` where the fault breaks the network the job would use:
 the worst outcome). Pure.
@@ -83,6 +84,9 @@ def _grade_true(exp: Expectation, conditions: list[dict], rank_nodes: dict[int, 
     if val is None or val.get("status") not in ("True", "False"):
         return Grade(WRONG, f"no verdict: Validated is {val and val.get('status')}/{val and val.get('reason')}")
     if val["status"] == "False":
+        if exp.broken_ifnames:  # a real fault, on a network the job need not use
+            return Grade(HALF, f"refused a job that could train (right: {exp.why}): Validated=False "
+                               f"{val.get('reason')}: {val.get('message', '')}")
         return Grade(WRONG, f"a false alarm: Validated=False {val.get('reason')}: {val.get('message', '')} "
                             f"(right: {exp.why})")
     if socket_ifname and set(socket_ifname.split(",")) & set(exp.broken_ifnames):
