@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus
+.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -127,6 +127,17 @@ fuzz: venv
 # phase; prints a summary table. CHAOS_SEED=<n> replays a run's kill points.
 chaos: system-deps venv build-cluster
 	DISTTRAIN_CHAOS=long $(if $(CHAOS_SEED),DISTTRAIN_CHAOS_SEED=$(CHAOS_SEED)) $(VPY) -m pytest -q -s -ra tests/e2e/test_chaos.py -k long
+
+# Generated faults (issue 31; localcluster/localcluster/faults/): GENERATED_CASES seeded cases
+# across every fault class, each on its own cluster, graded against the oracle; prints one line
+# per case and `N cases: P% right, H half, W wrong, S silent passes`, writes the per-class counts
+# to benchmarks/results/generated.md and keeps every case not right under scenarios/regression/
+# (which `make test` runs). GENERATED_CLASSES=firewall,names narrows it.
+GENERATED_CASES ?= 300
+GENERATED_SEED ?= 1
+test-generated: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
+	$(VPY) -m localcluster.faults run --seed $(GENERATED_SEED) --cases $(GENERATED_CASES) $(if $(GENERATED_CLASSES),--classes $(GENERATED_CLASSES)) --out benchmarks/results/generated.md
 
 # Scenarios marked `slow: true` (minutes each, e.g. the example at 16 nodes), left out of `make test`.
 test-scale: system-deps venv build-cluster

@@ -37,6 +37,7 @@ class Outcome:
     total_seconds: float = 0.0
     job: Optional[dict] = None
     conditions: list = field(default_factory=list)
+    rank_nodes: dict = field(default_factory=dict)  # probe rank -> node, as the probes were placed
 
 
 def _condition(job: Optional[dict], ctype: str) -> Optional[dict]:
@@ -219,10 +220,10 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
             verdict, why = False, f"{why}; but {bare}"
         if verdict is not None:
             conds = ((job or {}).get("status") or {}).get("conditions") or []
-            return Outcome(bool(verdict), why, met_at, now, job, conds)
+            return Outcome(bool(verdict), why, met_at, now, job, conds, rank_nodes)
         if time.monotonic() > deadline:
             return Outcome(False, f"timed out after {now:.0f}s: {why}", met_at, now, job,
-                           ((job or {}).get("status") or {}).get("conditions") or [])
+                           ((job or {}).get("status") or {}).get("conditions") or [], rank_nodes)
         time.sleep(0.5)
 
 

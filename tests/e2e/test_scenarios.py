@@ -47,7 +47,7 @@ SLOW = os.environ.get("DISTTRAIN_SLOW_SCENARIOS") == "1"
 
 
 def _one_run(sc, name, run):
-    ns = f"sc-{name[:40]}-{uuid.uuid4().hex[:5]}"
+    ns = f"sc-{name.rsplit('/', 1)[-1][:40]}-{uuid.uuid4().hex[:5]}"
     lines: list[str] = []
     try:
         outcome = scenariorun.run_job(sc, ns, say=lines.append, run=run)
@@ -62,7 +62,7 @@ def _one_run(sc, name, run):
     return outcome, problems, lines
 
 
-@pytest.mark.parametrize("name", loader.all_names())
+@pytest.mark.parametrize("name", loader.all_names() + loader.regression_names())
 def test_scenario(scenario_cluster, name):
     sc = loader.load(name)
     if sc.slow and not SLOW:

@@ -20,10 +20,10 @@ def parse(text: str) -> scn.Scenario:
     return loader.parse(textwrap.dedent(text), "t.yaml")
 
 
-@pytest.mark.parametrize("name", loader.all_names())
+@pytest.mark.parametrize("name", loader.all_names() + loader.regression_names())
 def test_every_checked_in_scenario_loads(name):
     sc = loader.load(name)
-    assert sc.name == name and sc.description
+    assert sc.name == name.rsplit("/", 1)[-1] and sc.description
     topos = nodeplan.topology(sc)
     assert len(topos) == sc.nodes
     assert loader.job_documents(sc)

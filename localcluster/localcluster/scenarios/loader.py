@@ -17,6 +17,7 @@ from localcluster.scenarios.nodeplan import topology
 from localcluster.scenarios.scenario import Scenario, ScenarioError
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
+REGRESSION = "regression"  # scenarios/regression/: cases `python -m localcluster.faults run` kept
 
 
 # -- loading ------------------------------------------------------------------------------
@@ -53,6 +54,8 @@ def resolve(name_or_path: str) -> Path:
     """A scenario name (``scenarios/<name>.yaml``) or a path to a file anywhere.
     Raises ScenarioError if neither exists."""
     p = Path(name_or_path)
+    if name_or_path.startswith(f"{REGRESSION}/") and (SCENARIO_DIR / f"{name_or_path}.yaml").is_file():
+        return SCENARIO_DIR / f"{name_or_path}.yaml"
     if p.suffix in (".yaml", ".yml") or "/" in name_or_path:
         if p.is_file():
             return p.resolve()
@@ -141,6 +144,12 @@ def load(name_or_path: str) -> Scenario:
 def all_names() -> list[str]:
     """Names of the scenarios in ``scenarios/``."""
     return sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def regression_names() -> list[str]:
+    """Names (``regression/<stem>``, each one :func:`load` takes) of the generated cases
+    kept under ``scenarios/regression/`` (none while the folder does not exist)."""
+    return sorted(f"{REGRESSION}/{p.stem}" for p in (SCENARIO_DIR / REGRESSION).glob("*.yaml"))
 
 
 def deep_merge(base: dict, over: dict) -> dict:
