@@ -12,7 +12,7 @@ verdict must be False, is a silent pass. Pure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from disttrain_probe.contract import vocabulary as V
 
@@ -165,19 +165,12 @@ def _combo(f: G.Combo, nodes: int) -> Expectation:
 
 def expectation(fault: G.Fault, nodes: int) -> Expectation:
     """What a right verdict on ``fault`` in a cluster of ``nodes`` nodes holds."""
-    all_nodes = tuple(node_name(i) for i in range(nodes))
-    if isinstance(fault, G.FirewallFault):
-        return _firewall(fault, all_nodes)
-    if isinstance(fault, G.NamesFault):
-        return _names(fault, all_nodes)
-    if isinstance(fault, G.IslandsFault):
-        return _islands(fault, all_nodes)
-    if isinstance(fault, G.SlowLinkFault):
-        return _slow(fault, all_nodes)
-    if isinstance(fault, G.MtuFault):
-        return _mtu(fault, all_nodes)
-    if isinstance(fault, G.PolicyFault):
-        return _policy(fault, all_nodes)
     if isinstance(fault, G.Combo):
         return _combo(fault, nodes)
-    return Expectation(V.VALIDATED, "True", why="no fault: the job validates and trains")
+    by_class: dict[type, Callable[[Any, tuple[str, ...]], Expectation]] = {
+        G.FirewallFault: _firewall, G.NamesFault: _names, G.IslandsFault: _islands,
+        G.SlowLinkFault: _slow, G.MtuFault: _mtu, G.PolicyFault: _policy}
+    rule = by_class.get(type(fault))
+    if rule is None:
+        return Expectation(V.VALIDATED, "True", why="no fault: the job validates and trains")
+    return rule(fault, tuple(node_name(i) for i in range(nodes)))
