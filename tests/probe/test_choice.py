@@ -534,3 +534,30 @@ def test_a_network_with_a_path_mtu_black_hole_gives_way_or_fails_when_forced():
     assert forced["failure"]["message"].startswith("node-b -> node-a on eth1: packets of 1401")
     del mesh[0][1]["10.9.0.2"]["pmtu"]
     assert choose(peers, mesh)["chosen"][0]["ifname"] == "eth1"  # without the hole, eth1 wins
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_islands_of_one_node_each_are_not_a_firewall(n):
+    """eth1 on a subnet of its own on every node (found by the fault generator, seed 34): no
+    pair connects there, and each dial left by eth0 (the route's source is the dialler's eth0
+    address). That is no path over eth1, not a firewall on the ephemeral ports; the same
+    dials leaving from eth1's own address stay the firewall verdict."""
+    peers = {r: peer(r, LO, iface("eth0", f"10.100.0.{r + 11}/24"), iface("eth1", f"10.{101 + r}.0.{r + 11}/24"))
+             for r in range(n)}
+    for r in peers:
+        peers[r]["portRange"] = [32768, 60999]
+
+    def mesh(src_of):
+        m = mesh_of(peers, lambda i, j, a: "timeout" if a.startswith("10.1") and not a.startswith("10.100.") else "ok")
+        for i in m:
+            for j in m[i]:
+                for addr, res in m[i][j].items():
+                    if not addr.startswith("10.100."):
+                        res["src"] = src_of(i)
+        return m
+
+    res = choose(peers, mesh(lambda i: f"10.100.0.{i + 11}"), "eth1", master_port=29500)
+    assert res["failure"]["reason"] in (vocabulary.INTERFACE_UNREACHABLE, vocabulary.NO_COMMON_INTERFACE), res["failure"]
+    assert "firewall" not in res["failure"]["message"]
+    res = choose(peers, mesh(lambda i: f"10.{101 + i}.0.{i + 11}"), "eth1", master_port=29500)
+    assert res["failure"]["reason"] == vocabulary.EPHEMERAL_PORTS_BLOCKED

@@ -43,7 +43,7 @@ def no_network_failure(inputs: ChoiceInputs, nets: List[Network],
     fits a firewall on the ephemeral ports, else :func:`unusable_failure`. ``auto_choice``
     runs the choice with socketIfname=auto (called only when socketIfname is not auto)."""
     peers, mesh, ranks = inputs.peers, inputs.mesh, sorted(inputs.peers)
-    blocked = _blocked(nets)
+    blocked = _blocked(nets, mesh)
     any_ok = any(isinstance(res, dict) and res.get("r") == "ok"
                  for n in blocked for i in ranks for j in inputs.dial_plan.get(i, [])
                  if i != j and j in n.pick
@@ -117,13 +117,25 @@ def unusable_failure(inputs: ChoiceInputs, nets: List[Network],
                    "network.socketIfname"))}
 
 
-def _blocked(nets: List[Network]) -> List[Network]:
-    """Structurally fine networks where not a single pair connected (firewalled ports)."""
+def _blocked(nets: List[Network], mesh: Dict[int, Dict[int, Any]]) -> List[Network]:
+    """Structurally fine networks where not a single pair connected (firewalled ports). Not
+    a network whose dials left by another one (each dialler's route to the peers' addresses
+    had a source address other than its own there: islands on separate subnets without a
+    route between them over it, not a firewall)."""
     out = []
     for n in nets:
-        if n.reason == vocabulary.REJ_UNREACHABLE and n.pick:
+        if n.reason == vocabulary.REJ_UNREACHABLE and n.pick and not _routed_elsewhere(n, mesh):
             out.append(n)
     return out
+
+
+def _routed_elsewhere(n: Network, mesh: Dict[int, Dict[int, Any]]) -> bool:
+    """Whether every dial on ``n`` whose route source is known left from an address that is
+    not the dialler's own on ``n`` (at least one such dial)."""
+    srcs = [(res.get("src"), n.pick[i]["addr"]) for i in n.pick for j in n.pick if i != j
+            for res in [(mesh.get(i) or {}).get(j, {}).get(n.pick[j]["addr"])]
+            if isinstance(res, dict) and res.get("src")]
+    return bool(srcs) and all(src != own for src, own in srcs)
 
 
 def _dial_ok(mesh: Dict[int, Dict[int, Any]], i: int, j: int, addr: str) -> bool:
