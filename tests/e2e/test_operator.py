@@ -316,8 +316,11 @@ def test_a_resource_only_a_tainted_node_offers_is_not_offered(cluster, operator,
                 res = d["spec"]["template"]["spec"]["containers"][0].setdefault("resources", {})
                 res.setdefault("limits", {})[resource] = 1
         apply(cluster, ns, docs)
-        job = wait_for(lambda: (j := get_job(cluster, ns)) and (condition(j, "ProbesScheduled") or {})
-                       .get("reason") == "ResourceNotOffered" and j, 60, what="ResourceNotOffered")
+        # the operator reads the nodes at most every 30 s for all jobs: a read from before
+        # node-b advertised the resource says "no node offers" until the next one
+        job = wait_for(lambda: (j := get_job(cluster, ns)) and (c := condition(j, "ProbesScheduled") or {})
+                       .get("reason") == "ResourceNotOffered" and "ruled out" in c.get("message", "") and j,
+                       90, what="ResourceNotOffered naming the ruled-out node")
         msg = condition(job, "ProbesScheduled")["message"]
         assert "no node the pod may use offers 1 example.com/foo" in msg, msg
         assert "node-b (taint dedicated=ml:NoSchedule)" in msg and "let the pods onto node-b" in msg, msg
