@@ -189,16 +189,20 @@ def owned_service_name(body: dict[str, Any], capabilities: frozenset[str]) -> Op
         name = str(meta.get("name") or "")
     except Exception:  # noqa: BLE001 - an invalid spec is the step's to report
         return None
-    if problem or not name or not uses_dns_hostnames(spec) or spec.network.subdomain:
-        return None
-    return name
+    return name if not problem and name and _owns_service(spec) else None
+
+
+def _owns_service(spec: DistTrainingJobSpec) -> bool:
+    """Whether a job of ``spec`` (the one the step acts on) owns a headless Service: with
+    DNS hostnames and no user-managed subdomain."""
+    return uses_dns_hostnames(spec) and not spec.network.subdomain
 
 
 def _headless_service(s: Step) -> None:
     """With DNS hostnames and no user-managed subdomain, the job owns a headless Service
     named after it: created with the first pod, and again if it went missing."""
     spec = s.spec
-    if s.terminal or not uses_dns_hostnames(spec) or spec.network.subdomain:
+    if s.terminal or not _owns_service(spec):
         return
     if not (s.plan.creates or s.alive(constants.ROLE_PROBE) or s.alive(constants.ROLE_WORKER)):
         return
