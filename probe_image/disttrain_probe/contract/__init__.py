@@ -12,5 +12,6 @@ Standard library only, like all of the probe (it runs inside any training image,
 - :mod:`.versions` and :mod:`.settings`: the comparisons of versions and NCCL settings
   across nodes (the probe runs them on its all-gathered inventories, the operator on the
   reports);
+- :mod:`.progress`: a training rank's progress record (the stall watch);
 - :mod:`.timing`: the probe's time budgets the operator plans around (seconds).
 """
