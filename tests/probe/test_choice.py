@@ -559,5 +559,17 @@ def test_islands_of_one_node_each_are_not_a_firewall(n):
     res = choose(peers, mesh(lambda i: f"10.100.0.{i + 11}"), "eth1", master_port=29500)
     assert res["failure"]["reason"] in (vocabulary.INTERFACE_UNREACHABLE, vocabulary.NO_COMMON_INTERFACE), res["failure"]
     assert "firewall" not in res["failure"]["message"]
+    # no route at all (a node without a default route: ENETUNREACH, no route source)
+    noroute = mesh(lambda i: "")
+    for i in noroute:
+        for j in noroute[i]:
+            for addr, r in noroute[i][j].items():
+                if not addr.startswith("10.100."):
+                    r.update(r="unreachable", noroute=True)
+                    r.pop("src")
+    res = choose(peers, noroute, "eth1", master_port=29500)
+    assert res["failure"]["reason"] in (vocabulary.INTERFACE_UNREACHABLE, vocabulary.NO_COMMON_INTERFACE), res["failure"]
+    assert "firewall" not in res["failure"]["message"]
+    assert all(f"10.{101 + r}.0.0/24" in res["failure"]["message"] for r in range(min(n, 3)))
     res = choose(peers, mesh(lambda i: f"10.{101 + i}.0.{i + 11}"), "eth1", master_port=29500)
     assert res["failure"]["reason"] == vocabulary.EPHEMERAL_PORTS_BLOCKED

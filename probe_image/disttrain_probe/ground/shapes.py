@@ -146,11 +146,13 @@ class Peer(TypedDict, total=False):
 
 class Dial(TypedDict, total=False):
     """One dial of the connectivity mesh (phases/connectivity.py ``dial``): ``r`` ok, wrong,
-    closed, refused, timeout, unreachable or error; ``ms``; ``src`` the local address; the
-    bulk transfer's ``mbps``/``mbpsLow`` where measured."""
+    closed, refused, timeout, unreachable or error; ``ms``; ``src`` the local address;
+    ``noroute`` when the kernel had no route (ENETUNREACH: no packet left); the bulk
+    transfer's ``mbps``/``mbpsLow`` where measured."""
     r: str
     ms: float
     src: Optional[str]
+    noroute: bool
     connected: bool
     got: Any
     err: str

@@ -130,11 +130,13 @@ def _blocked(nets: List[Network], mesh: Dict[int, Dict[int, Any]]) -> List[Netwo
 
 
 def _routed_elsewhere(n: Network, mesh: Dict[int, Dict[int, Any]]) -> bool:
-    """Whether every dial on ``n`` whose route source is known left from an address that is
-    not the dialler's own on ``n`` (at least one such dial)."""
-    srcs = [(res.get("src"), n.pick[i]["addr"]) for i in n.pick for j in n.pick if i != j
+    """Whether every dial on ``n`` whose route is known left from an address that is not the
+    dialler's own on ``n``, or found no route at all (ENETUNREACH: no packet left, so no
+    firewall saw it); at least one such dial."""
+    srcs = [(None if res.get("noroute") else res.get("src"), n.pick[i]["addr"])
+            for i in n.pick for j in n.pick if i != j
             for res in [(mesh.get(i) or {}).get(j, {}).get(n.pick[j]["addr"])]
-            if isinstance(res, dict) and res.get("src")]
+            if isinstance(res, dict) and (res.get("src") or res.get("noroute"))]
     return bool(srcs) and all(src != own for src, own in srcs)
 
 

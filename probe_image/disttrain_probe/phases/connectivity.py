@@ -134,7 +134,8 @@ ANSWER_MAX_SECONDS = 10.0
 def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
          answer_timeout: Optional[float] = None) -> Dial:
     """Connect within ``timeout`` seconds and read the listener's identity within
-    ``answer_timeout`` (default: ``timeout``) more. Returns {r, ms, src}; ``r`` is ok,
+    ``answer_timeout`` (default: ``timeout``) more. Returns {r, ms, src[, noroute]}
+    (``noroute``: ENETUNREACH, the node has no route to ``addr``); ``r`` is ok,
     wrong (another listener answered), closed (accepted, then closed or reset before a byte
     came: something between intercepts the connection, such as a service-mesh sidecar's
     proxy; a probe listener always answers), refused, timeout, unreachable or error. Once connected the
@@ -178,6 +179,8 @@ def dial(addr: str, port: int, want_rank: int, want_nonce: str, timeout: float,
     except OSError as e:
         if e.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH):
             res["r"] = "unreachable"
+            if e.errno == errno.ENETUNREACH:  # the kernel has no route at all: no SYN left
+                res["noroute"] = True
         elif e.errno == errno.ECONNREFUSED:
             res["r"] = "refused"
         else:
