@@ -503,3 +503,28 @@ def test_islands_are_named_by_node_whatever_the_ranks():
     e = attribution.explain_matrix(evidence.Matrix("ifname:eth1", nodes, ("eth1",) * 4, cells))
     assert e.groups == (("node-a", "node-b"), ("node-c", "node-d"))
     assert "{node-a, node-b} and {node-c, node-d}" in e.cause
+
+
+@pytest.mark.parametrize("n, alone", [(3, 0), (5, 2), (8, 7), (2, 1)])
+def test_one_node_on_a_subnet_of_its_own_is_an_island_not_a_broken_nic(n, alone):
+    """Found by the fault generator (seed 7, case 2): eth1 of every node but one on
+    10.101.0.0/24, the odd one's on 10.102.0.0/24, no route between. The probe keys the
+    others' eth1 by their subnet (the odd node fails to reach them there) and the odd node's
+    by name: its subnet, read from its own eth1, makes two islands, not 'node-c's NIC (link,
+    address, route or firewall)'. Whatever the node count and the odd node's rank."""
+    nodes = tuple(f"node-{c}" for c in "abcdefgh"[:n])
+    outs = []
+    for r, node in enumerate(nodes):
+        net = 102 if r == alone else 101
+        rep = report(r, node, ifname="eth1")
+        rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.{net}.0.{11 + r}/24"], "up": True}]
+        rep["paths"] = {"10.101.0.0/24": "".join(
+            "." if p == r else "-" if p == alone else ("u" if r == alone else "o") for p in range(n))}
+        if r != alone:
+            rep["paths"]["ifname:eth1"] = "".join("." if p == r else "u" if p == alone else "-" for p in range(n))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+    e = attribution.explain_networks(evidence.matrices(outs))
+    assert e.kind == "islands", e  # at 2 nodes too: every group on a subnet of its own
+    assert "firewall" not in e.message()
+    assert all(x in e.cause for x in nodes + ("10.101.0.0/24", "10.102.0.0/24")), e.cause
+    assert "{" + nodes[alone] + "} on 10.102.0.0/24" in e.cause

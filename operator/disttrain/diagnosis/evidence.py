@@ -26,7 +26,9 @@ class Matrix:
     ok, wrong, refused, timeout, unreachable, error, mixed, or None (self, not dialled, or
     no report from rank i). ``ifnames[i]``: rank i's interface on it (None: none);
     ``subnets[i]``: the IPv4 subnet of rank i's address on that interface (``10.101.0.0/24``;
-    empty when unknown), which tells apart networks that share an interface name."""
+    empty when unknown), which tells apart networks that share an interface name; for a
+    rank with no address there that dialled on it, its subnet on the interface the others
+    use (an island of its own)."""
 
     key: str
     nodes: tuple[str, ...]
@@ -148,9 +150,30 @@ def matrices(ranks: Sequence[RankInput]) -> list[Matrix]:
             row = (r.report.paths.get(key) if r.report else None) or ""
             rows.append(tuple(paths.outcome(row[j]) if j < len(row) else None for j in range(n)))
         ifnames = tuple(_ifname_on(r, key) for r in ranks)
-        out.append(Matrix(key, tuple(r.node for r in ranks), ifnames, tuple(rows),
-                          tuple(_subnet_on(r, ifn, key) for r, ifn in zip(ranks, ifnames))))
+        subnets = tuple(_subnet_on(r, ifn, key) for r, ifn in zip(ranks, ifnames))
+        subnets = _off_subnet(ranks, rows, ifnames, subnets)
+        out.append(Matrix(key, tuple(r.node for r in ranks), ifnames, tuple(rows), subnets))
     return out
+
+
+def _off_subnet(ranks: Sequence[RankInput], rows: list, ifnames: tuple, subnets: tuple) -> tuple:
+    """Fill in the subnet of a rank that dialled on this network's subnet but has no
+    address in it, when every other rank there uses one interface name and this rank has
+    it (its eth1 on 10.102.0.0/24 where the others' eth1 is on 10.101.0.0/24): an island
+    on a subnet of its own, seen from its own dials. Its ``ifnames`` entry stays None (it
+    has no home on this subnet); others are left as they are."""
+    names = {n for n in ifnames if n}
+    if len(names) != 1:
+        return subnets
+    (name,) = names
+    filled = list(subnets)
+    for k, r in enumerate(ranks):
+        if ifnames[k] or r.report is None or not any(c is not None for c in rows[k]):
+            continue
+        own = [itf for i in r.report.interfaces if i.name == name for itf in _ipv4(i.addrs)]
+        if own:
+            filled[k] = str(own[0].network)
+    return tuple(filled)
 
 
 def master_results(ranks: Sequence[RankInput]) -> dict[int, str]:

@@ -126,11 +126,11 @@ def _islands(m: evidence_matrix.Matrix, fails: list[tuple[int, int]]) -> Optiona
 
     def group_text(k: int) -> str:
         where = f" on {', '.join(subnets[k])}" if subnets[k] else ""
-        return "{" + messages.node_list([m.nodes[x] for x in groups[k]], 3) + "}" + where
+        return "{" + messages.node_list([m.nodes[x] for x in groups[k]], 8) + "}" + where
 
-    shown = [group_text(k) for k in range(min(len(groups), 3))]
-    more = f" and {len(groups) - 3} more" if len(groups) > 3 else ""
-    count = {2: "two", 3: "three"}.get(len(groups), str(len(groups)))
+    shown = [group_text(k) for k in range(min(len(groups), 4))]
+    more = f" and {len(groups) - 4} more" if len(groups) > 4 else ""
+    count = {2: "two", 3: "three", 4: "four"}.get(len(groups), str(len(groups)))
     listed = (" and ".join(shown) if len(shown) == 2 and not more else ", ".join(shown) + more)
     culprits = tuple(m.nodes[x] for g in groups for x in g)
     broken = sorted({(min(i, j), max(i, j)) for i, j in fails})
