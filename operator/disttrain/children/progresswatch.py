@@ -1,0 +1,118 @@
+"""The stall watch on a training pod (pure): the recorder in the trainer, a native sidecar
+whose readiness reports the ranks' progress.
+
+What it adds to a training pod (``spec.runPolicy.stallTimeoutSeconds``, issue 33):
+
+- an init container from the probe image that copies the probe package into an emptyDir
+  (the same one probe pods use with ``probe.useTrainingImage``);
+- the trainer's command wrapped by ``/bin/sh`` so that the package's ``sitecustomize``
+  directory comes first on the trainer's PYTHONPATH, after whatever the image or the
+  template set (a ``PYTHONPATH`` in the pod spec would hide the image's own), and
+  ``DISTTRAIN_PROGRESS_DIR`` on an emptyDir shared with the sidecar: every Python process
+  of the trainer (plain ``python train.py``, torchrun's workers) starts the recorder;
+- a native sidecar (an init container with ``restartPolicy: Always``) from the probe image,
+  idle but for its readinessProbe, ``python -m disttrain_probe.progress.ready``: Ready while
+  every rank of the pod advances, not Ready (with its one-line summary in the kubelet's
+  Event) when one has not for ``stall_after_s`` seconds. The operator reads both without
+  new rights: pod status and Events it already watches and lists.
+
+A trainer without a ``command`` (the image's entrypoint runs) cannot be wrapped: the pod
+is left without the watch, and :func:`watch_problem` says why.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from disttrain.api import constants
+from disttrain.children.podbase import env_var, list_of, merge_env
+from disttrain_probe.contract import progress
+
+PROGRESS_VOLUME = "disttrain-progress"
+PROGRESS_MOUNT = "/var/run/disttrain/progress"
+SIDECAR_NAME = "disttrain-progress"
+INSTALL_NAME = "install-probe"
+SITE_DIR = constants.PROBE_INSTALL_DIR + "/site"  # holds sitecustomize.py (disttrain_probe.install)
+READY_PERIOD_S = 5  # the readinessProbe's periodSeconds: the detection delay's grain
+# the sidecar's own needs: an idle Python plus a short Python run every READY_PERIOD_S
+SIDECAR_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+# prepends SITE_DIR to PYTHONPATH as the container starts, then runs the trainer's argv
+WRAP = ('PYTHONPATH="' + SITE_DIR + '${PYTHONPATH:+:$PYTHONPATH}" exec "$@"')
+
+
+@dataclass(frozen=True)
+class ProgressWatch:
+    """What the watch needs: the probe image (the package and the sidecar's Python) and
+    the seconds without progress after which the sidecar turns not Ready (>= 1)."""
+    image: str
+    stall_after_s: int
+
+
+def watch_problem(trainer: dict[str, Any]) -> Optional[str]:
+    """Why the watch cannot be added to this trainer container, or None."""
+    if not [c for c in list_of(trainer.get("command")) if isinstance(c, str)]:
+        return ("the trainer container has no command (the image's entrypoint runs), so the "
+                "progress recorder cannot be started in it; set command in the template to "
+                "watch training for stalls")
+    return None
+
+
+def wrapped_command(command: list[str], args: list[str]) -> list[str]:
+    """``command + args`` run by ``/bin/sh -c WRAP``: the same argv, SITE_DIR first on
+    PYTHONPATH. Shell-safe: the argv is passed as positional parameters, never parsed."""
+    return ["/bin/sh", "-c", WRAP, "disttrain-progress", *command, *args]
+
+
+def _install_container(image: str) -> dict[str, Any]:
+    return {
+        "name": INSTALL_NAME,
+        "image": image,
+        "command": ["python", "-m", "disttrain_probe.install", constants.PROBE_INSTALL_DIR],
+        "volumeMounts": [{"name": constants.PROBE_VOLUME, "mountPath": constants.PROBE_INSTALL_DIR}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def sidecar_container(watch: ProgressWatch) -> dict[str, Any]:
+    """The native sidecar: idle, Ready while the pod's ranks advance."""
+    return {
+        "name": SIDECAR_NAME,
+        "image": watch.image,
+        "restartPolicy": "Always",
+        "command": ["python", "-c", "import signal; signal.pause()"],
+        "env": [env_var(progress.PROGRESS_DIR_ENV, PROGRESS_MOUNT)],
+        "volumeMounts": [{"name": PROGRESS_VOLUME, "mountPath": PROGRESS_MOUNT, "readOnly": True}],
+        "readinessProbe": {
+            "exec": {"command": ["python", "-m", "disttrain_probe.progress.ready",
+                                 "--stall-after", str(max(1, watch.stall_after_s))]},
+            "periodSeconds": READY_PERIOD_S, "timeoutSeconds": READY_PERIOD_S,
+            "successThreshold": 1, "failureThreshold": 1,
+        },
+        "resources": SIDECAR_RESOURCES,
+    }
+
+
+def add_watch(pod_spec: dict[str, Any], trainer: dict[str, Any], watch: ProgressWatch) -> bool:
+    """Add the watch to ``pod_spec`` and ``trainer`` in place (before the trainer is put back
+    into the pod spec); False, changing nothing, when :func:`watch_problem` refuses it.
+    The install container and the sidecar come first among the init containers, so the
+    package is there before any of the template's own run."""
+    if watch_problem(trainer) is not None:
+        return False
+    ours = {constants.PROBE_VOLUME, PROGRESS_VOLUME}
+    pod_spec["volumes"] = [v for v in list_of(pod_spec.get("volumes"))
+                           if not (isinstance(v, dict) and v.get("name") in ours)] + [
+        {"name": constants.PROBE_VOLUME, "emptyDir": {}}, {"name": PROGRESS_VOLUME, "emptyDir": {}}]
+    inits = [c for c in list_of(pod_spec.get("initContainers"))
+             if not (isinstance(c, dict) and c.get("name") in (INSTALL_NAME, SIDECAR_NAME))]
+    pod_spec["initContainers"] = [_install_container(watch.image), sidecar_container(watch), *inits]
+    command = [c for c in list_of(trainer.get("command")) if isinstance(c, str)]
+    args = [a for a in list_of(trainer.get("args")) if isinstance(a, str)]
+    trainer["command"], trainer["args"] = wrapped_command(command, args), []
+    trainer["env"] = merge_env(trainer.get("env"), [env_var(progress.PROGRESS_DIR_ENV, PROGRESS_MOUNT)])
+    mounts = [m for m in list_of(trainer.get("volumeMounts"))
+              if not (isinstance(m, dict) and m.get("name") in ours)]
+    trainer["volumeMounts"] = mounts + [
+        {"name": constants.PROBE_VOLUME, "mountPath": constants.PROBE_INSTALL_DIR, "readOnly": True},
+        {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_MOUNT}]
+    return True
