@@ -66,3 +66,39 @@ def test_the_wrapper_runs_the_same_argv_with_the_site_dir_first(argv, pythonpath
     got = out.split("\0")[:-1]
     assert got[0] == pw.SITE_DIR + (f":{pythonpath}" if pythonpath else "")
     assert got[1:] == argv
+
+
+def worker(name, ready, started=True):
+    return {"metadata": {"name": name}, "status": {"initContainerStatuses": [
+        {"name": pw.INSTALL_NAME, "ready": False, "started": False},
+        {"name": pw.SIDECAR_NAME, "ready": ready, "started": started}]}}
+
+
+def event(pod, msg, at, path=pw.FIELD_PATH):
+    return {"involvedObject": {"kind": "Pod", "name": pod, "fieldPath": path}, "reason": "Unhealthy",
+            "message": msg, "lastTimestamp": at}
+
+
+def test_only_pods_whose_running_sidecar_is_not_ready_are_read():
+    pods = [worker("w-0", True), worker("w-1", False), worker("w-2", False, started=False),
+            {"metadata": {"name": "w-3"}, "status": {}}]
+    assert pw.not_ready(pods) == ["w-1"]
+
+
+def test_the_latest_readiness_word_of_each_stalled_sidecar_is_kept():
+    events = [event("w-1", "Readiness probe failed: r1 python 40s", "2026-12-06T05:00:10Z"),
+              event("w-1", "Readiness probe failed: r1 python 45s", "2026-12-06T05:00:15Z"),
+              event("w-1", "Liveness probe failed: other", "2026-12-06T05:00:20Z"),
+              event("w-1", "Readiness probe failed: the trainer's", "2026-12-06T05:00:30Z", "spec.containers{trainer}"),
+              event("w-2", "Readiness probe failed: r2 collective", "2026-12-06T05:00:15Z")]
+    words = pw.latest_words(events, ["w-1"])
+    assert words == (pw.ProgressEvent("w-1", "r1 python 45s", "2026-12-06T05:00:15Z"),)
+
+
+@given(st.lists(st.dictionaries(st.sampled_from(["involvedObject", "message", "lastTimestamp", "x"]),
+                                st.none() | st.integers() | st.text(max_size=30) |
+                                st.dictionaries(st.sampled_from(["name", "fieldPath"]), st.text(max_size=30) | st.none()),
+                                max_size=4) | st.integers() | st.none(), max_size=6))
+def test_any_events_are_read_without_raising(events):
+    for w in pw.latest_words(events, ["w-1", ""]):
+        assert isinstance(w.summary, str) and w.summary and len(w.summary) <= 1024

@@ -116,3 +116,59 @@ def add_watch(pod_spec: dict[str, Any], trainer: dict[str, Any], watch: Progress
         {"name": constants.PROBE_VOLUME, "mountPath": constants.PROBE_INSTALL_DIR, "readOnly": True},
         {"name": PROGRESS_VOLUME, "mountPath": PROGRESS_MOUNT}]
     return True
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """The latest word of one pod's progress sidecar: the readiness probe's output (the
+    one-line summary, ``Readiness probe failed: `` removed) and when the kubelet last said it
+    (RFC 3339, as the Event has it; "" when unknown)."""
+    pod: str
+    summary: str
+    at: str
+
+
+def _sidecar_status(pod: dict[str, Any]) -> Optional[dict[str, Any]]:
+    for cs in list_of((pod.get("status") or {}).get("initContainerStatuses")):
+        if isinstance(cs, dict) and cs.get("name") == SIDECAR_NAME:
+            return cs
+    return None
+
+
+def not_ready(pods: list[dict[str, Any]]) -> list[str]:
+    """The names of the pods whose progress sidecar runs and is not Ready (a rank of the pod
+    has not advanced for ``stall_after_s``, or its record is stale)."""
+    out = []
+    for p in pods:
+        cs = _sidecar_status(p)
+        if cs is not None and cs.get("started") is True and cs.get("ready") is False:
+            name = (p.get("metadata") or {}).get("name")
+            if isinstance(name, str):
+                out.append(name)
+    return out
+
+
+READINESS_PREFIX = "Readiness probe failed: "
+FIELD_PATH = f"spec.initContainers{{{SIDECAR_NAME}}}"
+
+
+def latest_words(events: list[dict[str, Any]], pods: list[str]) -> tuple[ProgressEvent, ...]:
+    """Of ``Unhealthy`` Events (as the API returns them, any order), the latest readiness
+    failure of each of ``pods``' progress sidecars. Events of other pods or containers, and
+    ones without a readiness message, are skipped; never raises."""
+    wanted, best = set(pods), dict[str, ProgressEvent]()
+    for e in events:
+        if not isinstance(e, dict):
+            continue
+        obj = e.get("involvedObject") or e.get("involved_object")
+        obj = obj if isinstance(obj, dict) else {}
+        pod, path = obj.get("name"), obj.get("fieldPath") or obj.get("field_path")
+        msg = e.get("message")
+        if pod not in wanted or path != FIELD_PATH or not isinstance(msg, str):
+            continue
+        msg = msg.rpartition(READINESS_PREFIX)[2] if READINESS_PREFIX in msg else ""
+        at = e.get("lastTimestamp") or e.get("last_timestamp") or e.get("eventTime") or e.get("event_time") or ""
+        at = at if isinstance(at, str) else str(at)
+        if msg and (pod not in best or at >= best[pod].at):
+            best[pod] = ProgressEvent(pod, msg.strip()[:1024], at)
+    return tuple(best[p] for p in pods if p in best)

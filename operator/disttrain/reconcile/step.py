@@ -30,7 +30,7 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import gang as gang_objects
 from disttrain.children import kueue as kueue_objects
-from disttrain.children import observe
+from disttrain.children import observe, progresswatch
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import ProbeOutcome
@@ -115,7 +115,9 @@ class Observed:
     namespace, read while the job is probing (:mod:`disttrain.diagnosis.networkpolicy`);
     ``namespace_labels``: the labels of the job's namespace, read with them when there are
     policies (None: not read, or the operator may not get namespaces); ``nodes``: the nodes' allocatable resources, read only while a pod of the job waits for
-    an ``Insufficient`` resource (None: not read, or the operator may not list nodes)."""
+    an ``Insufficient`` resource (None: not read, or the operator may not list nodes);
+    ``progress``: the latest readiness word of each training pod whose progress sidecar is
+    not Ready (:mod:`disttrain.children.progresswatch`; read only then)."""
 
     body: dict[str, Any]
     pods: tuple[dict[str, Any], ...]
@@ -127,6 +129,7 @@ class Observed:
     network_policies: tuple[dict[str, Any], ...] = ()
     nodes: Optional[NodeOffers] = None
     namespace_labels: Optional[dict[str, str]] = None
+    progress: tuple[progresswatch.ProgressEvent, ...] = ()
 
     # one parameter per field of Observed (a constructor that only turns iterables into tuples)
     @classmethod
@@ -135,11 +138,12 @@ class Observed:
            capabilities: Iterable[str] = (), kueue: Optional[kueue_objects.KueueRead] = None,
            network_policies: Iterable[dict[str, Any]] = (),
            nodes: Optional[NodeOffers] = None,
-           namespace_labels: Optional[dict[str, str]] = None) -> "Observed":
+           namespace_labels: Optional[dict[str, str]] = None,
+           progress: Iterable[progresswatch.ProgressEvent] = ()) -> "Observed":
         """From any iterables (copied into tuples; ``kueue`` None: nothing read)."""
         return cls(body, tuple(pods), now, tuple(services), tuple(api_failures),
                    frozenset(capabilities), kueue or kueue_objects.KueueRead(),
-                   tuple(network_policies), nodes, namespace_labels)
+                   tuple(network_policies), nodes, namespace_labels, tuple(progress))
 
 
 @dataclass

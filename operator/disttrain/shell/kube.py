@@ -172,6 +172,13 @@ class Kube:
                                                  limit=limit)
         return [self._plain(e) for e in events.items]
 
+    def list_unhealthy_events(self, namespace: str, limit: int = 500) -> list[dict[str, Any]]:
+        """The ``Unhealthy`` Events (failed probes) on pods of ``namespace`` as dicts, at most
+        ``limit`` (one page): one call whatever the number of pods."""
+        events = self.core.list_namespaced_event(
+            namespace, field_selector="reason=Unhealthy,involvedObject.kind=Pod", limit=limit)
+        return [self._plain(e) for e in events.items]
+
     def get_object(self, api_version: str, kind: str, namespace: Optional[str],
                    name: str) -> Optional[dict[str, Any]]:
         """A custom object (namespaced, or cluster-scoped when ``namespace`` is None) as a

@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.children import kueue, observe
+from disttrain.children import kueue, observe, progresswatch
 from disttrain.shell import metrics
 from disttrain.children.names import JobRef
 from disttrain.shell.kube import Kube, failure_from
@@ -230,6 +230,24 @@ class Reconciler:
             return None
         return word
 
+    def progress_words(self, namespace: str, pods: list[dict]) -> tuple[progresswatch.ProgressEvent, ...]:
+        """The latest readiness word of each training pod whose progress sidecar is not
+        Ready (:mod:`disttrain.children.progresswatch`): one list of the namespace's
+        ``Unhealthy`` Events, made only when such a pod exists. Never raises: a read the
+        operator may not make gives ``()`` (the stall verdict then says less)."""
+        stalled = progresswatch.not_ready([p for p in pods if observe.role(p) == constants.ROLE_WORKER])
+        if not stalled:
+            return ()
+        try:
+            return progresswatch.latest_words(self.kube.list_unhealthy_events(namespace), stalled)
+        except Exception as exc:  # noqa: BLE001 - optional evidence: never fails a step
+            if not self._events_warned:
+                self._events_warned = True
+                f = failure_from(exc, "list", "Event", "")
+                log.warning("cannot list the Events of namespace %s (HTTP %s): the stall verdict "
+                            "cannot say where each rank waits; grant list on events", namespace, f.code)
+            return ()
+
     def kueue(self, namespace: str, job: dict) -> Optional[kueue.KueueRead]:
         """For a job queued in Kueue: its Workload and the ResourceFlavors it was admitted
         with, or why they cannot be read (:mod:`disttrain.reconcile.policies.admission`); None when the
@@ -274,6 +292,7 @@ class Reconciler:
             policies = self.network_policies(namespace, job, pods)
             ns_labels = self.namespace_labels(namespace, policies)
             nodes = self.nodes(namespace, pods)
+            progress = self.progress_words(namespace, pods)
         except Exception as exc:  # noqa: BLE001 - the apiserver may be down: back off, retry
             n = self.read_errors[key] = self.read_errors.get(key, 0) + 1
             f = failure_from(exc, "get", "DistTrainingJob", name)
@@ -285,7 +304,7 @@ class Reconciler:
         seen = Observed.of(job, pods, now or datetime.now(timezone.utc), services=services,
                            api_failures=self.failures_for(key, uid), capabilities=capabilities,
                            kueue=queued, network_policies=policies, nodes=nodes,
-                           namespace_labels=ns_labels)
+                           namespace_labels=ns_labels, progress=progress)
         plan = reconcile(seen, parse_report, probe_image=self.probe_image)
         new_failures = self.kube.apply(job, plan)
         self.remember(key, uid, new_failures)
