@@ -1,6 +1,7 @@
 """pydantic validation repeats the admission rules and names the field."""
 
 import pytest
+from hypothesis import given, strategies as st
 from pydantic import ValidationError
 
 from disttrain.api.types import (
@@ -10,6 +11,7 @@ from disttrain.api.types import (
     spec_error_message,
 )
 
+from ..fuzz.crd_admission import admit
 from ..support.fixtures import TEMPLATE
 
 
@@ -212,3 +214,37 @@ def test_gpus_requested_never_raises(value, gpus):
 @pytest.mark.parametrize("container", [None, [], "x", {"resources": []}, {"resources": {"limits": ["a"]}}])
 def test_gpus_requested_takes_any_shape(container):
     assert gpus_requested(container) == 0
+
+
+def test_a_stall_is_a_wait_for_300_s_by_default_then_handled_as_a_failed_rank():
+    s = DistTrainingJobSpec.model_validate(spec())
+    assert (s.run_policy.stall_timeout_seconds, s.run_policy.on_stall) == (300, "Restart")
+    s = DistTrainingJobSpec.model_validate(spec(runPolicy={"stallTimeoutSeconds": 30, "onStall": "Wait"}))
+    assert (s.run_policy.stall_timeout_seconds, s.run_policy.on_stall) == (30, "Wait")
+
+
+@pytest.mark.parametrize("run_policy, expect", [
+    ({"stallTimeoutSeconds": 29}, "spec.runPolicy.stallTimeoutSeconds: Input should be greater than or equal to 30"),
+    ({"stallTimeoutSeconds": 86401}, "spec.runPolicy.stallTimeoutSeconds: Input should be less than or equal to 86400"),
+    ({"stallTimeoutSeconds": "300"}, "spec.runPolicy.stallTimeoutSeconds: Input should be a valid integer"),
+    ({"stallTimeoutSeconds": 300.5}, "spec.runPolicy.stallTimeoutSeconds: Input should be a valid integer"),
+    ({"stallTimeoutSeconds": True}, "spec.runPolicy.stallTimeoutSeconds: Input should be a valid integer"),
+    ({"onStall": "restart"}, "spec.runPolicy.onStall"),
+    ({"onStall": "Never"}, "spec.runPolicy.onStall"),
+])
+def test_stall_settings_outside_their_bounds_are_refused_naming_the_field(run_policy, expect):
+    assert expect in err(spec(runPolicy=run_policy))
+
+
+@given(st.integers(-2**40, 2**40))
+def test_the_stall_timeout_model_and_crd_agree_on_every_integer(n):
+    ok = 30 <= n <= 86400
+    obj = {"apiVersion": "disttrain.dev/v1alpha1", "kind": "DistTrainingJob", "metadata": {"name": "j"},
+           "spec": spec(runPolicy={"stallTimeoutSeconds": n})}
+    stored, errors = admit(obj)
+    assert (not errors) == ok, errors
+    try:
+        DistTrainingJobSpec.model_validate(spec(runPolicy={"stallTimeoutSeconds": n}))
+        assert ok
+    except ValidationError as e:
+        assert not ok and "spec.runPolicy.stallTimeoutSeconds" in spec_error_message(e)

@@ -47,6 +47,14 @@ class CleanPodPolicy(str, Enum):
     Running = "Running"
     None_ = "None"
 
+class OnStall(str, Enum):
+    """What a stalled job does (runPolicy.onStall)."""
+
+    Restart = "Restart"
+    Fail = "Fail"
+    Wait = "Wait"
+
+
 class GangScheduler(str, Enum):
     """Who schedules the job's pods all or nothing (see docs/scheduling.md)."""
 

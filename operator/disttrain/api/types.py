@@ -30,8 +30,6 @@ from disttrain.api.hostnet import HOST_NETWORK_RULES
 from disttrain.api.shellwords import unknown
 from disttrain.api.common import (
     CamelModel,
-    CleanPodPolicy,
-    GangScheduler,
     KeepPods,
     Launcher,
     ProbeBackend,
@@ -39,6 +37,7 @@ from disttrain.api.common import (
 )
 from disttrain.api.jobname import CEL_EXPLICIT_GANG, explicit_gang
 from disttrain.api.quantity import gpus_requested
+from disttrain.api.runpolicy import MAX_INT32, RunPolicy, SchedulingPolicy  # noqa: F401
 from disttrain.api.status import DistTrainingJobStatus
 
 # Re-exported: callers import the API's names from this module (crdgen, the reconcile loop,
@@ -57,9 +56,6 @@ PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
 MAX_PROC_PER_NODE = 256
 NPROC_MESSAGE = (f"numProcPerNode must be an integer from 1 to {MAX_PROC_PER_NODE} (processes "
                  'on one node) or "auto"')
-# Seconds fields copied into Kubernetes' own int32 fields (PodGroup scheduleTimeoutSeconds,
-# as batch/v1 Job's ttlSecondsAfterFinished) are at most this: 68 years.
-MAX_INT32 = 2**31 - 1
 IFNAME_PATTERN = r"^(auto|\^?[A-Za-z0-9_.:=-]+(,\^?[A-Za-z0-9_.:=-]+)*)$"
 
 
@@ -186,66 +182,6 @@ class ProbeSpec(CamelModel):
     keep_pods: KeepPods = Field(
         KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe."
     )
-
-class SchedulingPolicy(CamelModel):
-    """All-or-nothing scheduling of the probe pods and of the training pods (each a gang of
-    numNodes pods), so a job never holds some nodes while it waits for the rest."""
-
-    gang: GangScheduler = Field(
-        GangScheduler.auto,
-        description="auto: Kubernetes' workload scheduling API (Workload and PodGroup in "
-        "scheduling.k8s.io/v1beta1, GenericWorkload feature gate) when the apiserver serves it, "
-        "else none. workload: that API, required. coscheduling: a PodGroup of "
-        "scheduler-plugins (scheduling.x-k8s.io/v1alpha1) and its scheduler. volcano: a "
-        "Volcano PodGroup (scheduling.volcano.sh/v1beta1) and the volcano scheduler. none: "
-        "pods are scheduled one by one (a job may hold some nodes while it waits for others).",
-    )
-    scheduler_name: Optional[str] = Field(
-        None,
-        max_length=253,
-        description="schedulerName for the pods; default: scheduler-plugins-scheduler with "
-        "coscheduling, volcano with volcano, the template's (or the default scheduler) else.",
-    )
-    schedule_timeout_seconds: Optional[int] = Field(
-        None, strict=True, ge=1, le=MAX_INT32,
-        description="How long, in seconds, the job's pods may wait for the scheduler (at most "
-        "2147483647, the PodGroup field's int32). With any gang setting: when a pod requests "
-        "a resource no node offers (none has it in status.allocatable, or none as much), the "
-        "job fails this long after the pod became unschedulable (ResourceNotOffered; unset: "
-        "300) unless a node autoscaler is adding a node for it. coscheduling: also the "
-        "PodGroup's scheduleTimeoutSeconds (unset: the plugin's default)."
-    )
-
-
-class RunPolicy(CamelModel):
-    """What happens when training fails or ends (Kubeflow's RunPolicy)."""
-
-    scheduling_policy: SchedulingPolicy = Field(default_factory=SchedulingPolicy)
-
-    backoff_limit: int = Field(
-        0, strict=True, ge=0, le=100, description="Gang restarts of all ranks before the job is Failed."
-    )
-    active_deadline_seconds: Optional[int] = Field(
-        None, strict=True, ge=1, le=MAX_INT32,
-        description="Seconds from the start of training until the job is Failed (at most "
-        "2147483647, 68 years)."
-    )
-    ttl_seconds_after_finished: Optional[int] = Field(
-        None, strict=True, ge=0, le=MAX_INT32,
-        description="Seconds after the job finished (Succeeded or Failed) until the "
-        "operator deletes it, and with it its pods and Service (as batch/v1 Job and Kubeflow do; "
-        "at most 2147483647, Job's int32). Unset: the job is kept."
-    )
-    clean_pod_policy: CleanPodPolicy = Field(
-        CleanPodPolicy.Running,
-        description="Pods deleted when the job finishes: Running (still running), All, None.",
-    )
-    reprobe_on_failure: bool = Field(
-        False, strict=True,
-        description="After a rank fails, probe again before restarting, to tell an "
-        "infrastructure fault from a code fault.",
-    )
-
 
 class DistTrainingJobSpec(CamelModel):
     """Desired state of a multi-node PyTorch training job."""
