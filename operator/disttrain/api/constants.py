@@ -71,6 +71,7 @@ CHECK_CONDITIONS = vocabulary.CHECK_CONDITIONS
 ALL_CONDITIONS = vocabulary.ALL_CONDITIONS
 SUSPENDED = vocabulary.SUSPENDED  # written only once a job was suspended (True), False after a resume
 ADMITTED = vocabulary.ADMITTED  # written only for jobs queued in Kueue (label kueue.x-k8s.io/queue-name)
+PROGRESSING = vocabulary.PROGRESSING  # written only while training runs (the stall verdict)
 OPTIONAL_CONDITIONS = vocabulary.OPTIONAL_CONDITIONS
 
 # ---- condition statuses (metav1.ConditionStatus): no module spells them again ----------
@@ -109,6 +110,7 @@ QUIET_REASONS = frozenset(PASS_REASON.values()) | {
     vocabulary.NOT_CHECKED, vocabulary.PROBING, vocabulary.PROBES_PENDING, vocabulary.NOT_REACHED,
     vocabulary.PROBE_DISABLED, vocabulary.TRAINING_PENDING, vocabulary.TRAINING_RUNNING, vocabulary.RESTARTING,
     vocabulary.JOB_SUSPENDED, vocabulary.JOB_RESUMED, vocabulary.WORKLOAD_ADMITTED, vocabulary.WAITING_FOR_QUOTA,
+    vocabulary.COLLECTIVES_ADVANCING, vocabulary.PROGRESS_NOT_REPORTED, vocabulary.RANKS_WAITING,
 }
 
 # Reasons of a job that waits (not a verdict): the condition can still turn either way.

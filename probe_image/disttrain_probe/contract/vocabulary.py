@@ -39,10 +39,12 @@ CHECK_CONDITIONS = (PROBES_SCHEDULED, MASTER_REACHABLE, NETWORK_VALIDATED, VERSI
                     COLLECTIVE_VALIDATED)
 PROBE_CHECKS = CHECK_CONDITIONS[1:]  # the checks decided from probe reports
 ALL_CONDITIONS = CHECK_CONDITIONS + (VALIDATED, TRAINING_STARTED, SUCCEEDED, FAILED)
-# Written only when they apply: a job queued in Kueue; a job that was suspended.
+# Written only when they apply: a job queued in Kueue; a job that was suspended; a job whose
+# training runs (whether its collectives advance: the stall verdict, disttrain.diagnosis.stall).
 ADMITTED = "Admitted"
 SUSPENDED = "Suspended"
-OPTIONAL_CONDITIONS = (ADMITTED, SUSPENDED)
+PROGRESSING = "Progressing"
+OPTIONAL_CONDITIONS = (ADMITTED, SUSPENDED, PROGRESSING)
 
 FAILURE = "failure"
 WARNING = "warning"
@@ -243,6 +245,22 @@ WORKLOAD_EVICTED = _r("WorkloadEvicted", (ADMITTED,) + CHECK_CONDITIONS + (VALID
                       _G, OPERATOR)
 WORKLOAD_DEACTIVATED = _r("WorkloadDeactivated", (FAILED, ADMITTED, SUCCEEDED), _F, OPERATOR)
 KUEUE_UNAVAILABLE = _r("KueueUnavailable", (ADMITTED,), _G, OPERATOR)
+
+# ---- Progressing (written while training runs: disttrain.diagnosis.stall) ---------------
+COLLECTIVES_ADVANCING = _r("CollectivesAdvancing", (PROGRESSING,), _P, OPERATOR)
+# a rank far slower than the others (they wait for it in every step): True, naming its node
+STRAGGLER = _r("Straggler", (PROGRESSING,), _W, OPERATOR)
+# no rank's progress record heard yet (or none for long: the operator cannot tell)
+PROGRESS_NOT_REPORTED = _r("ProgressNotReported", (PROGRESSING,), _G, OPERATOR)
+# some ranks wait for others, within runPolicy.stallTimeoutSeconds: a wait, not a fault yet
+RANKS_WAITING = _r("RanksWaiting", (PROGRESSING,), _G, OPERATOR)
+RANK_STUCK_IN_PYTHON = _r("RankStuckInPython", (PROGRESSING,), _F, OPERATOR)
+RANK_UNRESPONSIVE = _r("RankUnresponsive", (PROGRESSING,), _F, OPERATOR)
+# every rank waits in the same collective: the link, NCCL or a GPU (the evidence decides)
+COLLECTIVE_STALLED = _r("CollectiveStalled", (PROGRESSING,), _F, OPERATOR)
+# the ranks wait in different collectives: a code path some ranks took and others did not
+COLLECTIVES_MISMATCHED = _r("CollectivesMismatched", (PROGRESSING,), _F, OPERATOR)
+STALL_NOT_ATTRIBUTED = _r("StallNotAttributed", (PROGRESSING,), _F, OPERATOR)
 
 REASONS: Dict[str, Reason] = {}
 for _x in _T:
