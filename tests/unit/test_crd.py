@@ -45,7 +45,7 @@ def test_every_spec_field_has_a_description():
 def test_printer_columns_and_names():
     crd = yaml.safe_load(CRD.read_text())
     v = crd["spec"]["versions"][0]
-    assert [col["name"] for col in v["additionalPrinterColumns"]] == ["Phase", "Nodes", "Interface", "NCCL", "Bus BW", "Age"]
+    assert [col["name"] for col in v["additionalPrinterColumns"]] == ["Phase", "Nodes", "Interface", "NCCL", "Bus BW", "Progress", "Age"]
     assert crd["spec"]["names"]["shortNames"] == ["dtj"]
     assert v["subresources"] == {"status": {}}
 

@@ -28,7 +28,8 @@ def test_every_key_is_a_field_of_the_crds_status():
     where = {"status": schema,
              "status.nodes[]": schema["properties"]["nodes"]["items"],
              "status.probe": schema["properties"]["probe"],
-             "status.rendezvous": schema["properties"]["rendezvous"]}
+             "status.rendezvous": schema["properties"]["rendezvous"],
+             "status.progress": schema["properties"]["progress"]}
     assert set(jobstatus.KEYS) == set(where)
     for path, keys in jobstatus.KEYS.items():
         for key in keys:
@@ -81,6 +82,20 @@ def test_probe_summary_takes_the_models_names_and_leaves_out_none():
     assert raw["probe"] == {"attempt": 1, "busBandwidthGBps": 1.5, "phaseSeconds": {}}
     with pytest.raises(KeyError):
         JobStatus(raw).set_probe_summary(busbw=1.0)
+
+
+def test_progress_takes_the_stall_verdicts_fields_under_the_wire_names():
+    from disttrain.diagnosis.stall import RankObservation, judge
+
+    obs = [RankObservation(0, "node-a", "python", seq=9, seq_age_s=400, frame="a.py:1 (f)", heard_age_s=1),
+           RankObservation(1, "node-b", "collective", seq=10, seq_age_s=400, waiting_op="all_reduce",
+                           waiting_seq=10, heard_age_s=1)]
+    raw: dict = {}
+    JobStatus(raw).set_progress(**judge(obs, 2, 300, 1_000_000.0).status_fields())
+    assert raw["progress"] == {"seq": 10, "summary": "#10 (RankStuckInPython: rank 0)",
+                               "since": "1970-01-12T13:40:00Z", "ranks": [0], "nodes": ["node-a"]}
+    with pytest.raises(KeyError):
+        JobStatus(raw).set_progress(step=1)
 
 
 def test_nodes_by_rank_skip_entries_without_an_integer_rank_and_the_later_wins():

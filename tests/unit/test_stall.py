@@ -193,6 +193,19 @@ def test_any_observations_give_a_bounded_one_line_verdict(obs, world, timeout, l
     assert v.reason in V.REASONS and V.PROGRESSING in V.REASONS[v.reason].conditions
     assert v.act == (v.status == constants.FALSE)
     assert set(v.ranks) <= {o.rank for o in obs}
+    fields = v.status_fields()
+    assert len(fields["summary"]) <= 80 and len(fields["ranks"]) <= 64 and len(fields["nodes"]) <= 16
+
+
+def test_the_progress_column_says_the_seq_then_the_reason_and_culprit():
+    assert judge([wait(r, age=2) for r in range(4)], 4, T, NOW).summary() == "#1533"
+    v = judge([python(r) for r in range(0, 64, 2)] + [wait(r) for r in range(1, 64, 2)], 64, T, NOW)
+    assert v.summary() == "#1533 (RankStuckInPython: ranks 0, 2 +30)"
+    links = [("node-a", "node-c", "eth1", "has carried nothing since 12:03:07")]
+    assert judge([wait(r) for r in range(8)], 8, T, NOW, links).summary() == (
+        "#1533 (CollectiveStalled: node-a, node-c)")
+    assert judge([], 2, T, NOW).status_fields() == {
+        "seq": None, "summary": "- (ProgressNotReported)", "since": None, "ranks": [], "nodes": []}
 
 
 @given(obs=st.lists(observation, min_size=1, max_size=40), world=st.integers(1, 48))

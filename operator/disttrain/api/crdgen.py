@@ -152,6 +152,37 @@ def _description(model: type[BaseModel]) -> str:
     return model.__doc__.strip()
 
 
+# The columns of ``kubectl get dtj``.
+PRINTER_COLUMNS: list[dict[str, Any]] = [
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "Nodes", "type": "integer", "jsonPath": ".spec.numNodes"},
+    {
+        "name": "Interface",
+        "type": "string",
+        "jsonPath": ".status.rendezvous.socketIfname",
+    },
+    {"name": "NCCL", "type": "string", "jsonPath": ".status.nodes[0].nccl"},
+    {
+        "name": "Bus BW",
+        "type": "number",
+        "format": "float",
+        "description": "all-reduce busbw in GB/s",
+        "jsonPath": ".status.probe.busBandwidthGBps",
+    },
+    {
+        "name": "Progress",
+        "type": "string",
+        "description": "collective #seq; the stall's reason and culprit",
+        "jsonPath": ".status.progress.summary",
+    },
+    {
+        "name": "Age",
+        "type": "date",
+        "jsonPath": ".metadata.creationTimestamp",
+    },
+]
+
+
 def build_crd() -> dict[str, Any]:
     """The CustomResourceDefinition as a dict (apiextensions.k8s.io/v1)."""
     # No null is kept in the spec (the apiserver drops it: unset), and Kubernetes' own shapes
@@ -182,28 +213,7 @@ def build_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {"name": "Nodes", "type": "integer", "jsonPath": ".spec.numNodes"},
-                        {
-                            "name": "Interface",
-                            "type": "string",
-                            "jsonPath": ".status.rendezvous.socketIfname",
-                        },
-                        {"name": "NCCL", "type": "string", "jsonPath": ".status.nodes[0].nccl"},
-                        {
-                            "name": "Bus BW",
-                            "type": "number",
-                            "format": "float",
-                            "description": "all-reduce busbw in GB/s",
-                            "jsonPath": ".status.probe.busBandwidthGBps",
-                        },
-                        {
-                            "name": "Age",
-                            "type": "date",
-                            "jsonPath": ".metadata.creationTimestamp",
-                        },
-                    ],
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
                     "schema": {
                         "openAPIV3Schema": {
                             "type": "object",

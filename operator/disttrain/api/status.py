@@ -95,6 +95,23 @@ class ProbeStatus(CamelModel):
         "choice).")
 
 
+class ProgressStatus(CamelModel):
+    """Whether training advances: the stall verdict behind the Progressing condition."""
+
+    seq: Optional[int] = Field(
+        None, description="The highest collective sequence number (on the default process "
+        "group) a rank reported.")
+    summary: Optional[str] = Field(
+        None, description="The Progress column: #<seq>, then the reason and the culprit when "
+        "the collectives wait or stalled, e.g. #1533 (RankStuckInPython: rank 3).")
+    since: Optional[str] = Field(
+        None, description="RFC 3339: since when the ranks wait (unset while they advance).")
+    ranks: list[int] = Field(
+        default_factory=list, description="The ranks the verdict singles out (at most 64).")
+    nodes: list[str] = Field(
+        default_factory=list, description="Their nodes, or a silent link's (at most 16).")
+
+
 class DistTrainingJobStatus(CamelModel):
     """Observed state; written by the operator only."""
 
@@ -117,6 +134,9 @@ class DistTrainingJobStatus(CamelModel):
         None, description="RFC 3339: the first training pod was created.")
     completion_time: Optional[str] = Field(
         None, description="RFC 3339: the job finished (Succeeded or Failed).")
+    progress: Optional[ProgressStatus] = Field(
+        None, description="While training runs: whether its collectives advance (the "
+        "Progressing condition's verdict).")
     name_conflict_since: Optional[str] = Field(
         None, description="RFC 3339: since when a pod name the job must create is held by a "
         "pod that is not the job's (NameConflict); cleared once the name is free.")

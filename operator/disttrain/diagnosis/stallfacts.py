@@ -6,6 +6,7 @@ consistent (:class:`Facts`), and the verdict (:class:`StallVerdict`) the rules o
 from __future__ import annotations
 
 import math
+from datetime import datetime, timezone
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Sequence, Union
 
@@ -96,6 +97,38 @@ class StallVerdict:
         """As :class:`~disttrain.diagnosis.verdicts.Verdict`, for
         :func:`disttrain.reconcile.conditions.set_condition` on ``Progressing``."""
         return Verdict(self.status, self.reason, self.message)
+
+    def summary(self) -> str:
+        """The Progress column (at most 80 characters): ``#1533`` while the collectives
+        advance, else with the reason and the culprit, ``#1533 (RankStuckInPython: rank 3)``."""
+        seq = f"#{self.seq}" if self.seq is not None else "-"
+        if self.reason == V.COLLECTIVES_ADVANCING:
+            return seq
+        if self.ranks:
+            who = f"rank {self.ranks[0]}" if len(self.ranks) == 1 else (
+                f"ranks {self.ranks[0]}, {self.ranks[1]}" + (f" +{len(self.ranks) - 2}" if len(self.ranks) > 2 else ""))
+        else:
+            who = messages.node_list(list(self.nodes), 2)
+        return messages.cut(f"{seq} ({self.reason}{': ' + who if who else ''})", 80)
+
+    def status_fields(self) -> dict[str, Any]:
+        """``status.progress`` as :class:`~disttrain.api.status.ProgressStatus` fields by
+        their Python names (for :meth:`disttrain.reconcile.jobstatus.JobStatus.set_progress`):
+        ``seq``, ``summary``, ``since`` (RFC 3339, left out when unknown), ``ranks`` (at most
+        64) and ``nodes`` (at most 16)."""
+        return {"seq": self.seq, "summary": self.summary(), "since": rfc3339(self.since),
+                "ranks": list(self.ranks[:64]), "nodes": list(self.nodes[:16])}
+
+
+def rfc3339(t: Optional[float]) -> Optional[str]:
+    """Unix seconds ``t`` as RFC 3339 UTC with second precision; None for None or a time
+    no calendar holds."""
+    if t is None:
+        return None
+    try:
+        return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from disttrain.api.status import DistTrainingJobStatus, NodeResult, ProbeStatus, RendezvousStatus
+from disttrain.api.status import DistTrainingJobStatus, NodeResult, ProbeStatus, ProgressStatus, RendezvousStatus
 
 
 def _alias(model: type[BaseModel], name: str) -> str:
@@ -44,6 +44,7 @@ _PROBE = _alias(DistTrainingJobStatus, "probe")
 _RENDEZVOUS = _alias(DistTrainingJobStatus, "rendezvous")
 _OBSERVED_GENERATION = _alias(DistTrainingJobStatus, "observed_generation")
 _PHASE = _alias(DistTrainingJobStatus, "phase")
+_PROGRESS = _alias(DistTrainingJobStatus, "progress")
 _RANK = _alias(NodeResult, "rank")
 _ATTEMPT = _alias(ProbeStatus, "attempt")
 _PROBE_START = _alias(ProbeStatus, "start_time")
@@ -56,10 +57,11 @@ _SOCKET_IFNAME = _alias(RendezvousStatus, "socket_ifname")
 # against the CRD's schema as well).
 KEYS: dict[str, tuple[str, ...]] = {
     "status": (_CONDITIONS, _RESTARTS, _SUSPENSIONS, _START_TIME, _COMPLETION_TIME,
-               _NAME_CONFLICT_SINCE, _NODES, _PROBE, _RENDEZVOUS, _OBSERVED_GENERATION, _PHASE),
+               _NAME_CONFLICT_SINCE, _NODES, _PROBE, _RENDEZVOUS, _OBSERVED_GENERATION, _PHASE, _PROGRESS),
     "status.nodes[]": (_RANK,),
     "status.probe": (_ATTEMPT, _PROBE_START, _PROBE_COMPLETION),
     "status.rendezvous": (_MASTER_ADDR, _MASTER_PORT, _SOCKET_IFNAME),
+    "status.progress": tuple(_alias(ProgressStatus, k) for k in ProgressStatus.model_fields),
 }
 
 _UNSET: Any = object()
@@ -231,6 +233,13 @@ class JobStatus:
         (``attempt``, ``start_time``, ``duration_seconds``, ``bus_bandwidth_gbps``, ...);
         None values are left out. Raises KeyError for a name the model does not have."""
         self.raw[_PROBE] = {_alias(ProbeStatus, k): v for k, v in fields.items() if v is not None}
+
+    def set_progress(self, **fields: Any) -> None:
+        """Replace ``status.progress`` (the stall verdict:
+        :meth:`disttrain.diagnosis.stallfacts.StallVerdict.status_fields`): ``fields`` are
+        :class:`~disttrain.api.status.ProgressStatus` fields by their Python names; None
+        values are left out. Raises KeyError for a name the model does not have."""
+        self.raw[_PROGRESS] = {_alias(ProgressStatus, k): v for k, v in fields.items() if v is not None}
 
     @property
     def rendezvous(self) -> RendezvousRecord:
