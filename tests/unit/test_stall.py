@@ -210,7 +210,7 @@ def test_the_progress_column_says_the_seq_then_the_reason_and_culprit():
 
 @given(obs=st.lists(observation, min_size=1, max_size=40), world=st.integers(1, 48))
 def test_progressing_is_never_true_when_every_rank_is_stale_beyond_the_timeout(obs, world):
-    old = [O(o.rank, o.node, o.where, o.seq, T + abs(hash(o.node)) % 1000, o.waiting_op, o.waiting_seq,
+    old = [O(o.rank, o.node, o.where, o.seq, T + len(o.node), o.waiting_op, o.waiting_seq,
              o.frame, o.heard_age_s, o.waiting_age_s, o.wait_share) for o in obs]
     assert judge(old, world, T, NOW).status != constants.TRUE
 
@@ -223,3 +223,24 @@ def test_stuck_in_python_names_exactly_the_ranks_in_python_when_all_others_wait(
     v = judge(obs, world, T, NOW)
     assert v.reason == (V.RANK_STUCK_IN_PYTHON if age >= T else V.RANKS_WAITING)
     assert v.ranks == tuple(sorted(py))
+
+
+def test_a_record_becomes_an_observation_naming_the_users_frame():
+    from disttrain.diagnosis.stallfacts import observation
+
+    rec = progress.RankProgress(
+        rank=3, local_rank=0, world_size=8, pid=7, written_at=NOW - 2, where=progress.IN_PYTHON, seq=1532,
+        seq_advanced_at=NOW - 300, stack=(
+            progress.Frame("/usr/lib/python3.11/threading.py", 320, "wait"),
+            progress.Frame("/usr/local/lib/python3.11/site-packages/torch/utils/data/dataloader.py", 1, "next"),
+            progress.Frame("/workspace/train.py", 88, "load_batch")))
+    o = observation(rec, "node-c", NOW)
+    assert (o.rank, o.node, o.where, o.seq, o.seq_age_s, o.heard_age_s, o.frame) == (
+        3, "node-c", progress.IN_PYTHON, 1532, 300, 2, "train.py:88 (load_batch)")
+    waiting = progress.RankProgress(rank=1, local_rank=1, world_size=8, pid=8, written_at=0.0,
+                                    where=progress.IN_COLLECTIVE, seq=1533, seq_advanced_at=NOW - 300,
+                                    waiting=progress.Collective("all_reduce", 1533, "started", NOW - 300))
+    o = observation(waiting, "node-a", NOW, heard_at=NOW - 1)
+    assert (o.waiting_op, o.waiting_seq, o.waiting_age_s, o.heard_age_s, o.frame) == (
+        "all_reduce", 1533, 300, 1, None)
+    assert judge([observation(rec, "node-c", NOW), o], 8, T, NOW).ranks == (3,)

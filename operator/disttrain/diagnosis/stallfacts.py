@@ -32,7 +32,8 @@ class RankObservation:
     the rank's last ``seq`` change to ``now``. ``waiting_op``/``waiting_seq``: the oldest
     collective not completed; ``waiting_age_s``: seconds since it was issued (None: taken
     as ``seq_age_s``). ``frame``: the innermost frame of the user's code, e.g.
-    ``train.py:88 (load_batch)``. ``heard_age_s``: seconds since the record was written or
+    ``train.py:88 (load_batch)`` (:func:`observation` builds one from a record).
+    ``heard_age_s``: seconds since the record was written or
     the operator last heard of it (None: never). ``wait_share``: the share (0-1) of the
     shell's recent samples in which the rank waited in a collective (None: not measured).
     Ages below 0 (clock skew) count as 0; values of the wrong type as unknown."""
@@ -48,6 +49,39 @@ class RankObservation:
     heard_age_s: Optional[float] = None
     waiting_age_s: Optional[float] = None
     wait_share: Optional[float] = None
+
+
+# Frames of these files are torch's or Python's own: the frame a message names is the
+# innermost one outside them (the user's code), else the innermost.
+_LIBRARY_PARTS = ("/torch/", "/site-packages/", "/dist-packages/", "/lib/python3", "<frozen ")
+
+
+def user_frame(stack: Sequence[progress.Frame]) -> Optional[str]:
+    """``train.py:88 (load_batch)``: the innermost frame of ``stack`` (innermost first)
+    outside torch and the standard library, else the innermost; None for no frame."""
+    if not stack:
+        return None
+    mine = [fr for fr in stack if not any(p in fr.file for p in _LIBRARY_PARTS)]
+    fr = (mine or list(stack))[0]
+    return f"{fr.file.rsplit('/', 1)[-1]}:{fr.line} ({fr.func})"
+
+
+def observation(rec: progress.RankProgress, node: str, now: float,
+                heard_at: Optional[float] = None) -> RankObservation:
+    """The :class:`RankObservation` of a parsed record of a rank on ``node``: its ages
+    measured to ``now`` (Unix s, the operator's clock) from the record's times (the
+    writer's clock: a skew shows as an age off by as much, negative ages count as 0), and
+    ``heard_age_s`` from ``heard_at`` (when the operator last heard of it) or else the
+    record's ``written_at``. A time of 0 (not recorded) gives an unknown age."""
+    def age(t: float) -> Optional[float]:
+        return now - t if t > 0 else None
+
+    w = rec.waiting
+    return RankObservation(
+        rank=rec.rank, node=node, where=rec.where, seq=rec.seq, seq_age_s=age(rec.seq_advanced_at),
+        waiting_op=w.op if w else None, waiting_seq=w.seq if w else None,
+        frame=user_frame(rec.stack), heard_age_s=age(heard_at if heard_at is not None else rec.written_at),
+        waiting_age_s=age(w.since) if w else None)
 
 
 @dataclass(frozen=True)
