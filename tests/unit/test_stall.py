@@ -244,3 +244,20 @@ def test_a_record_becomes_an_observation_naming_the_users_frame():
     assert (o.waiting_op, o.waiting_seq, o.waiting_age_s, o.heard_age_s, o.frame) == (
         "all_reduce", 1533, 300, 1, None)
     assert judge([observation(rec, "node-c", NOW), o], 8, T, NOW).ranks == (3,)
+
+
+@given(world=st.integers(2, 64), data=st.data())
+def test_unresponsive_names_exactly_the_silent_ranks_when_the_others_wait(world, data):
+    silent = data.draw(st.sets(st.integers(0, world - 1), min_size=1, max_size=world - 1))
+    heard = data.draw(st.floats(31, 10**6))
+    obs = [wait(r, heard=heard if r in silent else 1.0) for r in range(world)]
+    v = judge(obs, world, T, NOW)
+    assert (v.reason, v.ranks) == (V.RANK_UNRESPONSIVE, tuple(sorted(silent)))
+
+
+@given(world=st.integers(1, 16), links=links)
+def test_a_stalled_collective_blames_only_nodes_the_link_evidence_names(world, links):
+    v = judge([wait(r) for r in range(world)], world, T, NOW, links)
+    named = {n for link in links or () for n in link[:2]}
+    assert v.reason == V.COLLECTIVE_STALLED and v.ranks == () and set(v.nodes) <= named
+    assert v.nodes or "nothing yet says which" in v.message
