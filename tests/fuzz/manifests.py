@@ -334,6 +334,8 @@ RUN_POLICY_FIELDS = {
     "ttlSecondsAfterFinished": maybe_unset(ints(0, 2**31 - 1)),
     "cleanPodPolicy": maybe_unset(st.sampled_from(["All", "Running", "None", "Some"])),
     "reprobeOnFailure": maybe_unset(st.booleans()),
+    "stallTimeoutSeconds": maybe_unset(ints(30, 86400)),
+    "onStall": maybe_unset(st.sampled_from(["Restart", "Fail", "Wait", "restart", "Never"])),
 }
 SPEC_REQUIRED = {
     "numNodes": maybe(weighted((12, st.integers(1, 8)), (2, st.sampled_from([10, 11, 100, 101, 4096])),
