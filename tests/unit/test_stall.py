@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 from disttrain.api import constants
 from disttrain.diagnosis import stalltext
-from disttrain.diagnosis.stall import RULES, LinkSilence, RankObservation as O, judge
+from disttrain.diagnosis.stall import ADVANCING, RULES, LinkSilence, RankObservation as O, judge
 from disttrain_probe.contract import progress, vocabulary as V
 
 NOW = 10_000.0
@@ -177,7 +177,7 @@ ages = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.i
 text = st.one_of(st.none(), st.text(max_size=300))
 observation = st.builds(
     O, rank=st.integers(-3, 40), node=st.text(max_size=80),
-    where=st.sampled_from(progress.WHERES + ("?",)), seq=st.one_of(st.none(), st.integers(-5, 10**9)),
+    where=st.sampled_from(progress.WHERES + (ADVANCING, "?")), seq=st.one_of(st.none(), st.integers(-5, 10**9)),
     seq_age_s=ages, waiting_op=text, waiting_seq=st.one_of(st.none(), st.integers(-5, 10**9)), frame=text,
     heard_age_s=ages, waiting_age_s=ages, wait_share=st.one_of(st.none(), st.floats()))
 links = st.one_of(st.none(), st.lists(st.tuples(st.sampled_from(["node-a", "node-b", "x"]),
@@ -261,3 +261,14 @@ def test_a_stalled_collective_blames_only_nodes_the_link_evidence_names(world, l
     named = {n for link in links or () for n in link[:2]}
     assert v.reason == V.COLLECTIVE_STALLED and v.ranks == () and set(v.nodes) <= named
     assert v.nodes or "nothing yet says which" in v.message
+
+
+def test_ranks_of_a_ready_sidecar_advance_and_are_never_culprits():
+    ready = [O(r, node(r), ADVANCING, seq_age_s=3, heard_age_s=3) for r in range(4)]
+    v = judge(ready, 4, T, NOW)
+    assert (v.status, v.reason) == (constants.TRUE, V.COLLECTIVES_ADVANCING)
+    obs = ready + [python(4)] + [wait(r) for r in range(5, 8)]
+    v = judge(obs, 8, T, NOW)
+    assert (v.reason, v.ranks) == (V.RANK_STUCK_IN_PYTHON, (4,))
+    v = judge(ready + [wait(r) for r in range(4, 8)], 8, T, NOW)
+    assert v.status == constants.FALSE and v.ranks == ()

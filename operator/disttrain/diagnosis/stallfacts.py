@@ -21,14 +21,20 @@ QUIET_S = 30.0  # a wait in one collective this long is no longer a step's ordin
 STALE_S = 30.0  # a record not heard for this long is stale: its rank stopped answering (s)
 MAX_WORLD = 1 << 21  # world sizes beyond this are taken as this (numNodes 4096 x 256 procs)
 MAX_AGE_S = 10 * 365 * 86400.0  # ages are clipped to ten years
+# A rank known to advance without its record's detail: its pod's progress sidecar is Ready
+# (every rank of the pod advanced within the sidecar's window); never a culprit.
+ADVANCING = "advancing"
+WHERES = progress.WHERES + (ADVANCING,)
 
 
 @dataclass(frozen=True)
 class RankObservation:
     """What the operator knows of one rank.
 
-    ``where``: ``progress.IN_COLLECTIVE``, ``IN_PYTHON`` or ``NOT_STARTED`` (anything else:
-    unknown). ``seq``: collectives issued on the default group. ``seq_age_s``: seconds from
+    ``where``: ``progress.IN_COLLECTIVE``, ``IN_PYTHON``, ``NOT_STARTED``, or
+    :data:`ADVANCING` for a rank of a pod whose progress sidecar is Ready (give it the
+    seconds since the sidecar last passed as ``seq_age_s`` and ``heard_age_s``); anything
+    else: unknown. ``seq``: collectives issued on the default group. ``seq_age_s``: seconds from
     the rank's last ``seq`` change to ``now``. ``waiting_op``/``waiting_seq``: the oldest
     collective not completed; ``waiting_age_s``: seconds since it was issued (None: taken
     as ``seq_age_s``). ``frame``: the innermost frame of the user's code, e.g.
@@ -242,7 +248,7 @@ def _rank(o: RankObservation) -> _Rank:
     share = _age(o.wait_share)
     return _Rank(
         rank=o.rank, node=T.clean(o.node, T.NODE_CHARS) or "an unknown node",
-        where=o.where if o.where in progress.WHERES else None, seq=_count(o.seq), seq_age=seq_age,
+        where=o.where if o.where in WHERES else None, seq=_count(o.seq), seq_age=seq_age,
         wait_age=max(wait_age, heard or 0.0) if wait_age is not None else seq_age,
         op=T.clean(o.waiting_op, T.OP_CHARS) or None, wseq=_count(o.waiting_seq),
         frame=T.clean(o.frame, T.FRAME_CHARS), heard=heard,
