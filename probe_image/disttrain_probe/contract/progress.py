@@ -11,8 +11,10 @@ issued on the default process group (``ProcessGroup._get_sequence_number_for_gro
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, List, Optional, Sequence, Union
+from urllib.parse import quote, unquote
 
 PROGRESS_VERSION = 1  # the record's ``v``; any other is refused by :func:`parse`
 PROGRESS_DIR_ENV = "DISTTRAIN_PROGRESS_DIR"  # where the recorder writes, set on training pods
@@ -20,6 +22,10 @@ PROGRESS_INTERVAL_S = 1.0  # how often the recorder rewrites its file (seconds)
 MAX_FRAMES = 8  # frames kept of the main thread's stack, innermost first
 MAX_RECORD_BYTES = 4096  # a record larger than this is refused (bytes)
 MAX_TEXT = 200  # characters kept of a file name, function name or op name
+STALE_AFTER_S = 5 * PROGRESS_INTERVAL_S  # a record not rewritten for this long: the writer is frozen or gone
+DEFAULT_STALL_AFTER_S = 60.0  # ``ready``'s default: a rank whose seq has not advanced for longer is stalled
+MAX_SUMMARY_BYTES = 900  # the readiness probe's one line (the kubelet carries it in an Event)
+SUMMARY_PREFIX = "progress:"
 
 # Where the main thread is, as the recorder judges it.
 IN_COLLECTIVE = "collective"  # waits for a collective (Flight Recorder or a torch frame says so)
@@ -146,3 +152,177 @@ def _required_int(d: dict, key: str) -> int:
 def file_name(rank: int) -> str:
     """The record's file name in :data:`PROGRESS_DIR_ENV` for global ``rank``."""
     return f"rank-{rank}.json"
+
+
+# ---------------------------------------------------------------------------------------
+# The readiness probe's one-line summary of a pod's records (``disttrain_probe.progress.ready``
+# prints it; the operator reads it back from the Event "Readiness probe failed: <line>").
+#
+#   progress: r0 collective seq=1001 idle=12s op=all_reduce at=train.py:19(main); r1 python
+#   seq=1000 idle=12s at=train.py:30(step) stale; unreadable file=rank-3.json error=not%20JSON
+#
+# Segments are joined by "; ", fields by " "; values are percent-quoted (never a space, ";"
+# or "="), so any file or function name survives. ``seq=-`` before init_process_group. When
+# the line would pass MAX_SUMMARY_BYTES, ``at`` is dropped (collective ranks first), then
+# ``op``, then trailing segments, replaced by "+N more".
+
+UNREADABLE = "unreadable"  # a record file that could not be read or parsed
+_SAFE = "/:._()-,<>@+[]"
+_RANK = re.compile(r"^r(\d{1,9})$")
+_IDLE = re.compile(r"^(\d{1,12})s$")
+_MORE = re.compile(r"^\+(\d{1,9}) more$")
+
+
+def _q(text: str) -> str:
+    return quote(text, _SAFE, errors="replace")
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A record file of the directory that could not be read or parsed: its name, why."""
+    file: str
+    error: str
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One segment of the summary: a rank's state (``rank`` None and ``where`` UNREADABLE
+    for a file that could not be read, with ``file`` and ``error``). ``idle_s`` is whole
+    seconds since ``seq`` advanced; ``op`` the collective waited in ("" when none); ``at``
+    the innermost user frame ``file:line(func)`` ("" when unknown); ``stale``: the record
+    was not rewritten for :data:`STALE_AFTER_S` (the process is frozen or gone)."""
+    rank: Optional[int]
+    where: str
+    seq: Optional[int] = None
+    idle_s: int = 0
+    op: str = ""
+    at: str = ""
+    stale: bool = False
+    file: str = ""
+    error: str = ""
+
+
+def _library(path: str) -> bool:
+    p = path.replace("\\", "/")
+    return (p.startswith("<") or "/torch/" in p
+            or (re.search(r"/lib/python3\.\d+/", p) is not None and "-packages/" not in p))
+
+
+def user_frame(stack: Sequence[Frame]) -> str:
+    """The innermost frame outside torch and the standard library, as ``dir/file.py:line(func)``
+    (at most two path components); the innermost frame when all are library; "" for none."""
+    if not stack:
+        return ""
+    f = next((f for f in stack if not _library(f.file)), stack[0])
+    short = "/".join(f.file.replace("\\", "/").split("/")[-2:])
+    return f"{short}:{f.line}({f.func})"
+
+
+def _fit(text: str, limit: int) -> str:
+    """``text`` (lone surrogates as "?") cut to whole characters whose quoted form fits
+    ``limit`` bytes, so a clipped value quotes and parses back unchanged."""
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    size = 0
+    for i, ch in enumerate(text):
+        size += len(_q(ch))
+        if size > limit:
+            return text[:i]
+    return text
+
+
+def summary_of(record: Union[RankProgress, Unreadable], now: float) -> RankSummary:
+    """One record (or unreadable file) as a summary segment, ``now`` in Unix seconds."""
+    if isinstance(record, Unreadable):
+        return RankSummary(rank=None, where=UNREADABLE, file=_fit(record.file, 100),
+                           error=_fit(record.error, 120))
+    return RankSummary(rank=record.rank, where=record.where, seq=record.seq,
+                       idle_s=max(0, int(now - record.seq_advanced_at)),
+                       op=_fit(record.waiting.op, 100) if record.waiting else "",
+                       at=_fit(user_frame(record.stack), 160),
+                       stale=now - record.written_at > STALE_AFTER_S)
+
+
+def _segment(s: RankSummary, at: bool, op: bool) -> str:
+    if s.where == UNREADABLE:
+        return f"{UNREADABLE} file={_q(s.file)} error={_q(s.error)}"
+    parts = [f"r{s.rank}", s.where, f"seq={'-' if s.seq is None else s.seq}", f"idle={s.idle_s}s"]
+    if s.op and op:
+        parts.append(f"op={_q(s.op)}")
+    if s.at and at:
+        parts.append(f"at={_q(s.at)}")
+    if s.stale:
+        parts.append("stale")
+    return " ".join(parts)
+
+
+def format_summary(summaries: Sequence[RankSummary]) -> str:
+    """The one line for ``summaries``, at most :data:`MAX_SUMMARY_BYTES` bytes (see above)."""
+    if not summaries:
+        return f"{SUMMARY_PREFIX} no records"
+    stages = ((lambda s: True, True), (lambda s: s.where != IN_COLLECTIVE, True),
+              (lambda s: False, True), (lambda s: False, False))
+    for at_of, op in stages:
+        segs = [_segment(s, at_of(s), op) for s in summaries]
+        line = f"{SUMMARY_PREFIX} " + "; ".join(segs)
+        if len(line.encode()) <= MAX_SUMMARY_BYTES:
+            return line
+    for keep in range(len(segs) - 1, -1, -1):
+        line = f"{SUMMARY_PREFIX} " + "; ".join(segs[:keep] + [f"+{len(segs) - keep} more"])
+        if len(line.encode()) <= MAX_SUMMARY_BYTES:
+            return line
+    return f"{SUMMARY_PREFIX} +{len(segs)} more"  # not reached: one segment is under 400 bytes
+
+
+def summarize(records: Sequence[Union[RankProgress, Unreadable]], now: float) -> str:
+    """The readiness probe's line for a pod's ``records`` at ``now`` (Unix seconds), ranks in
+    order and unreadable files last."""
+    ordered = sorted(records, key=lambda r: (1, 0, r.file) if isinstance(r, Unreadable) else (0, r.rank, ""))
+    return format_summary([summary_of(r, now) for r in ordered])
+
+
+def _fields(tokens: List[str], allowed: Sequence[str]) -> dict:
+    out = {}
+    for t in tokens:
+        key, eq, value = t.partition("=")
+        if not eq or key not in allowed or key in out:
+            raise ValueError(f"unexpected field {t[:40]!r}")
+        out[key] = unquote(value)
+    return out
+
+
+def _parse_segment(seg: str) -> RankSummary:
+    tokens = seg.split(" ")
+    if tokens[0] == UNREADABLE:
+        f = _fields(tokens[1:], ("file", "error"))
+        if set(f) != {"file", "error"}:
+            raise ValueError("an unreadable segment needs file and error")
+        return RankSummary(rank=None, where=UNREADABLE, file=f["file"], error=f["error"])
+    m = _RANK.match(tokens[0])
+    if not m or len(tokens) < 4 or tokens[1] not in WHERES:
+        raise ValueError(f"not a rank segment: {seg[:40]!r}")
+    stale = tokens[-1] == "stale"
+    f = _fields(tokens[2:len(tokens) - stale], ("seq", "idle", "op", "at"))
+    seq, idle = f.get("seq", ""), _IDLE.match(f.get("idle", ""))
+    if not (seq == "-" or (seq.isdigit() and seq.isascii())) or not idle:
+        raise ValueError(f"seq and idle are required: {seg[:40]!r}")
+    return RankSummary(rank=int(m.group(1)), where=tokens[1], seq=None if seq == "-" else int(seq),
+                       idle_s=int(idle.group(1)), op=f.get("op", ""), at=f.get("at", ""), stale=stale)
+
+
+def parse_summary(line: str) -> List[RankSummary]:
+    """The segments of a line :func:`format_summary` wrote ("+N more" is dropped).
+
+    Raises:
+        ValueError: any other text (no prefix, an unknown field or state, over the cap).
+    """
+    if len(line.encode("utf-8", "replace")) > MAX_SUMMARY_BYTES:
+        raise ValueError(f"summary over {MAX_SUMMARY_BYTES} bytes")
+    if not line.startswith(SUMMARY_PREFIX + " "):
+        raise ValueError(f"a summary starts with {SUMMARY_PREFIX!r}")
+    body = line[len(SUMMARY_PREFIX) + 1:]
+    if body == "no records":
+        return []
+    segs = body.split("; ")
+    if _MORE.match(segs[-1]):
+        segs = segs[:-1]
+    return [_parse_segment(s) for s in segs]
