@@ -1,0 +1,78 @@
+"""``python -m disttrain_probe.progress.ready [--stall-after S] [--dir DIR]``: a native
+sidecar's readiness probe (exec) over the progress records of its pod.
+
+Reads every ``rank-*.json`` in ``DIR`` (default ``$DISTTRAIN_PROGRESS_DIR``), prints one line
+(``contract.progress.summarize``, at most 900 bytes: the kubelet carries it to the operator
+in the Event "Readiness probe failed: <line>") and exits 0 while every rank's ``seq``
+advanced within S seconds (default ``contract.progress.DEFAULT_STALL_AFTER_S``) and its
+record is fresh, 1 otherwise (no record, an unreadable one, a stale one, a stalled rank),
+2 on bad arguments. Never a traceback: unreadable files are named in the line.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import List, Optional, Sequence, Union
+
+from disttrain_probe.contract import progress as contract
+
+Item = Union[contract.RankProgress, contract.Unreadable]
+
+
+def read_records(directory: str) -> List[Item]:
+    """Every ``rank-*.json`` of ``directory``, parsed or :class:`contract.Unreadable`;
+    a missing or unreadable directory is one Unreadable entry."""
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.startswith("rank-") and n.endswith(".json"))
+    except OSError as e:
+        return [contract.Unreadable(file=directory, error=e.strerror or type(e).__name__)]
+    out: List[Item] = []
+    for name in names:
+        try:
+            with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as f:
+                out.append(contract.parse(f.read(contract.MAX_RECORD_BYTES + 1)))
+        except OSError as e:
+            out.append(contract.Unreadable(file=name, error=e.strerror or type(e).__name__))
+        except ValueError as e:
+            out.append(contract.Unreadable(file=name, error=str(e)))
+    return out
+
+
+def healthy(items: Sequence[Item], now: float, stall_after: float) -> bool:
+    """Every record fresh and advanced within ``stall_after`` seconds (none: False)."""
+    if not items:
+        return False
+    for r in items:
+        if isinstance(r, contract.Unreadable):
+            return False
+        if now - r.written_at > contract.STALE_AFTER_S or now - r.seq_advanced_at > stall_after:
+            return False
+    return True
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m disttrain_probe.progress.ready")
+    parser.add_argument("--stall-after", type=float, default=contract.DEFAULT_STALL_AFTER_S,
+                        help="seconds without a new collective before a rank counts as stalled")
+    parser.add_argument("--dir", default=os.environ.get(contract.PROGRESS_DIR_ENV, ""),
+                        help=f"the records' directory (default ${contract.PROGRESS_DIR_ENV})")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        now = time.time()
+        items = read_records(args.dir) if args.dir else [
+            contract.Unreadable(file="-", error=f"{contract.PROGRESS_DIR_ENV} is not set")]
+        print(contract.summarize(items, now), flush=True)
+        return 0 if healthy(items, now, args.stall_after) else 1
+    except Exception as e:  # a readiness probe prints a line, never a traceback
+        failed = contract.Unreadable(file=args.dir or "-", error=f"{type(e).__name__}: {e}")
+        print(contract.summarize([failed], time.time()), flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
