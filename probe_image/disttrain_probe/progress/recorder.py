@@ -199,6 +199,7 @@ class Recorder:
     def _write(self, record: contract.RankProgress) -> None:
         path = os.path.join(self.directory, contract.file_name(record.rank))
         tmp = f"{path}.{os.getpid()}.tmp"
+        os.makedirs(self.directory, exist_ok=True)
         with open(tmp, "w") as f:
             f.write(record.dump())
         os.replace(tmp, path)
@@ -257,7 +258,6 @@ def start(environ: Optional[dict] = None) -> Optional[Recorder]:
         directory = env.get(contract.PROGRESS_DIR_ENV)
         if not directory or _started_recorder is not None:
             return _started_recorder
-        os.makedirs(directory, exist_ok=True)
         rec = Recorder(directory)
         thread = threading.Thread(target=rec.run, name="disttrain-progress", daemon=True)
         thread.start()
