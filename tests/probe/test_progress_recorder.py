@@ -34,11 +34,17 @@ TRAIN = textwrap.dedent("""\
         if rank == 1 and os.path.exists(flag):
             time.sleep(0.05)  # rank 1 sleeps here
             continue
-        dist.all_reduce(t)
+        if os.environ.get("ASYNC"):  # as DDP and NCCL do: issue, then wait elsewhere
+            work = dist.all_reduce(t, async_op=True)
+            while not work.is_completed():
+                time.sleep(0.05)  # rank 0 polls here
+        else:
+            dist.all_reduce(t)
         time.sleep(0.002)
     """)
 SLEEP_LINE = next(i for i, line in enumerate(TRAIN.splitlines(), 1) if "rank 1 sleeps here" in line)
-ALL_REDUCE_LINE = next(i for i, line in enumerate(TRAIN.splitlines(), 1) if "dist.all_reduce(t)" in line)
+ALL_REDUCE_LINE = next(i for i, line in enumerate(TRAIN.splitlines(), 1) if line.strip() == "dist.all_reduce(t)")
+POLL_LINE = next(i for i, line in enumerate(TRAIN.splitlines(), 1) if "rank 0 polls here" in line)
 
 
 def _read(d: Path, rank: int):
@@ -68,7 +74,8 @@ def _ready(site: Path, d: Path, stall_after: float = 2.0):
 
 
 @pytest.fixture
-def ranks(tmp_path):
+def ranks(tmp_path, request):
+    extra = getattr(request, "param", {})
     site, d = tmp_path / "site", tmp_path / "progress"
     install.install(str(site))
     (tmp_path / "train.py").write_text(TRAIN)
@@ -79,6 +86,7 @@ def ranks(tmp_path):
                "FLAG": str(tmp_path / "flag"), "STOP": str(tmp_path / "stop"),
                "PYTHONPATH": str(site), p.PROGRESS_DIR_ENV: str(d)}
         env.pop("TORCH_FR_BUFFER_SIZE", None)
+        env.update(extra)
         procs.append(subprocess.Popen([sys.executable, str(tmp_path / "train.py")], env=env, cwd=tmp_path,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     yield site, d, tmp_path, procs
@@ -120,6 +128,27 @@ def test_a_sleeping_rank_is_named_at_its_line_and_its_peer_waits_in_all_reduce(r
     _wait(lambda: _ready(site, d, stall_after=3.0)[0] == 0, 10, "ready again once rank 1 wakes")
     for pr in procs:
         assert pr.poll() is None, pr.stderr.read() if pr.stderr else ""
+
+
+@pytest.mark.parametrize("ranks", [{"ASYNC": "1", "TORCH_FR_BUFFER_SIZE": "200"}], indirect=True)
+def test_an_asynchronous_collective_waited_for_in_python_is_found_in_the_flight_recorder(ranks):
+    """DDP's and NCCL's way: the collective is issued, the main thread waits elsewhere; once
+    seq stood still, the Flight Recorder's pending entry makes it a collective wait."""
+    site, d, tmp, procs = ranks
+    _wait(lambda: (lambda a, b: a and b and a.seq and b.seq)(_read(d, 0), _read(d, 1)), 20, "both records")
+    (tmp / "flag").touch()
+
+    def waiting():
+        r0 = _read(d, 0)
+        return r0 if r0 and r0.where == p.IN_COLLECTIVE and r0.written_at - r0.seq_advanced_at >= 3 else None
+    r0 = _wait(waiting, 15, "rank 0 waiting in the Flight Recorder's all_reduce")
+    assert r0.waiting is not None and r0.waiting.op == "all_reduce" and r0.waiting.seq == r0.seq
+    assert (r0.stack[0].line, r0.stack[0].func) == (POLL_LINE, "<module>")
+    r1 = _read(d, 1)
+    assert r1.where == p.IN_PYTHON and r1.seq == r0.seq - 1
+    rc, line = _ready(site, d)
+    assert rc == 1 and [(s.where, s.op) for s in p.parse_summary(line)] == [
+        (p.IN_COLLECTIVE, "all_reduce"), (p.IN_PYTHON, "")]
 
 
 def test_a_frozen_rank_goes_stale_and_ready_says_so(ranks):
@@ -169,3 +198,56 @@ def test_the_sitecustomize_chains_to_the_next_one_and_a_plain_program_is_untouch
     assert (on.stdout.strip(), on.stderr) == ("ran ['disttrain-progress']", "")
     r = p.parse((d / "rank-0.json").read_text())  # RANK set, torch never imported: not started
     assert r.where == p.NOT_STARTED and r.seq is None and "torch" not in (d / "rank-0.json").read_text()
+
+
+# --- the recorder's judgements, without processes -------------------------------------------
+
+from disttrain_probe.progress import recorder  # noqa: E402
+
+
+def _entry(seq, state, retired=False, group=("0", "default_pg"), created=1_000_000_000_000, started=None):
+    return {"collective_seq_id": seq, "state": state, "retired": retired, "process_group": list(group),
+            "profiling_name": "nccl:all_reduce", "time_created_ns": created, "time_discovered_started_ns": started}
+
+
+@pytest.mark.parametrize("entries, want", [
+    ([], None),
+    # gloo: entries stay "scheduled" and are marked retired once done
+    ([_entry(4, "scheduled", retired=True), _entry(5, "scheduled")], p.Collective("all_reduce", 5, "scheduled", 1000.0)),
+    # NCCL: completed ones are skipped; a started one is dated from its start
+    ([_entry(7, "completed"), _entry(8, "started", started=1_002_000_000_000), _entry(9, "scheduled")],
+     p.Collective("all_reduce", 8, "started", 1002.0)),
+    ([_entry(3, "scheduled", group=("5", "tp"))], p.Collective("all_reduce on group tp", 3, "scheduled", 1000.0)),
+    ([_entry(1, "completed"), _entry(2, "completed", retired=True)], None),
+])
+def test_the_oldest_collective_not_completed_is_the_one_waited_in(entries, want):
+    assert recorder._pending(entries) == want
+
+
+def test_only_the_collective_api_counts_as_waiting_not_fsdp_or_ddp_python():
+    c10d = p.Frame("/x/site-packages/torch/distributed/distributed_c10d.py", 2931, "all_reduce")
+    fsdp = p.Frame("/x/site-packages/torch/distributed/fsdp/_runtime_utils.py", 10, "_pre_forward")
+    user = p.Frame("/w/train.py", 3, "main")
+    assert recorder._torch_collective((c10d, user)) == "all_reduce"
+    assert recorder._torch_collective((fsdp, user)) is None
+    assert recorder._torch_collective((user,)) is None
+
+
+def test_before_init_a_process_never_overwrites_a_live_trainers_record(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE", raising=False)
+    rec = recorder.Recorder(str(tmp_path))
+    first = rec.tick(now=100.0)
+    assert first is not None and first.where == p.NOT_STARTED and first.rank == 3
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / "rank-3.json").write_text(p.RankProgress(
+            rank=3, local_rank=0, world_size=4, pid=live.pid, written_at=100.0, where=p.IN_PYTHON, seq=9).dump())
+        assert rec.tick(now=101.0) is None  # the trainer (alive) owns it
+        assert p.parse((tmp_path / "rank-3.json").read_text()).pid == live.pid
+    finally:
+        live.kill()
+        live.wait()
+    assert rec.tick(now=102.0) is not None  # its writer is gone: the file is free again
+    monkeypatch.delenv("RANK")
+    assert recorder.Recorder(str(tmp_path)).tick(now=103.0) is None  # torchrun's agent: no RANK, no record

@@ -1,0 +1,215 @@
+"""What the progress recorder costs a training loop (issue 33, item 1).
+
+Two gloo ranks on 127.0.0.1 run a loop of ``all_reduce`` (a small tensor, and a larger one
+with a matmul standing in for a step's compute) for a fixed time; rank 0 reports steps/s
+after a warm-up. Each configuration starts its two processes through the real startup path
+(``disttrain_probe.install`` into a directory put on PYTHONPATH, so the ``sitecustomize`` is
+there in every run):
+
+* ``off``: ``DISTTRAIN_PROGRESS_DIR`` unset (the sitecustomize only chains);
+* ``recorder``: ``DISTTRAIN_PROGRESS_DIR`` set (the recorder thread wakes every second);
+* ``recorder+fr``: also ``TORCH_FR_BUFFER_SIZE=2000`` (torch's Flight Recorder keeps every
+  collective; the recorder reads it only once seq stood still for 3 s).
+
+Runs alternate between configurations (off, recorder, recorder+fr, off, ...), and the report
+gives the median steps/s of each and the ratios to ``off`` measured in the same script. A
+separate process (one gloo rank) times one recorder wake (``Recorder.tick``) and one Flight
+Recorder read with a full buffer of 2000 entries, in microseconds (median of many).
+
+    .venv/bin/python benchmarks/recorder_overhead.py --runs 5 --seconds 4
+Results: benchmarks/results/recorder.{md,json}. Wall-clock time on a shared machine: noisy,
+which is why every figure is a median and a ratio against the baseline run beside it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+
+LOOP = textwrap.dedent("""\
+    import json, os, time
+    import torch, torch.distributed as dist
+    rank = int(os.environ["RANK"])
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    size, seconds = int(os.environ["SIZE"]), float(os.environ["SECONDS"])
+    t, w = torch.ones(size), torch.ones(int(os.environ["MATMUL"]), int(os.environ["MATMUL"]))
+    def step():
+        if w.shape[0] > 1:
+            (w @ w).sum()
+        dist.all_reduce(t)
+    for _ in range(20):
+        step()
+    flag = torch.zeros(1)
+    steps, t0 = 0, time.perf_counter()
+    while True:  # both ranks stop at the same step: rank 0 decides, every 50 steps
+        for _ in range(50):
+            step()
+        steps += 50
+        flag[0] = float(time.perf_counter() - t0 >= seconds)
+        dist.broadcast(flag, 0)
+        if flag[0]:
+            break
+    if rank == 0:
+        print(json.dumps({"steps_per_s": steps / (time.perf_counter() - t0), "steps": steps}))
+    dist.destroy_process_group()
+    """)
+
+TICK = textwrap.dedent("""\
+    import json, os, statistics, sys, tempfile, time
+    import torch, torch.distributed as dist
+    from disttrain_probe.progress import recorder
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=0, world_size=1)
+    t = torch.ones(4)
+    for _ in range(2500):
+        dist.all_reduce(t)
+    rec = recorder.Recorder(tempfile.mkdtemp())
+    def timed(fn, n):
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter(); fn(); out.append((time.perf_counter() - t0) * 1e6)
+        return statistics.median(out)
+    def advancing():
+        dist.all_reduce(t)  # seq moves between wakes, as in training (not timed below)
+    ticks = []
+    for _ in range(300):
+        advancing()
+        t0 = time.perf_counter(); rec.tick(); ticks.append((time.perf_counter() - t0) * 1e6)
+    fr = timed(recorder._flight_recorder, 20)
+    print(json.dumps({"tick_us": statistics.median(ticks), "fr_read_us": fr,
+                      "fr_entries": int(os.environ.get("TORCH_FR_BUFFER_SIZE", "0"))}))
+    dist.destroy_process_group()
+    """)
+
+CONFIGS = {
+    "off": {},
+    "recorder": {"DISTTRAIN_PROGRESS_DIR": "{progress}"},
+    "recorder+fr": {"DISTTRAIN_PROGRESS_DIR": "{progress}", "TORCH_FR_BUFFER_SIZE": "2000"},
+}
+LOADS = {  # name -> (all_reduce floats, matmul side)
+    "small all_reduce (16 floats)": (16, 1),
+    "1M-float all_reduce + 256x256 matmul": (1 << 20, 256),
+}
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _env(site: Path, extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("DISTTRAIN_PROGRESS_DIR", "TORCH_FR_BUFFER_SIZE")}
+    env.update(extra)
+    env["PYTHONPATH"] = str(site)
+    return env
+
+
+def run_loop(site: Path, tmp: Path, config: str, load: tuple, seconds: float) -> float:
+    progress = tmp / f"progress-{config}"
+    extra = {k: v.format(progress=progress) for k, v in CONFIGS[config].items()}
+    port = str(free_port())
+    script = tmp / "loop.py"
+    script.write_text(LOOP)
+    procs = [subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=_env(site, {**extra, "RANK": str(r), "PORT": port,
+                                                         "SIZE": str(load[0]), "MATMUL": str(load[1]),
+                                                         "SECONDS": str(seconds)}))
+             for r in (0, 1)]
+    outs = [p.communicate(timeout=seconds + 120) for p in procs]
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"{config}: {outs[0][1][-500:]} {outs[1][1][-500:]}")
+    if config != "off" and not (progress / "rank-0.json").exists():
+        raise RuntimeError(f"{config}: the recorder wrote no record")
+    return json.loads(outs[0][0].strip().splitlines()[-1])["steps_per_s"]
+
+
+def run_tick(site: Path, fr: bool) -> dict:
+    env = _env(site, {"PORT": str(free_port())})
+    if fr:
+        env["TORCH_FR_BUFFER_SIZE"] = "2000"
+    env["PYTHONPATH"] = f"{site}{os.pathsep}{REPO / 'probe_image'}"
+    out = subprocess.run([sys.executable, "-c", TICK], env=env, capture_output=True, text=True, timeout=300)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-800:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def report(results: dict, ticks: list, args) -> str:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    lines = [
+        "# Progress recorder overhead (benchmarks/recorder_overhead.py)", "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPU(s) ({platform.machine()}), "
+        f"commit {commit}, Python {platform.python_version()}, torch {_torch_version()}; "
+        f"{args.runs} alternating runs of {args.seconds:g} s per configuration, two gloo ranks on 127.0.0.1. "
+        "Median steps/s of rank 0; ratio = configuration / off (1.000 = no cost).", "",
+        "| load | off steps/s | recorder steps/s | ratio | recorder+fr steps/s | ratio | step time (off) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for load, by in results.items():
+        med = {c: statistics.median(v) for c, v in by.items()}
+        lines.append(f"| {load} | {med['off']:.0f} | {med['recorder']:.0f} | {med['recorder'] / med['off']:.3f} | "
+                     f"{med['recorder+fr']:.0f} | {med['recorder+fr'] / med['off']:.3f} | "
+                     f"{1e3 / med['off']:.2f} ms |")
+    lines += ["", "Per run (steps/s, in run order):", ""]
+    for load, by in results.items():
+        lines.append(f"- {load}: " + "; ".join(f"{c} " + ", ".join(f"{x:.0f}" for x in v) for c, v in by.items()))
+    lines += ["", "One recorder wake and one Flight Recorder read (one gloo rank, median):", "",
+              "| TORCH_FR_BUFFER_SIZE | wake (Recorder.tick) us | Flight Recorder read us |", "|---|---|---|"]
+    for t in ticks:
+        lines.append(f"| {t['fr_entries'] or 'unset'} | {t['tick_us']:.0f} | {t['fr_read_us']:.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def _torch_version() -> str:
+    out = subprocess.run([sys.executable, "-c", "import torch; print(torch.__version__)"], capture_output=True,
+                         text=True)
+    return out.stdout.strip() or "?"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "probe_image"))
+    from disttrain_probe import install
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        site = tmp / "site"
+        install.install(str(site))
+        results = {load: {c: [] for c in CONFIGS} for load in LOADS}
+        for i in range(args.runs):
+            for load, shape in LOADS.items():
+                for config in CONFIGS:
+                    results[load][config].append(run_loop(site, tmp, config, shape, args.seconds))
+                    print(f"run {i + 1} {load} {config}: {results[load][config][-1]:.0f} steps/s", flush=True)
+        ticks = [run_tick(site, fr=False), run_tick(site, fr=True)]
+    text = report(results, ticks, args)
+    print(text)
+    if not args.no_write:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "recorder.json").write_text(json.dumps({"steps_per_s": results, "wake": ticks}, indent=1) + "\n")
+        (RESULTS / "recorder.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
