@@ -251,3 +251,44 @@ def test_before_init_a_process_never_overwrites_a_live_trainers_record(tmp_path,
     assert rec.tick(now=102.0) is not None  # its writer is gone: the file is free again
     monkeypatch.delenv("RANK")
     assert recorder.Recorder(str(tmp_path)).tick(now=103.0) is None  # torchrun's agent: no RANK, no record
+
+
+TORCHRUN_TRAIN = textwrap.dedent("""\
+    import os, time
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.ones(4)
+    while not os.path.exists(os.environ["STOP"]):
+        dist.all_reduce(t)
+        time.sleep(0.01)
+    dist.destroy_process_group()
+    """)
+
+
+def test_under_torchrun_each_worker_writes_its_own_record_and_the_agent_none(tmp_path):
+    site, d, stop = tmp_path / "site", tmp_path / "progress", tmp_path / "stop"
+    install.install(str(site))
+    (tmp_path / "train.py").write_text(TORCHRUN_TRAIN)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
+    env.update({"PYTHONPATH": str(site), p.PROGRESS_DIR_ENV: str(d), "STOP": str(stop)})
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                              "--master-addr", "127.0.0.1", "--master-port", str(free_port()), str(tmp_path / "train.py")],
+                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        def both():
+            r = [_read(d, 0), _read(d, 1)]
+            return r if all(x and x.seq and x.seq > 5 for x in r) else None
+        r0, r1 = _wait(both, 25, "both workers' records with seq advancing")
+        assert {r0.rank, r1.rank} == {0, 1} and {r0.local_rank, r1.local_rank} == {0, 1}
+        assert len({r0.pid, r1.pid, agent.pid}) == 3 and r0.world_size == r1.world_size == 2
+        assert sorted(f.name for f in d.iterdir()) == ["rank-0.json", "rank-1.json"]
+        assert _ready(site, d, stall_after=5)[0] == 0
+    finally:
+        stop.touch()
+        try:
+            out = agent.communicate(timeout=20)[0]
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            out = agent.communicate()[0]
+    assert agent.returncode == 0, out[-2000:]
+    assert "disttrain" not in out  # no warning from the recorder or the sitecustomize
