@@ -292,3 +292,71 @@ def test_under_torchrun_each_worker_writes_its_own_record_and_the_agent_none(tmp
             out = agent.communicate()[0]
     assert agent.returncode == 0, out[-2000:]
     assert "disttrain" not in out  # no warning from the recorder or the sitecustomize
+
+
+class _FakeGroup:
+    def __init__(self, seq):
+        self.seq = seq
+
+    def _get_sequence_number_for_group(self):
+        if isinstance(self.seq, Exception):
+            raise self.seq
+        return self.seq
+
+
+class _FakeC10d:
+    """What the recorder reads of ``torch.distributed.distributed_c10d`` (a torch whose
+    backend has no sequence number when ``seq`` is an exception)."""
+
+    def __init__(self, seq, rank=5):
+        self.initialized, self.group, self.rank = True, _FakeGroup(seq), rank
+
+    def is_initialized(self):
+        return self.initialized
+
+    def _get_default_group(self):
+        return self.group
+
+    def get_rank(self):
+        return self.rank
+
+    def get_world_size(self):
+        return 8
+
+
+def test_seq_dates_its_advance_degrades_without_one_and_outlives_destroy(tmp_path, monkeypatch, capsys):
+    fake = _FakeC10d(seq=10)
+    monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d", fake)
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "100")
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", None)  # no Flight Recorder dump
+    rec = recorder.Recorder(str(tmp_path))
+    a = rec.tick(now=100.0)
+    assert (a.rank, a.where, a.seq, a.seq_advanced_at, a.world_size) == (5, p.IN_PYTHON, 10, 100.0, 8)
+    assert rec.tick(now=101.0).seq_advanced_at == 100.0
+    fake.group.seq = 11
+    assert rec.tick(now=102.0).seq_advanced_at == 102.0
+    assert rec.tick(now=110.0).waiting is None  # seq still: Flight Recorder asked, none there
+    fake.initialized = False  # destroy_process_group
+    after = rec.tick(now=111.0)
+    assert (after.rank, after.where, after.seq, after.seq_advanced_at) == (5, p.IN_PYTHON, 11, 102.0)
+    assert p.parse((tmp_path / "rank-5.json").read_text()) == after
+    old = _FakeC10d(seq=RuntimeError("ProcessGroup does not yet support sequence numbers"), rank=2)
+    monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d", old)
+    r = recorder.Recorder(str(tmp_path)).tick(now=100.0)
+    assert (r.rank, r.seq, r.where) == (2, None, p.IN_PYTHON)
+    assert capsys.readouterr().err == ""
+
+
+def test_a_failing_wake_is_written_once_and_the_thread_goes_on(tmp_path, monkeypatch, capsys):
+    fake = _FakeC10d(seq=1)
+    fake.get_rank = lambda: (_ for _ in ()).throw(RuntimeError("boom"))
+    monkeypatch.setitem(sys.modules, "torch.distributed.distributed_c10d", fake)
+    rec = recorder.Recorder(str(tmp_path), interval=0.01)
+    th = recorder.threading.Thread(target=rec.run, daemon=True)
+    th.start()
+    time.sleep(0.3)
+    rec.stop.set()
+    th.join(2)
+    assert not th.is_alive()
+    err = capsys.readouterr().err
+    assert err.count("disttrain progress recorder: RuntimeError: boom") == 1

@@ -26,11 +26,13 @@ Which process writes: one that initialized the default group writes ``rank-<get_
 before that, only a process with ``RANK`` in its environment that is not a
 ``multiprocessing`` child (a DataLoader worker), and only while the file is absent, its own,
 or its writer is gone (a subprocess inheriting ``RANK`` never overwrites its trainer's record;
-torchrun's agent has no ``RANK`` and writes nothing).
+torchrun's agent has no ``RANK`` and writes nothing). After ``destroy_process_group`` a
+process goes on writing its last record as python, its ``seq`` standing.
 """
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import sys
@@ -127,6 +129,7 @@ class Recorder:
         self.seq_advanced_at = self.started_at
         self.fr: Tuple[Optional[int], float, Optional[contract.Collective]] = (None, 0.0, None)
         self.env_rank = _env_int("RANK")
+        self.last: Optional[contract.RankProgress] = None  # the last record while initialized
         self.warned = False
 
     def run(self) -> None:
@@ -148,10 +151,14 @@ class Recorder:
         """Record once; returns what was written (None when this process writes nothing)."""
         now = time.time() if now is None else now
         c10d = _c10d()
-        if c10d is None:
-            record = self._not_started(now)
+        if c10d is not None:
+            record: Optional[contract.RankProgress] = self._started(c10d, now)
+            self.last = record
+        elif self.last is not None:  # after destroy_process_group: its code runs on, seq stands
+            record = dataclasses.replace(self.last, written_at=now, where=contract.IN_PYTHON, waiting=None,
+                                         stack=_frames())
         else:
-            record = self._started(c10d, now)
+            record = self._not_started(now)
         if record is not None:
             self._write(record)
         return record
