@@ -111,7 +111,11 @@ def _flight_recorder() -> Optional[contract.Collective]:
             data = json.loads(dump(includeCollectives=True, onlyActive=True))
         else:  # torch 2.2-2.3: pickle only; the bytes come from torch in this process
             import pickle  # noqa: S403 (only on torch without the json dump)
-            data = pickle.loads(dump(includeCollectives=True, includeStackTraces=False, onlyActive=True))
+            try:
+                raw = dump(includeCollectives=True, includeStackTraces=False, onlyActive=True)
+            except TypeError:  # torch 2.2: no arguments
+                raw = dump()
+            data = pickle.loads(raw)
         entries = data.get("entries") if isinstance(data, dict) else None
         return _pending(sorted(entries or [], key=lambda e: e.get("time_created_ns") or 0))
     return None
