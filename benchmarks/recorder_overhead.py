@@ -149,7 +149,7 @@ CONFIGS = {
     "off": {},
     "recorder": {"DISTTRAIN_PROGRESS_DIR": "{progress}"},
     "recorder+fr": {"DISTTRAIN_PROGRESS_DIR": "{progress}", "TORCH_FR_BUFFER_SIZE": "2000"},
-    "recorder x100": {"PROGRESS": "{progress}", "WAKE_EVERY_S": "0.01"},
+    "recorder x100": {"PROGRESS": "{progress}", "WAKE_EVERY_S": "0.01", "PYTHONPATH": "{site}" + os.pathsep + "{inst}"},
 }
 LOADS = {  # name -> (all_reduce floats, matmul side)
     "small all_reduce (16 floats)": (16, 1),
@@ -167,14 +167,14 @@ def free_port() -> int:
 
 def _env(site: Path, extra: dict) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DISTTRAIN_PROGRESS_DIR", "TORCH_FR_BUFFER_SIZE")}
-    env.update(extra)
     env["PYTHONPATH"] = str(site)
+    env.update(extra)
     return env
 
 
 def run_loop(site: Path, tmp: Path, config: str, load: tuple, seconds: float) -> float:
     progress = tmp / f"progress-{config}"
-    extra = {k: v.format(progress=progress) for k, v in CONFIGS[config].items()}
+    extra = {k: v.format(progress=progress, site=site, inst=site.parent) for k, v in CONFIGS[config].items()}
     port = str(free_port())
     script = tmp / "loop.py"
     script.write_text(LOOP)
@@ -199,7 +199,8 @@ def run_paired(site: Path, tmp: Path, load: tuple, wake_every: float, pairs: int
                               text=True, env=_env(site, {"RANK": str(r), "PORT": port, "SIZE": str(load[0]),
                                                          "MATMUL": str(load[1]), "PAIRS": str(pairs),
                                                          "PROGRESS": str(tmp / "progress-paired"),
-                                                         "WAKE_EVERY_S": str(wake_every)}))
+                                                         "WAKE_EVERY_S": str(wake_every),
+                                                         "PYTHONPATH": f"{site}{os.pathsep}{site.parent}"}))
              for r in (0, 1)]
     outs = [p.communicate(timeout=600) for p in procs]
     if any(p.returncode for p in procs):
@@ -211,7 +212,7 @@ def run_tick(site: Path, fr: bool) -> dict:
     env = _env(site, {"PORT": str(free_port())})
     if fr:
         env["TORCH_FR_BUFFER_SIZE"] = "2000"
-    env["PYTHONPATH"] = f"{site}{os.pathsep}{REPO / 'probe_image'}"
+    env["PYTHONPATH"] = f"{site}{os.pathsep}{site.parent}"
     out = subprocess.run([sys.executable, "-c", TICK], env=env, capture_output=True, text=True, timeout=300)
     if out.returncode:
         raise RuntimeError(out.stderr[-800:])
@@ -280,8 +281,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        site = tmp / "site"
-        install.install(str(site))
+        site = tmp / "inst" / install.SITE
+        install.install(str(site.parent))
         results = {load: {c: [] for c in CONFIGS} for load in LOADS}
         for i in range(args.runs):
             for load, shape in LOADS.items():

@@ -1,6 +1,6 @@
 """``python -m disttrain_probe.install DEST``: copy the probe (its .py files, subpackages
 included) into DEST/disttrain_probe,
-with the launcher DEST/run_probe.py beside it, and DEST/sitecustomize.py (the progress
+with the launcher DEST/run_probe.py beside it, and DEST/site/sitecustomize.py (the progress
 recorder's start, ``progress/sitehook.py``).
 
 An init container runs this from the probe image into an emptyDir; the training
@@ -9,9 +9,10 @@ are the training image's own. The launcher needs no PYTHONPATH (Python puts a sc
 directory first on ``sys.path``): the training container's PYTHONPATH stays exactly as its
 image's ENV, the pod spec or the node set it (a site's shared torch tree is often there).
 
-A training container that puts DEST first on its PYTHONPATH (its own entries after it) and
-sets ``DISTTRAIN_PROGRESS_DIR`` runs the progress recorder in every Python process
-(``disttrain_probe.progress``); DEST's ``sitecustomize`` then runs the image's own.
+A training container that puts DEST/site first on its PYTHONPATH (its own entries after it)
+and sets ``DISTTRAIN_PROGRESS_DIR`` runs the progress recorder in every Python process
+(``disttrain_probe.progress``, imported from DEST without DEST staying on ``sys.path``);
+that ``sitecustomize`` then runs the image's own.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import sys
 from typing import List, Optional
 
 LAUNCHER = "run_probe.py"
-SITECUSTOMIZE = "sitecustomize.py"  # the recorder's start, from progress/sitehook.py
+SITE = "site"  # DEST/site/sitecustomize.py: the recorder's start, from progress/sitehook.py
 _LAUNCHER_SOURCE = (
     '"""The disttrain probe installed beside this file (disttrain_probe.install)."""\n'
     "import runpy\n"
@@ -41,7 +42,8 @@ def install(dest: str) -> str:
                 shutil.copyfile(os.path.join(here, name), os.path.join(out, name))
     with open(os.path.join(dest, LAUNCHER), "w") as f:
         f.write(_LAUNCHER_SOURCE)
-    shutil.copyfile(os.path.join(src, "progress", "sitehook.py"), os.path.join(dest, SITECUSTOMIZE))
+    os.makedirs(os.path.join(dest, SITE), exist_ok=True)
+    shutil.copyfile(os.path.join(src, "progress", "sitehook.py"), os.path.join(dest, SITE, "sitecustomize.py"))
     return target
 
 

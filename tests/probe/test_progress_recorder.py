@@ -65,7 +65,8 @@ def _wait(cond, timeout: float, what: str):
 
 
 def _ready(site: Path, d: Path, stall_after: float = 2.0):
-    env = {**os.environ, "PYTHONPATH": str(site), p.PROGRESS_DIR_ENV: str(d)}
+    """``ready`` run as the sidecar would, the package importable (the install dir)."""
+    env = {**os.environ, "PYTHONPATH": str(site.parent), p.PROGRESS_DIR_ENV: str(d)}
     r = subprocess.run([sys.executable, "-m", "disttrain_probe.progress.ready", "--stall-after", str(stall_after)],
                        env=env, capture_output=True, text=True, timeout=30)
     assert r.stderr == ""
@@ -76,8 +77,8 @@ def _ready(site: Path, d: Path, stall_after: float = 2.0):
 @pytest.fixture
 def ranks(tmp_path, request):
     extra = getattr(request, "param", {})
-    site, d = tmp_path / "site", tmp_path / "progress"
-    install.install(str(site))
+    site, d = tmp_path / "inst" / install.SITE, tmp_path / "progress"
+    install.install(str(site.parent))
     (tmp_path / "train.py").write_text(TRAIN)
     port = str(free_port())
     procs = []
@@ -167,8 +168,8 @@ def test_a_frozen_rank_goes_stale_and_ready_says_so(ranks):
 
 
 def test_ready_without_records_or_with_a_corrupt_one_says_so_in_one_line(tmp_path):
-    site = tmp_path / "site"
-    install.install(str(site))
+    site = tmp_path / "inst" / install.SITE
+    install.install(str(site.parent))
     d = tmp_path / "progress"
     rc, line = _ready(site, d)
     [s] = p.parse_summary(line)
@@ -184,18 +185,20 @@ def test_ready_without_records_or_with_a_corrupt_one_says_so_in_one_line(tmp_pat
 
 
 def test_the_sitecustomize_chains_to_the_next_one_and_a_plain_program_is_untouched(tmp_path):
-    site, other, d = tmp_path / "site", tmp_path / "other", tmp_path / "progress"
-    install.install(str(site))
+    site, other, d = tmp_path / "inst" / install.SITE, tmp_path / "other", tmp_path / "progress"
+    install.install(str(site.parent))
     other.mkdir()
     (other / "sitecustomize.py").write_text("import builtins\nbuiltins.IMAGE_SITE = 'ran'\n")
-    code = "import builtins, threading; print(getattr(builtins, 'IMAGE_SITE', None), " \
-           "[t.name for t in threading.enumerate() if t.name == 'disttrain-progress'])"
+    code = "import builtins, sys, threading; print(getattr(builtins, 'IMAGE_SITE', None), " \
+           "[t.name for t in threading.enumerate() if t.name == 'disttrain-progress'], " \
+           f"{str(site.parent)!r} in sys.path)"
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{other}", "RANK": "0"}
     off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=30)
-    assert (off.stdout.strip(), off.stderr) == ("ran []", "")
+    assert (off.stdout.strip(), off.stderr) == ("ran [] False", "")
     on = subprocess.run([sys.executable, "-c", code + "; import time; time.sleep(1.5)"],
                         env={**env, p.PROGRESS_DIR_ENV: str(d)}, capture_output=True, text=True, timeout=30)
-    assert (on.stdout.strip(), on.stderr) == ("ran ['disttrain-progress']", "")
+    # the recorder runs, and the install dir it was imported from is off the path again
+    assert (on.stdout.strip(), on.stderr) == ("ran ['disttrain-progress'] False", "")
     r = p.parse((d / "rank-0.json").read_text())  # RANK set, torch never imported: not started
     assert r.where == p.NOT_STARTED and r.seq is None and "torch" not in (d / "rank-0.json").read_text()
 
@@ -266,8 +269,8 @@ TORCHRUN_TRAIN = textwrap.dedent("""\
 
 
 def test_under_torchrun_each_worker_writes_its_own_record_and_the_agent_none(tmp_path):
-    site, d, stop = tmp_path / "site", tmp_path / "progress", tmp_path / "stop"
-    install.install(str(site))
+    site, d, stop = tmp_path / "inst" / install.SITE, tmp_path / "progress", tmp_path / "stop"
+    install.install(str(site.parent))
     (tmp_path / "train.py").write_text(TORCHRUN_TRAIN)
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE")}
     env.update({"PYTHONPATH": str(site), p.PROGRESS_DIR_ENV: str(d), "STOP": str(stop)})
