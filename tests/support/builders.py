@@ -188,7 +188,7 @@ class StepBuilder:
                  probe_image="probe:1", api_failures=o.api_failures, capabilities=o.capabilities,
                  labels=dict(o.body["metadata"].get("labels") or {}), kueue=o.kueue,
                  network_policies=o.network_policies, nodes=o.nodes,
-                 namespace_labels=o.namespace_labels)
+                 namespace_labels=o.namespace_labels, progress=o.progress)
         for ctype, status, reason in self.conds:
             s.set(ctype, status, reason, "given")
         s.gangs = gangpolicy.gangs(s)

@@ -216,9 +216,9 @@ def test_gpus_requested_takes_any_shape(container):
     assert gpus_requested(container) == 0
 
 
-def test_a_stall_is_a_wait_for_300_s_by_default_then_handled_as_a_failed_rank():
+def test_training_is_watched_only_when_asked_and_a_stall_is_then_handled_as_a_failed_rank():
     s = DistTrainingJobSpec.model_validate(spec())
-    assert (s.run_policy.stall_timeout_seconds, s.run_policy.on_stall) == (300, "Restart")
+    assert (s.run_policy.stall_timeout_seconds, s.run_policy.on_stall) == (None, "Restart")
     s = DistTrainingJobSpec.model_validate(spec(runPolicy={"stallTimeoutSeconds": 30, "onStall": "Wait"}))
     assert (s.run_policy.stall_timeout_seconds, s.run_policy.on_stall) == (30, "Wait")
 

@@ -34,6 +34,14 @@ def test_the_watch_wraps_the_command_and_adds_the_sidecar_before_the_template_s_
     assert {v["name"] for v in pod_spec["volumes"]} == {"data", constants.PROBE_VOLUME, pw.PROGRESS_VOLUME}
     env = {e["name"]: e.get("value") for e in trainer["env"]}
     assert env["DISTTRAIN_PROGRESS_DIR"] == pw.PROGRESS_MOUNT and env["PYTHONPATH"] == "/code"
+    assert env["TORCH_FR_BUFFER_SIZE"] == "200"
+
+
+def test_the_template_s_own_flight_recorder_size_is_kept():
+    pod_spec, trainer = pod_and_trainer()
+    trainer["env"].append({"name": "TORCH_FR_BUFFER_SIZE", "value": "2000"})
+    pw.add_watch(pod_spec, trainer, WATCH)
+    assert [e.get("value") for e in trainer["env"] if e["name"] == "TORCH_FR_BUFFER_SIZE"] == ["2000"]
 
 
 def test_a_trainer_without_a_command_is_left_alone_and_told_why():

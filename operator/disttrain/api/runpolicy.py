@@ -16,7 +16,7 @@ MAX_INT32 = 2**31 - 1
 # count (disttrain.diagnosis.stallfacts.QUIET_S, STALE_S), at most a day.
 MIN_STALL_TIMEOUT = 30
 MAX_STALL_TIMEOUT = 86400
-DEFAULT_STALL_TIMEOUT = 300
+SUGGESTED_STALL_TIMEOUT = 300  # the value the docs suggest (s); unset, training is not watched
 
 
 class SchedulingPolicy(CamelModel):
@@ -77,14 +77,17 @@ class RunPolicy(CamelModel):
         description="After a rank fails, probe again before restarting, to tell an "
         "infrastructure fault from a code fault.",
     )
-    stall_timeout_seconds: int = Field(
-        DEFAULT_STALL_TIMEOUT, strict=True, ge=MIN_STALL_TIMEOUT, le=MAX_STALL_TIMEOUT,
-        description="Seconds a running job's collectives may stop advancing before it is a "
-        "stall (30 to 86400). Until then a long checkpoint or evaluation on one rank while "
-        "the others wait is a wait, not a fault: Progressing is Unknown (RanksWaiting), naming "
-        "who waits for whom; at this many seconds it turns False with the rank, the node and "
-        "the cause, and onStall applies. The default 300 decides before torch's NCCL watchdog "
-        "(10 minutes) ends every rank with a timeout that names none.",
+    stall_timeout_seconds: Optional[int] = Field(
+        None, strict=True, ge=MIN_STALL_TIMEOUT, le=MAX_STALL_TIMEOUT,
+        description="Watch training for stalls: seconds a running job's collectives may stop "
+        "advancing before it is a stall (30 to 86400; 300 is a good start: it decides before "
+        "torch's NCCL watchdog, 10 minutes, ends every rank with a timeout that names none). "
+        "Until then a long checkpoint or evaluation on one rank while the others wait is a "
+        "wait, not a fault: Progressing is Unknown (RanksWaiting), naming who waits for whom; "
+        "at this many seconds it turns False with the rank, the node and the cause, and "
+        "onStall applies. Set, each training pod gets the progress recorder and a small native "
+        "sidecar (10m CPU, 32Mi) whose readiness reports it; the trainer needs a command. "
+        "Unset: not watched.",
     )
     on_stall: OnStall = Field(
         OnStall.Restart,

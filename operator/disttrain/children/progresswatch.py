@@ -33,6 +33,10 @@ PROGRESS_MOUNT = "/var/run/disttrain/progress"
 SIDECAR_NAME = "disttrain-progress"
 INSTALL_NAME = "install-probe"
 SITE_DIR = constants.PROBE_INSTALL_DIR + "/site"  # holds sitecustomize.py (disttrain_probe.install)
+# torch's Flight Recorder, so a rank's record names the collective it waits in (DDP's and
+# NCCL's waits otherwise read as Python at backward()); set only where the template has not
+# (TORCH_NCCL_TRACE_BUFFER_SIZE: its name in torch 2.2-2.6); a few us per collective
+FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "200", "TORCH_NCCL_TRACE_BUFFER_SIZE": "200"}
 READY_PERIOD_S = 5  # the readinessProbe's periodSeconds: the detection delay's grain
 # the sidecar's own needs: an idle Python plus a short Python run every READY_PERIOD_S
 SIDECAR_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
@@ -109,7 +113,9 @@ def add_watch(pod_spec: dict[str, Any], trainer: dict[str, Any], watch: Progress
     command = [c for c in list_of(trainer.get("command")) if isinstance(c, str)]
     args = [a for a in list_of(trainer.get("args")) if isinstance(a, str)]
     trainer["command"], trainer["args"] = wrapped_command(command, args), []
-    trainer["env"] = merge_env(trainer.get("env"), [env_var(progress.PROGRESS_DIR_ENV, PROGRESS_MOUNT)])
+    have = {e.get("name") for e in list_of(trainer.get("env")) if isinstance(e, dict)}
+    trainer["env"] = merge_env(trainer.get("env"), [env_var(progress.PROGRESS_DIR_ENV, PROGRESS_MOUNT)] + [
+        env_var(k, v) for k, v in FLIGHT_RECORDER_ENV.items() if k not in have])
     mounts = [m for m in list_of(trainer.get("volumeMounts"))
               if not (isinstance(m, dict) and m.get("name") in ours)]
     trainer["volumeMounts"] = mounts + [

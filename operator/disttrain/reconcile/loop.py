@@ -101,7 +101,7 @@ def _reconcile(observed: Observed, parse_report: ReportParser, probe_image: str)
              probe_image=probe_image, api_failures=observed.api_failures, capabilities=capabilities,
              labels=dict(meta.get("labels") or {}) if isinstance(meta.get("labels"), dict) else {},
              kueue=kueue, network_policies=observed.network_policies, nodes=observed.nodes,
-             namespace_labels=observed.namespace_labels)
+             namespace_labels=observed.namespace_labels, progress=observed.progress)
     s.gangs = gangpolicy.gangs(s)
     _recall_attempts(s)
     _stages(s)

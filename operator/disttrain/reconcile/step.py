@@ -200,6 +200,7 @@ class Step:
     network_policies: tuple[dict[str, Any], ...] = ()  # of the job's namespace (Observed's)
     namespace_labels: Optional[dict[str, str]] = None  # of the job's namespace (Observed's)
     nodes: Optional[NodeOffers] = None  # the nodes' allocatable (Observed's; policies.offers)
+    progress: tuple[progresswatch.ProgressEvent, ...] = ()  # (Observed's; policies.stallwatch)
     probe_run: Optional[ProbeRun] = None  # set by policies.probing once the verdict can be reached
 
     @property

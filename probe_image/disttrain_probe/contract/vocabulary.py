@@ -261,6 +261,8 @@ COLLECTIVE_STALLED = _r("CollectiveStalled", (PROGRESSING,), _F, OPERATOR)
 # the ranks wait in different collectives: a code path some ranks took and others did not
 COLLECTIVES_MISMATCHED = _r("CollectivesMismatched", (PROGRESSING,), _F, OPERATOR)
 STALL_NOT_ATTRIBUTED = _r("StallNotAttributed", (PROGRESSING,), _F, OPERATOR)
+# the job ended by runPolicy.onStall: Fail (or Restart past backoffLimit): Progressing says why
+TRAINING_STALLED = _r("TrainingStalled", (FAILED, SUCCEEDED), _F, OPERATOR)
 
 REASONS: Dict[str, Reason] = {}
 for _x in _T:

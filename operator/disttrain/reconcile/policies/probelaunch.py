@@ -26,6 +26,7 @@ from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.children import kueue as kueue_objects
 from disttrain.reconcile.step import Step
 from disttrain.reconcile.policies.deadline import seconds_left
+from disttrain.reconcile.policies import stallwatch
 
 # How long after rank 0's pod got to its node the other probes wait for rank 0's probe
 # container to start (s). Started, it is the evidence that lets them diagnose a blocked
@@ -96,7 +97,7 @@ def check_training_pods(s: Step) -> None:
     passed. The rendezvous is a stand-in (the probe decides it); nothing is stored."""
     rv = Rendezvous("127.0.0.1", s.spec.rendezvous.port)
     for rank in range(min(2, s.spec.num_nodes)):
-        pod = build_worker_pod(s.job, s.spec, rank, None, rv, s.st.restarts or 0)
+        pod = stallwatch.watched(s, build_worker_pod(s.job, s.spec, rank, None, rv, s.st.restarts or 0))
         if s.placement is not None:
             kueue_objects.place(pod, *s.placement)
         s.plan.dry_runs.append(pod)

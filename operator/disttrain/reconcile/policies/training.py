@@ -21,13 +21,14 @@ from typing import Optional
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
+from disttrain.api.common import OnStall
 from disttrain.api.types import trainer_index, trainer_of
 from disttrain.children import kubelet, observe, rankend
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.diagnosis import logline
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
-from disttrain.reconcile.policies import conflicts, offers, restart
+from disttrain.reconcile.policies import conflicts, offers, restart, stallwatch
 from disttrain.reconcile.policies.deadline import training_seconds_left
 from disttrain.reconcile.policies.probelaunch import master_addr
 
@@ -69,7 +70,7 @@ def _create_probed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
             continue
         info = nodes.get(r, {})
         rv = Rendezvous(master, s.spec.rendezvous.port, info.get("interface"), exact=True)
-        s.create(build_worker_pod(s.job, s.spec, r, info.get("name") or None, rv, attempt))
+        s.create(stallwatch.watched(s, build_worker_pod(s.job, s.spec, r, info.get("name") or None, rv, attempt)))
 
 
 def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
@@ -84,13 +85,13 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
         s.st.rendezvous.record(master, spec.rendezvous.port, ifname)
         for r in range(spec.num_nodes):
             if r not in by_rank:
-                s.create(build_worker_pod(s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname),
-                                          attempt))
+                s.create(stallwatch.watched(s, build_worker_pod(
+                    s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname), attempt)))
         return
     if rank0 is None:
         dns = uses_dns_hostnames(spec)
         rv = Rendezvous(master_dns_name(s.job, spec) if dns else "$(OWN_IP)", spec.rendezvous.port, ifname)
-        pod = build_worker_pod(s.job, spec, 0, None, rv, attempt)
+        pod = stallwatch.watched(s, build_worker_pod(s.job, spec, 0, None, rv, attempt))
         ctr = pod["spec"]["containers"][trainer_index(spec)]
         if not dns:
             path = "status.hostIP" if spec.network.host_network else "status.podIP"
@@ -103,8 +104,8 @@ def _create_unprobed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
     s.st.rendezvous.record(master, spec.rendezvous.port, ifname)
     for r in range(1, spec.num_nodes):
         if r not in by_rank:
-            s.create(build_worker_pod(s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname),
-                                      attempt))
+            s.create(stallwatch.watched(s, build_worker_pod(
+                s.job, spec, r, None, Rendezvous(master, spec.rendezvous.port, ifname), attempt)))
 
 
 def _failed_ranks(s: Step, by_rank: dict[int, dict]) -> list[str]:
@@ -260,6 +261,10 @@ def run(s: Step) -> None:
     if s.is_true(constants.TRAINING_STARTED):
         for ctype in (constants.SUCCEEDED, constants.FAILED):
             s.set(ctype, constants.UNKNOWN, vocabulary.TRAINING_RUNNING, "training is running")
+    if not all(rankend.done(p, _trainer(s)) for p in by_rank.values()):
+        verdict = stallwatch.judge(s, by_rank)
+        if verdict is not None and verdict.act and _on_stall(s, attempt, by_rank, verdict.message):
+            return
     if len(by_rank) == n and all(rankend.done(p, _trainer(s)) for p in by_rank.values()):
         # a plain sidecar may still run: cleanup deletes the pods (cleanPodPolicy Running,
         # or holding hostPorts), so they do not hold the node's ports and resources
@@ -273,12 +278,29 @@ def run(s: Step) -> None:
         s.plan.requeue(left)
 
 
-def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str) -> None:
+def _on_stall(s: Step, attempt: int, by_rank: dict[int, dict], text: str) -> bool:
+    """runPolicy.onStall once the stall verdict acts: Fail ends the job (TrainingStalled),
+    Restart is a failed rank's gang restart (the job fails as TrainingStalled past
+    backoffLimit); Wait only reports (False)."""
+    how = s.spec.run_policy.on_stall
+    if how == OnStall.Wait.value:
+        return False
+    if how == OnStall.Fail.value:
+        s.finish(False, vocabulary.TRAINING_STALLED, text, "training stalled")
+        return True
+    _on_failure(s, attempt, by_rank, text, vocabulary.TRAINING_STALLED)
+    return True
+
+
+def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str,
+                reason: Optional[str] = None) -> None:
+    """A failed attempt: the gang restart runPolicy allows, else the job fails (with
+    ``reason``, or the restart decision's own)."""
     spec = s.spec
     d = restart.on_rank_failure(attempt, spec.run_policy.backoff_limit,
                                 spec.run_policy.reprobe_on_failure, spec.probe.enabled)
     if not d.restart:
-        s.finish(False, d.reason, text, "a rank failed")
+        s.finish(False, reason or d.reason, text, "a rank failed" if reason is None else "training stalled")
         return
     s.st.restarts = attempt + 1
     for p in by_rank.values():

@@ -1,0 +1,123 @@
+"""The stall watch while training (pure): ``Progressing`` from the ranks' progress, and
+whether ``runPolicy.onStall`` applies (issue 33).
+
+Only for a job with ``runPolicy.stallTimeoutSeconds``: its training pods carry the
+progress recorder and the sidecar (:mod:`disttrain.children.progresswatch`). Each step,
+once every rank runs, the ranks are observed from what the shell read: a pod whose sidecar
+is Ready has every rank advancing; a pod whose sidecar is not Ready has its latest readiness
+word (the one-line summary, :func:`disttrain_probe.contract.progress.parse_summary`); a
+pod with neither is not heard. :func:`disttrain.diagnosis.stall.judge` decides; the step
+requeues while a wait may turn into a stall.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from disttrain.api import constants
+from disttrain.children import observe
+from disttrain.children.podbase import nproc_per_node
+from disttrain.api.types import trainer_index
+from disttrain.children.progresswatch import SIDECAR_NAME, ProgressEvent, ProgressWatch, add_watch
+from disttrain.diagnosis import stall
+from disttrain.diagnosis.stallfacts import ADVANCING, RankObservation, StallVerdict
+from disttrain.reconcile import conditions as cond
+from disttrain.reconcile.step import Step
+from disttrain_probe.contract import progress
+
+QUIET_CAP_S = 30  # the sidecar turns not Ready after at most this long without progress (s)
+RECHECK_S = 5.0  # while not advancing, look again this often (s)
+
+
+def watch_for(s: Step) -> Optional[ProgressWatch]:
+    """The watch the job's training pods get, None when ``stallTimeoutSeconds`` is unset.
+    The sidecar turns not Ready after half the timeout, at most :data:`QUIET_CAP_S`."""
+    timeout = s.spec.run_policy.stall_timeout_seconds
+    if timeout is None:
+        return None
+    return ProgressWatch(image=s.spec.probe.image or s.probe_image,
+                         stall_after_s=max(5, min(QUIET_CAP_S, timeout // 2)))
+
+
+def watched(s: Step, pod: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` (a training pod just built) with the stall watch when the job asks for it
+    (:func:`watch_for`) and its trainer can take it; changed in place and returned."""
+    watch = watch_for(s)
+    if watch is None:
+        return pod
+    containers = (pod.get("spec") or {}).get("containers") or []
+    i = trainer_index(s.spec)
+    if 0 <= i < len(containers) and isinstance(containers[i], dict):
+        add_watch(pod["spec"], containers[i], watch)
+    return pod
+
+
+def _sidecar(p: dict[str, Any]) -> Optional[dict[str, Any]]:
+    for cs in (p.get("status") or {}).get("initContainerStatuses") or []:
+        if isinstance(cs, dict) and cs.get("name") == SIDECAR_NAME:
+            return cs
+    return None
+
+
+_AT = re.compile(r"^(.*:\d+)\((.*)\)$")
+
+
+def _frame(at: str) -> Optional[str]:
+    """The summary's ``train.py:88(load_batch)`` as messages write it, ``train.py:88
+    (load_batch)``; None for none."""
+    m = _AT.match(at)
+    return f"{m.group(1)} ({m.group(2)})" if m else (at or None)
+
+
+def _word_ranks(word: ProgressEvent, node: str, now: float) -> list[RankObservation]:
+    """The ranks one readiness word tells of, their ages measured to ``now`` (Unix s)."""
+    try:
+        segs = progress.parse_summary(word.summary)
+    except ValueError:
+        return []
+    said = observe.parse_time(word.at)
+    age = max(0.0, now - said.timestamp()) if said is not None else 0.0
+    out = []
+    for seg in segs:
+        if seg.rank is None:
+            continue
+        idle = float(seg.idle_s) + age
+        out.append(RankObservation(
+            rank=seg.rank, node=node, where=seg.where, seq=seg.seq, seq_age_s=idle,
+            waiting_op=seg.op or None,
+            waiting_seq=seg.seq if seg.where == progress.IN_COLLECTIVE else None,
+            frame=_frame(seg.at), heard_age_s=idle if seg.stale else age))
+    return out
+
+
+def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObservation]:
+    """Every rank heard of, from the training pods ``by_rank`` (node rank -> pod)."""
+    nproc = nproc_per_node(s.spec)
+    words = {w.pod: w for w in s.progress}
+    out: list[RankObservation] = []
+    for r, p in sorted(by_rank.items()):
+        cs, node = _sidecar(p), observe.node(p) or observe.name(p)
+        if cs is None or cs.get("started") is not True:
+            continue
+        if cs.get("ready") is True:
+            out += [RankObservation(rank=g, node=node, where=ADVANCING, seq_age_s=0.0, heard_age_s=0.0)
+                    for g in range(r * nproc, (r + 1) * nproc)]
+        elif observe.name(p) in words:
+            out += _word_ranks(words[observe.name(p)], node, now)
+    return out
+
+
+def judge(s: Step, by_rank: dict[int, dict]) -> Optional[StallVerdict]:
+    """Write ``Progressing`` and ``status.progress`` for a watched job whose ranks all run;
+    the verdict (its ``act``: onStall applies now), or None when not watched."""
+    timeout = s.spec.run_policy.stall_timeout_seconds
+    if timeout is None or not s.is_true(constants.TRAINING_STARTED):
+        return None
+    now = s.now.timestamp()
+    world = s.spec.num_nodes * nproc_per_node(s.spec)
+    v = stall.judge(observations(s, by_rank, now), world, float(timeout), now)
+    s.set(constants.PROGRESSING, v.status, v.reason, v.message)
+    s.st.set_progress(**v.status_fields())
+    if v.status != cond.TRUE:
+        s.plan.requeue(RECHECK_S)
+    return v

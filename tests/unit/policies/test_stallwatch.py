@@ -1,0 +1,90 @@
+"""The stall watch while training (:mod:`disttrain.reconcile.policies.stallwatch`, through
+:mod:`disttrain.reconcile.policies.training`): the pods it builds, Progressing from the
+sidecars' readiness and words, and runPolicy.onStall."""
+
+from disttrain.api import constants as C
+from disttrain.children import progresswatch as pw
+from disttrain.reconcile import conditions as cond
+from disttrain.reconcile.policies import training
+from disttrain.reconcile.step import Outcome
+from disttrain_probe.contract import vocabulary as V
+
+from ...support.builders import Want, check, table
+from ...support.builders import given as given_
+from ...support.reconcile import workers
+
+UNK, TRUE, FALSE = C.UNKNOWN, C.TRUE, C.FALSE
+NOW = "2026-11-30T12:00:00Z"
+
+
+def watched(*ready, said=()):
+    """Running training pods whose progress sidecar is Ready (True), not Ready (False) or
+    not started (None); ``said``: (rank, summary) readiness words, said at NOW."""
+    pods = workers(*["Running"] * len(ready))
+    for p, r in zip(pods, ready):
+        p["status"]["initContainerStatuses"] = [] if r is None else [
+            {"name": pw.SIDECAR_NAME, "ready": r, "started": True}]
+    words = [pw.ProgressEvent(f"j-worker-{r}", text, NOW) for r, text in said]
+    return pods, words
+
+
+def job(*ready, said=(), **run_policy):
+    pods, words = watched(*ready, said=said)
+    return given_().training().run_policy(stallTimeoutSeconds=60, **run_policy).with_pods(*pods)\
+        .observing(progress=words)
+
+
+STUCK = [(1, "progress: r1 python seq=1532 idle=70s at=train.py:88(load_batch)"),
+         (0, "progress: r0 collective seq=1533 idle=70s op=all_reduce")]
+WAIT = [(1, "progress: r1 python seq=1532 idle=40s at=ckpt.py:12(save)"),
+        (0, "progress: r0 collective seq=1533 idle=40s op=all_reduce")]
+
+
+@table(
+    ("not watched (no stallTimeoutSeconds): no Progressing, no sidecar",
+     given_().training().workers("Running", "Running"),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: None})),
+    ("every sidecar Ready: advancing",
+     job(True, True),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)})),
+    ("no sidecar started yet: not reported, looked at again",
+     job(None, None),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (UNK, V.PROGRESS_NOT_REPORTED)},
+          more=lambda s: s.plan.requeue_after == 5.0)),
+    ("rank 1 in Python under the timeout: a wait, said as such",
+     job(False, False, said=WAIT),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (UNK, V.RANKS_WAITING), C.FAILED: (UNK, V.TRAINING_RUNNING)},
+          says={C.PROGRESSING: "rank 1 (node-b) is in Python at ckpt.py:12 (save)"}, deletes=[])),
+    ("rank 1 in Python past the timeout, onStall Fail: the job fails naming it",
+     job(False, False, said=STUCK, onStall="Fail"),
+     Want(Outcome.FINISHED, {C.PROGRESSING: (FALSE, V.RANK_STUCK_IN_PYTHON), C.FAILED: (TRUE, V.TRAINING_STALLED)},
+          says={C.FAILED: "rank 1 (node-b) is in Python at train.py:88 (load_batch)"})),
+    ("past the timeout, onStall Restart with a restart left: gang restart",
+     job(False, False, said=STUCK, backoffLimit=1),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (FALSE, V.RANK_STUCK_IN_PYTHON), C.TRAINING_STARTED: (UNK, V.RESTARTING)},
+          deletes=["j-worker-0", "j-worker-1"], status={"restarts": 1},
+          says={C.TRAINING_STARTED: "rank 1 (node-b)"})),
+    ("past the timeout, onStall Restart without restarts left: Failed TrainingStalled",
+     job(False, False, said=STUCK),
+     Want(Outcome.FINISHED, {C.FAILED: (TRUE, V.TRAINING_STALLED)})),
+    ("past the timeout, onStall Wait: only said",
+     job(False, False, said=STUCK, onStall="Wait"),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (FALSE, V.RANK_STUCK_IN_PYTHON), C.FAILED: (UNK, V.TRAINING_RUNNING)},
+          deletes=[])),
+)
+def test_stall_watch(name, given, want):
+    check(training.apply, given, want)
+
+
+def test_watched_pods_carry_the_sidecar_and_the_wrapped_trainer():
+    s = given_().run_policy(stallTimeoutSeconds=120).validated().probes("Succeeded", "Succeeded").build()
+    training.apply(s)
+    assert len(s.plan.creates) == 2
+    for p in s.plan.creates:
+        inits = [c["name"] for c in p["spec"].get("initContainers") or []]
+        assert inits[:2] == [pw.INSTALL_NAME, pw.SIDECAR_NAME], inits
+        trainer = next(c for c in p["spec"]["containers"] if c["name"] == "trainer")
+        assert trainer["command"][:2] == ["/bin/sh", "-c"] and "torch.distributed.run" in trainer["command"]
+        side = p["spec"]["initContainers"][1]
+        assert side["readinessProbe"]["exec"]["command"][-1] == "30"  # half the timeout, at most 30 s
+    assert cond.get(s.conds, C.PROGRESSING) is None
