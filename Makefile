@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated
+.PHONY: test-stall system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -127,6 +127,12 @@ fuzz: venv
 # phase; prints a summary table. CHAOS_SEED=<n> replays a run's kill points.
 chaos: system-deps venv build-cluster
 	DISTTRAIN_CHAOS=long $(if $(CHAOS_SEED),DISTTRAIN_CHAOS_SEED=$(CHAOS_SEED)) $(VPY) -m pytest -q -s -ra tests/e2e/test_chaos.py -k long
+
+# The stall watch on the real kubelets (issue 33): every culprit (`make test` runs one),
+# a frozen rank, and a checkpoint under the timeout that must stay a wait.
+test-stall: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
+	DISTTRAIN_STALL_ALL=1 $(VPY) -m pytest -q -ra tests/e2e/test_stall.py
 
 # Generated faults (issue 31; localcluster/localcluster/faults/): GENERATED_CASES seeded cases
 # across every fault class, each on its own cluster, graded against the oracle; prints one line

@@ -1,0 +1,152 @@
+"""The stall watch on the real kubelets (issue 33): a job with
+``runPolicy.stallTimeoutSeconds`` trains under the progress recorder and its readiness
+sidecar; a stall after training started ends as ``Progressing=False`` naming the rank, its
+node and the cause within the timeout + 30 s, and ``onStall`` acts.
+
+`make test` runs one culprit (a rank stuck in Python); `make test-stall` runs them all
+(``DISTTRAIN_STALL_ALL=1``): the other rank stuck, a frozen rank (SIGSTOP), and a healthy
+job whose rank 0 checkpoints for 20 s under a 60 s timeout (a wait, never a stall verdict).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import yaml
+
+from disttrain_probe.contract import vocabulary as V
+
+from .test_operator import EXAMPLE, apply, condition, get_job, wait_for
+
+pytestmark = pytest.mark.e2e
+ALL = os.environ.get("DISTTRAIN_STALL_ALL") == "1"
+TIMEOUT_S = 30
+
+SCRIPT = '''import os, time
+import torch
+import torch.distributed as dist
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    stall_rank, stall_at = int(os.environ.get("STALL_RANK", "-1")), int(os.environ.get("STALL_AT", "50"))
+    t = torch.ones(1000)
+    for step in range(int(os.environ.get("STEPS", "100000"))):
+        if rank == stall_rank and step == stall_at:
+            print(f"rank {rank}: sleeping at step {step}", flush=True)
+            time.sleep(float(os.environ.get("STALL_SECONDS", "600")))
+        dist.all_reduce(t)
+        time.sleep(0.05)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def docs(on_stall: str = "Fail", timeout: int = TIMEOUT_S, **env: str) -> list[dict]:
+    """The example job, its script replaced by an all_reduce loop whose ``STALL_RANK``
+    sleeps ``STALL_SECONDS`` at step ``STALL_AT``; watched with ``timeout``."""
+    out = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    for d in out:
+        if d["kind"] == "ConfigMap":
+            d["data"] = {"train_digits.py": SCRIPT}
+        else:
+            d["spec"]["runPolicy"] = {"stallTimeoutSeconds": timeout, "onStall": on_stall}
+            trainer = d["spec"]["template"]["spec"]["containers"][0]
+            trainer["env"] = trainer.get("env", []) + [{"name": k, "value": v} for k, v in env.items()]
+    return out
+
+
+def _started_at(job: dict) -> float:
+    c = condition(job, "TrainingStarted")
+    assert c and c["status"] == "True", c
+    return time.mktime(time.strptime(c["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
+
+
+def _started(cluster, ns: str) -> Optional[dict]:
+    j = get_job(cluster, ns)
+    c = condition(j, "TrainingStarted")
+    return j if c and c["status"] == "True" else None
+
+
+def _node_of(cluster, ns: str, rank: int) -> str:
+    return cluster.kubectl("get", "pod", f"ddp-digits-worker-{rank}", "-n", ns, "-o",
+                           "jsonpath={.spec.nodeName}").stdout.strip()
+
+
+def _stall_verdict(cluster, ns: str, within: float) -> dict:
+    return wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "False" and c,
+                    within, interval=1.0, what="Progressing=False")
+
+
+@pytest.mark.parametrize("culprit", [0] + ([1] if ALL else []))
+def test_a_rank_stuck_in_python_is_named_with_its_frame_and_the_job_fails(cluster, operator, ns, culprit):
+    apply(cluster, ns, docs(STALL_RANK=str(culprit)))
+    job = wait_for(lambda: _started(cluster, ns), 240, what="TrainingStarted")
+    c = _stall_verdict(cluster, ns, TIMEOUT_S + 60)
+    node = _node_of(cluster, ns, culprit)
+    assert c["reason"] == V.RANK_STUCK_IN_PYTHON, c
+    assert c["message"].startswith(f"rank {culprit} ({node}) is in Python at "), c["message"]
+    assert "train_digits.py:" in c["message"] and f"rank {1 - culprit} waits in all_reduce" in c["message"]
+    failed = wait_for(lambda: (f := condition(get_job(cluster, ns), "Failed")) and f["status"] == "True" and f,
+                      30, what="Failed=True")
+    assert failed["reason"] == V.TRAINING_STALLED
+    # the stall began within a few seconds of the start (step 50 of 50 ms steps)
+    assert time.time() - _started_at(job) <= TIMEOUT_S + 30 + 15
+
+
+def _trainer_pid(node_rank: int) -> Optional[int]:
+    """The host pid of the training process (torchrun's worker) of node rank ``node_rank``."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+            env = (d / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"train_digits.py") for a in cmd) and b"torch.distributed.run" not in cmd \
+                and f"PET_NODE_RANK={node_rank}".encode() in env and b"DISTTRAIN_PROGRESS_DIR=" in b"\0".join(env):
+            return int(d.name)
+    return None
+
+
+@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
+def test_a_frozen_rank_is_named_as_unresponsive(cluster, operator, ns):
+    apply(cluster, ns, docs())
+    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
+             240, what="Progressing=True")
+    pid = wait_for(lambda: _trainer_pid(1), 30, what="rank 1's training process")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        c = _stall_verdict(cluster, ns, TIMEOUT_S + 30)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert c["reason"] == V.RANK_UNRESPONSIVE, c
+    assert c["message"].startswith(f"rank 1 ({_node_of(cluster, ns, 1)}) stopped answering"), c["message"]
+
+
+@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
+def test_a_checkpoint_under_the_timeout_is_a_wait_and_the_job_succeeds(cluster, operator, ns):
+    apply(cluster, ns, docs(timeout=60, STALL_RANK="0", STALL_SECONDS="40", STEPS="300"))
+    seen: list[tuple[str, str]] = []
+
+    def done():
+        j = get_job(cluster, ns)
+        c = condition(j, "Progressing")
+        if c:
+            seen.append((c["status"], c["reason"]))
+        s = condition(j, "Succeeded")
+        return s if s and s["status"] != "Unknown" else None
+
+    s = wait_for(done, 300, interval=1.0, what="the job's end")
+    assert s["status"] == "True", s
+    assert ("False", V.RANK_STUCK_IN_PYTHON) not in seen and all(st != "False" for st, _ in seen), seen
+    assert ("Unknown", V.RANKS_WAITING) in seen, seen  # who waits for whom, said while it lasted
