@@ -176,7 +176,9 @@ def partial_range_failure(peers: Dict[int, Peer],
     fix = (f"; open the whole range to {by if s.clean else 'the other nodes'} on {node}'s "
            f"firewall, or set network.portRange to a range it admits")
     head = f"{node}: part of its ephemeral port range is blocked{only}"
-    seen_s = f": {by} reached {answered} but not {_ports(s.bad)} on {_where(s)}"
+    # witnesses, not culprits: every other node is said as such, not listed
+    said_by = "every other node" if not s.clean and len(s.by) == len(peers) - 1 > 1 else by
+    seen_s = f": {said_by} reached {answered} but not {_ports(s.bad)} on {_where(s)}"
     hang = "; " + _HANG.format(_range_s(peers, j))
     return {"reason": vocabulary.EPHEMERAL_PORTS_BLOCKED, "message": _fit([
         head + also + seen_s + clean + hang + fix, head + also + seen_s + hang + fix,
