@@ -53,23 +53,41 @@ def _case(cls: str, seed: int = 1) -> generate.Case:
 
 
 def test_probe_env_is_the_operators_pod_env_resolved_on_the_node():
+    """A gang (the proving ground serves the workload API): every rank is given rank 0's DNS
+    name and no start time, as the operator creates them all at once."""
     c = _case("firewall")
     body = P.job_body(c)
+    assert P.all_at_once(body) and P.spec_of(body).network.enable_dns_hostnames is True
     r0 = P.RankPlace(0, "node-c", "10.100.0.13", "ddp-digits-probe-0")
     r1 = P.RankPlace(1, "node-a", "10.100.0.11", "ddp-digits-probe-1")
     master = P.rank0_master(body, r0)
-    assert master == "10.100.0.13"  # hostNetwork without DNS hostnames: rank 0's node address
+    assert master == G.MASTER_NAME
     e0 = P.probe_env(P.probe_pod(body, 0, None, None), r0, "/tmp/r0.json")
-    e1 = P.probe_env(P.probe_pod(body, 1, master, "2026-12-06T05:00:00Z"), r1, "/tmp/r1.json")
-    assert (e0["MASTER_ADDR"], e1["MASTER_ADDR"]) == ("10.100.0.13", "10.100.0.13")
+    e1 = P.probe_env(P.probe_pod(body, 1, master, None), r1, "/tmp/r1.json")
+    assert (e0["MASTER_ADDR"], e1["MASTER_ADDR"]) == (G.MASTER_NAME, G.MASTER_NAME)
     assert (e0["NODE_NAME"], e0["POD_NAME"], e0["HOST_IP"]) == ("node-c", "ddp-digits-probe-0", "10.100.0.13")
     assert (e1["RANK"], e1["WORLD_SIZE"]) == ("1", str(c.scenario.nodes))
-    assert e1[PE.MASTER_STARTED_AT] == "2026-12-06T05:00:00Z" and PE.MASTER_STARTED_AT not in e0
+    assert PE.MASTER_STARTED_AT not in e0 and PE.MASTER_STARTED_AT not in e1
     assert e0[PE.REPORT_PATH] == "/tmp/r0.json"
     assert e0[PE.JOB_UID] == P.JOB_UID and e0[PE.TIMEOUT_SECONDS] == "60"  # the example's probe budget
     assert e0["OMP_NUM_THREADS"] == "1"  # the trainer's env, merged under the probe's
     if c.scenario.job.get("network", {}).get("socketIfname"):
         assert e0[PE.SOCKET_IFNAME] == c.scenario.job["network"]["socketIfname"]
+
+
+def test_without_a_gang_rank_0_first_and_the_others_get_its_address_and_start():
+    body = P.job_body(_case("firewall"))
+    body["spec"]["runPolicy"] = {"schedulingPolicy": {"gang": "none"}}
+    assert not P.all_at_once(body)
+    r0 = P.RankPlace(0, "node-c", "10.100.0.13", "ddp-digits-probe-0")
+    master = P.rank0_master(body, r0)
+    assert master == "10.100.0.13"  # hostNetwork without DNS hostnames: rank 0's node address
+    e0 = P.probe_env(P.probe_pod(body, 0, None, None), r0, "/r0")
+    e1 = P.probe_env(P.probe_pod(body, 1, master, "2026-12-06T05:00:00Z"),
+                     P.RankPlace(1, "node-a", "10.100.0.11", "ddp-digits-probe-1"), "/r1")
+    assert (e0["MASTER_ADDR"], e1["MASTER_ADDR"]) == ("10.100.0.13", "10.100.0.13")
+    assert e1[PE.MASTER_STARTED_AT] == "2026-12-06T05:00:00Z" and PE.MASTER_STARTED_AT not in e0
+    assert P.cluster_dns_lines(body, [r0]) == []
 
 
 def test_probe_env_refuses_a_value_with_no_direct_meaning():
@@ -85,17 +103,21 @@ def test_probe_env_refuses_a_value_with_no_direct_meaning():
 def test_dns_hostnames_become_fully_qualified_hosts_lines_after_the_nodes_own():
     c = _case("names")
     body = P.job_body(c)
-    body["spec"]["network"] = {"hostNetwork": True, "enableDNSHostnames": True}
     places = [P.RankPlace(0, "node-b", "10.100.0.12", "p0"), P.RankPlace(1, "node-a", "10.100.0.11", "p1")]
     assert P.rank0_master(body, places[0]) == G.MASTER_NAME
     lines = P.cluster_dns_lines(body, places)
-    assert lines == [f"10.100.0.12 {G.MASTER_NAME}.{P.NAMESPACE}.svc.cluster.local",
-                     f"10.100.0.11 ddp-digits-1.ddp-digits.{P.NAMESPACE}.svc.cluster.local"]
+    assert lines == [f"10.100.0.12 {G.MASTER_NAME} {G.MASTER_NAME}.{P.NAMESPACE}.svc.cluster.local",
+                     f"10.100.0.11 ddp-digits-1.ddp-digits ddp-digits-1.ddp-digits.{P.NAMESPACE}.svc.cluster.local"]
     from localcluster.network.topology import default_topology
     topo = default_topology(2)[0]
     topo.hosts = ["127.0.0.1 ddp-digits-0.ddp-digits"]
     text = P.hosts_text(topo, ["10.100.0.11 node-a"], lines).splitlines()
-    assert text[0] == "127.0.0.1 localhost" and text[1] == topo.hosts[0] and text[-2:] == lines
+    # the node's own entry is its only answer for that name (glibc would return every line)
+    assert text[:3] == ["127.0.0.1 localhost", topo.hosts[0], "10.100.0.11 node-a"]
+    assert text[3:] == [f"10.100.0.12 {G.MASTER_NAME}.{P.NAMESPACE}.svc.cluster.local", lines[1]]
+    assert sum(G.MASTER_NAME in ln.split() for ln in text) == 1
+    topo.hosts = []
+    assert P.hosts_text(topo, [], lines).splitlines()[1:] == lines
     assert "ndots:5" in P.resolv_text() and f"search {P.NAMESPACE}.svc.cluster.local" in P.resolv_text()
 
 

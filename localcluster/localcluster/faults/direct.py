@@ -147,19 +147,21 @@ def _finish(r: _Rank, deadline: float) -> dict:
 
 
 def run_probes(case: Case, places: list[P.RankPlace], spaces: dict[str, str], tmp: Path) -> list[dict]:
-    """Run one probe per rank (rank 0 first, the others with rank 0's address and start
-    time once it started); returns the finished pods in rank order. Every process has
-    ended when this returns."""
+    """Run one probe per rank as the operator launches them (a gang: all at once with rank
+    0's name; else rank 0 first, the others with its address and start time once it
+    started); returns the finished pods in rank order. Every process has ended when this
+    returns."""
     body = P.job_body(case)
     spec = P.spec_of(body)
     deadline = time.monotonic() + spec.probe.timeout_seconds + DEADLINE_SLACK_SECONDS
+    master, gang = P.rank0_master(body, places[0]), P.all_at_once(body)
     ranks: list[_Rank] = []
     try:
         ranks.append(_start(places[0], spaces[places[0].node], P.probe_pod(body, 0, None, None), tmp))
-        time.sleep(PEER_DELAY_SECONDS)
-        master = P.rank0_master(body, places[0])
+        if not gang:
+            time.sleep(PEER_DELAY_SECONDS)
         for p in places[1:]:
-            pod = P.probe_pod(body, p.rank, master, ranks[0].started_at)
+            pod = P.probe_pod(body, p.rank, master, None if gang else ranks[0].started_at)
             ranks.append(_start(p, spaces[p.node], pod, tmp))
         return [_finish(r, deadline) for r in ranks]
     finally:

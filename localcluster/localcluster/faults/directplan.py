@@ -16,10 +16,12 @@ from datetime import datetime
 from typing import Any, Optional
 
 from disttrain.api.types import DistTrainingJobSpec
-from disttrain.children.names import JobRef, pod_dns_name, probe_pod_name
+from disttrain.children import gang
+from disttrain.children.names import JobRef, master_dns_name, pod_dns_name, probe_pod_name, uses_dns_hostnames
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import probereports, verdict
+from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API, effective_spec
 from disttrain.reconcile.policies.probelaunch import master_addr
 from disttrain.reconcile.status_repair import repair
 from disttrain.reconcile.step import Plan, Step
@@ -36,6 +38,10 @@ JOB_UID = "0d1ec7a5-0000-4000-8000-000000000031"  # echoed by every probe, check
 ATTEMPT = 1
 MESSAGE_LIMIT = 4096  # bytes of a termination message the kubelet keeps
 LOG_TAIL_LINES = 80  # FallbackToLogsOnError: the last lines of the log
+# What the proving ground's apiserver serves (controlplane.FEATURE_GATES: GenericWorkload):
+# with it a job's gang is on (runPolicy.schedulingPolicy.gang auto), its pods get DNS names
+# and every probe is created at once with rank 0's name as MASTER_ADDR.
+CAPABILITIES = frozenset({CAP_WORKLOAD_API})
 
 
 def job_body(case: Case) -> dict[str, Any]:
@@ -50,8 +56,17 @@ def job_body(case: Case) -> dict[str, Any]:
 
 
 def spec_of(body: dict[str, Any]) -> DistTrainingJobSpec:
-    """The parsed spec. Raises pydantic.ValidationError for a spec the CRD would refuse."""
-    return DistTrainingJobSpec.model_validate(body["spec"])
+    """The spec a reconcile step acts on in the proving ground: parsed, then
+    ``gang.effective_spec`` with :data:`CAPABILITIES` (a gang turns DNS hostnames on).
+    Raises pydantic.ValidationError for a spec the CRD would refuse."""
+    spec = DistTrainingJobSpec.model_validate(body["spec"])
+    return effective_spec(spec, CAPABILITIES, JobRef.from_body(body).name)[0]
+
+
+def all_at_once(body: dict[str, Any]) -> bool:
+    """Whether the operator creates every probe pod at once (a gang: ``probelaunch.launch``),
+    else rank 0 first and the others once its probe started."""
+    return gang.provider(spec_of(body), CAP_WORKLOAD_API in CAPABILITIES) is not None
 
 
 def cluster_only(case: Case) -> Optional[str]:
@@ -108,7 +123,8 @@ def _field(path: str, place: RankPlace) -> str:
 def probe_pod(body: dict[str, Any], rank: int, master: Optional[str],
               started_at: Optional[str]) -> dict[str, Any]:
     """The operator's probe pod of ``rank`` (``build_probe_pod``; ``master``/``started_at``:
-    what it tells ranks > 0 of rank 0, as ``probelaunch.launch`` does)."""
+    what it tells ranks > 0 of rank 0, as ``probelaunch.launch`` does: a gang's ranks get
+    rank 0's name and no start time)."""
     return build_probe_pod(JobRef.from_body(body), spec_of(body), rank,
                            ProbeMaster(master if rank else None, started_at if rank else None), ATTEMPT)
 
@@ -134,25 +150,40 @@ def probe_env(pod: dict[str, Any], place: RankPlace, report_path: str) -> dict[s
 
 
 def rank0_master(body: dict[str, Any], rank0: RankPlace) -> Optional[str]:
-    """MASTER_ADDR the operator gives ranks > 0 (``probelaunch.master_addr`` on rank 0's
-    pod with its hostIP)."""
+    """MASTER_ADDR the operator gives ranks > 0: a gang's rank 0's DNS name, else
+    ``probelaunch.master_addr`` on rank 0's pod with its hostIP."""
+    if all_at_once(body):
+        return master_dns_name(JobRef.from_body(body), spec_of(body))
     pod = {"status": {"hostIP": rank0.ip, "podIP": rank0.ip}}
     return master_addr(JobRef.from_body(body), spec_of(body), pod)
 
 
 def cluster_dns_lines(body: dict[str, Any], places: list[RankPlace]) -> list[str]:
     """What cluster DNS answers for the job's pods (with DNS hostnames: each rank's
-    ``<job>-<r>.<subdomain>.<ns>.svc.<domain>``), as hosts lines: the fully qualified names
-    a resolver with the pod's search path asks first (ndots 5), so a node's own line for the
-    short name is met only where the cluster's resolver meets it too."""
+    ``<job>-<r>.<subdomain>`` and ``...<ns>.svc.<domain>``), as hosts lines for
+    :func:`hosts_text` (which leaves out the names a node maps itself, as its own line wins
+    over DNS in the cluster). The one difference: a healthy node's probe reports the
+    answer's source as hosts, not dns. [] without DNS hostnames."""
     job, spec = JobRef.from_body(body), spec_of(body)
-    return [f"{p.ip} {pod_dns_name(job, spec, p.rank)}.{job.namespace}.svc.{CLUSTER_DOMAIN}" for p in places]
+    if not uses_dns_hostnames(spec):
+        return []
+    return [f"{p.ip} {pod_dns_name(job, spec, p.rank)} {pod_dns_name(job, spec, p.rank)}.{job.namespace}"
+            f".svc.{CLUSTER_DOMAIN}" for p in places]
 
 
 def hosts_text(topo: NodeTopology, peers: list[str], dns_lines: list[str]) -> str:
     """The node's /etc/hosts as the node agent writes it (localhost, the scenario's own
-    lines first, every node's names), then the cluster DNS stand-in lines."""
-    lines = ["127.0.0.1 localhost", *topo.hosts, *peers, *dns_lines]
+    lines first, every node's names), then the cluster DNS stand-in lines without the names
+    the node's own lines map: glibc's files backend answers a name with every line that
+    names it and then asks no DNS, so in the cluster a node's own entry is its only answer."""
+    own = {name for ln in topo.hosts for name in ln.split()[1:]}
+    extra = []
+    for ln in dns_lines:
+        addr, *names = ln.split()
+        left = [n for n in names if n not in own]
+        if left:
+            extra.append(" ".join([addr, *left]))
+    lines = ["127.0.0.1 localhost", *topo.hosts, *peers, *extra]
     return "".join(f"{ln}\n" for ln in lines)
 
 
@@ -211,7 +242,7 @@ def verdict_of(body: dict[str, Any], pods: list[dict[str, Any]], master: Optiona
     plan = Plan(status=repair({}, ts))
     plan.status["conditions"] = cond.initial(1, ts, spec.probe.enabled)
     s = Step(job=JobRef.from_body(body), spec=spec, generation=1, now=now, plan=plan, pods=list(pods),
-             services=[], parse_report=parse_report)
+             services=[], parse_report=parse_report, capabilities=CAPABILITIES)
     by_rank = dict(enumerate(pods))
     outcomes = probereports.collect(s, by_rank)
     verdict.write(s, outcomes, master)

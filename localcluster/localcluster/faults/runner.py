@@ -16,6 +16,7 @@ Exit status: 0 when every case was right, 1 otherwise, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 import uuid
@@ -124,8 +125,9 @@ def run(seed: int, indexes: range, classes: Optional[list[str]], out: Optional[P
     rows: list[tuple[generate.Case, Grade]] = []
     seconds: list[float] = []
     command = " ".join(["python -m localcluster.faults", *sys.argv[1:]])
-    if direct:
+    if direct:  # SIGTERM ends the run through its clean-up (probes killed, namespaces deleted)
         from localcluster.faults.direct import sweep
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         sweep()
     for i in indexes:
         case = generate.case(seed, i, classes)
