@@ -9,8 +9,8 @@ the cluster would have; no apiserver, no kubelet. Every namespace is named
 ``/etc/hosts`` and ``resolv.conf`` are files under ``/etc/netns/<ns>/``, which
 ``ip netns exec`` binds over ``/etc`` for its process. One real probe process per rank runs
 in its node's namespace (its own UTS namespace with the node's hostname) with the
-environment of the operator's probe pod (``directplan.probe_env``); rank 0 first, the others
-once it started, as the operator launches them. The finished pods go to the operator's own
+environment of the operator's probe pod (``directplan.probe_env``), launched as the operator
+launches them (a gang: all at once; else rank 0 first, the others once it started). The finished pods go to the operator's own
 verdict (``directplan.verdict_of``) and the conditions to ``grade.grade``.
 
 :func:`run_case` returns the grade; :func:`sweep` removes namespaces of an earlier run that
