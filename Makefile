@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: test-stall system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated
+.PHONY: test-stall system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -144,6 +144,12 @@ GENERATED_SEED ?= 1
 test-generated: system-deps venv build-cluster images
 	@$(SYSTEM_DEPS) nodes
 	$(VPY) -m localcluster.faults run --seed $(GENERATED_SEED) --cases $(GENERATED_CASES) $(if $(GENERATED_CLASSES),--classes $(GENERATED_CLASSES)) --out benchmarks/results/generated.md
+
+# The same seeded cases on the direct path (faults/direct.py: probes in plain network namespaces
+# dtjf-*, the operator's pure verdict; seconds a case, no cluster); cases that need the cluster
+# (NetworkPolicy, pod network, node-local DNS) are skipped and counted as cluster-only.
+test-generated-direct: system-deps venv
+	$(VPY) -m localcluster.faults run --direct --seed $(GENERATED_SEED) --cases $(GENERATED_CASES) $(if $(GENERATED_CLASSES),--classes $(GENERATED_CLASSES)) --out benchmarks/results/generated-direct.md
 
 # Scenarios marked `slow: true` (minutes each, e.g. the example at 16 nodes), left out of `make test`.
 test-scale: system-deps venv build-cluster

@@ -46,20 +46,21 @@ def _link_exists(ns: str, dev: str) -> bool:
     return _ip("-n", ns, "link", "show", dev, check=False).returncode == 0
 
 
-def ensure_fabric(segments: Iterable[str] = ("mgmt", "data")) -> None:
-    """Create the fabric namespace with one bridge ``br-<segment>`` per segment
-    (idempotent; default: br-mgmt and br-data), after raising the machine's neighbour-table
-    limits (:func:`ensure_neighbour_capacity`). Raises NetworkError if `ip` fails."""
+def ensure_fabric(segments: Iterable[str] = ("mgmt", "data"), fabric: str = FABRIC_NS) -> None:
+    """Create the fabric namespace ``fabric`` (default: the cluster's) with one bridge
+    ``br-<segment>`` per segment (idempotent; default: br-mgmt and br-data), after raising
+    the machine's neighbour-table limits (:func:`ensure_neighbour_capacity`). Raises
+    NetworkError if `ip` fails."""
     ensure_neighbour_capacity()
-    if FABRIC_NS not in list_netns():
-        _ip("netns", "add", FABRIC_NS)
-    _ip("-n", FABRIC_NS, "link", "set", "lo", "up")
+    if fabric not in list_netns():
+        _ip("netns", "add", fabric)
+    _ip("-n", fabric, "link", "set", "lo", "up")
     for seg in segments:
         br = f"br-{seg}"
-        if not _link_exists(FABRIC_NS, br):
-            _ip("-n", FABRIC_NS, "link", "add", br, "type", "bridge", "forward_delay", "0",
+        if not _link_exists(fabric, br):
+            _ip("-n", fabric, "link", "add", br, "type", "bridge", "forward_delay", "0",
                 "stp_state", "0")
-        _ip("-n", FABRIC_NS, "link", "set", br, "up")
+        _ip("-n", fabric, "link", "set", br, "up")
 
 
 # The kernel's neighbour (ARP/ND) tables are shared by every network namespace of the
@@ -115,9 +116,12 @@ def _decoy_port(name: str, k: int) -> str:
     return f"veth-{name}" if len(name) <= 9 else f"vdecoy{k}"
 
 
-def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
+def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None, netns: Optional[str] = None,
+                fabric: str = FABRIC_NS) -> None:
     """Create the node's namespace and interfaces (idempotent), as ``topo`` says (default:
     decoy docker0 first, then eth0 on br-mgmt and eth1 on br-data), and load its firewall.
+    ``netns`` and ``fabric``: the namespaces to use (default: the cluster's, ``node.netns``
+    and FABRIC_NS; the generated faults' direct path passes its own).
 
     Decoys are bridges kept UP by a veth port pair inside the node (as Docker's container
     veths are), created first so they are listed before the real NICs (lower ifindex);
@@ -125,7 +129,7 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
     Raises NetworkError (or firewall.FirewallError) on failure.
     """
     topo = topo or default_topology(node.index + 1)[node.index]
-    ns = node.netns
+    ns = netns or node.netns
     if ns not in list_netns():
         _ip("netns", "add", ns)
     _ip("-n", ns, "link", "set", "lo", "up")
@@ -151,22 +155,22 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None) -> None:
             # A peer left from a just-deleted node namespace goes away asynchronously (the
             # kernel tears namespaces down in a workqueue): delete it if it is still there,
             # tolerate it vanishing meanwhile, and wait until the name is free.
-            if _link_exists(FABRIC_NS, peer):
-                _ip("-n", FABRIC_NS, "link", "del", peer, check=False)
+            if _link_exists(fabric, peer):
+                _ip("-n", fabric, "link", "del", peer, check=False)
             deadline = time.monotonic() + 10
-            while _link_exists(FABRIC_NS, peer) and time.monotonic() < deadline:
+            while _link_exists(fabric, peer) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            _ip("-n", FABRIC_NS, "link", "add", peer, "type", "veth", "peer", "name", link.name,
+            _ip("-n", fabric, "link", "add", peer, "type", "veth", "peer", "name", link.name,
                 "netns", ns)
         _add_addrs(ns, link.name, link.addresses)
         if link.mtu:
-            _ip("-n", FABRIC_NS, "link", "set", peer, "mtu", str(link.mtu))
+            _ip("-n", fabric, "link", "set", peer, "mtu", str(link.mtu))
             _ip("-n", ns, "link", "set", link.name, "mtu", str(link.mtu))
-        _ip("-n", FABRIC_NS, "link", "set", peer, "master", f"br-{link.segment}")
-        _ip("-n", FABRIC_NS, "link", "set", peer, "up")
+        _ip("-n", fabric, "link", "set", peer, "master", f"br-{link.segment}")
+        _ip("-n", fabric, "link", "set", peer, "up")
         _ip("-n", ns, "link", "set", link.name, "up")
         if getattr(link, "rate_mbit", None):
-            rate_limit(FABRIC_NS, peer, link.rate_mbit)
+            rate_limit(fabric, peer, link.rate_mbit)
             rate_limit(ns, link.name, link.rate_mbit)
     for r in getattr(topo, "routes", None) or []:  # to other segments via their routers
         _ip("-n", ns, "route", "replace", r["to"], "via", r["via"], "dev", r["dev"])
