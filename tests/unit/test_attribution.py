@@ -528,3 +528,20 @@ def test_one_node_on_a_subnet_of_its_own_is_an_island_not_a_broken_nic(n, alone)
     assert "firewall" not in e.message()
     assert all(x in e.cause for x in nodes + ("10.101.0.0/24", "10.102.0.0/24")), e.cause
     assert "{" + nodes[alone] + "} on 10.102.0.0/24" in e.cause
+
+
+@pytest.mark.parametrize("n, odd", [(4, (0, 1)), (3, (0,)), (4, (0, 3)), (4, (0, 1, 2))])
+def test_rank_0_s_own_stale_entry_is_named_with_the_others(n, odd):
+    """Found by the fault generator on the direct path (seed 1, case 46): MASTER_ADDR resolves
+    to 10.100.0.99 from /etc/hosts on rank 0's node and others; the rest resolve rank 0's
+    address. The odd nodes' files are the fault, rank 0's among them; never a firewall."""
+    answers = {r: "10.100.0.99" if r in odd else "10.100.0.11" for r in range(n)}
+    failed = tuple(r for r in odd if r != 0) or (n - 1,)
+    if failed == (n - 1,):
+        answers[n - 1] = "10.100.0.99"
+    outs = resolution_case(answers, "hosts", failed=failed)
+    e = attribution.explain_resolution(outs, "master.train")
+    assert e is not None
+    named = {outs[r].node for r, a in answers.items() if a == "10.100.0.99"}
+    assert set(e.culprits) == named and "10.100.0.99" in e.cause and "/etc/hosts" in e.fix
+    assert "firewall" not in e.cause + e.fix and f", not {outs[0].node}" not in e.cause

@@ -105,12 +105,14 @@ def _held(r: RankInput) -> set[str]:
         | set(r.pod_ips)
 
 
-def _source(m: Optional[Master], who: str, master_addr: str) -> tuple[str, str]:
-    """(`` from its /etc/hosts``-like words for where ``who`` got its answer, the fix)."""
+def _source(m: Optional[Master], who: str, master_addr: str, many: bool = False) -> tuple[str, str]:
+    """(`` from its /etc/hosts``-like words for where ``who`` (``many``: several nodes) got
+    its answer, the fix)."""
     source = m.source if m else None
     server = m.server if m else None
-    where = {"hosts": " from its /etc/hosts",
-             "dns": f" from its DNS server {server}" if server else " from DNS"}.get(source or "", "")
+    its = "their" if many else "its"
+    where = {"hosts": f" from {its} /etc/hosts",
+             "dns": f" from {its} DNS server {server}" if server else " from DNS"}.get(source or "", "")
     fix = {"hosts": f"remove or correct the {master_addr} entry in {who}'s /etc/hosts",
            "dns": f"correct the {master_addr} record {who}'s DNS server{' ' + server if server else ''} "
                   f"answers (or {who}'s resolv.conf search and nameserver)"}.get(
@@ -128,8 +130,8 @@ def _is_ip(text: Optional[str]) -> bool:
 
 def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> Optional[Explanation]:
     """Nodes that resolved the MASTER_ADDR name to an address rank 0 does not hold, while
-    rank 0 holds what the other nodes got (or is the only other node): a stale /etc/hosts
-    entry or a DNS answer that differs on those nodes; rank 0 is fine. Every rank that
+    rank 0 holds what the other nodes got: a stale /etc/hosts entry or a DNS answer that
+    differs on those nodes (rank 0's own node may be one of them). Every rank that
     failed at the master port must be among them (the smallest explanation of all the
     failures). None otherwise, or when MASTER_ADDR is an address."""
     if not ranks or ranks[0].rank != 0 or not master_addr or _is_ip(master_addr):
@@ -141,8 +143,8 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     wrong = [i for i, a in first.items() if a not in held]
     right = [i for i, a in first.items() if a in held]
     failed = [i for i, s in evidence_matrix.master_results(ranks).items() if s in ("timeout", "refused")]
-    if not wrong or 0 in wrong or not failed or not set(failed) <= set(wrong):
-        return None
+    if not wrong or not failed or not set(failed) <= set(wrong) or (0 in wrong and not right):
+        return None  # rank 0 among the odd ones: only other ranks' answers that it holds decide
     # a rank still running when the verdict came got past its dial: it reached rank 0
     reached = [i for i, s in evidence_matrix.master_results(ranks).items()
                if s in ("ok", "running") and i not in right and i not in wrong]
@@ -172,7 +174,7 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     fixes: list[str] = []
     for group in by_source.values():
         gwho = messages.node_list([ranks[i].node for i in group])
-        where, fix = _source(_master(ranks[group[0]]), gwho, master_addr)
+        where, fix = _source(_master(ranks[group[0]]), gwho, master_addr, len(group) > 1)
         said.append(f"{gwho}{' resolved MASTER_ADDR ' + master_addr if not said else ''} to "
                     f"{', '.join(dict.fromkeys(first[i] for i in group))}{where}")
         fixes.append(fix)
@@ -180,7 +182,7 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     return Explanation(
         "resolution", names,
         f"{' and '.join(said)}, {what} {master} (rank 0) does not hold; {master} holds {good}{agree}: "
-        f"{who}'s name resolution, not {master}",
+        f"{who}'s name resolution" + ("" if 0 in wrong else f", not {master}"),
         messages.SEP.join(fixes))
 
 
