@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: test-stall system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
+.PHONY: test-stall test-regression system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -128,6 +128,12 @@ fuzz: venv
 chaos: system-deps venv build-cluster
 	DISTTRAIN_CHAOS=long $(if $(CHAOS_SEED),DISTTRAIN_CHAOS_SEED=$(CHAOS_SEED)) $(VPY) -m pytest -q -s -ra tests/e2e/test_chaos.py -k long
 
+# Every generated case kept under scenarios/regression/ (`make test` runs 3 of them, drawn by
+# the day; DISTTRAIN_REGRESSION_SEED=N picks another draw).
+test-regression: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
+	DISTTRAIN_ALL_REGRESSIONS=1 $(VPY) -m pytest -q -ra tests/e2e/test_scenarios.py -k regression
+
 # The stall watch on the real kubelets (issue 33): every culprit (`make test` runs one),
 # a frozen rank, and a checkpoint under the timeout that must stay a wait.
 test-stall: system-deps venv build-cluster images
@@ -141,7 +147,7 @@ test-stall: system-deps venv build-cluster images
 # same seed through the whole cluster (1-2 minutes each); each graded against the oracle,
 # printing `N cases: P% right, H half, W wrong, S silent passes`, the per-class counts in
 # benchmarks/results/generated-direct.md and generated.md; every case not right is kept under
-# scenarios/regression/ (which `make test` runs). GENERATED_CLASSES=firewall,names narrows it.
+# scenarios/regression/ (`make test-regression`). GENERATED_CLASSES=firewall,names narrows it.
 GENERATED_CASES ?= 300
 GENERATED_SAMPLE ?= 20
 GENERATED_SEED ?= 1

@@ -62,7 +62,14 @@ def _one_run(sc, name, run):
     return outcome, problems, lines
 
 
-@pytest.mark.parametrize("name", loader.all_names() + loader.regression_names())
+# the generated cases kept under scenarios/regression/: a sample drawn by the day (or
+# DISTTRAIN_REGRESSION_SEED) in `make test`, all of them in `make test-regression`
+REGRESSION_SEED = int(os.environ.get("DISTTRAIN_REGRESSION_SEED") or time.time() // 86400)
+REGRESSIONS = (loader.regression_names() if os.environ.get("DISTTRAIN_ALL_REGRESSIONS") == "1"
+               else loader.regression_sample(3, REGRESSION_SEED))
+
+
+@pytest.mark.parametrize("name", loader.all_names() + REGRESSIONS)
 def test_scenario(scenario_cluster, name):
     sc = loader.load(name)
     if sc.slow and not SLOW:

@@ -300,3 +300,12 @@ def test_default_topology_is_the_plan_of_a_scenario_with_no_settings(nodes):
     plain = nodeplan.topology(scn.Scenario(nodes=nodes, expect=scn.Expect(status="True")))
     assert topology.default_topology(nodes) == plain
     assert [t.to_json() for t in topology.default_topology(nodes)] == [t.to_json() for t in plain]
+
+
+def test_the_regression_sample_is_drawn_by_its_seed_from_the_kept_cases():
+    from localcluster.scenarios import loader
+    names = loader.regression_names()
+    a, b = loader.regression_sample(3, 1), loader.regression_sample(3, 1)
+    assert a == b and set(a) <= set(names) and len(a) == min(3, len(names)) and a == sorted(a)
+    if len(names) > 3:
+        assert any(loader.regression_sample(3, s) != a for s in range(2, 40))  # another seed, another draw

@@ -4,6 +4,7 @@ scenario applies (the example job deep-merged with its ``job``)."""
 from __future__ import annotations
 
 import copy
+import random
 from pathlib import Path
 from typing import Optional
 
@@ -150,6 +151,15 @@ def regression_names() -> list[str]:
     """Names (``regression/<stem>``, each one :func:`load` takes) of the generated cases
     kept under ``scenarios/regression/`` (none while the folder does not exist)."""
     return sorted(f"{REGRESSION}/{p.stem}" for p in (SCENARIO_DIR / REGRESSION).glob("*.yaml"))
+
+
+def regression_sample(k: int, seed: int) -> list[str]:
+    """``k`` of :func:`regression_names` drawn with ``seed`` (all of them when there are no
+    more than ``k``), sorted: what `make test` runs; `make test-regression` runs them all."""
+    names = regression_names()
+    if len(names) <= k:
+        return names
+    return sorted(random.Random(seed).sample(names, k))
 
 
 def deep_merge(base: dict, over: dict) -> dict:
