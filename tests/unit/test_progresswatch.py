@@ -103,6 +103,18 @@ def test_the_latest_readiness_word_of_each_stalled_sidecar_is_kept():
     assert words == (pw.ProgressEvent("w-1", "r1 python 45s", "2026-12-06T05:00:15Z"),)
 
 
+def test_a_word_of_an_earlier_pod_of_the_same_name_is_not_this_pod_s():
+    """A restarted attempt's rank keeps its pod name: the old pod's last word (a stall) must
+    not be read as the new pod's, or the new attempt would be judged stalled at once."""
+    old = event("w-1", "Readiness probe failed: r1 python seq=5 idle=70s", "2026-12-06T05:00:15Z")
+    old["involvedObject"]["uid"] = "uid-old"
+    new = event("w-1", "Readiness probe failed: progress: no records", "2026-12-06T05:00:10Z")
+    new["involvedObject"]["uid"] = "uid-new"
+    assert pw.latest_words([old, new], ["w-1"], {"w-1": "uid-new"}) == (
+        pw.ProgressEvent("w-1", "progress: no records", "2026-12-06T05:00:10Z"),)
+    assert pw.latest_words([old], ["w-1"], {"w-1": "uid-new"}) == ()
+
+
 @given(st.lists(st.dictionaries(st.sampled_from(["involvedObject", "message", "lastTimestamp", "x"]),
                                 st.none() | st.integers() | st.text(max_size=30) |
                                 st.dictionaries(st.sampled_from(["name", "fieldPath"]), st.text(max_size=30) | st.none()),

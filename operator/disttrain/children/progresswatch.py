@@ -158,11 +158,14 @@ READINESS_PREFIX = "Readiness probe failed: "
 FIELD_PATH = f"spec.initContainers{{{SIDECAR_NAME}}}"
 
 
-def latest_words(events: list[dict[str, Any]], pods: list[str]) -> tuple[ProgressEvent, ...]:
+def latest_words(events: list[dict[str, Any]], pods: list[str],
+                 uids: Optional[dict[str, str]] = None) -> tuple[ProgressEvent, ...]:
     """Of ``Unhealthy`` Events (as the API returns them, any order), the latest readiness
-    failure of each of ``pods``' progress sidecars. Events of other pods or containers, and
-    ones without a readiness message, are skipped; never raises."""
-    wanted, best = set(pods), dict[str, ProgressEvent]()
+    failure of each of ``pods``' progress sidecars. ``uids``: pod name -> metadata.uid; an
+    Event of an earlier pod of that name (a restarted attempt's ranks keep their names) is
+    skipped. Events of other pods or containers, and ones without a readiness message, are
+    skipped; never raises."""
+    wanted, best, uids = set(pods), dict[str, ProgressEvent](), uids or {}
     for e in events:
         if not isinstance(e, dict):
             continue
@@ -171,6 +174,8 @@ def latest_words(events: list[dict[str, Any]], pods: list[str]) -> tuple[Progres
         pod, path = obj.get("name"), obj.get("fieldPath") or obj.get("field_path")
         msg = e.get("message")
         if pod not in wanted or path != FIELD_PATH or not isinstance(msg, str):
+            continue
+        if uids.get(pod) and obj.get("uid") != uids[pod]:
             continue
         msg = msg.rpartition(READINESS_PREFIX)[2] if READINESS_PREFIX in msg else ""
         at = e.get("lastTimestamp") or e.get("last_timestamp") or e.get("eventTime") or e.get("event_time") or ""

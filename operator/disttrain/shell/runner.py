@@ -235,11 +235,13 @@ class Reconciler:
         Ready (:mod:`disttrain.children.progresswatch`): one list of the namespace's
         ``Unhealthy`` Events, made only when such a pod exists. Never raises: a read the
         operator may not make gives ``()`` (the stall verdict then says less)."""
-        stalled = progresswatch.not_ready([p for p in pods if observe.role(p) == constants.ROLE_WORKER])
+        workers = [p for p in pods if observe.role(p) == constants.ROLE_WORKER]
+        stalled = progresswatch.not_ready(workers)
         if not stalled:
             return ()
+        uids = {observe.name(p): str((p.get("metadata") or {}).get("uid") or "") for p in workers}
         try:
-            return progresswatch.latest_words(self.kube.list_unhealthy_events(namespace), stalled)
+            return progresswatch.latest_words(self.kube.list_unhealthy_events(namespace), stalled, uids)
         except Exception as exc:  # noqa: BLE001 - optional evidence: never fails a step
             if not self._events_warned:
                 self._events_warned = True
