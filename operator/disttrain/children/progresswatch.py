@@ -134,7 +134,8 @@ class ProgressEvent:
     at: str
 
 
-def _sidecar_status(pod: dict[str, Any]) -> Optional[dict[str, Any]]:
+def sidecar_status(pod: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The pod's status of its progress sidecar (initContainerStatuses), None when absent."""
     for cs in list_of((pod.get("status") or {}).get("initContainerStatuses")):
         if isinstance(cs, dict) and cs.get("name") == SIDECAR_NAME:
             return cs
@@ -146,7 +147,7 @@ def not_ready(pods: list[dict[str, Any]]) -> list[str]:
     has not advanced for ``stall_after_s``, or its record is stale)."""
     out = []
     for p in pods:
-        cs = _sidecar_status(p)
+        cs = sidecar_status(p)
         if cs is not None and cs.get("started") is True and cs.get("ready") is False:
             name = (p.get("metadata") or {}).get("name")
             if isinstance(name, str):

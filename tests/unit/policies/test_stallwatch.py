@@ -22,6 +22,7 @@ def watched(*ready, said=()):
     not started (None); ``said``: (rank, summary) readiness words, said at NOW."""
     pods = workers(*["Running"] * len(ready))
     for p, r in zip(pods, ready):
+        p["spec"]["initContainers"] = [{"name": pw.SIDECAR_NAME}]
         p["status"]["initContainerStatuses"] = [] if r is None else [
             {"name": pw.SIDECAR_NAME, "ready": r, "started": True}]
     words = [pw.ProgressEvent(f"j-worker-{r}", text, NOW) for r, text in said]
@@ -88,3 +89,18 @@ def test_watched_pods_carry_the_sidecar_and_the_wrapped_trainer():
         side = p["spec"]["initContainers"][1]
         assert side["readinessProbe"]["exec"]["command"][-1] == "30"  # half the timeout, at most 30 s
     assert cond.get(s.conds, C.PROGRESSING) is None
+
+
+def test_a_trainer_without_a_command_is_said_to_be_unwatched_and_not_polled():
+    """An image's entrypoint cannot be wrapped: the pods carry no recorder. Progressing says
+    why once, instead of ProgressNotReported looked at again every 5 s for ever."""
+    pods, _ = watched(None, None)
+    for p in pods:
+        p["spec"].pop("initContainers", None)
+        for c in p["spec"]["containers"]:
+            c.pop("command", None)
+    s = given_().training().run_policy(stallTimeoutSeconds=60).with_pods(*pods).build()
+    training.apply(s)
+    c = cond.get(s.conds, C.PROGRESSING)
+    assert (c["status"], c["reason"]) == (UNK, V.PROGRESS_NOT_REPORTED) and "no command" in c["message"]
+    assert s.plan.requeue_after is None or s.plan.requeue_after > 5.0

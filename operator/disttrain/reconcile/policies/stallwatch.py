@@ -18,7 +18,9 @@ from disttrain.api import constants
 from disttrain.children import observe
 from disttrain.children.podbase import nproc_per_node
 from disttrain.api.types import trainer_index
-from disttrain.children.progresswatch import SIDECAR_NAME, ProgressEvent, ProgressWatch, add_watch
+from disttrain_probe.contract import vocabulary
+from disttrain.children.progresswatch import (SIDECAR_NAME, ProgressEvent, ProgressWatch, add_watch, sidecar_status,
+                                             watch_problem)
 from disttrain.diagnosis import stall
 from disttrain.diagnosis.stallfacts import ADVANCING, RankObservation, StallVerdict
 from disttrain.reconcile import conditions as cond
@@ -50,13 +52,6 @@ def watched(s: Step, pod: dict[str, Any]) -> dict[str, Any]:
     if 0 <= i < len(containers) and isinstance(containers[i], dict):
         add_watch(pod["spec"], containers[i], watch)
     return pod
-
-
-def _sidecar(p: dict[str, Any]) -> Optional[dict[str, Any]]:
-    for cs in (p.get("status") or {}).get("initContainerStatuses") or []:
-        if isinstance(cs, dict) and cs.get("name") == SIDECAR_NAME:
-            return cs
-    return None
 
 
 _AT = re.compile(r"^(.*:\d+)\((.*)\)$")
@@ -96,7 +91,7 @@ def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObse
     words = {w.pod: w for w in s.progress}
     out: list[RankObservation] = []
     for r, p in sorted(by_rank.items()):
-        cs, node = _sidecar(p), observe.node(p) or observe.name(p)
+        cs, node = sidecar_status(p), observe.node(p) or observe.name(p)
         if cs is None or cs.get("started") is not True:
             continue
         if cs.get("ready") is True:
@@ -107,11 +102,29 @@ def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObse
     return out
 
 
+def _unwatched(s: Step, by_rank: dict[int, dict]) -> Optional[str]:
+    """Why a training pod of ``by_rank`` was built without the watch (its trainer, as
+    built, refused it: :func:`watch_problem`), None when every pod has it."""
+    i = trainer_index(s.spec)
+    for p in by_rank.values():
+        spec = p.get("spec") or {}
+        if not any(isinstance(c, dict) and c.get("name") == SIDECAR_NAME for c in spec.get("initContainers") or []):
+            containers = spec.get("containers") or []
+            trainer = containers[i] if 0 <= i < len(containers) and isinstance(containers[i], dict) else {}
+            return watch_problem(trainer) or "a training pod was created without the progress sidecar"
+    return None
+
+
 def judge(s: Step, by_rank: dict[int, dict]) -> Optional[StallVerdict]:
     """Write ``Progressing`` and ``status.progress`` for a watched job whose ranks all run;
     the verdict (its ``act``: onStall applies now), or None when not watched."""
     timeout = s.spec.run_policy.stall_timeout_seconds
     if timeout is None or not s.is_true(constants.TRAINING_STARTED):
+        return None
+    problem = _unwatched(s, by_rank)
+    if problem is not None:  # the pods carry no recorder: say why, once, and do not poll
+        s.set(constants.PROGRESSING, cond.UNKNOWN, vocabulary.PROGRESS_NOT_REPORTED,
+              f"training is not watched: {problem}")
         return None
     now = s.now.timestamp()
     world = s.spec.num_nodes * nproc_per_node(s.spec)
