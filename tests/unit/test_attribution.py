@@ -397,13 +397,28 @@ def test_a_node_that_resolves_the_master_elsewhere_is_named_and_rank_0_left_alon
 
 
 @pytest.mark.parametrize("answers,failed,master", [
-    ({0: "10.100.0.11", 1: "10.100.0.99", 2: "10.100.0.99"}, (1, 2), "master.train"),  # only rank 0 vouches
     ({0: "10.100.0.99", 1: "10.100.0.99", 2: "10.100.0.99"}, (1, 2), "master.train"),  # everyone agrees
     ({0: "10.100.0.11", 1: "10.100.0.11", 2: "10.100.0.99"}, (1,), "master.train"),    # a failure it cannot explain
     ({0: "10.100.0.11", 1: "10.100.0.11", 2: "10.100.0.99"}, (2,), "10.100.0.11"),     # an address, no name
 ])
 def test_resolution_is_not_blamed_without_the_evidence(answers, failed, master):
     assert attribution.explain_resolution(resolution_case(answers, failed=failed), master) is None
+
+
+def test_only_rank_0_vouching_leaves_a_stale_record_and_a_forwarding_address_as_candidates():
+    """Two of three nodes dialled 10.100.0.99, which node-a (rank 0) does not hold, from an
+    answer of unknown source, and no ARP evidence: a stale record or a Service VIP that
+    forwards nowhere; both named with what decides, never node-a's firewall. Their own
+    /etc/hosts, or no host answering ARP for it, decides: their answer is stale."""
+    outs = resolution_case({0: "10.100.0.11", 1: "10.100.0.99", 2: "10.100.0.99"}, failed=(1, 2))
+    e = attribution.explain_resolution(outs, "master.train")
+    assert e.culprits == ("node-b", "node-c", "node-a") and e.decide.startswith("getent hosts master.train")
+    assert "not node-a's firewall" in e.cause and "a Service" in e.cause
+    for i in (1, 2):
+        object.__setattr__(outs[i].report.master, "source", "hosts")
+    e = attribution.explain_resolution(outs, "master.train")
+    assert e.culprits == ("node-b", "node-c") and not e.decide
+    assert e.fix.startswith("remove or correct the master.train entry in their /etc/hosts")
 
 
 def test_rank_0_unreported_and_a_peer_still_running_are_evidence_enough():

@@ -105,19 +105,35 @@ def _held(r: RankInput) -> set[str]:
         | set(r.pod_ips)
 
 
-def _source(m: Optional[Master], who: str, master_addr: str, many: bool = False) -> tuple[str, str]:
-    """(`` from its /etc/hosts``-like words for where ``who`` (``many``: several nodes) got
-    its answer, the fix)."""
+def _source(m: Optional[Master], whose: str, master_addr: str, many: bool = False) -> tuple[str, str]:
+    """(`` from its /etc/hosts``-like words for where the node(s) (``many``: several) got
+    their answer, the fix); ``whose``: the possessive that names them (``node-a's``,
+    ``their``)."""
     source = m.source if m else None
     server = m.server if m else None
     its = "their" if many else "its"
     where = {"hosts": f" from {its} /etc/hosts",
              "dns": f" from {its} DNS server {server}" if server else " from DNS"}.get(source or "", "")
-    fix = {"hosts": f"remove or correct the {master_addr} entry in {who}'s /etc/hosts",
-           "dns": f"correct the {master_addr} record {who}'s DNS server{' ' + server if server else ''} "
-                  f"answers (or {who}'s resolv.conf search and nameserver)"}.get(
-        source or "", f"correct {master_addr} in {who}'s /etc/hosts or DNS (getent hosts {master_addr})")
+    fix = {"hosts": f"remove or correct the {master_addr} entry in {whose} /etc/hosts",
+           "dns": f"correct the {master_addr} record {whose} DNS server{' ' + server if server else ''} "
+                  f"answers (or {whose} resolv.conf search and nameserver)"}.get(
+        source or "", f"correct {master_addr} in {whose} /etc/hosts or DNS (getent hosts {master_addr})")
     return where, fix
+
+
+MOST_NAMED = 8  # nodes a resolution verdict lists by name before "and N more"
+
+
+def _from_hosts(r: RankInput) -> bool:
+    """``r`` got its MASTER_ADDR answer from its own /etc/hosts."""
+    m = _master(r)
+    return bool(m and m.source == "hosts")
+
+
+def _nobodys(r: RankInput) -> bool:
+    """``r``'s host check found no host answering ARP for the address it dialled."""
+    m = _master(r)
+    return bool(m and m.host_check and m.host_check.arp == "incomplete")
 
 
 def _is_ip(text: Optional[str]) -> bool:
@@ -148,9 +164,14 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     # a rank still running when the verdict came got past its dial: it reached rank 0
     reached = [i for i, s in evidence_matrix.master_results(ranks).items()
                if s in ("ok", "running") and i not in right and i not in wrong]
-    if not (set(right) - {0}) and not reached and len(ranks) > 2:
-        return None  # only rank 0 itself vouches for its address: the record may be what's wrong
+    nobody = [i for i in wrong if _nobodys(ranks[i])]
     master = ranks[0].node
+    if not (set(right) - {0}) and not reached and len(ranks) > 2 \
+            and not all(_from_hosts(ranks[i]) or i in nobody for i in wrong):
+        # only rank 0 vouches for its address and the odd answers could be an address that
+        # forwards to it (a Service VIP): only a node's own /etc/hosts, or an address no host
+        # answers ARP for, makes their answer the wrong one; otherwise two candidates remain
+        return _forwarded_or_stale(ranks, wrong, first, master, master_addr, held)
     rep0 = ranks[0].report
     if right:
         good = first[0] if 0 in right else first[right[0]]
@@ -159,7 +180,7 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     else:
         good = next((a for a in sorted(held) if not is_loopback(a)), sorted(held)[0])
     names = tuple(ranks[i].node for i in wrong)
-    who = messages.node_list(names)
+    who = messages.node_list(names, MOST_NAMED)
     others = [ranks[i].node for i in right if i != 0]
     agree = f", which {messages.node_list(others)} resolved" if others else ""
     if reached:
@@ -173,17 +194,38 @@ def explain_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -
     said: list[str] = []
     fixes: list[str] = []
     for group in by_source.values():
-        gwho = messages.node_list([ranks[i].node for i in group])
-        where, fix = _source(_master(ranks[group[0]]), gwho, master_addr, len(group) > 1)
+        gwho = messages.node_list([ranks[i].node for i in group], MOST_NAMED)
+        # said once in full; one group's fix says "their" (several) rather than the list again
+        whose = "their" if len(by_source) == 1 and len(group) > 1 else f"{gwho}'s"
+        where, fix = _source(_master(ranks[group[0]]), whose, master_addr, len(group) > 1)
         said.append(f"{gwho}{' resolved MASTER_ADDR ' + master_addr if not said else ''} to "
                     f"{', '.join(dict.fromkeys(first[i] for i in group))}{where}")
         fixes.append(fix)
     what = "an address" if len(said) == 1 and len(set(first[i] for i in wrong)) == 1 else "addresses"
+    if nobody and not agree:
+        what += " no host answers ARP for and"
     return Explanation(
         "resolution", names,
         f"{' and '.join(said)}, {what} {master} (rank 0) does not hold; {master} holds {good}{agree}: "
-        f"{who}'s name resolution" + ("" if 0 in wrong else f", not {master}"),
+        f"{'their' if len(names) > 1 else who + chr(39) + 's'} name resolution" + ("" if 0 in wrong else f", not {master}"),
         messages.SEP.join(fixes))
+
+
+def _forwarded_or_stale(ranks: Sequence[RankInput], wrong: list[int], first: dict[int, str],
+                        master: str, master_addr: str, held: set[str]) -> Explanation:
+    """Every failing rank dialled an answer rank 0 does not hold, and only rank 0 vouches
+    for its own: a stale record, or an address meant to forward to rank 0 (a Service VIP)
+    that does not. Names the odd nodes and rank 0 as the candidates, never its firewall."""
+    who = messages.node_list([ranks[i].node for i in wrong], MOST_NAMED)
+    answers = ", ".join(dict.fromkeys(first[i] for i in wrong))
+    mine = ", ".join(a for a in sorted(held) if not is_loopback(a)) or sorted(held)[0]
+    return Explanation(
+        "resolution", tuple([ranks[i].node for i in wrong] + [master]),
+        f"{who} resolved MASTER_ADDR {master_addr} to {answers}, which {master} (rank 0) does not "
+        f"hold (it holds {mine}): a stale record, or a Service address that does not forward to "
+        f"{master}; not {master}'s firewall",
+        f"make {master_addr} answer {master}'s address, or fix the Service",
+        f"getent hosts {master_addr} on {ranks[wrong[0]].node} and on {master}")
 
 
 def own_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> list[Finding]:
@@ -204,7 +246,7 @@ def own_resolution(ranks: Sequence[RankInput], master_addr: Optional[str]) -> li
     if not others or any(m.resolved[0] not in held or not m.connected for _, m in others):
         return []
     node = ranks[0].node
-    where, fix = _source(m0, node, master_addr)
+    where, fix = _source(m0, f"{node}'s", master_addr)
     good = others[0][1].resolved[0]
     return [Finding(vocabulary.MASTER_ADDR_RESOLVES_ELSEWHERE, node, (
         f"{node} (rank 0) resolved MASTER_ADDR {master_addr} to {m0.resolved[0]}{where}, an "
