@@ -309,3 +309,16 @@ def test_the_regression_sample_is_drawn_by_its_seed_from_the_kept_cases():
     assert a == b and set(a) <= set(names) and len(a) == min(3, len(names)) and a == sorted(a)
     if len(names) > 3:
         assert any(loader.regression_sample(3, s) != a for s in range(2, 40))  # another seed, another draw
+
+
+def test_the_scenario_sample_keeps_the_always_ones_and_draws_the_rest_by_its_seed():
+    from localcluster.scenarios import loader
+    names = loader.all_names()
+    always = ("healthy", "sidecar-first", "no-such-scenario")
+    a = loader.scenario_sample(5, 7, always)
+    assert a == loader.scenario_sample(5, 7, always) and a == sorted(a)
+    assert {"healthy", "sidecar-first"} <= set(a) and "no-such-scenario" not in a and len(a) == 7
+    assert set(a) <= set(names)
+    assert any(loader.scenario_sample(5, s, always) != a for s in range(8, 40))  # another seed, another draw
+    pool = ["healthy", "slow-link", "mtu-black-hole"]
+    assert loader.scenario_sample(5, 7, always, pool) == sorted(pool)  # no more than k: all of them

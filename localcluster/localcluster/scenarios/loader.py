@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import random
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import yaml
 from pydantic import ValidationError
@@ -160,6 +160,18 @@ def regression_sample(k: int, seed: int) -> list[str]:
     if len(names) <= k:
         return names
     return sorted(random.Random(seed).sample(names, k))
+
+
+def scenario_sample(k: int, seed: int, always: Sequence[str] = (),
+                    names: Optional[Sequence[str]] = None) -> list[str]:
+    """The scenarios `make test` runs: ``always`` (those of them among ``names``, default
+    :func:`all_names`) and ``k`` of the others drawn with ``seed`` (all when there are no
+    more than ``k``), sorted; `make test-scenarios` runs every one of :func:`all_names`."""
+    names = list(all_names() if names is None else names)
+    kept = [n for n in names if n in always]
+    rest = [n for n in names if n not in always]
+    drawn = rest if len(rest) <= k else random.Random(seed).sample(rest, k)
+    return sorted(kept + drawn)
 
 
 def deep_merge(base: dict, over: dict) -> dict:
