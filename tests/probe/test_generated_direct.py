@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import pytest
 from disttrain_probe.contract import vocabulary as V
 from localcluster.faults import direct, directplan, generate
-from localcluster.faults.grade import OUTCOMES
+from localcluster.faults.grade import OUTCOMES, SILENT
 from localcluster.network import netns
 
 pytestmark = pytest.mark.netns
@@ -38,3 +39,26 @@ def test_a_seeded_case_is_graded_from_every_ranks_report(index):
     assert r.seconds < 120
     left = [ns for ns in netns.list_netns() if ns.startswith(prefix)]
     assert not left and not list(direct.ETC_NETNS.glob(f"{prefix}*")), f"left behind: {left}"
+
+
+# `make test`'s seeded sample of the generator at work: DRAWN cases of the day's seed (or
+# DISTTRAIN_GENERATED_SEED), graded; the full run is `make test-generated-direct`. A
+# Validated=True on a network the fault breaks fails the suite, whatever the day: that is the
+# one outcome the product must never give. The other grades are printed (pytest -s, or the
+# report of a failure) and counted by the full run.
+DRAWN = 4
+GENERATED_SEED = int(os.environ.get("DISTTRAIN_GENERATED_SEED") or 1000 + time.time() // 86400)
+
+
+@pytest.mark.parametrize("index", range(DRAWN))
+def test_the_days_generated_cases_never_pass_silently(index):
+    if not have_netns():
+        pytest.skip("needs root, iproute2, nft and unshare (network namespaces)")
+    case = generate.case(GENERATED_SEED, index)
+    why = directplan.cluster_only(case)
+    if why is not None:
+        pytest.skip(f"seed {GENERATED_SEED} case {index} needs the cluster: {why}")
+    r = direct.run_case(case, prefix=direct.new_prefix())
+    print(f"{case.name}: {r.grade.outcome} {r.grade.why[:300]}")
+    assert r.grade.outcome != SILENT, (f"seed {GENERATED_SEED} case {index}: {case.scenario.description}: "
+                                       f"{r.grade.why}")
