@@ -272,3 +272,19 @@ def test_ranks_of_a_ready_sidecar_advance_and_are_never_culprits():
     assert (v.reason, v.ranks) == (V.RANK_STUCK_IN_PYTHON, (4,))
     v = judge(ready + [wait(r) for r in range(4, 8)], 8, T, NOW)
     assert v.status == constants.FALSE and v.ranks == ()
+
+
+@pytest.mark.parametrize("world,silent", [(2, 1), (2, 0), (4, 2), (6, 5), (8, 0)])
+def test_a_rank_frozen_before_its_process_group_is_unresponsive(world, silent):
+    """Found on the real kubelets: rank 1 frozen (SIGSTOP) while the ranks were still in
+    init_process_group left Progressing at "no rank has created its process group yet" for
+    ever. A rank whose records stopped while the others still write is unresponsive, process
+    group or not; the others are not in Python, they wait for it."""
+    obs = [O(r, node(r), progress.NOT_STARTED, seq_age_s=80, frame="distributed_c10d.py:1 (init_process_group)",
+             heard_age_s=77.0 if r == silent else 1.0) for r in range(world)]
+    v = judge(obs, world, 30, NOW)
+    assert (v.status, v.reason, v.act, v.ranks, v.nodes) == (
+        constants.FALSE, V.RANK_UNRESPONSIVE, True, (silent,), (node(silent),))
+    # every rank still writing: only "not reported" yet
+    alike = [O(r, node(r), progress.NOT_STARTED, seq_age_s=80, heard_age_s=1.0) for r in range(world)]
+    assert judge(alike, world, 30, NOW).reason == V.PROGRESS_NOT_REPORTED

@@ -129,6 +129,11 @@ def _nothing_heard(f: Facts) -> Optional[Claim]:
                      f"no progress record heard from any of the {f.world} ranks yet",
                      "the recorder in each training process writes one every second once it runs")
     if all(f.ranks[r].where == progress.NOT_STARTED for r in heard):
+        if f.stale and f.fresh:
+            # a rank gone silent while the others still write is unresponsive, process group
+            # or not (found on the real kubelets: a rank frozen in init_process_group left
+            # the job "not reported" for ever)
+            return _unresponsive(f)
         return Claim("nothing_heard", V.PROGRESS_NOT_REPORTED,
                      f"no rank has created its process group yet ({len(heard)} of {f.world} heard)",
                      note=_note(f))
@@ -331,4 +336,18 @@ def judge(observations: Iterable[RankObservation], world_size: int, stall_timeou
     return decide(f, _not_attributed(f))  # pragma: no cover - the last rule always fits
 
 
-__all__ = ["ADVANCING", "RULES", "LinkSilence", "RankObservation", "Rule", "StallVerdict", "Windows", "judge", "observation"]
+# Progressing reasons that fault the culprit's node, not the user's code or a link between two
+# nodes: a restart (runPolicy.onStall: Restart) places the next attempt without it.
+NODE_FAULTS = frozenset({V.RANK_UNRESPONSIVE})
+
+
+def nodes_to_avoid(v: StallVerdict) -> tuple[str, ...]:
+    """The nodes a restart after ``v`` should leave out: its culprit nodes when its reason
+    is one of :data:`NODE_FAULTS` (a rank frozen or its node gone), else () (a rank stuck in
+    Python is the script's doing, a silent link has two ends the evidence does not tell
+    apart)."""
+    return tuple(dict.fromkeys(v.nodes)) if v.reason in NODE_FAULTS else ()
+
+
+__all__ = ["ADVANCING", "NODE_FAULTS", "RULES", "LinkSilence", "RankObservation", "Rule", "StallVerdict", "Windows", "judge",
+           "nodes_to_avoid", "observation"]
