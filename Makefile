@@ -141,10 +141,11 @@ test-regression: system-deps venv build-cluster images
 	DISTTRAIN_ALL_REGRESSIONS=1 $(VPY) -m pytest -q -ra tests/e2e/test_scenarios.py -k regression
 
 # The stall watch on the real kubelets (issue 33): every culprit (`make test` runs one),
-# a frozen rank, and a checkpoint under the timeout that must stay a wait.
+# a frozen rank, a restart that leaves the frozen rank's node out (3 nodes), and a
+# checkpoint under the timeout that must stay a wait.
 test-stall: system-deps venv build-cluster images
 	@$(SYSTEM_DEPS) nodes
-	DISTTRAIN_STALL_ALL=1 $(VPY) -m pytest -q -ra tests/e2e/test_stall.py
+	DISTTRAIN_STALL_ALL=1 DISTTRAIN_E2E_NODES=3 $(VPY) -m pytest -q -ra tests/e2e/test_stall.py
 
 # Generated faults (issue 31; localcluster/localcluster/faults/): GENERATED_CASES seeded cases
 # across every fault class on the direct path (the real probes in the nodes' network

@@ -150,3 +150,40 @@ def test_a_checkpoint_under_the_timeout_is_a_wait_and_the_job_succeeds(cluster, 
     assert s["status"] == "True", s
     assert ("False", V.RANK_STUCK_IN_PYTHON) not in seen and all(st != "False" for st, _ in seen), seen
     assert ("Unknown", V.RANKS_WAITING) in seen, seen  # who waits for whom, said while it lasted
+
+
+@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
+def test_a_restart_after_a_frozen_rank_leaves_its_node_out_and_trains(cluster, operator, ns):
+    """onStall Restart: rank 1 frozen (SIGSTOP) is named RankUnresponsive; the restart
+    records its node in status.excludedNodes, probes again and places both ranks on the
+    other nodes (the scheduler honours the required NotIn), and the job trains to the end.
+    Needs a spare node: `make test-stall` runs with 3."""
+    if len(cluster.node_names) < 3:
+        pytest.skip("needs 3 nodes for numNodes 2 (make test-stall: DISTTRAIN_E2E_NODES=3)")
+    job_docs = docs(on_stall="Restart", STEPS="1200")
+    for d in job_docs:
+        if d["kind"] != "ConfigMap":
+            d["spec"]["runPolicy"]["backoffLimit"] = 1
+    apply(cluster, ns, job_docs)
+    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
+             240, what="Progressing=True")
+    frozen = _node_of(cluster, ns, 1)
+    pid = wait_for(lambda: _trainer_pid(1), 30, what="rank 1's training process")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        restarted = wait_for(lambda: (j := get_job(cluster, ns)).get("status", {}).get("excludedNodes") and j,
+                             TIMEOUT_S + 45, interval=1.0, what="status.excludedNodes")
+    except AssertionError as e:
+        conds = [(c["type"], c["status"], c["reason"], c["message"][:200])
+                 for c in get_job(cluster, ns).get("status", {}).get("conditions", [])]
+        raise AssertionError(f"{e}: {conds}") from None
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert restarted["status"]["excludedNodes"] == [{"node": frozen, "reason": V.RANK_UNRESPONSIVE, "restart": 1}]
+    done = wait_for(lambda: (s := condition(get_job(cluster, ns), "Succeeded")) and s["status"] != "Unknown" and s,
+                    300, interval=2.0, what="the job's end")
+    job = get_job(cluster, ns)
+    assert done["status"] == "True", (done, condition(job, "Failed"))
+    assert job["status"]["restarts"] == 1
+    placed = [n["name"] for n in job["status"].get("nodes") or []]
+    assert len(placed) == 2 and frozen not in placed, placed

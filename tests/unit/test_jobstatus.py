@@ -152,3 +152,27 @@ def test_the_border_check_sees_a_raw_access():
                  'plan.status.setdefault("completionTime", ts)', 's.status.pop("startTime", None)'):
         assert RAW_ACCESS.search(line), line
     assert not RAW_ACCESS.search("s.st.restarts = attempt + 1")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.none(), st.text(max_size=5), st.lists(st.one_of(
+    st.none(), st.integers(), st.text(max_size=8),
+    st.dictionaries(st.sampled_from(["node", "reason", "restart", "x"]),
+                    st.one_of(st.none(), st.integers(), st.text(max_size=8)), max_size=4)), max_size=40)),
+       st.text(min_size=1, max_size=8))
+def test_excluded_nodes_read_any_hand_edit_and_stay_bounded(raw, node):
+    """status.excludedNodes as a hand edit may leave it: read without raising, only string
+    node names, no duplicates, at most MOST_EXCLUDED; exclude() adds a node once and keeps
+    the list bounded and well-formed."""
+    st_ = JobStatus({"excludedNodes": raw, "restarts": 2})
+    names = st_.excluded_nodes
+    assert all(isinstance(n, str) and n for n in names) and len(names) == len(set(names))
+    assert len(names) <= jobstatus.MOST_EXCLUDED
+    added = st_.exclude(node, "RankUnresponsive")
+    assert added == (node not in names)
+    after = st_.excluded_nodes
+    assert node in after and len(after) <= jobstatus.MOST_EXCLUDED
+    assert all(isinstance(e, dict) and isinstance(e["node"], str) for e in st_.raw["excludedNodes"])
+    assert st_.exclude(node, "RankUnresponsive") is False
+    if added:
+        assert st_.raw["excludedNodes"][-1] == {"node": node, "reason": "RankUnresponsive", "restart": 3}

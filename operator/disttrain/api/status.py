@@ -112,6 +112,15 @@ class ProgressStatus(CamelModel):
         default_factory=list, description="Their nodes, or a silent link's (at most 16).")
 
 
+class ExcludedNode(CamelModel):
+    """A node the next attempts avoid: a stall verdict named it (``reason``) and
+    ``runPolicy.onStall: Restart`` restarted the job without it."""
+
+    node: str = Field(..., description="The node's name.")
+    reason: str = Field(..., description="The Progressing reason that named it, e.g. RankUnresponsive.")
+    restart: int = Field(0, description="The gang restart that first avoided it (1 = the first).")
+
+
 class DistTrainingJobStatus(CamelModel):
     """Observed state; written by the operator only."""
 
@@ -137,6 +146,11 @@ class DistTrainingJobStatus(CamelModel):
     progress: Optional[ProgressStatus] = Field(
         None, description="While training runs: whether its collectives advance (the "
         "Progressing condition's verdict).")
+    excluded_nodes: list[ExcludedNode] = Field(
+        default_factory=list, description="Nodes the job's pods avoid from now on (a required "
+        "nodeAffinity NotIn on kubernetes.io/hostname): each was named by a stall verdict that "
+        "restarted the job (runPolicy.onStall: Restart). At most 16; remove an entry (kubectl "
+        "edit --subresource=status) to allow the node again.")
     name_conflict_since: Optional[str] = Field(
         None, description="RFC 3339: since when a pod name the job must create is held by a "
         "pod that is not the job's (NameConflict); cleared once the name is free.")

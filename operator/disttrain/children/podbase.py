@@ -7,7 +7,7 @@ probe's backend, the beacon port). Pure; the template is read as in :mod:`disttr
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Sequence
 
 from disttrain.api import constants
 from disttrain.api.types import DistTrainingJobSpec, gpus_requested, nproc_for, trainer_index, trainer_of
@@ -136,18 +136,30 @@ def declare_host_port(ctr: dict[str, Any], name: str, port: int) -> None:
     ctr["ports"] = ports
 
 
-def require_node_affinity(pod_spec: dict[str, Any], node: str) -> None:
-    """Pin to one node through the scheduler (nodeAffinity on kubernetes.io/hostname)."""
+def _require_hostname(pod_spec: dict[str, Any], operator: str, nodes: Sequence[str]) -> None:
+    """Add ``kubernetes.io/hostname <operator> nodes`` to every required nodeAffinity term
+    of ``pod_spec`` (terms are ORed: each must still require it)."""
     affinity = pod_spec["affinity"] = dict_of(pod_spec.get("affinity"))
     na = affinity["nodeAffinity"] = dict_of(affinity.get("nodeAffinity"))
     key = "requiredDuringSchedulingIgnoredDuringExecution"
     req = na[key] = dict_of(na.get(key))
-    term = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+    term = {"key": "kubernetes.io/hostname", "operator": operator, "values": list(nodes)}
     terms = [t for t in list_of(req.get("nodeSelectorTerms")) if isinstance(t, dict)] or [{}]
-    # Terms are ORed: add the pin to every term so each still requires the node.
     req["nodeSelectorTerms"] = [
         {**t, "matchExpressions": list_of(t.get("matchExpressions")) + [term]} for t in terms
     ]
+
+
+def require_node_affinity(pod_spec: dict[str, Any], node: str) -> None:
+    """Pin to one node through the scheduler (nodeAffinity on kubernetes.io/hostname)."""
+    _require_hostname(pod_spec, "In", [node])
+
+
+def avoid_nodes(pod_spec: dict[str, Any], nodes: Sequence[str]) -> None:
+    """Keep the pod off ``nodes`` through the scheduler (a required nodeAffinity
+    ``kubernetes.io/hostname NotIn nodes``). No change when ``nodes`` is empty."""
+    if nodes:
+        _require_hostname(pod_spec, "NotIn", nodes)
 
 
 def one_per_node(pod_spec: dict[str, Any], match_labels: dict[str, str]) -> None:

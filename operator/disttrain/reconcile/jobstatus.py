@@ -23,7 +23,8 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from disttrain.api.status import DistTrainingJobStatus, NodeResult, ProbeStatus, ProgressStatus, RendezvousStatus
+from disttrain.api.status import (DistTrainingJobStatus, ExcludedNode, NodeResult, ProbeStatus, ProgressStatus,
+                                  RendezvousStatus)
 
 
 def _alias(model: type[BaseModel], name: str) -> str:
@@ -39,6 +40,9 @@ _SUSPENSIONS = _alias(DistTrainingJobStatus, "suspensions")
 _START_TIME = _alias(DistTrainingJobStatus, "start_time")
 _COMPLETION_TIME = _alias(DistTrainingJobStatus, "completion_time")
 _NAME_CONFLICT_SINCE = _alias(DistTrainingJobStatus, "name_conflict_since")
+_EXCLUDED = _alias(DistTrainingJobStatus, "excluded_nodes")
+_EXCLUDED_NODE = _alias(ExcludedNode, "node")
+MOST_EXCLUDED = 16  # status.excludedNodes entries kept (the oldest go first)
 _NODES = _alias(DistTrainingJobStatus, "nodes")
 _PROBE = _alias(DistTrainingJobStatus, "probe")
 _RENDEZVOUS = _alias(DistTrainingJobStatus, "rendezvous")
@@ -57,7 +61,8 @@ _SOCKET_IFNAME = _alias(RendezvousStatus, "socket_ifname")
 # against the CRD's schema as well).
 KEYS: dict[str, tuple[str, ...]] = {
     "status": (_CONDITIONS, _RESTARTS, _SUSPENSIONS, _START_TIME, _COMPLETION_TIME,
-               _NAME_CONFLICT_SINCE, _NODES, _PROBE, _RENDEZVOUS, _OBSERVED_GENERATION, _PHASE, _PROGRESS),
+               _NAME_CONFLICT_SINCE, _NODES, _PROBE, _RENDEZVOUS, _OBSERVED_GENERATION, _PHASE, _PROGRESS,
+               _EXCLUDED),
     "status.nodes[]": (_RANK,),
     "status.probe": (_ATTEMPT, _PROBE_START, _PROBE_COMPLETION),
     "status.rendezvous": (_MASTER_ADDR, _MASTER_PORT, _SOCKET_IFNAME),
@@ -192,6 +197,28 @@ class JobStatus:
             self.raw.pop(_NAME_CONFLICT_SINCE, None)
         else:
             self.raw[_NAME_CONFLICT_SINCE] = ts
+
+    @property
+    def excluded_nodes(self) -> list[str]:
+        """The nodes ``status.excludedNodes`` keeps the job's pods off, in order, at most
+        :data:`MOST_EXCLUDED`; entries a hand edit garbled (not a mapping, no string node)
+        are skipped. Never raises."""
+        raw = self.raw.get(_EXCLUDED)
+        names = [e.get(_EXCLUDED_NODE) for e in (raw if isinstance(raw, list) else []) if isinstance(e, dict)]
+        return list(dict.fromkeys(n for n in names if isinstance(n, str) and n))[-MOST_EXCLUDED:]
+
+    def exclude(self, node: str, reason: str) -> bool:
+        """Add ``node`` to ``status.excludedNodes`` with the stall ``reason`` and the gang
+        restart about to begin (restarts + 1); False when it is there already. Keeps the
+        newest :data:`MOST_EXCLUDED` entries; drops garbled ones."""
+        if node in self.excluded_nodes:
+            return False
+        raw = self.raw.get(_EXCLUDED)
+        kept = [e for e in (raw if isinstance(raw, list) else [])
+                if isinstance(e, dict) and isinstance(e.get(_EXCLUDED_NODE), str) and e.get(_EXCLUDED_NODE)]
+        kept.append(ExcludedNode(node=node, reason=reason, restart=self.restarts + 1).model_dump(by_alias=True))
+        self.raw[_EXCLUDED] = kept[-MOST_EXCLUDED:]
+        return True
 
     @property
     def waiting_for_name(self) -> bool:

@@ -31,6 +31,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.children import gang as gang_objects
 from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe, progresswatch
+from disttrain.children.podbase import avoid_nodes
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import ProbeOutcome
@@ -250,6 +251,8 @@ class Step:
             return False
         if self.placement is not None:
             kueue_objects.place(pod, *self.placement)
+        # nodes a stall verdict named and a restart left (status.excludedNodes)
+        avoid_nodes(pod.setdefault("spec", {}), self.st.excluded_nodes)
         gang = self.gangs.get(observe.role(pod))
         if gang is not None:
             gang_objects.decorate(pod, self.spec, gang)

@@ -5,6 +5,7 @@ import json
 
 from disttrain.api import constants as C
 from disttrain.children import observe
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import probing
 from disttrain.reconcile.step import Outcome
 from disttrain_probe.contract import vocabulary as V
@@ -165,3 +166,17 @@ def test_image_pull_failure_names_rank_node_and_the_cause_at_the_end():
 )
 def test_apply(name, given, want):
     check(probing.apply, given, want)
+
+
+def test_a_probe_kept_off_an_excluded_node_says_so_first():
+    """After a restart without node-c (a stall verdict named it), a probe the scheduler
+    cannot place is said with the exclusion first: the scheduler's words only say the node
+    "didn't match Pod's node affinity"."""
+    excluded = [{"node": "node-c", "reason": V.RANK_UNRESPONSIVE, "restart": 1}]
+    s = given(3).probing().status(excludedNodes=excluded).with_pods(
+        rank0(), probe(1, "node-b", "Running"), probe(2, unschedulable=TOO_FEW)).build()
+    probing.apply(s)
+    c = cond.get(s.conds, C.PROBES_SCHEDULED)
+    assert (c["status"], c["reason"]) == (FALSE, V.NOT_ENOUGH_NODES)
+    assert c["message"].startswith("the job avoids node-c since a stall verdict named it (status.excludedNodes")
+    assert "numNodes=3 needs 3 nodes" in c["message"] and len(c["message"]) <= 400

@@ -104,3 +104,54 @@ def test_a_trainer_without_a_command_is_said_to_be_unwatched_and_not_polled():
     c = cond.get(s.conds, C.PROGRESSING)
     assert (c["status"], c["reason"]) == (UNK, V.PROGRESS_NOT_REPORTED) and "no command" in c["message"]
     assert s.plan.requeue_after is None or s.plan.requeue_after > 5.0
+
+
+FROZEN = [(1, "progress: r1 collective seq=1532 idle=70s op=all_reduce stale"),
+          (0, "progress: r0 collective seq=1533 idle=70s op=all_reduce")]
+
+
+def _excluded(s) -> list:
+    return [e["node"] for e in s.status.get("excludedNodes") or []]
+
+
+def test_a_restart_after_a_frozen_rank_probes_again_without_its_node():
+    """RankUnresponsive names node-b: the restart records it in status.excludedNodes, says
+    "without node-b", probes again (the validated placement held node-b), and every pod
+    created from then on carries a required nodeAffinity NotIn node-b."""
+    s = job(False, False, said=FROZEN, backoffLimit=2).build()
+    training.apply(s)
+    assert cond.get(s.conds, C.PROGRESSING)["reason"] == V.RANK_UNRESPONSIVE
+    assert _excluded(s) == ["node-b"] and s.status["excludedNodes"][0] == {
+        "node": "node-b", "reason": V.RANK_UNRESPONSIVE, "restart": 1}
+    started = cond.get(s.conds, C.TRAINING_STARTED)
+    assert started["reason"] == V.RESTARTING and "gang restart 1/2 without node-b after: rank 1 (node-b)" in started["message"]
+    assert cond.get(s.conds, C.VALIDATED)["reason"] == V.PROBING  # probing again, whatever reprobeOnFailure says
+    assert sorted(s.plan.deletes) == ["j-worker-0", "j-worker-1"]
+
+
+def _not_in(pod) -> list:
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    return [e["values"] for t in terms for e in t["matchExpressions"] if e["operator"] == "NotIn"]
+
+
+def test_every_pod_created_avoids_the_excluded_nodes():
+    excluded = [{"node": "node-b", "reason": V.RANK_UNRESPONSIVE, "restart": 1}, "garbled", {"node": 7}]
+    s = given_().validated().probes("Succeeded", "Succeeded").status(excludedNodes=excluded).build()
+    training.apply(s)
+    assert s.plan.creates and all(_not_in(p) == [["node-b"]] for p in s.plan.creates)
+    plain = given_().validated().probes("Succeeded", "Succeeded").build()
+    training.apply(plain)
+    assert plain.plan.creates and not any("NotIn" in str(p["spec"].get("affinity")) for p in plain.plan.creates)
+
+
+def test_a_rank_stuck_in_python_is_restarted_on_the_same_nodes():
+    """The script's own doing: no node is left out, no probe again unless the policy says so."""
+    s = job(False, False, said=STUCK, backoffLimit=2).build()
+    training.apply(s)
+    assert _excluded(s) == [] and "without" not in cond.get(s.conds, C.TRAINING_STARTED)["message"]
+
+
+def test_no_node_is_excluded_when_no_restart_is_left():
+    s = job(False, False, said=FROZEN).build()
+    training.apply(s)
+    assert cond.get(s.conds, C.FAILED)["reason"] == V.TRAINING_STALLED and _excluded(s) == []

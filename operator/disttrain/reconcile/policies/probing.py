@@ -71,6 +71,7 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
                                     messages.SUMMARY_LIMIT)
             else:
                 msg += "; relax the template's nodeSelector/tolerations/resources or add capacity"
+        msg = _with_excluded(s, msg)
         s.set(constants.PROBES_SCHEDULED, constants.FALSE, reason, msg)
         s.fail_preflight(reason, msg)
         return True
@@ -92,6 +93,20 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         s.set(constants.PROBES_SCHEDULED, constants.UNKNOWN, vocabulary.PROBES_PENDING,
               f"{len(placed)}/{n} probe pods scheduled")
     return False
+
+
+def _with_excluded(s: Step, msg: str) -> str:
+    """``msg`` (a probe pod could not be placed) with the nodes status.excludedNodes keeps
+    the job off first: a stall verdict's restart left them, and the scheduler's words only
+    say "didn't match Pod's node affinity"."""
+    avoided = s.st.excluded_nodes
+    if not avoided:
+        return msg
+    said = (f"the job avoids {messages.node_list(avoided, 8)} since a stall verdict named "
+            f"{'it' if len(avoided) == 1 else 'them'} (status.excludedNodes; remove an entry to "
+            f"allow a node again)")
+    return messages.join([said, messages.bound(msg, messages.SUMMARY_LIMIT - len(said) - len(messages.SEP))],
+                         messages.SUMMARY_LIMIT)
 
 
 def _wait(s: Step, msg: str) -> bool:

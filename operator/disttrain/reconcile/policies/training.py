@@ -25,7 +25,8 @@ from disttrain.api.common import OnStall
 from disttrain.api.types import trainer_index, trainer_of
 from disttrain.children import kubelet, observe, rankend
 from disttrain.children.pods import Rendezvous, build_worker_pod
-from disttrain.diagnosis import logline
+from disttrain.diagnosis import logline, stall
+from disttrain.diagnosis.stallfacts import StallVerdict
 from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import conflicts, offers, restart, stallwatch
@@ -263,7 +264,7 @@ def run(s: Step) -> None:
             s.set(ctype, constants.UNKNOWN, vocabulary.TRAINING_RUNNING, "training is running")
     if not all(rankend.done(p, _trainer(s)) for p in by_rank.values()):
         verdict = stallwatch.judge(s, by_rank)
-        if verdict is not None and verdict.act and _on_stall(s, attempt, by_rank, verdict.message):
+        if verdict is not None and verdict.act and _on_stall(s, attempt, by_rank, verdict):
             return
     if len(by_rank) == n and all(rankend.done(p, _trainer(s)) for p in by_rank.values()):
         # a plain sidecar may still run: cleanup deletes the pods (cleanPodPolicy Running,
@@ -278,27 +279,41 @@ def run(s: Step) -> None:
         s.plan.requeue(left)
 
 
-def _on_stall(s: Step, attempt: int, by_rank: dict[int, dict], text: str) -> bool:
+def _on_stall(s: Step, attempt: int, by_rank: dict[int, dict], verdict: StallVerdict) -> bool:
     """runPolicy.onStall once the stall verdict acts: Fail ends the job (TrainingStalled),
     Restart is a failed rank's gang restart (the job fails as TrainingStalled past
-    backoffLimit); Wait only reports (False)."""
+    backoffLimit) that leaves out the node a node fault named (status.excludedNodes: the
+    next attempt probes again, so that its placement is validated without it); Wait only
+    reports (False)."""
     how = s.spec.run_policy.on_stall
     if how == OnStall.Wait.value:
         return False
     if how == OnStall.Fail.value:
-        s.finish(False, vocabulary.TRAINING_STALLED, text, "training stalled")
+        s.finish(False, vocabulary.TRAINING_STALLED, verdict.message, "training stalled")
         return True
-    _on_failure(s, attempt, by_rank, text, vocabulary.TRAINING_STALLED)
+    avoid = stall.nodes_to_avoid(verdict)
+    d = _restart_decision(s, attempt)
+    if d.restart:  # the restart's condition (and its Event) says "without <node>"
+        for node in avoid:
+            s.st.exclude(node, verdict.reason)
+    _on_failure(s, attempt, by_rank, verdict.message, vocabulary.TRAINING_STALLED, avoid)
     return True
 
 
-def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str,
-                reason: Optional[str] = None) -> None:
-    """A failed attempt: the gang restart runPolicy allows, else the job fails (with
-    ``reason``, or the restart decision's own)."""
+def _restart_decision(s: Step, attempt: int) -> restart.Decision:
     spec = s.spec
-    d = restart.on_rank_failure(attempt, spec.run_policy.backoff_limit,
-                                spec.run_policy.reprobe_on_failure, spec.probe.enabled)
+    return restart.on_rank_failure(attempt, spec.run_policy.backoff_limit,
+                                   spec.run_policy.reprobe_on_failure, spec.probe.enabled)
+
+
+def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str,
+                reason: Optional[str] = None, avoid: tuple[str, ...] = ()) -> None:
+    """A failed attempt: the gang restart runPolicy allows (probing again when the policy
+    says so, or to place it without the nodes ``avoid`` names, said in its messages), else
+    the job fails (with ``reason``, or the restart decision's own)."""
+    spec = s.spec
+    d = _restart_decision(s, attempt)
+    without = f" without {', '.join(avoid)}" if avoid else ""
     if not d.restart:
         s.finish(False, reason or d.reason, text, "a rank failed" if reason is None else "training stalled")
         return
@@ -306,10 +321,10 @@ def _on_failure(s: Step, attempt: int, by_rank: dict[int, dict], text: str,
     for p in by_rank.values():
         s.delete(p)
     s.set(constants.TRAINING_STARTED, constants.UNKNOWN, vocabulary.RESTARTING,
-          f"gang restart {attempt + 1}/{spec.run_policy.backoff_limit} after: {text}")
+          f"gang restart {attempt + 1}/{spec.run_policy.backoff_limit}{without} after: {text}")
     for ctype in (constants.SUCCEEDED, constants.FAILED):
-        s.set(ctype, constants.UNKNOWN, vocabulary.RESTARTING, "restarting all ranks")
-    if d.reprobe:
+        s.set(ctype, constants.UNKNOWN, vocabulary.RESTARTING, f"restarting all ranks{without}")
+    if d.reprobe or (avoid and spec.probe.enabled):
         _reprobe(s, "a rank failed")
 
 
