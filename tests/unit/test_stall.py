@@ -288,3 +288,21 @@ def test_a_rank_frozen_before_its_process_group_is_unresponsive(world, silent):
     # every rank still writing: only "not reported" yet
     alike = [O(r, node(r), progress.NOT_STARTED, seq_age_s=80, heard_age_s=1.0) for r in range(world)]
     assert judge(alike, world, 30, NOW).reason == V.PROGRESS_NOT_REPORTED
+
+
+def test_rank_details_keep_the_culprits_and_the_ranks_not_advancing_first_in_rank_order():
+    from disttrain.diagnosis import stallfacts
+
+    obs = [O(r, f"n{r}", ADVANCING, seq_age_s=0.0, heard_age_s=0.0) for r in range(100)]
+    obs[70] = O(70, "n70", progress.IN_COLLECTIVE, seq=9, seq_age_s=40.0, waiting_op="all_reduce",
+                waiting_seq=9, heard_age_s=1.0)
+    obs[80] = O(80, "n80", progress.IN_PYTHON, seq=8, seq_age_s=99.5, frame="x.py:1 (f)", heard_age_s=45.0)
+    f = stallfacts.facts(obs + [O(300, "out", ADVANCING)], 100, T, NOW)
+    rows = stallfacts.rank_details(f, culprits=(99,), most=64)
+    assert len(rows) == 64 and [r["rank"] for r in rows] == sorted(r["rank"] for r in rows)
+    by = {r["rank"]: r for r in rows}
+    assert {70, 80, 99} <= set(by) and 63 not in by
+    assert by[80] == {"rank": 80, "node": "n80", "where": "python", "seq": 8, "idleSeconds": 99,
+                      "frame": "x.py:1 (f)", "stale": True}
+    assert by[70]["op"] == "all_reduce" and by[70]["waitingSeq"] == 9 and by[70]["stale"] is False
+    assert stallfacts.rank_details(f, most=0) == []

@@ -95,6 +95,27 @@ class ProbeStatus(CamelModel):
         "choice).")
 
 
+class RankProgressStatus(CamelModel):
+    """One rank as the last stall verdict saw it (``status.progress.rankDetails``)."""
+
+    rank: int = Field(description="The global rank.")
+    node: str = Field(description="Its node (its pod's node, else its pod's name).")
+    where: str = Field(description="collective (waits in one), python (runs between "
+                       "collectives), not-started (no process group yet), or advancing (its "
+                       "pod's progress sidecar is Ready: no detail is read).")
+    seq: Optional[int] = Field(
+        None, description="Collectives issued on the default process group.")
+    op: Optional[str] = Field(None, description="The collective waited in, e.g. all_reduce.")
+    waiting_seq: Optional[int] = Field(None, description="That collective's sequence number.")
+    idle_seconds: Optional[int] = Field(
+        None, description="Seconds since its seq last advanced, when the verdict was made.")
+    frame: Optional[str] = Field(
+        None, description="Where it is: the innermost frame of the user's code, e.g. "
+        "train.py:88 (load_batch).")
+    stale: bool = Field(False, description="Its record was not heard for 30 s: its process is "
+                        "frozen or its node gone.")
+
+
 class ProgressStatus(CamelModel):
     """Whether training advances: the stall verdict behind the Progressing condition."""
 
@@ -110,6 +131,9 @@ class ProgressStatus(CamelModel):
         default_factory=list, description="The ranks the verdict singles out (at most 64).")
     nodes: list[str] = Field(
         default_factory=list, description="Their nodes, or a silent link's (at most 16).")
+    rank_details: list[RankProgressStatus] = Field(
+        default_factory=list, description="Each rank heard, as the verdict saw it (at most 64: "
+        "the culprits first, then ranks not advancing, lowest rank first).")
 
 
 class ExcludedNode(CamelModel):

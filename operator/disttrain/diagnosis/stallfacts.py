@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 from disttrain_probe.contract import progress, vocabulary as V
 
 from disttrain.api import constants
+from disttrain.api.status import RankProgressStatus
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
 from disttrain.diagnosis.verdicts import Verdict
@@ -285,6 +286,32 @@ def facts(observations: Iterable[RankObservation], world_size: Any, stall_timeou
     return Facts(now=now if isinstance(now, (int, float)) and math.isfinite(now) else 0.0,
                  timeout=timeout, windows=win, world=world, ranks=ranks, fresh=fresh, stale=stale,
                  missing=world - len(known), links=tuple(x for x in silent if x is not None))
+
+
+MOST_RANK_DETAILS = 64  # ranks kept in status.progress.rankDetails
+
+
+def rank_details(f: Facts, culprits: Iterable[int] = (), most: int = MOST_RANK_DETAILS) -> list[dict[str, Any]]:
+    """``status.progress.rankDetails``: each rank of ``f`` heard, as
+    :class:`~disttrain.api.status.RankProgressStatus` dicts by their JSON names (None values
+    left out), at most ``most``: the ``culprits`` first, then stale ranks, then ranks not
+    advancing, then the rest, each group lowest rank first; returned in rank order.
+    ``idleSeconds`` is the seconds since ``seq`` advanced (rounded down). Never raises."""
+    known = [r for r in sorted(f.ranks) if f.ranks[r].where is not None]
+    stale, bad = set(f.stale), set(culprits)
+
+    def order(r: int) -> tuple[int, int]:
+        x = f.ranks[r]
+        return (0 if r in bad else 1 if r in stale else 2 if x.where != ADVANCING else 3, r)
+
+    out = []
+    for r in sorted(sorted(known, key=order)[:max(0, most)]):
+        x = f.ranks[r]
+        out.append(RankProgressStatus(
+            rank=r, node=x.node, where=x.where or "", seq=x.seq, op=x.op, waiting_seq=x.wseq,
+            idle_seconds=int(x.seq_age) if x.seq_age is not None else None, frame=x.frame or None,
+            stale=r in stale).model_dump(by_alias=True, exclude_none=True))
+    return out
 
 
 def _link(x: Any) -> Optional[LinkSilence]:

@@ -5,9 +5,10 @@ Conditions carry one sentence each (at most 400 characters); the evidence lives 
 ``status``: per node the chosen interface, address, versions and measured throughput
 (``status.nodes``), each node's row of the dial matrix per network
 (``status.nodes[].paths``), every failure and warning in full and every interface not
-chosen with why (``status.probe``). This command lays them out: the verdict, the
+chosen with why (``status.probe``); while training is watched, each rank's progress as the
+last stall verdict saw it (``status.progress``). This command lays them out: the verdict, the
 conditions, the per-node table and the connectivity matrix per network, failing cells
-marked.
+marked, and the per-rank progress table with the stall verdict's facts.
 
 :func:`render` is pure (job dict -> rich renderables, tested without a cluster);
 :func:`main` reads the job with the kubeconfig (or the in-cluster service account).
@@ -118,6 +119,79 @@ def _is_chosen(key: str, nodes: Sequence[dict]) -> bool:
         return False
 
 
+MOST_PROGRESS_ROWS = 64  # rows of the progress table (the status keeps at most 64)
+_CELL_CHARS = 80  # a progress cell longer than this (a hand edit) is clipped
+
+
+def _clip(value: Any, limit: int = _CELL_CHARS) -> str:
+    """``value`` as one line of at most ``limit`` characters ('' for None)."""
+    if value is None:
+        return ""
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def progress_section(st: Any) -> list[RenderableType]:
+    """The training progress of status ``st`` (untrusted: any shape): the Progress column's
+    summary and the ``Progressing`` condition, then one row per rank of
+    ``status.progress.rankDetails`` (node, where, last collective, idle seconds, frame,
+    stale), the ranks the verdict names marked; when Progressing is False, the verdict's
+    decisive facts (ranks, nodes, since when). Empty when there is no ``status.progress``.
+    Never raises; at most :data:`MOST_PROGRESS_ROWS` rows, cells clipped."""
+    st = st if isinstance(st, dict) else {}
+    pr = st.get("progress")
+    if not isinstance(pr, dict):
+        return []
+    conds = _list(st.get("conditions"))
+    pc = next((c for c in conds if isinstance(c, dict) and c.get("type") == constants.PROGRESSING), {})
+    named = {r for r in _list(pr.get("ranks")) if _int(r) is not None}
+    head = Text("Training progress ", style="bold")
+    head.append(_clip(pr.get("summary")) or f"#{_clip(pr.get('seq')) or '-'}")
+    if pc:
+        head.append(f"  Progressing={_clip(pc.get('status'), 10) or '?'} ({_clip(pc.get('reason'), 40) or '?'})",
+                    style=_status_style(pc))
+    if pr.get("since"):
+        head.append(f"  waiting since {_clip(pr.get('since'), 40)}")
+    out: list[RenderableType] = [head]
+    rows = [d for d in _list(pr.get("rankDetails")) if isinstance(d, dict)]
+    if rows:
+        t = Table(title="Ranks (as the last verdict saw them; ! the ranks it names)", expand=False)
+        for col in ("rank", "node", "where", "seq", "collective", "idle s", "at", "stale"):
+            t.add_column(col, justify="right" if col in ("rank", "seq", "idle s") else "left")
+        for d in rows[:MOST_PROGRESS_ROWS]:
+            rank, stale = _int(d.get("rank")), d.get("stale") is True
+            style = "bold red" if rank in named else "yellow" if stale else ""
+            op, wseq = _clip(d.get("op"), 40), _int(d.get("waitingSeq"))
+            t.add_row(Text(("!" if rank in named else "") + (str(rank) if rank is not None else "?"), style=style),
+                      Text(_clip(d.get("node"), 63) or "?"), Text(_clip(d.get("where"), 20) or "?"),
+                      Text(str(_int(d.get("seq")) if _int(d.get("seq")) is not None else "-")),
+                      Text((op or "-") + (f" #{wseq}" if wseq is not None else "")),
+                      Text(str(_int(d.get("idleSeconds")) if _int(d.get("idleSeconds")) is not None else "-")),
+                      Text(_clip(d.get("frame")) or "-"), Text("stale" if stale else "", style="yellow"))
+        out.append(t)
+        if len(rows) > MOST_PROGRESS_ROWS:
+            out.append(Text(f"  (+{len(rows) - MOST_PROGRESS_ROWS} more ranks not shown)", style="dim"))
+    else:
+        out.append(Text("  no per-rank detail in the status (only the summary above)", style="dim"))
+    if pc.get("status") == constants.FALSE:
+        nodes = [_clip(n, 63) for n in _list(pr.get("nodes"))[:16]]
+        facts = Text("Stall verdict: ", style="bold red")
+        facts.append(f"{_clip(pc.get('reason'), 40) or '?'}; ranks {', '.join(str(r) for r in sorted(named)[:16]) or 'none named'}"
+                     f"; nodes {', '.join(nodes) or 'none named'}"
+                     f"; waiting since {_clip(pr.get('since'), 40) or '?'}")
+        out.append(facts)
+        out.append(Text(f"  {_clip(pc.get('message'), 400)}"))
+    return out
+
+
 def render(job: dict[str, Any]) -> list[RenderableType]:
     """What ``explain`` prints for ``job`` (the object as the API returns it)."""
     meta = job.get("metadata") or {}
@@ -142,6 +216,7 @@ def render(job: dict[str, Any]) -> list[RenderableType]:
     if nodes:
         out.append(nodes_table(nodes))
         out.extend(matrices(nodes))
+    out.extend(progress_section(st))
     for key, title, style in (("failures", "Failures (one per rank, in full)", "red"),
                               ("warnings", "Warnings (in full)", "yellow"),
                               ("interfacesNotChosen", "Interfaces not chosen, and why", "dim")):
@@ -223,4 +298,5 @@ def kubectl_main() -> int:
     return main(args[1:])
 
 
-__all__ = ["conditions_table", "kubectl_main", "load_job", "main", "matrices", "nodes_table", "render"]
+__all__ = ["conditions_table", "kubectl_main", "load_job", "main", "matrices", "nodes_table", "progress_section",
+           "render"]

@@ -9,6 +9,11 @@
   per job (gauge, GB/s with GB = 1e9 bytes);
 - ``disttrain_api_errors_total{verb,kind,code}``: API calls that failed and are retried
   (counter; code 0 when the apiserver did not answer).
+- ``disttrain_progress_idle_seconds{namespace,job}``: while training is watched, the
+  largest seconds any rank's collectives have not advanced, as the last stall verdict saw it
+  (gauge, from ``status.progress.rankDetails``; absent while the status has none);
+- ``disttrain_stalls_total{reason}``: stall verdicts (``Progressing`` turned False) by reason
+  (counter; only the Progressing failure reasons of the vocabulary, e.g. RankStuckInPython).
 
 :func:`observe` derives every update from the status before and after one reconcile step,
 so a metric moves exactly once per transition however often the step runs.
@@ -22,6 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 REGISTRY = CollectorRegistry()
 JOBS = Gauge("disttrain_jobs", "DistTrainingJobs by phase.", ["phase"], registry=REGISTRY)
@@ -42,6 +48,18 @@ API_ERRORS = Counter(
     "disttrain_api_errors", "API calls of reconcile steps that failed, by verb, kind and HTTP code "
     "(0: no answer).", ["verb", "kind", "code"], registry=REGISTRY,
 )
+
+PROGRESS_IDLE = Gauge(
+    "disttrain_progress_idle_seconds", "Largest seconds a rank's collectives have not advanced, "
+    "per watched job, at the last stall verdict.", ["namespace", "job"], registry=REGISTRY,
+)
+STALLS = Counter(
+    "disttrain_stalls", "Stall verdicts (Progressing turned False) by reason.", ["reason"],
+    registry=REGISTRY,
+)
+# The reasons a stall verdict may count under: Progressing's failure reasons (bounded labels).
+STALL_REASONS = frozenset(r.name for r in vocabulary.REASONS.values()
+                          if r.condition == constants.PROGRESSING and r.kind == vocabulary.FAILURE)
 
 _phases: dict[tuple[str, str], str] = {}
 
@@ -73,6 +91,40 @@ def _number(value: Any) -> Optional[float]:
     return float(value) if value == value and abs(value) != float("inf") else None
 
 
+def _stall(status: Any) -> Optional[str]:
+    """The reason of a ``Progressing=False`` condition when it is one of
+    :data:`STALL_REASONS`, else None (a hand edit's anything reads as no stall)."""
+    conds = _dict(status).get("conditions")
+    p = cond.get([c for c in conds if isinstance(c, dict)] if isinstance(conds, list) else [], constants.PROGRESSING)
+    if p is None or p.get("status") != constants.FALSE:
+        return None
+    reason = p.get("reason")
+    return reason if isinstance(reason, str) and reason in STALL_REASONS else None
+
+
+def _idle(status: Any) -> Optional[float]:
+    """The largest ``idleSeconds`` (finite, >= 0) of ``status.progress.rankDetails``; None
+    when there is none."""
+    rows = _dict(_dict(status).get("progress")).get("rankDetails")
+    ages = [a for d in (rows if isinstance(rows, list) else [])
+            if (a := _number(_dict(d).get("idleSeconds"))) is not None and a >= 0]
+    return max(ages, default=None)
+
+
+def _observe_progress(namespace: str, name: str, old: Any, new: Any) -> None:
+    stalled = _stall(new)
+    if stalled is not None and _stall(old) != stalled:
+        STALLS.labels(stalled).inc()
+    idle = _idle(new)
+    if idle is not None:
+        PROGRESS_IDLE.labels(namespace, name).set(idle)
+    else:
+        try:
+            PROGRESS_IDLE.remove(namespace, name)
+        except KeyError:
+            pass
+
+
 def observe(namespace: str, name: str, old: Any, new: Any) -> None:
     """Record what changed between the status before (``old``) and after (``new``) a step.
     Both are untrusted (``old`` is what the apiserver holds, hand edits included): never
@@ -96,6 +148,7 @@ def observe(namespace: str, name: str, old: Any, new: Any) -> None:
     busbw = _number(probe.get("busBandwidthGBps"))
     if busbw is not None:
         BUS_BANDWIDTH.labels(namespace, name).set(busbw)
+    _observe_progress(namespace, name, old, new)
 
 
 def api_error(verb: str, kind: str, code: int) -> None:
@@ -108,7 +161,8 @@ def forget(namespace: str, name: str) -> None:
     phase = _phases.pop((namespace, name), None)
     if phase is not None:
         JOBS.labels(phase).dec()
-    try:
-        BUS_BANDWIDTH.remove(namespace, name)
-    except KeyError:
-        pass
+    for gauge in (BUS_BANDWIDTH, PROGRESS_IDLE):
+        try:
+            gauge.remove(namespace, name)
+        except KeyError:
+            pass

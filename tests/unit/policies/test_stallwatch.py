@@ -77,6 +77,29 @@ def test_stall_watch(name, given, want):
     check(training.apply, given, want)
 
 
+STUCK_DETAILS = [
+    {"rank": 0, "node": "node-a", "where": "collective", "seq": 1533, "op": "all_reduce", "waitingSeq": 1533,
+     "idleSeconds": 70, "stale": False},
+    {"rank": 1, "node": "node-b", "where": "python", "seq": 1532, "idleSeconds": 70,
+     "frame": "train.py:88 (load_batch)", "stale": False}]
+
+
+@table(
+    ("each rank's word is kept, the culprit's frame included",
+     job(False, False, said=STUCK, onStall="Wait"),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (FALSE, V.RANK_STUCK_IN_PYTHON)},
+          more=lambda s: s.st.raw["progress"]["rankDetails"] == STUCK_DETAILS
+          and s.st.raw["progress"]["ranks"] == [1])),
+    ("ranks of Ready sidecars are kept as advancing, without detail",
+     job(True, True),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)},
+          more=lambda s: [(d["rank"], d["where"], d["idleSeconds"]) for d in s.st.raw["progress"]["rankDetails"]]
+          == [(0, "advancing", 0), (1, "advancing", 0)])),
+)
+def test_status_keeps_each_ranks_detail(name, given, want):
+    check(training.apply, given, want)
+
+
 def test_watched_pods_carry_the_sidecar_and_the_wrapped_trainer():
     s = given_().run_policy(stallTimeoutSeconds=120).validated().probes("Succeeded", "Succeeded").build()
     training.apply(s)

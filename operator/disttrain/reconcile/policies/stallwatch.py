@@ -21,7 +21,7 @@ from disttrain.api.types import trainer_index
 from disttrain_probe.contract import vocabulary
 from disttrain.children.progresswatch import (SIDECAR_NAME, ProgressEvent, ProgressWatch, add_watch, sidecar_status,
                                              watch_problem)
-from disttrain.diagnosis import stall
+from disttrain.diagnosis import stall, stallfacts
 from disttrain.diagnosis.stallfacts import ADVANCING, RankObservation, StallVerdict
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.step import Step
@@ -128,9 +128,11 @@ def judge(s: Step, by_rank: dict[int, dict]) -> Optional[StallVerdict]:
         return None
     now = s.now.timestamp()
     world = s.spec.num_nodes * nproc_per_node(s.spec)
-    v = stall.judge(observations(s, by_rank, now), world, float(timeout), now)
+    seen = observations(s, by_rank, now)
+    v = stall.judge(seen, world, float(timeout), now)
     s.set(constants.PROGRESSING, v.status, v.reason, v.message)
-    s.st.set_progress(**v.status_fields())
+    details = stallfacts.rank_details(stallfacts.facts(seen, world, float(timeout), now), v.ranks)
+    s.st.set_progress(**v.status_fields(), rank_details=details)
     if v.status != cond.TRUE:
         s.plan.requeue(RECHECK_S)
     return v
