@@ -43,7 +43,8 @@ def merged_message(found: Sequence[Finding], reason: str, limit: int = messages.
     same = [f for f in mine if f.message == first.message]
     text = first.message if len(same) > 1 or not first.node else first.text
     others = [f.node for f in mine if f.message != first.message and f.node and f.node != first.node]
-    also = f"the same reason on {messages.node_list(others)} (status.probe.failures)" if others else ""
+    also = (f"the same reason on {messages.node_list(others, messages.MOST_NAMED)} (status.probe.failures)"
+            if others else "")
     if also:
         return messages.bound(text, limit - len(also) - len(messages.SEP)) + messages.SEP + also
     return messages.bound(text, limit)
@@ -69,10 +70,11 @@ def failed(cause: Finding, message: str, nodes: Sequence[str]) -> dict[str, Verd
             out[ctype] = Verdict(constants.FALSE, cause.reason, message)
         else:
             out[ctype] = Verdict(constants.UNKNOWN, vocabulary.NOT_REACHED, f"not checked: {check} is False")
-    where = f" on {messages.node_list(nodes)}" if nodes else ""
+    head, tail = f"{check}=False ({cause.reason})", f": see the {check} condition for the cause and the fix"
+    room = messages.SUMMARY_LIMIT - len(head) - len(tail) - len(" on ")
+    where = f" on {messages.node_list(nodes, messages.MOST_NAMED, room)}" if nodes else ""
     out[vocabulary.VALIDATED] = Verdict(constants.FALSE, cause.reason, messages.bound(
-        f"{check}=False ({cause.reason}){where}: see the {check} condition for the cause "
-        f"and the fix", messages.SUMMARY_LIMIT))
+        head + where + tail, messages.SUMMARY_LIMIT))
     return out
 
 
@@ -122,7 +124,7 @@ def warning_text(nodes: Sequence[str], text: str) -> str:
     """``node-a, node-b: text``; with one node, ``<node>`` in the text is that node."""
     if len(nodes) == 1:
         text = text.replace(NODE_PLACEHOLDER, nodes[0])
-    return f"{messages.node_list(nodes)}: {text}" if nodes else text
+    return f"{messages.node_list(nodes, messages.MOST_NAMED)}: {text}" if nodes else text
 
 
 def warned(passed: dict[str, Verdict], found: Sequence[Finding]) -> dict[str, Verdict]:
@@ -167,7 +169,7 @@ def summary_passed(passed: dict[str, Verdict], found: Sequence[Finding], n: int,
                 if f.node and f.node not in nodes:
                     nodes.append(f.node)
         if by_reason:
-            what = ", ".join(f"{reason} on {messages.node_list(nodes) or 'all nodes'}"
+            what = ", ".join(f"{reason} on {messages.node_list(nodes, messages.MOST_NAMED) or 'all nodes'}"
                              for reason, nodes in by_reason.items())
             parts.append(f"{ctype}: {what}")
     return Verdict(constants.TRUE, vocabulary.PASSED_WITH_WARNINGS, messages.bound(
