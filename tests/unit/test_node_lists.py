@@ -1,7 +1,8 @@
 """Verdicts name every culprit up to :data:`messages.MOST_NAMED` (issue 31): "node-a, node-b,
 node-c and 5 more" leaves a person nothing to act on. Table and generated (hypothesis) tests
 over node counts 2-8 and which nodes are the culprits: the Validated pointer, a reason
-several nodes reported, a warning on several nodes, the inbound/isolated classes. Each message
+several nodes reported, a warning on several nodes, the inbound/isolated classes and
+islands (each group with its subnet, a node alone on its subnet included). Each message
 stays one line within its bound and says the list once."""
 from __future__ import annotations
 
@@ -121,3 +122,57 @@ def test_isolated_names_each_isolated_node_once(case):
     assert len(text) <= messages.LIMIT and "more" not in text
     assert all(named(text, NODES[x]) == 1 for x in iso), text
     assert "their" in text and "each one's" in text
+
+
+def island_matrices(groups: list[list[int]]) -> list[evidence.Matrix]:
+    """What the probe reports for eth1 split into ``groups`` (group k on 10.10{k+1}.0.0/24):
+    one matrix per subnet with two or more nodes (a node alone on its subnet has no peer
+    there to dial: no matrix of its own); a node off the subnet dialled its members and
+    failed, its subnet filled from its own eth1 (``evidence._off_subnet``)."""
+    n = sum(len(g) for g in groups)
+    home = {x: k for k, g in enumerate(groups) for x in g}
+    out = []
+    for k, g in enumerate(groups):
+        if len(g) < 2:
+            continue
+        cells = tuple(tuple(None if i == j or (i in g and j not in g) else
+                            ("ok" if i in g else "timeout") if j in g else None for j in range(n))
+                      for i in range(n))
+        out.append(evidence.Matrix(f"10.10{k + 1}.0.0/24", NODES[:n],
+                                   tuple("eth1" if x in g else None for x in range(n)), cells,
+                                   tuple(f"10.10{home[x] + 1}.0.0/24" for x in range(n))))
+    return out
+
+
+def partitions(draw_n: int, labels: list[int]) -> list[list[int]]:
+    groups: dict[int, list[int]] = {}
+    for x, k in enumerate(labels[:draw_n]):
+        groups.setdefault(k, []).append(x)
+    return list(groups.values())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(4, 8).flatmap(lambda n: st.tuples(st.just(n), st.lists(
+    st.integers(0, 3), min_size=n, max_size=n))))
+def test_islands_name_every_node_and_every_group_s_subnet(case):
+    n, labels = case
+    groups = partitions(n, labels)
+    if len(groups) < 2 or sum(len(g) > 1 for g in groups) < 2:
+        return  # not islands told apart by more than one lone node here
+    e = attribution.explain_networks(island_matrices(groups))
+    assert e is not None and e.kind == "islands"
+    text = e.message()
+    assert len(text) <= messages.LIMIT and "more" not in text.split(";")[0], text
+    assert all(named(text.split("; seen:")[0], x) == 1 for x in NODES[:n]), text
+    for k in range(len(groups)):
+        assert f"10.10{k + 1}.0.0/24" in text, text
+
+
+def test_islands_four_groups_one_node_alone_on_the_last_subnet():
+    """gen-1-168: {a} {b,d} {c,e,f,h} {g}: node-g's 10.104.0.0/24 was left out."""
+    groups = [[0], [1, 3], [2, 4, 5, 7], [6]]
+    e = attribution.explain_networks(island_matrices(groups))
+    assert e is not None and e.kind == "islands"
+    cause = e.message().split("; ")[0]
+    for sub in ("10.101.0.0/24", "10.102.0.0/24", "10.103.0.0/24", "10.104.0.0/24"):
+        assert sub in cause, cause

@@ -210,8 +210,11 @@ def _by_interface_name(ms: Sequence[evidence_matrix.Matrix]) -> list[evidence_ma
             return "ok" if "ok" in seen else (seen[0] if seen else None)
 
         cells = tuple(tuple(None if i == j else cell(i, j) for j in range(n)) for i in range(n))
+        # a node alone on its subnet has no home matrix (no peer there to dial): its subnet
+        # is the one the others' matrices saw it dial from (``evidence._off_subnet``)
         subnets = tuple((h[0].subnets[x] if x < len(h[0].subnets) and h[0].subnets[x] else h[0].key)
-                        if h else None for x, h in enumerate(homes))
+                        if h else next((m.subnets[x] for m in group if x < len(m.subnets) and m.subnets[x]),
+                                       None) for x, h in enumerate(homes))
         out.append(evidence_matrix.Matrix(f"ifname:{name}", nodes, tuple(name if h else None for h in homes),
                                           cells, subnets))
     return out
