@@ -140,15 +140,29 @@ def warned(passed: dict[str, Verdict], found: Sequence[Finding]) -> dict[str, Ve
         if ctype not in out:
             continue
         texts = [warning_text(nodes, text) for _, nodes, text in groups]
-        first = messages.bound(texts[0], messages.LIMIT - 160)
         more = (f"{len(texts) - 1} more warning(s): "
                 + ", ".join(dict.fromkeys(g[0] for g in groups[1:])) + " (status.probe.warnings)"
                 if len(texts) > 1 else "")
         # a reason the vocabulary does not know (a newer probe) is said, never set
         reason = next((g[0] for g in groups if is_warning_reason(g[0])), out[ctype].reason)
         passed_parts = messages.clauses(out[ctype].message)  # what passed first, then the warnings
-        out[ctype] = Verdict(constants.TRUE, reason, messages.join([passed_parts[0], first, *passed_parts[1:], more]))
+        tail = len(messages.SEP) + len(more) if more else 0
+        head = _passed_head(passed_parts[0], texts[0], tail)
+        first = messages.bound(texts[0], max(messages.LIMIT - 160, messages.LIMIT - len(head) - len(messages.SEP) - tail))
+        out[ctype] = Verdict(constants.TRUE, reason, messages.join([head, first, *passed_parts[1:], more]))
     return out
+
+
+def _passed_head(passed: str, warning: str, tail: int) -> str:
+    """What passed (its first clause), shortened when the first warning (its nodes, the
+    fix) and ``tail`` characters would not fit after it: its part before ``": "`` (the
+    choice, without why it ranked first: ``eth0 (10.100.0.0/24) chosen on every node over
+    eth1``), else cut at a word boundary; never below 60 characters."""
+    room = messages.LIMIT - len(warning) - len(messages.SEP) - tail
+    if len(passed) <= room:
+        return passed
+    short = passed.split(": ", 1)[0]
+    return short if len(short) <= max(room, 60) else messages.cut(passed, max(room, 60))
 
 
 def summary_passed(passed: dict[str, Verdict], found: Sequence[Finding], n: int,
