@@ -130,13 +130,26 @@ def named_nodes(text: str, nodes: Sequence[str]) -> list[str]:
     return out
 
 
-def node_list(nodes: Sequence[str], most: int = 4) -> str:
-    """``node-a, node-b`` or ``node-a, node-b, node-c and 5 more``."""
+MOST_NAMED = 8  # culprits a verdict names before "and N more" (status fields carry them all)
+
+
+def node_list(nodes: Sequence[str], most: int = 4, room: Optional[int] = None) -> str:
+    """``node-a, node-b`` or ``node-a, node-b, node-c and 5 more``: the distinct names in
+    order, at most ``most`` of them (``most - 1`` and the count when there are more). With
+    ``room`` (characters), fewer names while the list is longer than that (one name at
+    least: the list may then still exceed ``room``). '' for no names."""
     nodes = list(dict.fromkeys(n for n in nodes if n))
-    if len(nodes) <= most:
-        return ", ".join(nodes)
-    return f"{', '.join(nodes[:most - 1])} and {len(nodes) - most + 1} more"
+    shown = min(len(nodes), max(1, most))
+    while True:
+        if shown >= len(nodes):
+            text = ", ".join(nodes)
+        else:
+            head = nodes[:max(1, shown - 1)]
+            text = f"{', '.join(head)} and {len(nodes) - len(head)} more"
+        if room is None or len(text) <= room or shown <= 1:
+            return text
+        shown -= 1
 
 
-__all__ = ["BOUNDARY", "LIMIT", "SUMMARY_LIMIT", "bound", "clauses", "cut", "join", "named_nodes", "node_list",
+__all__ = ["BOUNDARY", "LIMIT", "MOST_NAMED", "SUMMARY_LIMIT", "bound", "clauses", "cut", "join", "named_nodes", "node_list",
            "one_line"]

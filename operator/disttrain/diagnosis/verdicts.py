@@ -43,7 +43,8 @@ def merged_message(found: Sequence[Finding], reason: str, limit: int = messages.
     same = [f for f in mine if f.message == first.message]
     text = first.message if len(same) > 1 or not first.node else first.text
     others = [f.node for f in mine if f.message != first.message and f.node and f.node != first.node]
-    also = f"the same reason on {messages.node_list(others)} (status.probe.failures)" if others else ""
+    also = (f"the same reason on {messages.node_list(others, messages.MOST_NAMED)} (status.probe.failures)"
+            if others else "")
     if also:
         return messages.bound(text, limit - len(also) - len(messages.SEP)) + messages.SEP + also
     return messages.bound(text, limit)
@@ -69,10 +70,11 @@ def failed(cause: Finding, message: str, nodes: Sequence[str]) -> dict[str, Verd
             out[ctype] = Verdict(constants.FALSE, cause.reason, message)
         else:
             out[ctype] = Verdict(constants.UNKNOWN, vocabulary.NOT_REACHED, f"not checked: {check} is False")
-    where = f" on {messages.node_list(nodes)}" if nodes else ""
+    head, tail = f"{check}=False ({cause.reason})", f": see the {check} condition for the cause and the fix"
+    room = messages.SUMMARY_LIMIT - len(head) - len(tail) - len(" on ")
+    where = f" on {messages.node_list(nodes, messages.MOST_NAMED, room)}" if nodes else ""
     out[vocabulary.VALIDATED] = Verdict(constants.FALSE, cause.reason, messages.bound(
-        f"{check}=False ({cause.reason}){where}: see the {check} condition for the cause "
-        f"and the fix", messages.SUMMARY_LIMIT))
+        head + where + tail, messages.SUMMARY_LIMIT))
     return out
 
 
@@ -122,7 +124,7 @@ def warning_text(nodes: Sequence[str], text: str) -> str:
     """``node-a, node-b: text``; with one node, ``<node>`` in the text is that node."""
     if len(nodes) == 1:
         text = text.replace(NODE_PLACEHOLDER, nodes[0])
-    return f"{messages.node_list(nodes)}: {text}" if nodes else text
+    return f"{messages.node_list(nodes, messages.MOST_NAMED)}: {text}" if nodes else text
 
 
 def warned(passed: dict[str, Verdict], found: Sequence[Finding]) -> dict[str, Verdict]:
@@ -138,15 +140,29 @@ def warned(passed: dict[str, Verdict], found: Sequence[Finding]) -> dict[str, Ve
         if ctype not in out:
             continue
         texts = [warning_text(nodes, text) for _, nodes, text in groups]
-        first = messages.bound(texts[0], messages.LIMIT - 160)
         more = (f"{len(texts) - 1} more warning(s): "
                 + ", ".join(dict.fromkeys(g[0] for g in groups[1:])) + " (status.probe.warnings)"
                 if len(texts) > 1 else "")
         # a reason the vocabulary does not know (a newer probe) is said, never set
         reason = next((g[0] for g in groups if is_warning_reason(g[0])), out[ctype].reason)
         passed_parts = messages.clauses(out[ctype].message)  # what passed first, then the warnings
-        out[ctype] = Verdict(constants.TRUE, reason, messages.join([passed_parts[0], first, *passed_parts[1:], more]))
+        tail = len(messages.SEP) + len(more) if more else 0
+        head = _passed_head(passed_parts[0], texts[0], tail)
+        first = messages.bound(texts[0], max(messages.LIMIT - 160, messages.LIMIT - len(head) - len(messages.SEP) - tail))
+        out[ctype] = Verdict(constants.TRUE, reason, messages.join([head, first, *passed_parts[1:], more]))
     return out
+
+
+def _passed_head(passed: str, warning: str, tail: int) -> str:
+    """What passed (its first clause), shortened when the first warning (its nodes, the
+    fix) and ``tail`` characters would not fit after it: its part before ``": "`` (the
+    choice, without why it ranked first: ``eth0 (10.100.0.0/24) chosen on every node over
+    eth1``), else cut at a word boundary; never below 60 characters."""
+    room = messages.LIMIT - len(warning) - len(messages.SEP) - tail
+    if len(passed) <= room:
+        return passed
+    short = passed.split(": ", 1)[0]
+    return short if len(short) <= max(room, 60) else messages.cut(passed, max(room, 60))
 
 
 def summary_passed(passed: dict[str, Verdict], found: Sequence[Finding], n: int,
@@ -167,7 +183,7 @@ def summary_passed(passed: dict[str, Verdict], found: Sequence[Finding], n: int,
                 if f.node and f.node not in nodes:
                     nodes.append(f.node)
         if by_reason:
-            what = ", ".join(f"{reason} on {messages.node_list(nodes) or 'all nodes'}"
+            what = ", ".join(f"{reason} on {messages.node_list(nodes, messages.MOST_NAMED) or 'all nodes'}"
                              for reason, nodes in by_reason.items())
             parts.append(f"{ctype}: {what}")
     return Verdict(constants.TRUE, vocabulary.PASSED_WITH_WARNINGS, messages.bound(

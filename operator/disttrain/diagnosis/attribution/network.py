@@ -31,13 +31,16 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
         ins_all_fail = all(not any(m.ok(i, d) for i in idx if i not in d_set) for d in d_set)
         if outs_ok and ins_all_fail:
             names = tuple(m.nodes[d] for d in targets)
-            who = messages.node_list(names)
+            who = messages.node_list(names, messages.MOST_NAMED)
+            # the list said once; several nodes are "their"/"each" afterwards
+            whose, each = ("their", "each") if len(names) > 1 else (f"{who}'s", who)
             return Explanation(
                 "inbound", names,
-                f"no connection to {who} got through on {where}, while {who}'s own connections "
-                f"out worked: {who} filters inbound TCP",
-                f"open the ephemeral range (net.ipv4.ip_local_port_range) on {who}'s firewall "
-                f"to the other nodes, or set network.portRange to the range it admits")
+                f"no connection to {who} got through on {where}, while {whose} own connections "
+                f"out worked: {each} filters inbound TCP",
+                f"open the ephemeral range (net.ipv4.ip_local_port_range) on {whose} "
+                f"firewall{'s' if len(names) > 1 else ''} to the other nodes, or set "
+                f"network.portRange to the range {'they admit' if len(names) > 1 else 'it admits'}")
     islands = _islands(m, fails)
     if islands is not None:
         return islands
@@ -46,13 +49,16 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
                 and not any(pair_ok(x, j) for j in idx if j != x)]
     if isolated and len(isolated) < n and all(i in isolated or j in isolated for i, j in fails):
         names = tuple(m.nodes[x] for x in isolated)
-        who = messages.node_list(names)
+        who = messages.node_list(names, messages.MOST_NAMED)
         nic = "/".join(dict.fromkeys(filter(None, (m.ifnames[x] for x in isolated)))) or "NIC"
+        many = len(names) > 1
+        whose = "their" if many else f"{who}'s"
         return Explanation(
             "isolated", names,
-            f"{who} reaches no peer on {where} and no peer reaches it, while the others reach "
-            f"each other: {who}'s {nic} (link, address, route or firewall)",
-            f"check {who}'s {nic}: ip -s link, ip route get <peer>, its firewall",
+            f"{who} reach{'' if many else 'es'} no peer on {where} and no peer reaches "
+            f"{'them' if many else 'it'}, while the others reach each other: {whose} {nic} "
+            f"(link, address, route or firewall)",
+            f"check {'each one' if many else who}'s {nic}: ip -s link, ip route get <peer>, its firewall",
             pairs=tuple((m.nodes[i], m.nodes[j]) for i, j in fails if i < j))
     broken = sorted({(min(i, j), max(i, j)) for i, j in fails})
     involved = sorted({x for p in broken for x in p})
@@ -162,14 +168,18 @@ def _inbound_and_pairs(m: evidence_matrix.Matrix, fails: list[tuple[int, int]]) 
     if not all(any(m.pair_ok(x, j) for j in idx if j != x and j not in d_set) for x in involved):
         return None
     names = tuple(m.nodes[d] for d in sorted(d_set))
-    who = messages.node_list(names)
+    who = messages.node_list(names, messages.MOST_NAMED)
     pairs = tuple((m.nodes[a], m.nodes[b]) for a, b in broken)
+    many = len(names) > 1
     return Explanation(
         "inbound+pairs", names + tuple(m.nodes[x] for x in involved),
-        f"two faults on {m.label}: no connection to {who} got through while its own connections "
-        f"out worked ({who} filters inbound TCP), and the path {pairs_text(pairs)} is blocked "
-        f"while {'both reach' if len(pairs) == 1 else 'each reaches'} the other nodes",
-        f"open the ephemeral range on {who}'s firewall; find the rule between {pairs_text(pairs, 1)}",
+        f"two faults on {m.label}: no connection to {who} got through while "
+        f"{'their' if many else 'its'} own connections out worked "
+        f"({'each filters' if many else who + ' filters'} inbound TCP), and the path "
+        f"{pairs_text(pairs)} is blocked while {'both reach' if len(pairs) == 1 else 'each reaches'} "
+        f"the other nodes",
+        f"open the ephemeral range on {'their firewalls' if many else who + chr(39) + 's firewall'}; "
+        f"find the rule between {pairs_text(pairs, 1)}",
         capture_test(pairs[0], m), pairs)
 
 
@@ -200,8 +210,11 @@ def _by_interface_name(ms: Sequence[evidence_matrix.Matrix]) -> list[evidence_ma
             return "ok" if "ok" in seen else (seen[0] if seen else None)
 
         cells = tuple(tuple(None if i == j else cell(i, j) for j in range(n)) for i in range(n))
+        # a node alone on its subnet has no home matrix (no peer there to dial): its subnet
+        # is the one the others' matrices saw it dial from (``evidence._off_subnet``)
         subnets = tuple((h[0].subnets[x] if x < len(h[0].subnets) and h[0].subnets[x] else h[0].key)
-                        if h else None for x, h in enumerate(homes))
+                        if h else next((m.subnets[x] for m in group if x < len(m.subnets) and m.subnets[x]),
+                                       None) for x, h in enumerate(homes))
         out.append(evidence_matrix.Matrix(f"ifname:{name}", nodes, tuple(name if h else None for h in homes),
                                           cells, subnets))
     return out
