@@ -368,3 +368,29 @@ def test_rank_0_serves_the_store_without_dialing_its_own_answer_for_the_name():
                                       Deadline(time.monotonic() + 20), Steps(), state, None)
     assert time.monotonic() - t0 < 10  # the old code dialed the name for the whole deadline
     assert store.host == "127.0.0.1" and bus.nodes[0] == "n"
+
+
+def test_a_store_that_closed_the_early_socket_on_failure_is_served_anew():
+    """Seen under load on the direct path: rank 0 failed "could not listen on MASTER_PORT:
+    [Errno 9] Bad file descriptor": TCPStore(master_listen_fd=...) failed and closed the
+    descriptor it was handed, and closing the early socket again raised EBADF instead of
+    binding the port anew."""
+    import os
+
+    calls = []
+
+    class FakeDist:
+        @staticmethod
+        def TCPStore(**kw):  # noqa: N802 - torch's name
+            calls.append(sorted(kw))
+            if "master_listen_fd" in kw:
+                os.close(kw["master_listen_fd"])
+                raise RuntimeError("the store failed and closed its descriptor")
+            return "store"
+
+    port = free_port()
+    sock, err = masterstore.listen_early(port)
+    assert err is None
+    cfg = C.Config(rank=0, world_size=2, master_addr="127.0.0.1", master_port=port, node_name="n")
+    assert masterstore.serve_store(FakeDist, cfg, sock, timedelta(seconds=5), "127.0.0.1") == "store"
+    assert len(calls) == 2 and "master_listen_fd" not in calls[1]

@@ -155,5 +155,8 @@ def serve_store(dist: Any, cfg: Any, sock: Optional[socket.socket], timeout: tim
             sock.detach()  # the store owns the descriptor now
             return store
         except Exception:  # no master_listen_fd (older torch), or it was refused
-            sock.close()
+            try:
+                sock.close()
+            except OSError:  # torch closed the descriptor it was handed: bind anew below
+                pass
     return dist.TCPStore(**kw)
