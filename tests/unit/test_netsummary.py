@@ -133,3 +133,17 @@ def test_without_measurements_the_verdict_says_the_criterion_all_the_same():
     m = netsummary.network_message(_demo(measured=False))
     assert m.startswith("eth0 (10.100.0.0/24) chosen on every node over eth1: it carries the nodes' own address")
     assert len(m) <= 400 and "not chosen" not in m and "Loopback" not in m
+
+
+def test_the_deciding_criterion_is_never_a_cut_advice():
+    """Seen in generated cases: "chosen on every node over eth1: set n... (equal speed ...)":
+    a long NotPreferred message cut at 400 characters left the start of the probe's "set
+    network.socketIfname" advice as if it were the deciding criterion."""
+    pad = "; ".join(f"equal criterion {i} ({'x' * 20})" for i in range(12))
+    why = (f"{pad}; it carries the nodes' own address / route to the master on 2 of 2 nodes vs 0; "
+           "set network.socketIfname: eth1 to use eth1 anyway")
+    rej = [{"ifname": "eth1", "reason": V.REJ_NOT_PREFERRED,
+            "message": f"{why}; ranked below eth0 on 10.100.0.0/24, though eth1 on 10.101.0.0/24 is usable"}]
+    m = netsummary.network_message(ranks_with(rej, ifname="eth0"))
+    assert "set n" not in m and len(m) <= 400, m
+    assert m.startswith("eth0 (10.101.0.0/24) chosen on every node over eth1: it carries the nodes' own address"), m

@@ -165,12 +165,13 @@ def _decisive(message: str) -> str:
     own address / route to the master on 2 of 2 nodes vs 0 (equal speed (10000 Mb/s),
     measured 16944 vs 13398 Mb/s, ...)``; the probe's "set network.socketIfname" advice is
     left out (the choice passed)."""
-    parts = [c.strip() for c in _criterion(message, 400).split("; ")
+    # the advice is left out before any cut: a cut "set n..." would read as a criterion
+    parts = [c.strip() for c in _criterion(message, 4000).split("; ")
              if c.strip() and not c.strip().startswith("set network.socketIfname")]
     if not parts:
         return "ranked first"
     last = re.sub(r"\s*\(set network\.socketIfname[^)]*\)$", "", parts[-1])
-    return last + (f" ({', '.join(parts[:-1])})" if len(parts) > 1 else "")
+    return messages.cut(last + (f" ({', '.join(parts[:-1])})" if len(parts) > 1 else ""), 400)
 
 
 def _duplicate_addr(message: str) -> str:
