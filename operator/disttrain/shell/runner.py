@@ -133,7 +133,7 @@ class Reconciler:
         status = job.get("status")
         conds = status.get("conditions") if isinstance(status, dict) else None
         decided = any(isinstance(c, dict) and c.get("type") == constants.VALIDATED
-                      and c.get("status") in (cond.TRUE, cond.FALSE)
+                      and c.get("status") in (constants.TRUE, constants.FALSE)
                       for c in (conds if isinstance(conds, list) else []))
         if decided or not any(
                 observe.role(p) == constants.ROLE_PROBE for p in pods):

@@ -167,6 +167,6 @@ def take_over(diag: Diagnosis, why: str, reason: str, message: str) -> None:
     :mod:`disttrain.reconcile.policies.kubeletended`."""
     for ctype in constants.CHECK_CONDITIONS[1:]:
         v = diag.conditions.get(ctype)
-        if v is None or v.status != cond.TRUE:
-            diag.conditions[ctype] = Verdict(cond.UNKNOWN, vocabulary.NOT_REACHED, f"not decided: {why}")
-    diag.conditions[constants.VALIDATED] = Verdict(cond.FALSE, reason, message)
+        if v is None or v.status != constants.TRUE:
+            diag.conditions[ctype] = Verdict(constants.UNKNOWN, vocabulary.NOT_REACHED, f"not decided: {why}")
+    diag.conditions[constants.VALIDATED] = Verdict(constants.FALSE, reason, message)
