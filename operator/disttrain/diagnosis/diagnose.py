@@ -39,9 +39,8 @@ from disttrain.diagnosis import messages
 from disttrain.diagnosis import netsummary
 from disttrain.diagnosis import stragglers
 from disttrain.diagnosis import verdicts
-from disttrain.diagnosis.findings import ProbeOutcome  # noqa: F401  (re-exported: reconcile builds these)
-from disttrain.diagnosis.netsummary import measured_by_ifname, summarize_ifnames  # noqa: F401  (re-exported)
-from disttrain.diagnosis.verdicts import Verdict  # noqa: F401  (re-exported)
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.verdicts import Verdict
 from disttrain.api import constants
 
 # Which check a probe warning reason belongs to (from the vocabulary).
@@ -183,5 +182,4 @@ def _failure_lines(found: list[findings.Finding]) -> list[str]:
     return out
 
 
-__all__ = ["Diagnosis", "ProbeOutcome", "Verdict", "Policy", "WARNING_CONDITION", "diagnose",
-           "measured_by_ifname", "summarize_ifnames"]
+__all__ = ["Diagnosis", "Policy", "WARNING_CONDITION", "diagnose"]

@@ -36,6 +36,7 @@ from typing import Any, Callable, Optional
 from pydantic import ValidationError
 
 from disttrain.reconcile import conditions as cond
+from disttrain.diagnosis.verdicts import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
@@ -220,11 +221,11 @@ def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str
     if not conds:
         conds.extend(cond.initial(gen, ts, True))
     msg = cond.clip(msg)
-    cond.set_condition(conds, constants.VALIDATED, cond.Verdict(constants.FALSE, vocabulary.INVALID_SPEC, msg), gen, ts)
+    cond.set_condition(conds, constants.VALIDATED, Verdict(constants.FALSE, vocabulary.INVALID_SPEC, msg), gen, ts)
     if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
-        cond.set_condition(conds, constants.FAILED, cond.Verdict(constants.TRUE, vocabulary.INVALID_SPEC, msg), gen, ts)
+        cond.set_condition(conds, constants.FAILED, Verdict(constants.TRUE, vocabulary.INVALID_SPEC, msg), gen, ts)
         cond.set_condition(conds, constants.SUCCEEDED,
-                           cond.Verdict(constants.FALSE, vocabulary.INVALID_SPEC, "invalid spec"), gen, ts)
+                           Verdict(constants.FALSE, vocabulary.INVALID_SPEC, "invalid spec"), gen, ts)
         JobStatus(plan.status).complete(ts)
     return _events(plan, old, raw_status, probing=False)
 
@@ -240,7 +241,7 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
         where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
         at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
         ctype = constants.VALIDATED if not cond.is_true(conds, constants.VALIDATED) else constants.TRAINING_STARTED
-        cond.set_condition(conds, ctype, cond.Verdict(constants.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
+        cond.set_condition(conds, ctype, Verdict(constants.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
             f"the operator failed on this job ({type(exc).__name__}{at}: {exc}); it retries with "
             "backoff; please report this with the job's YAML")), None, ts)
     plan.requeue(10.0)

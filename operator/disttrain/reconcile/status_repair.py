@@ -25,6 +25,7 @@ import math
 from typing import Any, Optional
 
 from disttrain.reconcile import conditions as cond
+from disttrain.diagnosis.verdicts import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 
@@ -147,7 +148,7 @@ def _rendezvous(raw: Any) -> dict[str, Any]:
 
 def _put(conds: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
          now: str) -> None:
-    cond.set_condition(conds, ctype, cond.Verdict(status, reason, cond.clip(message)), None, now)
+    cond.set_condition(conds, ctype, Verdict(status, reason, cond.clip(message)), None, now)
 
 
 def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:

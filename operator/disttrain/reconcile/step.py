@@ -33,7 +33,7 @@ from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe, progresswatch
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
-from disttrain.diagnosis.diagnose import ProbeOutcome
+from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.verdicts import Verdict
 
 ReportParser = Callable[[str], dict]

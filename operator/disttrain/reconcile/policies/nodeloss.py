@@ -45,7 +45,9 @@ from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
-from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome, Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.verdicts import Verdict
 from disttrain.diagnosis.report import ProbeReport
 
 # How long after the last other rank ended a probe that still runs is judged lost (s): a
