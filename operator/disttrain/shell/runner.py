@@ -34,7 +34,7 @@ from disttrain.reconcile.step import ApiFailure, NodeOffers, Observed
 
 log = logging.getLogger("disttrain.runner")
 
-Key = tuple[str, str]
+Key = tuple[str, str]  # (namespace, name)
 NodeRead = tuple[str, dict, dict, list]  # a node: name, allocatable, labels, taints
 NODES_TTL_SECONDS = 30.0  # the nodes' allocatable is read at most this often (all jobs together)
 NODES_RETRY_SECONDS = 600.0  # after a refused or failed read of the nodes
