@@ -43,7 +43,7 @@ from disttrain_probe.ground.deadline import Deadline
 from disttrain_probe.ground.shapes import Dial, Iface, Inventory, Listen, Mesh
 from disttrain_probe.phases import pathmtu
 from disttrain_probe.phases.inventory import ipv4_addrs, route_get
-from disttrain_probe.phases.listeners import BULK_MAX_BYTES, MAX_ADDRS_PER_IFACE, SKIP_IFACES, Listeners  # noqa: F401  (re-exported: the phase's terms)
+from disttrain_probe.phases.listeners import BULK_MAX_BYTES, Listeners
 
 FULL_MESH_MAX = 32
 BULK_BYTES = 4 * 1024 * 1024     # bytes per timed transfer (DISTTRAIN_PROBE_BULK_BYTES)
