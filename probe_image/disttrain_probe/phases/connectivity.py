@@ -331,7 +331,7 @@ def range_tasks(rank: int, peers: List[int], allpeers: Dict[int, Listen],
     return [(peer, str(addr), int(port), str(allpeers[peer].get("nonce")))
             for peer in sorted(set(peers) - {rank}) if peer in allpeers
             for addr, port in allpeers[peer].get("s") or []
-            if addr in (mine.get(str(peer)) or {}) and not str(addr).startswith("127.")]
+            if addr in (mine.get(str(peer)) or {}) and not paths.is_loopback(str(addr))]
 
 
 def _sample_range(cfg: Any, allpeers: Dict[int, Listen], mine: Dict[str, Dict[str, Dial]],
