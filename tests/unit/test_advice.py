@@ -8,7 +8,7 @@ from disttrain.diagnosis.advice import advice, apply_advice, dns_policy_cause
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.diagnose import Diagnosis
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 
 from ..support.fixtures import job
 

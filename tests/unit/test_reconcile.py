@@ -3,7 +3,7 @@
 from datetime import timedelta
 
 from disttrain.reconcile import conditions as cond
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 

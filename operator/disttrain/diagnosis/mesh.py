@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 from disttrain.api import constants
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.diagnose import Diagnosis
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain_probe.contract import vocabulary
 
 

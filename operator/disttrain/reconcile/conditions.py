@@ -14,7 +14,7 @@ from typing import Any, Iterable, Optional
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import messages
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 
 # A condition message says the cause, the node(s) and the fix in at most this many
 # characters; details go to status fields, Events and `disttrain explain`.

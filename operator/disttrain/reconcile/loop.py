@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional
 from pydantic import ValidationError
 
 from disttrain.reconcile import conditions as cond
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe

@@ -25,7 +25,7 @@ import math
 from typing import Any, Optional
 
 from disttrain.reconcile import conditions as cond
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 

@@ -34,7 +34,7 @@ from disttrain.children import observe, progresswatch
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 
 ReportParser = Callable[[str], dict]
 

@@ -47,7 +47,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.diagnosis.report import ProbeReport
 
 # How long after the last other rank ended a probe that still runs is judged lost (s): a
