@@ -8,7 +8,7 @@ Builders never raise for a spec that :class:`disttrain.api.types.DistTrainingJob
 the template is typed at admission (:mod:`disttrain.api.podtemplate`), and the code that reads
 it still takes a null or an odd shape as absent (:func:`~disttrain.children.podbase.dict_of`/``list_of``), so a job that
 slipped past an older CRD cannot crash a reconcile step. Children are validly named when
-:func:`disttrain.api.types.job_name_problem` accepts the job's name.
+:func:`disttrain.api.jobname.job_name_problem` accepts the job's name.
 """
 
 from __future__ import annotations

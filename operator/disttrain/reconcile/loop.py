@@ -40,7 +40,9 @@ from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
-from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.api.jobname import job_name_problem
+from disttrain.api.fieldpath import spec_error_message
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
 from disttrain.children.service import build_headless_service
 from disttrain.reconcile.policies import (
