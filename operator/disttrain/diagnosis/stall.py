@@ -42,8 +42,8 @@ from disttrain_probe.contract import progress, vocabulary as V
 
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
-from disttrain.diagnosis.stallfacts import (ADVANCING, Claim, Facts, LinkSilence, RankObservation, StallVerdict,
-                                            Windows, _Rank, decide, facts, observation)
+from disttrain.diagnosis.stallfacts import (Claim, Facts, LinkSilence, RankObservation, StallVerdict,
+                                            Windows, _Rank, decide, facts)
 
 STRAGGLER_MIN_SHARE = 0.2  # the median rank waits at least this share of the time ...
 STRAGGLER_FACTOR = 4.0  # ... and a straggler at most 1/4 of it (every other at least 1/2)
@@ -331,4 +331,4 @@ def judge(observations: Iterable[RankObservation], world_size: int, stall_timeou
     return decide(f, _not_attributed(f))  # pragma: no cover - the last rule always fits
 
 
-__all__ = ["ADVANCING", "RULES", "LinkSilence", "RankObservation", "Rule", "StallVerdict", "Windows", "judge", "observation"]
+__all__ = ["RULES", "Rule", "judge"]

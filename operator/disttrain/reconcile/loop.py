@@ -57,9 +57,9 @@ from disttrain.reconcile.policies import (
 from disttrain.reconcile.policies import gang as gangpolicy
 from disttrain.reconcile.jobstatus import JobStatus
 from disttrain.reconcile.status_repair import repair
-from disttrain.reconcile.step import ApiFailure, Observed, Outcome, Plan, ReportParser, Step
+from disttrain.reconcile.step import Observed, Outcome, Plan, ReportParser, Step
 
-__all__ = ["Plan", "ApiFailure", "Observed", "reconcile"]
+__all__ = ["reconcile"]
 
 
 def reconcile(observed: Observed, parse_report: ReportParser,

@@ -159,4 +159,4 @@ class WorkQueue:
                 asyncio.create_task(self.trigger(ns, name, urgent=False))
 
 
-__all__ = ["ERROR_DELAY", "MIN_DELAY", "Key", "WorkQueue"]
+__all__ = ["ERROR_DELAY", "MIN_DELAY", "WorkQueue"]
