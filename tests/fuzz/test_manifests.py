@@ -29,9 +29,12 @@ from pydantic import ValidationError
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.api import torchrun
-from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message, trainer_index, trainer_of
+from disttrain.api.types import DistTrainingJobSpec, trainer_index, trainer_of
+from disttrain.api.jobname import job_name_problem
+from disttrain.api.fieldpath import spec_error_message
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
-from disttrain.reconcile.loop import Observed, reconcile
+from disttrain.reconcile.loop import reconcile
+from disttrain.reconcile.step import Observed
 from disttrain.children.names import JobRef, uses_dns_hostnames
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, build_probe_pod

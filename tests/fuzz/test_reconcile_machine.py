@@ -408,7 +408,8 @@ class ReconcileMachine(RuleBasedStateMachine):
                 return
         pods = [(n, p["metadata"]["labels"], p["status"].get("phase"), p["spec"].get("nodeName"),
                  p["metadata"].get("deletionTimestamp")) for n, p in sorted(self.sim.pods.items())]
-        from disttrain.reconcile.loop import Observed, reconcile
+        from disttrain.reconcile.loop import reconcile
+        from disttrain.reconcile.step import Observed
         from disttrain.shell.runner import parse_report
         job = self.sim.job()
         plan = reconcile(Observed.of(job, self.sim.pods.values(), self.sim.now), parse_report) if job else None

@@ -362,7 +362,7 @@ def test_measurements_above_the_kernel_speed_tie():
 def test_noise_cannot_chain_past_a_network_in_between():
     """A routed pod network (speed unknown) measured between two veths: one tier, no winner
     by measurement, although the outer two are 1.5x apart."""
-    from disttrain_probe.phases.interfaces import measured_tiers
+    from disttrain_probe.phases.ranking import measured_tiers
     assert measured_tiers({"a": 13709.0, "b": 15915.0, "c": 20790.0}) == {"a": 0, "b": 0, "c": 0}
     assert measured_tiers({"eth0": 1004.0, "cni0": 762.0, "eth1": 13436.0}) == {
         "eth1": 0, "eth0": 1, "cni0": 1}
@@ -463,7 +463,7 @@ def test_unknown_link_speed_means_no_capping_for_anyone():
 def test_measurements_decide_only_beyond_their_own_noise():
     """The faster network must be 2x faster at its best and its typical round (the middle of
     three) must still beat the slower one's best by 1.5x; otherwise routing decides."""
-    from disttrain_probe.phases.interfaces import measured_tiers
+    from disttrain_probe.phases.ranking import measured_tiers
     assert measured_tiers({"a": 2500.0, "b": 1000.0}) == {"a": 0, "b": 1}
     assert measured_tiers({"a": 2500.0, "b": 1000.0}, lows={"a": 1600.0}) == {"a": 0, "b": 1}
     assert measured_tiers({"a": 2500.0, "b": 1000.0}, lows={"a": 1400.0}) == {"a": 0, "b": 0}

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from disttrain_probe.phases import connectivity as C
+from disttrain_probe.phases.listeners import BULK_MAX_BYTES, Listeners
 
 LO = {"name": "lo", "addrs": ["127.0.0.1/8"], "up": True}
 
 
 @pytest.fixture
 def listener():
-    lst = C.Listeners(1, "n0nce", [LO])
+    lst = Listeners(1, "n0nce", [LO])
     yield lst
     lst.close()
 
@@ -36,7 +37,7 @@ def test_measure_downloads_and_reports_mbps(listener):
 def test_measure_counts_what_arrived_by_the_time_limit(listener):
     _iface, addr, _prefix, port = listener.entries[0]
     # 64 MiB in at most 20 ms: stops early, still a throughput
-    mbps = C.measure(addr, port, 1, "n0nce", C.BULK_MAX_BYTES, 0.02)
+    mbps = C.measure(addr, port, 1, "n0nce", BULK_MAX_BYTES, 0.02)
     assert mbps is not None and mbps > 0
 
 
@@ -80,7 +81,7 @@ def test_bulk_bytes_env(monkeypatch):
     monkeypatch.setenv("DISTTRAIN_PROBE_BULK_BYTES", "0")
     assert C.bulk_bytes() == 0
     monkeypatch.setenv("DISTTRAIN_PROBE_BULK_BYTES", str(2**40))
-    assert C.bulk_bytes() == C.BULK_MAX_BYTES
+    assert C.bulk_bytes() == BULK_MAX_BYTES
     monkeypatch.setenv("DISTTRAIN_PROBE_BULK_BYTES", "lots")
     assert C.bulk_bytes() == C.BULK_BYTES
 

@@ -1,5 +1,8 @@
 """The compact per-path evidence (paths.py, pure): keys as the interface choice keys
 networks, one character per peer, upper case when the kernel used another source."""
+import pytest
+from hypothesis import given, strategies as st
+
 from disttrain_probe.contract import paths as P
 
 LISTENERS = {
@@ -42,3 +45,18 @@ def test_several_addresses_of_one_peer_that_disagree_are_mixed():
 def test_measured_pairs_per_network():
     res = {"1": {"10.101.0.12": {"r": "ok", "mbps": 9400.04}, "10.100.0.12": {"r": "ok"}}}
     assert P.measured(0, LISTENERS, res) == {"10.101.0.0/24": {"1": 9400.0}}
+
+
+@pytest.mark.parametrize("addr, want", [
+    ("127.0.0.1", True), ("127.0.1.1", True), ("::1", True), ("::1%lo", True),
+    ("10.0.0.1", False), ("fe80::1%eth0", False), ("128.0.0.1", False),
+    ("127.", False), ("localhost", False), ("", False), (None, False),
+])
+def test_is_loopback_is_the_one_rule(addr, want):
+    # probe (inventory, reachmaster, dial plans) and operator (findings, master, evidence) ask this
+    assert P.is_loopback(addr) is want
+
+
+@given(st.one_of(st.none(), st.text(max_size=40), st.ip_addresses().map(str)))
+def test_is_loopback_never_raises(addr):
+    assert P.is_loopback(addr) in (True, False)

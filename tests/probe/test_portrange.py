@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases import connectivity as C
+from disttrain_probe.phases.listeners import Listeners
 from disttrain_probe.phases.interfaces import choose
 from disttrain_probe.phases.portrange import partial_blocks, partial_range_failure
 from tests.probe.test_choice import LO, iface, mesh_of, peer
@@ -36,7 +37,7 @@ def test_listeners_answer_on_the_sampled_ports_and_skip_one_in_use():
     held = socket.socket()
     held.bind(("127.0.0.1", base))  # in use: the listener takes the next port instead
     try:
-        lst = C.Listeners(3, "n0nce", [iface("lo", "127.0.0.1/8")], [base, base + 100])
+        lst = Listeners(3, "n0nce", [iface("lo", "127.0.0.1/8")], [base, base + 100])
         try:
             ports = [p for _a, p in lst.samples]
             assert ports[0] == base + 1  # the next one up

@@ -109,17 +109,17 @@ class StepBuilder:
         n = self.body["spec"]["numNodes"]
         self.status(nodes=[{"rank": r, "name": node_name(r), "interface": ifname} for r in range(n)],
                     rendezvous={"masterAddr": master, "masterPort": 29500, "socketIfname": ifname})
-        return self.condition(constants.VALIDATED, cond.TRUE, "Passed")
+        return self.condition(constants.VALIDATED, constants.TRUE, "Passed")
 
     def training(self) -> "StepBuilder":
         """Validated, and every rank started (``TrainingStarted`` True)."""
         self.validated().status(startTime="2026-11-30T11:59:00Z")
-        return self.condition(constants.TRAINING_STARTED, cond.TRUE, "AllRanksRunning")
+        return self.condition(constants.TRAINING_STARTED, constants.TRUE, "AllRanksRunning")
 
     def finished(self, succeeded: bool = True) -> "StepBuilder":
         """The job ended (``Succeeded`` or ``Failed`` True)."""
         win, lose = (constants.SUCCEEDED, constants.FAILED) if succeeded else (constants.FAILED, constants.SUCCEEDED)
-        return self.condition(win, cond.TRUE, "Given").condition(lose, cond.FALSE, "Given")
+        return self.condition(win, constants.TRUE, "Given").condition(lose, constants.FALSE, "Given")
 
     # ---- the children and what else was observed --------------------------------------
     def with_pods(self, *pods: dict[str, Any]) -> "StepBuilder":

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 
-from disttrain.reconcile.loop import Observed, reconcile
+from disttrain.reconcile.loop import reconcile
+from disttrain.reconcile.step import Observed
 
 from .fixtures import job, json_parser, node_name, pod, report
 

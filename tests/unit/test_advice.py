@@ -7,7 +7,8 @@ from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.advice import advice, apply_advice, dns_policy_cause
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
-from disttrain.diagnosis.diagnose import Diagnosis, Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain.diagnosis.checkconditions import Verdict
 
 from ..support.fixtures import job
 

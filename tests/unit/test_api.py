@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, strategies as st
 from pydantic import ValidationError
 
+from disttrain.api.fieldpath import spec_error_message
+from disttrain.api.jobname import job_name_problem
 from disttrain.api.types import (
     DistTrainingJobSpec,
     gpus_requested,
-    job_name_problem,
-    spec_error_message,
 )
 
 from ..fuzz.crd_admission import admit

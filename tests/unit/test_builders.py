@@ -3,9 +3,8 @@
 import pytest
 
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec
+from disttrain.api.types import DistTrainingJobSpec, nproc_for
 from disttrain.children.names import JobRef
-from disttrain.children.podbase import nproc_per_node
 from disttrain.children.pods import Rendezvous, TorchrunOptions, build_worker_pod, torchrun_command
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
@@ -126,8 +125,8 @@ def test_nproc_auto_counts_gpus():
     tmpl = job()["spec"]["template"]
     tmpl["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
     s = DistTrainingJobSpec.model_validate({"numNodes": 2, "template": tmpl})
-    assert nproc_per_node(s) == 8
-    assert nproc_per_node(spec_of()) == 1
+    assert nproc_for(s) == 8
+    assert nproc_for(spec_of()) == 1
 
 
 def test_pod_network_gives_dns_hostnames_and_a_headless_service():

@@ -4,7 +4,9 @@ import pytest
 
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose, summarize_ifnames
+from disttrain.diagnosis.diagnose import diagnose
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.netsummary import summarize_ifnames
 
 from ..support.fixtures import report
 

@@ -85,7 +85,8 @@ def test_probe_summary_takes_the_models_names_and_leaves_out_none():
 
 
 def test_progress_takes_the_stall_verdicts_fields_under_the_wire_names():
-    from disttrain.diagnosis.stall import RankObservation, judge
+    from disttrain.diagnosis.stall import judge
+    from disttrain.diagnosis.stallfacts import RankObservation
 
     obs = [RankObservation(0, "node-a", "python", seq=9, seq_age_s=400, frame="a.py:1 (f)", heard_age_s=1),
            RankObservation(1, "node-b", "collective", seq=10, seq_age_s=400, waiting_op="all_reduce",

@@ -2,7 +2,8 @@
 node and the local rank."""
 
 from disttrain.api import constants
-from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
+from disttrain.diagnosis.diagnose import diagnose
+from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.reconcile.status_repair import repair
 
 from ..support.fixtures import report

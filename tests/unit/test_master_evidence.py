@@ -10,7 +10,8 @@ from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.reconcile import conditions as cond
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
-from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
+from disttrain.diagnosis.diagnose import diagnose
+from disttrain.diagnosis.findings import ProbeOutcome
 
 from ..support.fixtures import job, pod, report
 from .test_builders import REF, env, spec_of

@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 
 from disttrain.api import constants as C
 from disttrain.diagnosis import netpolverdict as npv, networkpolicy as np_
-from disttrain.diagnosis.diagnose import Diagnosis, Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain_probe.contract import vocabulary as V
 
 NS = "ml"

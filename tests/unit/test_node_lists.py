@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disttrain.diagnosis import attribution, evidence, messages, verdicts
+from disttrain.diagnosis import attribution, evidence, messages, checkconditions
 from disttrain.diagnosis.findings import Finding
 from disttrain_probe.contract import vocabulary as V
 
 NODES = tuple(f"node-{c}" for c in "abcdefghij")
-PASSED = {V.NETWORK_VALIDATED: verdicts.Verdict("True", V.PASS_REASON[V.NETWORK_VALIDATED],
+PASSED = {V.NETWORK_VALIDATED: checkconditions.Verdict("True", V.PASS_REASON[V.NETWORK_VALIDATED],
                                                   "eth0 (10.100.0.0/24) chosen on every node; busbw 1.2 GB/s")}
 
 
@@ -54,7 +54,7 @@ def test_validated_points_at_every_culprit(case):
     n, idx = case
     nodes = [NODES[i] for i in sorted(idx)]
     cause = Finding(V.INTERFACE_UNREACHABLE, nodes[0], "eth1 forms two networks")
-    val = verdicts.failed(cause, "eth1 forms two networks", nodes)[V.VALIDATED].message
+    val = checkconditions.failed(cause, "eth1 forms two networks", nodes)[V.VALIDATED].message
     assert len(val) <= messages.SUMMARY_LIMIT and "\n" not in val and "more" not in val
     assert all(named(val, x) == 1 for x in nodes), val
 
@@ -62,7 +62,7 @@ def test_validated_points_at_every_culprit(case):
 def test_validated_with_long_names_counts_the_rest_and_keeps_the_pointer():
     nodes = [f"ip-10-0-{i}-{i}.eu-west-1.compute.internal-{'x' * 20}" for i in range(8)]
     cause = Finding(V.INTERFACE_UNREACHABLE, nodes[0], "x")
-    val = verdicts.failed(cause, "x", nodes)[V.VALIDATED].message
+    val = checkconditions.failed(cause, "x", nodes)[V.VALIDATED].message
     assert len(val) <= messages.SUMMARY_LIMIT and val.endswith("see the NetworkValidated condition for the cause and the fix")
     assert re.search(r"and \d more", val) and nodes[0] in val
 
@@ -74,7 +74,7 @@ def test_a_reason_several_nodes_reported_names_each(case):
     nodes = [NODES[i] for i in sorted(idx)]
     found = [Finding(V.MASTER_ADDR_LOOPBACK, x, f"{x} (rank {k}): MASTER_ADDR=m resolves to 127.0.0.1 "
                      f"(loopback); set MASTER_ADDR to rank 0's node address") for k, x in enumerate(nodes)]
-    text = verdicts.merged_message(found, V.MASTER_ADDR_LOOPBACK)
+    text = checkconditions.merged_message(found, V.MASTER_ADDR_LOOPBACK)
     assert len(text) <= messages.LIMIT and "more" not in text
     assert all(named(text, x) == 1 for x in nodes), text
 
@@ -86,10 +86,10 @@ def test_a_warning_on_several_nodes_names_each(case):
     nodes = [NODES[i] for i in sorted(idx)]
     ws = [Finding(V.HOSTNAME_LOOPBACK, x, f"{x}: hostname {x} resolves to 127.0.1.1 (loopback): "
                   f"gloo without GLOO_SOCKET_IFNAME binds there; fix /etc/hosts") for x in nodes]
-    nv = verdicts.warned(PASSED, ws)[V.NETWORK_VALIDATED].message
+    nv = checkconditions.warned(PASSED, ws)[V.NETWORK_VALIDATED].message
     assert len(nv) <= messages.LIMIT and all(named(nv, x) == 1 or len(nodes) == 1 for x in nodes), nv
     assert all(named(nv, x) for x in nodes) and "more" not in nv, nv
-    s = verdicts.summary_passed(PASSED, ws, n, "eth0", "10.0.0.1", 1.0).message
+    s = checkconditions.summary_passed(PASSED, ws, n, "eth0", "10.0.0.1", 1.0).message
     assert all(named(s, x) == 1 for x in nodes), s
 
 
@@ -111,8 +111,8 @@ def test_a_warning_keeps_its_nodes_and_fix_before_why_the_choice_ranked_first(ca
     ws = [Finding(V.HOSTNAME_LOOPBACK, x, f"{x}: " + HOSTNAME_TEXT.format(x=x)) for x in nodes]
     if another:
         ws.append(Finding(V.ROUTE_VIA_OTHER_INTERFACE, "node-a", "node-a: route via eth9"))
-    passed = {V.NETWORK_VALIDATED: verdicts.Verdict("True", V.PASS_REASON[V.NETWORK_VALIDATED], CHOSEN)}
-    nv = verdicts.warned(passed, ws)[V.NETWORK_VALIDATED].message
+    passed = {V.NETWORK_VALIDATED: checkconditions.Verdict("True", V.PASS_REASON[V.NETWORK_VALIDATED], CHOSEN)}
+    nv = checkconditions.warned(passed, ws)[V.NETWORK_VALIDATED].message
     assert len(nv) <= messages.LIMIT and nv.startswith("eth0 (10.100.0.0/24) chosen on every node over eth1")
     assert "(the operator sets them)" in nv and all(named(nv, x) for x in nodes), nv
     assert "more warning(s)" in nv or nv.endswith("…") or not another, nv

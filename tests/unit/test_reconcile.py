@@ -3,6 +3,7 @@
 from datetime import timedelta
 
 from disttrain.reconcile import conditions as cond
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 
@@ -153,10 +154,10 @@ def test_probe_disabled_rank0_first_then_others():
 
 def test_last_transition_time_moves_only_on_status_change():
     conds = []
-    cond.set_condition(conds, "X", cond.Verdict("Unknown", "A", "m"), 1, "t1")
-    cond.set_condition(conds, "X", cond.Verdict("Unknown", "B", "m2"), 1, "t2")
+    cond.set_condition(conds, "X", Verdict("Unknown", "A", "m"), 1, "t1")
+    cond.set_condition(conds, "X", Verdict("Unknown", "B", "m2"), 1, "t2")
     assert conds[0]["lastTransitionTime"] == "t1" and conds[0]["reason"] == "B"
-    cond.set_condition(conds, "X", cond.Verdict("True", "C", "m3"), 2, "t3")
+    cond.set_condition(conds, "X", Verdict("True", "C", "m3"), 2, "t3")
     assert conds[0]["lastTransitionTime"] == "t3" and conds[0]["observedGeneration"] == 2
 
 

@@ -166,7 +166,8 @@ def test_a_bug_in_a_step_becomes_a_condition_not_an_exception():
         raise RuntimeError("parser bug")
 
     body = advance(job(), step(job(), []))
-    from disttrain.reconcile.loop import Observed, reconcile
+    from disttrain.reconcile.loop import reconcile
+    from disttrain.reconcile.step import Observed
     plan = reconcile(Observed.of(body, finished_probes(), NOW), broken_parser)
     v = cond.get(plan.status["conditions"], constants.VALIDATED)
     assert (v["status"], v["reason"]) == ("Unknown", vocabulary.OPERATOR_ERROR)

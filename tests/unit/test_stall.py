@@ -8,7 +8,8 @@ from hypothesis import given, strategies as st
 
 from disttrain.api import constants
 from disttrain.diagnosis import stalltext
-from disttrain.diagnosis.stall import ADVANCING, RULES, LinkSilence, RankObservation as O, judge
+from disttrain.diagnosis.stall import RULES, judge
+from disttrain.diagnosis.stallfacts import ADVANCING, LinkSilence, RankObservation as O
 from disttrain_probe.contract import progress, vocabulary as V
 
 NOW = 10_000.0

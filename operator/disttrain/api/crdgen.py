@@ -21,7 +21,7 @@ kube-rs's ``StructuralSchemaRewriter``:
   was true for it, and a rule and the operator disagreed (``network.subdomain: null``).
   The status keeps ``nullable``: the operator writes nulls there;
 - CEL rules given in ``json_schema_extra`` ride along as ``x-kubernetes-validations``, and
-  the job-name rules (:data:`disttrain.api.types.NAME_RULES`) sit at the root, where
+  the job-name rules (:data:`disttrain.api.jobname.NAME_RULES`) sit at the root, where
   ``self.metadata.name`` is visible.
 
 Run ``python -m disttrain.crdgen > crds/disttrain.dev_disttrainingjobs.yaml``; a unit test
@@ -39,7 +39,8 @@ from pydantic import BaseModel
 import yaml
 
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec, DistTrainingJobStatus, name_rules_cel
+from disttrain.api.types import DistTrainingJobSpec, DistTrainingJobStatus
+from disttrain.api.jobname import name_rules_cel
 
 _DROP_KEYS = {"title", "$defs", "discriminator"}
 # Constraints a variant of an int-or-string union may carry (they apply to its own type).

@@ -7,7 +7,7 @@ One source of truth, two uses: :mod:`disttrain.api.crdgen` turns these models in
 schema for ``spec.template`` (so ``kubectl apply`` refuses a string ``command``, a list
 ``affinity`` or a malformed quantity, naming the field), and :class:`PodTemplate`
 validates the same shapes in Python, with errors that name the full field path
-(``spec.template.spec.containers[0].command``, see :func:`disttrain.api.types.spec_error_message`).
+(``spec.template.spec.containers[0].command``, see :func:`disttrain.api.fieldpath.spec_error_message`).
 
 Every object keeps its other fields (``extra="allow"`` here,
 ``x-kubernetes-preserve-unknown-fields`` in the CRD), so the rest of a PodTemplateSpec

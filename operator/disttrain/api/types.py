@@ -37,16 +37,9 @@ from disttrain.api.common import (
 )
 from disttrain.api.jobname import CEL_EXPLICIT_GANG, explicit_gang
 from disttrain.api.quantity import gpus_requested
-from disttrain.api.runpolicy import MAX_INT32, RunPolicy, SchedulingPolicy  # noqa: F401
+from disttrain.api.runpolicy import RunPolicy
 from disttrain.api.status import DistTrainingJobStatus
-
-# Re-exported: callers import the API's names from this module (crdgen, the reconcile loop,
-# tests); their homes are k8sbase, podtemplate, jobname, fieldpath, quantity and status.
-from disttrain.api.fieldpath import field_path, spec_error_message  # noqa: F401
-from disttrain.api.jobname import NAME_RULES, job_name_problem, name_rules_cel  # noqa: F401
-from disttrain.api.k8sbase import QUANTITY_PATTERN  # noqa: F401
-from disttrain.api.podtemplate import HOST_NETWORK_IN_TEMPLATE, PodTemplate  # noqa: F401
-from disttrain.api.quantity import parse_quantity  # noqa: F401
+from disttrain.api.podtemplate import PodTemplate
 
 PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
 # The most processes one node runs (numProcPerNode): the most local ranks the probe starts

@@ -1,7 +1,7 @@
 """Names and identity of a job's children (pure): :class:`JobRef`, the pods' names and DNS
 names, the label selector of one job's pods.
 
-Children are validly named when :func:`disttrain.api.types.job_name_problem` accepts the
+Children are validly named when :func:`disttrain.api.jobname.job_name_problem` accepts the
 job's name.
 """
 

@@ -1,6 +1,6 @@
 """The pieces both pod builders share: the template's pod spec copied into a child pod
 (:func:`base_pod`), labels, env entries, host ports and the affinities that pin a pod to a
-node or keep a gang one per node, plus the spec readings they need (processes per node, the
+node or keep a gang one per node, plus the spec readings they need (the
 probe's backend, the beacon port). Pure; the template is read as in :mod:`disttrain.children.pods`
 (a null or an odd shape is absent)."""
 
@@ -10,7 +10,7 @@ import copy
 from typing import Any, Sequence
 
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec, gpus_requested, nproc_for, trainer_index, trainer_of
+from disttrain.api.types import DistTrainingJobSpec, gpus_requested, trainer_index, trainer_of
 from disttrain.children.names import JobRef, job_selector, pod_hostname, service_name, uses_dns_hostnames
 
 
@@ -27,12 +27,6 @@ def own_address_field(spec: DistTrainingJobSpec) -> str:
     """The downward-API field carrying a pod's own address: status.hostIP with hostNetwork,
     status.podIP otherwise."""
     return "status.hostIP" if spec.network.host_network else "status.podIP"
-
-
-def nproc_per_node(spec: DistTrainingJobSpec) -> int:
-    """Processes per node: the explicit number, or for ``auto`` the GPUs the trainer
-    container requests (``nvidia.com/gpu``), or 1 without GPUs."""
-    return nproc_for(spec)
 
 
 def trainer_container(spec: DistTrainingJobSpec) -> dict[str, Any]:

@@ -8,7 +8,7 @@ Builders never raise for a spec that :class:`disttrain.api.types.DistTrainingJob
 the template is typed at admission (:mod:`disttrain.api.podtemplate`), and the code that reads
 it still takes a null or an odd shape as absent (:func:`~disttrain.children.podbase.dict_of`/``list_of``), so a job that
 slipped past an older CRD cannot crash a reconcile step. Children are validly named when
-:func:`disttrain.api.types.job_name_problem` accepts the job's name.
+:func:`disttrain.api.jobname.job_name_problem` accepts the job's name.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 from disttrain.api import torchrun
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec, Launcher
+from disttrain.api.types import DistTrainingJobSpec, Launcher, nproc_for
 from disttrain.children.names import JobRef, worker_pod_name
 from disttrain.children.podbase import (
     base_pod,
@@ -27,7 +27,6 @@ from disttrain.children.podbase import (
     env_var,
     list_of,
     merge_env,
-    nproc_per_node,
     pod_labels,
     require_node_affinity,
     template_labels,
@@ -137,7 +136,7 @@ def build_worker_pod(
     pod_spec = pod["spec"]
     if node:
         require_node_affinity(pod_spec, node)
-    nproc = nproc_per_node(spec)
+    nproc = nproc_for(spec)
     world = spec.num_nodes * nproc
     env = [
         env_var("MASTER_ADDR", rdzv.master_addr),

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from disttrain.api import constants
 from disttrain.api.podresources import pod_resources
-from disttrain.api.types import DistTrainingJobSpec, gpus_requested
+from disttrain.api.types import DistTrainingJobSpec, gpus_requested, nproc_for
 from disttrain.children.names import (
     JobRef,
     job_selector,
@@ -27,7 +27,6 @@ from disttrain.children.podbase import (
     field_env,
     list_of,
     merge_env,
-    nproc_per_node,
     one_per_node,
     own_address_field,
     pod_labels,
@@ -92,8 +91,8 @@ def _probe_env(job: JobRef, spec: DistTrainingJobSpec, rank: int, master: ProbeM
         # Service or DNS path that does not work: this rank's own, rank 1's for rank 0
         env.append(env_var(probe_env.PEER_DNS_NAME,
                             pod_dns_name(job, spec, rank if rank != 0 else 1)))
-    if nproc_per_node(spec) > 1:  # one probe process per training process (localranks.py)
-        env.append(env_var(probe_env.NPROC_PER_NODE, nproc_per_node(spec)))
+    if nproc_for(spec) > 1:  # one probe process per training process (localranks.py)
+        env.append(env_var(probe_env.NPROC_PER_NODE, nproc_for(spec)))
     return env
 
 

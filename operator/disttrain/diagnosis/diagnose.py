@@ -9,7 +9,7 @@ and every failure and warning line in full (for ``status.probe``).
 The steps are small pure functions over the typed reports, each with its table test:
 :mod:`findings` (typed inputs, failures, warnings, the cause, version skew),
 :mod:`attribution` (which node or path the evidence singles out),
-:mod:`netsummary` (per-node results, the network summary), :mod:`verdicts` (conditions
+:mod:`netsummary` (per-node results, the network summary), :mod:`checkconditions` (conditions
 from findings) and :mod:`messages` (every condition message at most 400 characters:
 cause, node(s), fix; details stay in ``status`` and the Events).
 
@@ -38,10 +38,9 @@ from disttrain.diagnosis import findings
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import netsummary
 from disttrain.diagnosis import stragglers
-from disttrain.diagnosis import verdicts
-from disttrain.diagnosis.findings import ProbeOutcome  # noqa: F401  (re-exported: reconcile builds these)
-from disttrain.diagnosis.netsummary import measured_by_ifname, summarize_ifnames  # noqa: F401  (re-exported)
-from disttrain.diagnosis.verdicts import Verdict  # noqa: F401  (re-exported)
+from disttrain.diagnosis import checkconditions
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 
 # Which check a probe warning reason belongs to (from the vocabulary).
@@ -153,12 +152,12 @@ def diagnose(outcomes: list[ProbeOutcome], master_addr: Optional[str],
     cause = findings.cause(found)
     if cause is not None:
         message, named, diag.explained = attribution.explain(cause, found, ranks, master_addr)
-        diag.conditions.update(verdicts.failed(cause, message, named))
+        diag.conditions.update(checkconditions.failed(cause, message, named))
         return diag
 
     passed = _passed(ranks, master_addr, busbw, algbw, size, diag.backend)
-    diag.conditions.update(verdicts.warned(passed, warns))
-    diag.conditions[vocabulary.VALIDATED] = verdicts.summary_passed(
+    diag.conditions.update(checkconditions.warned(passed, warns))
+    diag.conditions[vocabulary.VALIDATED] = checkconditions.summary_passed(
         passed, warns, len(ranks), netsummary.summarize_ifnames(list(ifnames.values())), master_addr, busbw)
     return diag
 
@@ -183,5 +182,4 @@ def _failure_lines(found: list[findings.Finding]) -> list[str]:
     return out
 
 
-__all__ = ["Diagnosis", "ProbeOutcome", "Verdict", "Policy", "WARNING_CONDITION", "diagnose",
-           "measured_by_ifname", "summarize_ifnames"]
+__all__ = ["Diagnosis", "Policy", "WARNING_CONDITION", "diagnose"]

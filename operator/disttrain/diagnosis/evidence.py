@@ -143,7 +143,7 @@ def matrices(ranks: Sequence[RankInput]) -> list[Matrix]:
     keys = sorted({k for r in ranks if r.report for k in r.report.paths})
     out = []
     for key in keys:
-        if key.startswith("127.") or _same_address_everywhere(ranks, key):
+        if paths.is_loopback(key.split("/")[0]) or _same_address_everywhere(ranks, key):
             continue
         rows = []
         for r in ranks:

@@ -8,13 +8,13 @@ each with its table test in ``tests/unit/test_findings.py``.
 """
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 from pydantic import ValidationError
 
+from disttrain_probe.contract.paths import is_loopback
 from disttrain_probe.contract import settings as psettings  # the probe's pure comparisons (stdlib)
 from disttrain_probe.contract import versions as pversions
 from disttrain_probe.contract import vocabulary
@@ -100,13 +100,6 @@ def typed(o: ProbeOutcome) -> RankInput:
             reason = vocabulary.PROBE_REPORT_INVALID
     node = o.node or (report.node if report else None) or o.pod
     return RankInput(o.rank, o.pod, node, report, error, reason, o.running, tuple(o.pod_ips))
-
-
-def is_loopback(addr: Optional[str]) -> bool:
-    try:
-        return addr is not None and ipaddress.ip_address(addr).is_loopback
-    except ValueError:
-        return False
 
 
 def is_failure_reason(name: Optional[str]) -> bool:
@@ -245,5 +238,5 @@ def warning_check(reason: str) -> str:
 
 
 __all__ = ["Finding", "ProbeOutcome", "RankInput", "cause", "failure_order", "failures",
-           "is_loopback", "rank_failure", "relayed", "typed", "version_mismatch", "warning_check",
+           "rank_failure", "relayed", "typed", "version_mismatch", "warning_check",
            "warnings"]

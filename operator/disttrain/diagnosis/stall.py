@@ -42,8 +42,8 @@ from disttrain_probe.contract import progress, vocabulary as V
 
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
-from disttrain.diagnosis.stallfacts import (ADVANCING, Claim, Facts, LinkSilence, RankObservation, StallVerdict,
-                                            Windows, _Rank, decide, facts, observation)
+from disttrain.diagnosis.stallfacts import (Claim, Facts, LinkSilence, RankObservation, StallVerdict,
+                                            Windows, _Rank, decide, facts)
 
 STRAGGLER_MIN_SHARE = 0.2  # the median rank waits at least this share of the time ...
 STRAGGLER_FACTOR = 4.0  # ... and a straggler at most 1/4 of it (every other at least 1/2)
@@ -349,5 +349,4 @@ def nodes_to_avoid(v: StallVerdict) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v.nodes)) if v.reason in NODE_FAULTS else ()
 
 
-__all__ = ["ADVANCING", "NODE_FAULTS", "RULES", "LinkSilence", "RankObservation", "Rule", "StallVerdict", "Windows", "judge",
-           "nodes_to_avoid", "observation"]
+__all__ = ["NODE_FAULTS", "RULES", "Rule", "judge", "nodes_to_avoid"]

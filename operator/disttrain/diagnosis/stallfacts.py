@@ -16,7 +16,7 @@ from disttrain.api import constants
 from disttrain.api.status import RankProgressStatus
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.checkconditions import Verdict
 
 QUIET_S = 30.0  # a wait in one collective this long is no longer a step's ordinary wait (s)
 STALE_S = 30.0  # a record not heard for this long is stale: its rank stopped answering (s)
@@ -135,7 +135,7 @@ class StallVerdict:
     act: bool = False
 
     def condition(self) -> Verdict:
-        """As :class:`~disttrain.diagnosis.verdicts.Verdict`, for
+        """As :class:`~disttrain.diagnosis.checkconditions.Verdict`, for
         :func:`disttrain.reconcile.conditions.set_condition` on ``Progressing``."""
         return Verdict(self.status, self.reason, self.message)
 

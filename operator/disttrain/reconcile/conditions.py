@@ -14,9 +14,7 @@ from typing import Any, Iterable, Optional
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import messages
-from disttrain.diagnosis.verdicts import Verdict
-
-TRUE, FALSE, UNKNOWN = constants.TRUE, constants.FALSE, constants.UNKNOWN
+from disttrain.diagnosis.checkconditions import Verdict
 
 # A condition message says the cause, the node(s) and the fix in at most this many
 # characters; details go to status fields, Events and `disttrain explain`.
@@ -47,11 +45,11 @@ def get(conditions: Iterable[dict[str, Any]], ctype: str) -> Optional[dict[str, 
 def status_of(conditions: Iterable[dict[str, Any]], ctype: str) -> str:
     """"True", "False" or "Unknown" (also when the condition is absent)."""
     cond = get(conditions, ctype)
-    return cond["status"] if cond else UNKNOWN
+    return cond["status"] if cond else constants.UNKNOWN
 
 
 def is_true(conditions: Iterable[dict[str, Any]], ctype: str) -> bool:
-    return status_of(conditions, ctype) == TRUE
+    return status_of(conditions, ctype) == constants.TRUE
 
 
 def set_condition(
@@ -68,7 +66,7 @@ def set_condition(
     is new). Raises ValueError for a status other than True/False/Unknown.
     """
     status, reason, message = value.status, value.reason, value.message
-    if status not in (TRUE, FALSE, UNKNOWN):
+    if status not in (constants.TRUE, constants.FALSE, constants.UNKNOWN):
         raise ValueError(f"condition status must be True, False or Unknown, not {status!r}")
     message = message[:32768]
     cond = get(conditions, ctype)
@@ -101,7 +99,7 @@ def initial(generation: Optional[int], now: str, probe_enabled: bool) -> list[di
             reason, msg = vocabulary.TRAINING_PENDING, "training has not started"
         else:
             reason, msg = vocabulary.NOT_CHECKED, "waiting for the preflight probe"
-        set_condition(conds, ctype, Verdict(UNKNOWN, reason, msg), generation, now)
+        set_condition(conds, ctype, Verdict(constants.UNKNOWN, reason, msg), generation, now)
     return conds
 
 

@@ -36,10 +36,13 @@ from typing import Any, Callable, Optional
 from pydantic import ValidationError
 
 from disttrain.reconcile import conditions as cond
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
-from disttrain.api.types import DistTrainingJobSpec, job_name_problem, spec_error_message
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.api.jobname import job_name_problem
+from disttrain.api.fieldpath import spec_error_message
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
 from disttrain.children.service import build_headless_service
 from disttrain.reconcile.policies import (
@@ -54,9 +57,9 @@ from disttrain.reconcile.policies import (
 from disttrain.reconcile.policies import gang as gangpolicy
 from disttrain.reconcile.jobstatus import JobStatus
 from disttrain.reconcile.status_repair import repair
-from disttrain.reconcile.step import ApiFailure, Observed, Outcome, Plan, ReportParser, Step
+from disttrain.reconcile.step import Observed, Outcome, Plan, ReportParser, Step
 
-__all__ = ["Plan", "ApiFailure", "Observed", "reconcile"]
+__all__ = ["reconcile"]
 
 
 def reconcile(observed: Observed, parse_report: ReportParser,
@@ -152,7 +155,7 @@ def _stages(s: Step) -> None:
 
 def _cleanup(s: Step) -> None:
     """A finished job: delete what cleanup says; delete the job itself after its TTL."""
-    failed = s.status_of(constants.VALIDATED) == cond.FALSE
+    failed = s.status_of(constants.VALIDATED) == constants.FALSE
     for p in cleanup.probes_to_delete(s.spec, failed, s.alive(constants.ROLE_PROBE)):
         s.delete(p)
     for p in cleanup.workers_to_delete(s.spec, s.alive(constants.ROLE_WORKER)):
@@ -164,7 +167,7 @@ def _cleanup(s: Step) -> None:
     if finished is None:
         for ctype in (constants.SUCCEEDED, constants.FAILED):
             x = cond.get(s.conds, ctype)
-            if x and x["status"] == cond.TRUE:
+            if x and x["status"] == constants.TRUE:
                 finished = observe.parse_time(x.get("lastTransitionTime"))
     left = cleanup.ttl_seconds_left(s.spec, finished, s.now)
     if left is None:
@@ -220,11 +223,11 @@ def _invalid(plan: Plan, old: dict, raw_status: Any, gen: Optional[int], ts: str
     if not conds:
         conds.extend(cond.initial(gen, ts, True))
     msg = cond.clip(msg)
-    cond.set_condition(conds, constants.VALIDATED, cond.Verdict(cond.FALSE, vocabulary.INVALID_SPEC, msg), gen, ts)
+    cond.set_condition(conds, constants.VALIDATED, Verdict(constants.FALSE, vocabulary.INVALID_SPEC, msg), gen, ts)
     if not (cond.is_true(conds, constants.SUCCEEDED) or cond.is_true(conds, constants.FAILED)):
-        cond.set_condition(conds, constants.FAILED, cond.Verdict(cond.TRUE, vocabulary.INVALID_SPEC, msg), gen, ts)
-        cond.set_condition(conds, constants.SUCCEEDED, cond.Verdict(cond.FALSE, vocabulary.INVALID_SPEC, "invalid spec"),
-                           gen, ts)
+        cond.set_condition(conds, constants.FAILED, Verdict(constants.TRUE, vocabulary.INVALID_SPEC, msg), gen, ts)
+        cond.set_condition(conds, constants.SUCCEEDED,
+                           Verdict(constants.FALSE, vocabulary.INVALID_SPEC, "invalid spec"), gen, ts)
         JobStatus(plan.status).complete(ts)
     return _events(plan, old, raw_status, probing=False)
 
@@ -240,7 +243,7 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
         where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
         at = f" at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno}" if where else ""
         ctype = constants.VALIDATED if not cond.is_true(conds, constants.VALIDATED) else constants.TRAINING_STARTED
-        cond.set_condition(conds, ctype, cond.Verdict(cond.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
+        cond.set_condition(conds, ctype, Verdict(constants.UNKNOWN, vocabulary.OPERATOR_ERROR, cond.clip(
             f"the operator failed on this job ({type(exc).__name__}{at}: {exc}); it retries with "
             "backoff; please report this with the job's YAML")), None, ts)
     plan.requeue(10.0)
@@ -248,7 +251,7 @@ def _operator_error(body: dict[str, Any], now: datetime, exc: Exception) -> Plan
 
 
 def _finish(s: Step, old: dict, raw_status: Any) -> Plan:
-    probing = (s.spec.probe.enabled and s.status_of(constants.VALIDATED) == cond.UNKNOWN
+    probing = (s.spec.probe.enabled and s.status_of(constants.VALIDATED) == constants.UNKNOWN
                and not s.terminal and not s.spec.suspend)
     return _events(s.plan, old, raw_status, probing)
 
@@ -262,15 +265,15 @@ def _events(plan: Plan, old: dict, raw_status: Any, probing: bool) -> Plan:
         prev = old_conds.get(new["type"])
         if prev and (prev["status"], prev.get("reason")) == (new["status"], new.get("reason")):
             continue
-        if new["status"] == cond.UNKNOWN and (prev is None or prev["status"] == cond.UNKNOWN)\
+        if new["status"] == constants.UNKNOWN and (prev is None or prev["status"] == constants.UNKNOWN)\
                 and new.get("reason") not in (vocabulary.API_ERROR, vocabulary.OPERATOR_ERROR,
                                               vocabulary.NAME_CONFLICT, vocabulary.RESOURCE_NOT_OFFERED):
             continue
-        if new["type"] in (constants.SUCCEEDED, constants.FAILED) and new["status"] == cond.FALSE:
+        if new["type"] in (constants.SUCCEEDED, constants.FAILED) and new["status"] == constants.FALSE:
             continue  # the other outcome condition carries the event
-        bad = (new["status"] == cond.FALSE and new["type"] not in (constants.SUCCEEDED, constants.FAILED)) or (
-            new["type"] == constants.FAILED and new["status"] == cond.TRUE)
-        warn_reason = new["status"] != cond.FALSE and new.get("reason") not in constants.QUIET_REASONS
+        bad = (new["status"] == constants.FALSE and new["type"] not in (constants.SUCCEEDED, constants.FAILED)) or (
+            new["type"] == constants.FAILED and new["status"] == constants.TRUE)
+        warn_reason = new["status"] != constants.FALSE and new.get("reason") not in constants.QUIET_REASONS
         etype = "Warning" if bad or warn_reason else "Normal"
         plan.events.append((etype, new["reason"], f"{new['type']}={new['status']}: {new['message']}"))
     plan.status_changed = plan.status != raw_status

@@ -25,6 +25,7 @@ import math
 from typing import Any, Optional
 
 from disttrain.reconcile import conditions as cond
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 
@@ -68,7 +69,7 @@ def _conditions(raw: Any, now: str) -> list[dict[str, Any]]:
         ctype, status = x.get("type"), x.get("status")
         if not isinstance(ctype, str) or not ctype or ctype in seen:
             continue
-        if status not in (cond.TRUE, cond.FALSE, cond.UNKNOWN):
+        if status not in (constants.TRUE, constants.FALSE, constants.UNKNOWN):
             continue
         seen.add(ctype)
         gen = _int(x.get("observedGeneration"))
@@ -147,7 +148,7 @@ def _rendezvous(raw: Any) -> dict[str, Any]:
 
 def _put(conds: list[dict[str, Any]], ctype: str, status: str, reason: str, message: str,
          now: str) -> None:
-    cond.set_condition(conds, ctype, cond.Verdict(status, reason, cond.clip(message)), None, now)
+    cond.set_condition(conds, ctype, Verdict(status, reason, cond.clip(message)), None, now)
 
 
 def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:
@@ -174,7 +175,7 @@ def restore_outcome(conds: list[dict[str, Any]], now: str) -> None:
                        else (vocabulary.TRAINING_PENDING, "training has not started"))
     for ctype in (constants.SUCCEEDED, constants.FAILED):
         if cond.get(conds, ctype) is None:
-            _put(conds, ctype, cond.UNKNOWN, reason, message, now)
+            _put(conds, ctype, constants.UNKNOWN, reason, message, now)
 
 
 def _restore_ended(conds: list[dict[str, Any]], now: str) -> None:
@@ -187,31 +188,32 @@ def _restore_ended(conds: list[dict[str, Any]], now: str) -> None:
         return x["status"] if x else None
 
     failed = get(constants.FAILED)
-    if status(constants.SUCCEEDED) == cond.TRUE and failed and failed["status"] == cond.TRUE:
-        _put(conds, constants.SUCCEEDED, cond.FALSE, failed["reason"], "the job failed", now)
+    if status(constants.SUCCEEDED) == constants.TRUE and failed and failed["status"] == constants.TRUE:
+        _put(conds, constants.SUCCEEDED, constants.FALSE, failed["reason"], "the job failed", now)
         return
     for win, lose in ((constants.SUCCEEDED, constants.FAILED), (constants.FAILED, constants.SUCCEEDED)):
         w, lo = get(win), get(lose)
-        if w and w["status"] == cond.TRUE:
-            if not lo or lo["status"] != cond.FALSE:
-                _put(conds, lose, cond.FALSE, w["reason"], f"the job {'succeeded' if win == constants.SUCCEEDED else 'failed'}", now)
+        if w and w["status"] == constants.TRUE:
+            if not lo or lo["status"] != constants.FALSE:
+                outcome = "succeeded" if win == constants.SUCCEEDED else "failed"
+                _put(conds, lose, constants.FALSE, w["reason"], f"the job {outcome}", now)
             return
     for win, lose in ((constants.FAILED, constants.SUCCEEDED), (constants.SUCCEEDED, constants.FAILED)):
         lo = get(lose)
         if win == constants.SUCCEEDED and (lo or {}).get("reason") != vocabulary.ALL_RANKS_SUCCEEDED:
             continue  # a success is restored only from its own reason
-        if lo and lo["status"] == cond.FALSE:
-            _put(conds, win, cond.TRUE, lo["reason"], (
+        if lo and lo["status"] == constants.FALSE:
+            _put(conds, win, constants.TRUE, lo["reason"], (
                 f"{lo['reason']}: restored from {lose}=False (this condition was missing from "
                 f"the status); {lo.get('message') or ''}"), now)
             return
     v = get(constants.VALIDATED)
-    if v and v["status"] == cond.FALSE:
+    if v and v["status"] == constants.FALSE:
         spec = v["reason"] in constants.SPEC_REASONS
         reason = v["reason"] if spec else vocabulary.PREFLIGHT_FAILED
-        _put(conds, constants.FAILED, cond.TRUE, reason, v["message"] if spec else (
+        _put(conds, constants.FAILED, constants.TRUE, reason, v["message"] if spec else (
             f"preflight failed ({v['reason']}), no training pods were created: {v['message']}"), now)
-        _put(conds, constants.SUCCEEDED, cond.FALSE, reason, "invalid spec" if spec else "preflight failed", now)
+        _put(conds, constants.SUCCEEDED, constants.FALSE, reason, "invalid spec" if spec else "preflight failed", now)
 
 
 def repair(raw: Any, now: str) -> dict[str, Any]:

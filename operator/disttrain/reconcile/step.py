@@ -34,8 +34,8 @@ from disttrain.children import observe, progresswatch
 from disttrain.children.podbase import avoid_nodes
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
-from disttrain.diagnosis.diagnose import ProbeOutcome
-from disttrain.diagnosis.verdicts import Verdict
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.checkconditions import Verdict
 
 ReportParser = Callable[[str], dict]
 
@@ -295,18 +295,18 @@ class Step:
         """End the job: ``Succeeded`` and ``Failed`` set together (one True, the other False,
         both with ``reason``; ``short`` is the other one's message) and completionTime."""
         win, lose = (constants.SUCCEEDED, constants.FAILED) if succeeded else (constants.FAILED, constants.SUCCEEDED)
-        self.set(win, cond.TRUE, reason, message)
-        self.set(lose, cond.FALSE, reason, short)
+        self.set(win, constants.TRUE, reason, message)
+        self.set(lose, constants.FALSE, reason, short)
         self.st.complete(self.ts)
 
     def fail_preflight(self, reason: str, message: str) -> None:
         """The preflight (or the spec) failed: Validated=False with the cause, the checks not
         reached say so, and the job is Failed (no training pods will be created): reason
         PreflightFailed, or the spec reason itself (InvalidSpec, InvalidPodTemplate)."""
-        self.set(constants.VALIDATED, cond.FALSE, reason, message)
+        self.set(constants.VALIDATED, constants.FALSE, reason, message)
         for ctype in constants.CHECK_CONDITIONS:
-            if self.status_of(ctype) == cond.UNKNOWN:
-                self.set(ctype, cond.UNKNOWN, vocabulary.NOT_REACHED, f"not checked: {reason}")
+            if self.status_of(ctype) == constants.UNKNOWN:
+                self.set(ctype, constants.UNKNOWN, vocabulary.NOT_REACHED, f"not checked: {reason}")
         if reason in constants.SPEC_REASONS:
             self.finish(False, reason, message, "invalid spec")
         else:

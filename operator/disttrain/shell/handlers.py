@@ -25,8 +25,8 @@ from kubernetes import config as kube_config
 from disttrain.api import constants
 from disttrain.shell import metrics
 from disttrain.shell.kube import Kube
-from disttrain.shell.runner import Reconciler
-from disttrain.shell.workqueue import Key, WorkQueue
+from disttrain.shell.runner import Key, Reconciler
+from disttrain.shell.workqueue import WorkQueue
 from disttrain_probe.contract import probe_env
 
 log = logging.getLogger("disttrain.handlers")

@@ -34,7 +34,7 @@ from disttrain.reconcile.step import ApiFailure, NodeOffers, Observed
 
 log = logging.getLogger("disttrain.runner")
 
-Key = tuple[str, str]
+Key = tuple[str, str]  # (namespace, name)
 NodeRead = tuple[str, dict, dict, list]  # a node: name, allocatable, labels, taints
 NODES_TTL_SECONDS = 30.0  # the nodes' allocatable is read at most this often (all jobs together)
 NODES_RETRY_SECONDS = 600.0  # after a refused or failed read of the nodes
@@ -133,7 +133,7 @@ class Reconciler:
         status = job.get("status")
         conds = status.get("conditions") if isinstance(status, dict) else None
         decided = any(isinstance(c, dict) and c.get("type") == constants.VALIDATED
-                      and c.get("status") in (cond.TRUE, cond.FALSE)
+                      and c.get("status") in (constants.TRUE, constants.FALSE)
                       for c in (conds if isinstance(conds, list) else []))
         if decided or not any(
                 observe.role(p) == constants.ROLE_PROBE for p in pods):

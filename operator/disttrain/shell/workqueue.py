@@ -27,11 +27,10 @@ import asyncio
 import logging
 from typing import Callable, Optional
 
-from disttrain.shell.runner import StepResult
+from disttrain.shell.runner import Key, StepResult
 
 log = logging.getLogger("disttrain.workqueue")
 
-Key = tuple[str, str]  # (namespace, name)
 ERROR_DELAY = 10.0  # seconds before a step that raised runs again
 MIN_DELAY = 0.2  # seconds: the soonest a requested wake-up fires
 
@@ -160,4 +159,4 @@ class WorkQueue:
                 asyncio.create_task(self.trigger(ns, name, urgent=False))
 
 
-__all__ = ["ERROR_DELAY", "MIN_DELAY", "Key", "WorkQueue"]
+__all__ = ["ERROR_DELAY", "MIN_DELAY", "WorkQueue"]

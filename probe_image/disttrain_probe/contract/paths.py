@@ -36,6 +36,16 @@ SELF, NOT_DIALLED, MIXED = ".", "-", "m"
 OUTCOME = {v: k for k, v in CODE.items()}
 
 
+def is_loopback(addr: Optional[str]) -> bool:
+    """Whether ``addr`` (an IPv4 or IPv6 address as text; an IPv6 zone ``%eth0`` is ignored)
+    is a loopback address (127.0.0.0/8, ::1): the one loopback rule of probe and operator.
+    False for None and for text that is not an address; raises nothing."""
+    try:
+        return addr is not None and ipaddress.ip_address(str(addr).split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 def _subnet(addr: str, prefix: int) -> str:
     return str(ipaddress.IPv4Network(f"{addr}/{prefix}", strict=False))
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 from disttrain_probe.contract import probe_env, vocabulary
-from disttrain_probe.ground.shapes import AllReduce, Failure, LocalEntry  # noqa: F401  (LocalEntry: the shape spawn.py and run/ name through roles)
+from disttrain_probe.ground.shapes import AllReduce, Failure, LocalEntry
 
 MAX_NPROC = 256  # local ranks per node the probe will start (8 GPUs is the usual; 72 on NVL72 trays)
 # A local rank's outcome line on its stdout: this marker, then one JSON object (entry()).

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence
 
 from disttrain_probe.ground import roles as LR
+from disttrain_probe.ground.shapes import LocalEntry
 
 TAIL_LINES = 20
 LATER = 1.5  # s: the local ranks' collective deadline after local rank 0's
@@ -36,7 +37,7 @@ class Child:
     def __init__(self, local_rank: int, proc: subprocess.Popen):
         self.local_rank = local_rank
         self.proc = proc
-        self.last: Optional[LR.LocalEntry] = None
+        self.last: Optional[LocalEntry] = None
         self.tail: Deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.eof = threading.Event()
         self.told_stop = False
@@ -52,7 +53,7 @@ class Child:
                     try:
                         v = json.loads(line[len(LR.MARK):])
                         if isinstance(v, dict):
-                            self.last = LR.LocalEntry(**v)
+                            self.last = LocalEntry(**v)
                     except ValueError:
                         self.tail.append(line[:400])
                 else:
@@ -76,7 +77,7 @@ class Child:
             return False
 
     def outcome(self, node: str, nproc: int, wait: float = 0.5,
-                final: bool = False) -> LR.LocalEntry:
+                final: bool = False) -> LocalEntry:
         """Its outcome as the report gives it (:func:`localranks.exited`; ``final``: one
         still running hung); once it exited, its last line is waited for up to ``wait``
         seconds."""
@@ -153,7 +154,7 @@ class LocalRanks:
                 c.told_stop = True
                 c.send({"stop": why[:300]})
 
-    def watch(self, on_failure: Callable[[LR.LocalEntry], None], poll: float = 0.1) -> None:
+    def watch(self, on_failure: Callable[[LocalEntry], None], poll: float = 0.1) -> None:
         """In a thread: call ``on_failure(outcome)`` once for the first local rank that
         ends with a failure of its own (not after :meth:`stop`)."""
         def loop() -> None:
@@ -178,7 +179,7 @@ class LocalRanks:
             except subprocess.TimeoutExpired:
                 return
 
-    def outcomes(self, wait: float = 0.5, final: bool = False) -> List[LR.LocalEntry]:
+    def outcomes(self, wait: float = 0.5, final: bool = False) -> List[LocalEntry]:
         """Every local rank's outcome now (``localranks.exited``), in local rank order."""
         return [c.outcome(self.node, self.nproc, wait, final) for c in self.children]
 

@@ -43,7 +43,7 @@ from disttrain_probe.ground.deadline import Deadline
 from disttrain_probe.ground.shapes import Dial, Iface, Inventory, Listen, Mesh
 from disttrain_probe.phases import pathmtu
 from disttrain_probe.phases.inventory import ipv4_addrs, route_get
-from disttrain_probe.phases.listeners import BULK_MAX_BYTES, MAX_ADDRS_PER_IFACE, SKIP_IFACES, Listeners  # noqa: F401  (re-exported: the phase's terms)
+from disttrain_probe.phases.listeners import BULK_MAX_BYTES, Listeners
 
 FULL_MESH_MAX = 32
 BULK_BYTES = 4 * 1024 * 1024     # bytes per timed transfer (DISTTRAIN_PROBE_BULK_BYTES)
@@ -331,7 +331,7 @@ def range_tasks(rank: int, peers: List[int], allpeers: Dict[int, Listen],
     return [(peer, str(addr), int(port), str(allpeers[peer].get("nonce")))
             for peer in sorted(set(peers) - {rank}) if peer in allpeers
             for addr, port in allpeers[peer].get("s") or []
-            if addr in (mine.get(str(peer)) or {}) and not str(addr).startswith("127.")]
+            if addr in (mine.get(str(peer)) or {}) and not paths.is_loopback(str(addr))]
 
 
 def _sample_range(cfg: Any, allpeers: Dict[int, Listen], mine: Dict[str, Dict[str, Dial]],

@@ -12,7 +12,7 @@ every rank reached every peer on it (nonce-checked). Rejections carry a sub-reas
 (``vocabulary.REJ_*``) and a message naming the nodes and the evidence.
 
 A pod-network or overlay device (cni0, flannel.*, cali*, cilium_*, vxlan*, tunl0, weave,
-kube-bridge, genev_sys_*: :data:`POD_NETWORK_DEVICES`; present on the node with
+kube-bridge, genev_sys_*: :data:`~disttrain_probe.phases.networks.POD_NETWORK_DEVICES`; present on the node with
 hostNetwork) is never chosen while a network of other interfaces joins the same nodes: its
 traffic crosses those NICs anyway (``PodNetworkDevice``).
 
@@ -21,9 +21,10 @@ only when every usable network's speed is known on every node), then measured th
 (the slowest measured pair, Mb/s, from the connectivity phase's timed transfers; capped at
 the kernel's link speed when every compared network's is known: a link cannot beat its
 line rate, and above it the measurement only shows CPU speed; sorted, the networks fall
-into tiers wherever one is faster than the next by at least :data:`MEASURED_MARGIN`
-times and its typical round (the middle of three) still beats the next one's best by
-:data:`NOISE_MARGIN`, so noise cannot decide), then the network that carries the nodes' HOST_IP / the kernel's route to the
+into tiers wherever one is faster than the next by at least
+:data:`~disttrain_probe.phases.ranking.MEASURED_MARGIN` times and its typical round (the middle
+of three) still beats the next one's best by :data:`~disttrain_probe.phases.ranking.NOISE_MARGIN`,
+so noise cannot decide), then the network that carries the nodes' HOST_IP / the kernel's route to the
 master, then name. The result is the same on every run of the same cluster.
 """
 from __future__ import annotations
@@ -35,22 +36,15 @@ from disttrain_probe.ground.config import ifname_matches, parse_ifname_spec
 from disttrain_probe.ground.shapes import Chosen, Iface, Mesh, Peer
 from disttrain_probe.phases.choicefailure import interface_not_found, no_network_failure
 from disttrain_probe.phases.choicewarnings import warn
-from disttrain_probe.phases.networks import (  # noqa: F401  (re-exported: the choice's terms)
-    POD_NETWORK_DEVICES,
+from disttrain_probe.phases.networks import (
     ChoiceInputs,
     Network,
     build_networks,
     evaluate,
-    is_pod_network_device,
 )
 from disttrain_probe.phases.pathmtu import black_hole_failure
 from disttrain_probe.phases.portrange import partial_range_failure, untested_failure
-from disttrain_probe.phases.ranking import (  # noqa: F401  (re-exported: the choice's terms)
-    MEASURED_MARGIN,
-    NOISE_MARGIN,
-    measured_mbps,
-    measured_stats,
-    measured_tiers,
+from disttrain_probe.phases.ranking import (
     rank_usable,
     reject_pod_network_devices,
     score,

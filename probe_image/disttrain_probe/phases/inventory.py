@@ -236,13 +236,6 @@ def resolve(name: str) -> List[str]:
     return seen
 
 
-def is_loopback(addr: str) -> bool:
-    try:
-        return ipaddress.ip_address(addr.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def _driver_version(timeout: float) -> Optional[str]:
     try:
         with open("/proc/driver/nvidia/version") as f:

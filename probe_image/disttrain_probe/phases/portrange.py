@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Set, Tuple
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract.paths import is_loopback
 from disttrain_probe.ground.shapes import Mesh, Peer
 from disttrain_probe.phases.networks import nodes_text
 
@@ -216,7 +217,7 @@ def blocked_pairs(peers: Dict[int, Peer], mesh: Mesh,
     for i, j, addr, res in _entries(mesh):
         if not isinstance(res, dict) or j not in addrs or i not in addrs or addr == addrs[j]:
             continue
-        if not isinstance(addr, str) or addr.startswith("127.") or holders.get(addr, {j}) != {j}:
+        if not isinstance(addr, str) or is_loopback(addr) or holders.get(addr, {j}) != {j}:
             continue
         bad = sorted(p for p, r in _samples(res) if r in _BLOCKED)
         if res.get("r") in _BLOCKED:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract.paths import is_loopback
 from disttrain_probe.contract.timing import SIBLING_SECONDS
 from disttrain_probe.ground.deadline import Deadline, ProbeFailure
 from disttrain_probe.ground.results import SharedState
@@ -26,7 +27,7 @@ from disttrain_probe.phases.dialing import (
     host_words,
     order,
 )
-from disttrain_probe.phases.inventory import hosts_entry, is_loopback, nameserver, resolve, route_get
+from disttrain_probe.phases.inventory import hosts_entry, nameserver, resolve, route_get
 from disttrain_probe.phases.masterstore import beacon_token
 
 

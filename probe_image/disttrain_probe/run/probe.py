@@ -10,7 +10,7 @@ import time
 import traceback
 from typing import Any, Dict, List, Optional, cast
 
-from disttrain_probe.contract import probe_env, settings, versions, vocabulary
+from disttrain_probe.contract import paths, probe_env, settings, versions, vocabulary
 from disttrain_probe.gpu import hardware, nccldiag, rdmalimits
 from disttrain_probe.ground import config as C
 from disttrain_probe.ground import roles as LR
@@ -178,7 +178,7 @@ class Probe:
         node = cfg.node_name
         d = self.begin("inventory", vocabulary.PROBE_INTERNAL_ERROR, f"{node}: inventory hung")
         self.inv = inventory.collect(cfg, d, self.tracker)
-        loop = [a for a in self.inv.get("hostResolves") or [] if inventory.is_loopback(a)]
+        loop = [a for a in self.inv.get("hostResolves") or [] if paths.is_loopback(a)]
         if loop:
             self.state["warnings"].append({"reason": vocabulary.HOSTNAME_LOOPBACK, "message": (
                 f"{node}: hostname {self.inv.get('hostname')} resolves to {', '.join(loop)} "

@@ -10,6 +10,7 @@ from typing import Any, Callable, List, Optional
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.ground import roles as LR
+from disttrain_probe.ground.shapes import LocalEntry
 from disttrain_probe.ground.deadline import Deadline, ProbeFailure
 from disttrain_probe.ground.results import Kept
 from disttrain_probe.localranks import spawn
@@ -34,7 +35,7 @@ def start_local_ranks(k: Kept, argv: List[str], bus: BusOf) -> Optional[str]:
     return None
 
 
-def local_failed(k: Kept, bus: BusOf, outcome: LR.LocalEntry) -> None:
+def local_failed(k: Kept, bus: BusOf, outcome: LocalEntry) -> None:
     """A local rank ended with a failure of its own (watch thread): it is the node's
     failure. Peers learn it through the store at once (a second connection: the main
     thread may be blocked in a store call), so their gathers stop waiting and a rank

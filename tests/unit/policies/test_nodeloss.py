@@ -10,7 +10,8 @@ import pytest
 from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
-from disttrain.diagnosis.diagnose import ProbeOutcome, diagnose
+from disttrain.diagnosis.diagnose import diagnose
+from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.report import ProbeReport
 from disttrain.reconcile.policies import kubeletended
 from disttrain.reconcile.policies.nodeloss import (

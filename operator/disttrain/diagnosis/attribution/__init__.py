@@ -50,7 +50,7 @@ from disttrain.diagnosis.attribution.master import (explain_master, explain_reso
                                                      own_resolution)
 from disttrain.diagnosis.attribution.network import components, explain_matrix, explain_networks
 from disttrain.diagnosis.findings import Finding, RankInput, relayed
-from disttrain.diagnosis.verdicts import merged_message
+from disttrain.diagnosis.checkconditions import merged_message
 
 _MASTER_PORT = (vocabulary.MASTER_PORT_TIMEOUT, vocabulary.MASTER_PORT_REFUSED)
 _NETWORK = (vocabulary.NO_COMMON_INTERFACE, vocabulary.INTERFACE_UNREACHABLE)

@@ -9,11 +9,12 @@ import ipaddress
 from typing import Optional, Sequence
 
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract.paths import is_loopback
 
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.attribution.explanation import Explanation, capture_test
-from disttrain.diagnosis.findings import Finding, RankInput, is_loopback
+from disttrain.diagnosis.findings import Finding, RankInput
 from disttrain.diagnosis.report import Master
 
 

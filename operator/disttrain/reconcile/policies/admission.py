@@ -34,7 +34,7 @@ def apply(s: Step) -> Outcome:
     if queue is None:
         return Outcome.CONTINUE
     if s.kueue.problem:
-        s.set(constants.ADMITTED, cond.FALSE, vocabulary.KUEUE_UNAVAILABLE, cond.clip(
+        s.set(constants.ADMITTED, constants.FALSE, vocabulary.KUEUE_UNAVAILABLE, cond.clip(
             f"queued in LocalQueue {queue} (label {kueue.QUEUE_LABEL}), but {s.kueue.problem}: install "
             "the chart with kueue.enabled=true and Kueue in the cluster, or remove the label"))
         s.plan.requeue(30.0)
@@ -43,26 +43,26 @@ def apply(s: Step) -> Outcome:
     if wl is None or not observe.owned_by(wl, s.job.uid):
         if wl is None:
             s.plan.objects.append(kueue.workload(s.job, s.spec, queue))
-        s.set(constants.ADMITTED, cond.FALSE, vocabulary.WAITING_FOR_QUOTA,
+        s.set(constants.ADMITTED, constants.FALSE, vocabulary.WAITING_FOR_QUOTA,
               f"queued in LocalQueue {queue}: waiting for Kueue to admit Workload {kueue.workload_name(s.job)}")
         return Outcome.STOP
     adm = kueue.read(wl)
     was_admitted = s.is_true(constants.ADMITTED)
     if adm.state == "admitted":
         flavors = ", ".join(f"{k}={v}" for k, v in sorted(adm.flavors.items()))
-        s.set(constants.ADMITTED, cond.TRUE, vocabulary.WORKLOAD_ADMITTED,
+        s.set(constants.ADMITTED, constants.TRUE, vocabulary.WORKLOAD_ADMITTED,
               f"admitted by ClusterQueue {adm.cluster_queue} (LocalQueue {queue})"
               + (f"; flavors: {flavors}" if flavors else ""))
         s.placement = kueue.placement(list(s.kueue.flavors))
         return Outcome.CONTINUE
     if adm.state == "inactive":
-        s.set(constants.ADMITTED, cond.FALSE, vocabulary.WORKLOAD_DEACTIVATED, cond.clip(adm.message))
+        s.set(constants.ADMITTED, constants.FALSE, vocabulary.WORKLOAD_DEACTIVATED, cond.clip(adm.message))
         s.finish(False, vocabulary.WORKLOAD_DEACTIVATED, cond.clip(
             f"Kueue deactivated Workload {kueue.workload_name(s.job)} ({adm.reason}): {adm.message}; "
             "delete the job and create it again"), "deactivated by Kueue")
         return Outcome.STOP
     if adm.state == "evicted":
-        s.set(constants.ADMITTED, cond.FALSE, vocabulary.WORKLOAD_EVICTED, cond.clip(
+        s.set(constants.ADMITTED, constants.FALSE, vocabulary.WORKLOAD_EVICTED, cond.clip(
             f"evicted by Kueue ({adm.reason}): {adm.message}; the pods are stopped and the job "
             f"waits in LocalQueue {queue} to be admitted again, then probes again"))
         stop_run(s, vocabulary.WORKLOAD_EVICTED, "evicted by Kueue", first=was_admitted)
@@ -72,7 +72,7 @@ def apply(s: Step) -> Outcome:
             s.plan.requeue(1.0)
         return Outcome.STOP
     # pending (or finished although the job is not: it cannot run again under this Workload)
-    s.set(constants.ADMITTED, cond.FALSE, vocabulary.WAITING_FOR_QUOTA, cond.clip(
+    s.set(constants.ADMITTED, constants.FALSE, vocabulary.WAITING_FOR_QUOTA, cond.clip(
         f"queued in LocalQueue {queue}, Workload {observe.name(wl)}: {adm.reason}: {adm.message}"))
     if was_admitted:
         stop_run(s, vocabulary.WAITING_FOR_QUOTA, "no longer admitted", first=True)

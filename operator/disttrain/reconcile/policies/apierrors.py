@@ -122,4 +122,4 @@ def show(s: Step) -> None:
                         f"({code}): {worst.message}; retrying every "
                         f"{backoff_seconds(worst.attempts):g}s")
         for ctype in waiting_condition(s):
-            s.set(ctype, cond.UNKNOWN, vocabulary.API_ERROR, msg)
+            s.set(ctype, constants.UNKNOWN, vocabulary.API_ERROR, msg)

@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from disttrain.api import constants
 from disttrain.children import gang
-from disttrain.api.types import DistTrainingJobSpec, job_name_problem
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.api.jobname import job_name_problem
 from disttrain.reconcile.step import Step
 
 CAP_WORKLOAD_API = "workload-api"  # the apiserver serves scheduling.k8s.io/v1beta1 podgroups
@@ -24,7 +25,7 @@ def effective_spec(spec: DistTrainingJobSpec, capabilities: frozenset[str], name
                    ) -> tuple[DistTrainingJobSpec, Optional[str]]:
     """The spec the step acts on, and a problem (InvalidSpec) if the gang cannot work.
     A gang needs DNS hostnames: unset, they are turned on; explicitly off, or when the job's
-    ``name`` cannot name DNS hostnames (:func:`disttrain.api.types.job_name_problem`), ``auto``
+    ``name`` cannot name DNS hostnames (:func:`disttrain.api.jobname.job_name_problem`), ``auto``
     falls back to no gang and an explicit provider is a spec error."""
     provider = gang.provider(spec, CAP_WORKLOAD_API in capabilities)
     wanted = gang.gang_setting(spec)

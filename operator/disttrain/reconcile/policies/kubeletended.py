@@ -33,7 +33,8 @@ from disttrain.api.types import DistTrainingJobSpec, trainer_index
 from disttrain.children import kubelet, observe
 from disttrain.children.kubelet import ContainerFailure
 from disttrain.diagnosis import logline, messages
-from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome
+from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.reconcile.policies import nodeloss
 from disttrain.reconcile.policies.deadline import seconds_left
 from disttrain.reconcile.step import ReportParser, Step

@@ -45,7 +45,9 @@ from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
-from disttrain.diagnosis.diagnose import Diagnosis, ProbeOutcome, Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.diagnosis.report import ProbeReport
 
 # How long after the last other rank ended a probe that still runs is judged lost (s): a
@@ -167,6 +169,6 @@ def take_over(diag: Diagnosis, why: str, reason: str, message: str) -> None:
     :mod:`disttrain.reconcile.policies.kubeletended`."""
     for ctype in constants.CHECK_CONDITIONS[1:]:
         v = diag.conditions.get(ctype)
-        if v is None or v.status != cond.TRUE:
-            diag.conditions[ctype] = Verdict(cond.UNKNOWN, vocabulary.NOT_REACHED, f"not decided: {why}")
-    diag.conditions[constants.VALIDATED] = Verdict(cond.FALSE, reason, message)
+        if v is None or v.status != constants.TRUE:
+            diag.conditions[ctype] = Verdict(constants.UNKNOWN, vocabulary.NOT_REACHED, f"not decided: {why}")
+    diag.conditions[constants.VALIDATED] = Verdict(constants.FALSE, reason, message)

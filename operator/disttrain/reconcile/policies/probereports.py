@@ -15,7 +15,7 @@ from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.diagnosis import logline, trust
 from disttrain.api.types import nproc_for
-from disttrain.diagnosis.diagnose import ProbeOutcome
+from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.reconcile.step import Step
 from disttrain.reconcile.policies.probelaunch import attempt_of
 

@@ -161,7 +161,7 @@ def apply(s: Step) -> Outcome:
     """Advance the probe run while the preflight is undecided (``Validated`` Unknown);
     ``s.probe_run`` holds what the verdict needs once it can be reached. FINISHED when the
     preflight failed here."""
-    if s.spec.probe.enabled and s.status_of(constants.VALIDATED) == cond.UNKNOWN:
+    if s.spec.probe.enabled and s.status_of(constants.VALIDATED) == constants.UNKNOWN:
         s.probe_run = run(s)
     return Outcome.FINISHED if s.terminal else Outcome.CONTINUE
 

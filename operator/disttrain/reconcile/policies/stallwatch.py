@@ -16,14 +16,12 @@ from typing import Any, Optional
 
 from disttrain.api import constants
 from disttrain.children import observe
-from disttrain.children.podbase import nproc_per_node
-from disttrain.api.types import trainer_index
+from disttrain.api.types import nproc_for, trainer_index
 from disttrain_probe.contract import vocabulary
 from disttrain.children.progresswatch import (SIDECAR_NAME, ProgressEvent, ProgressWatch, add_watch, sidecar_status,
                                              watch_problem)
 from disttrain.diagnosis import stall, stallfacts
 from disttrain.diagnosis.stallfacts import ADVANCING, RankObservation, StallVerdict
-from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.step import Step
 from disttrain_probe.contract import progress
 
@@ -87,7 +85,7 @@ def _word_ranks(word: ProgressEvent, node: str, now: float) -> list[RankObservat
 
 def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObservation]:
     """Every rank heard of, from the training pods ``by_rank`` (node rank -> pod)."""
-    nproc = nproc_per_node(s.spec)
+    nproc = nproc_for(s.spec)
     words = {w.pod: w for w in s.progress}
     out: list[RankObservation] = []
     for r, p in sorted(by_rank.items()):
@@ -123,16 +121,16 @@ def judge(s: Step, by_rank: dict[int, dict]) -> Optional[StallVerdict]:
         return None
     problem = _unwatched(s, by_rank)
     if problem is not None:  # the pods carry no recorder: say why, once, and do not poll
-        s.set(constants.PROGRESSING, cond.UNKNOWN, vocabulary.PROGRESS_NOT_REPORTED,
+        s.set(constants.PROGRESSING, constants.UNKNOWN, vocabulary.PROGRESS_NOT_REPORTED,
               f"training is not watched: {problem}")
         return None
     now = s.now.timestamp()
-    world = s.spec.num_nodes * nproc_per_node(s.spec)
+    world = s.spec.num_nodes * nproc_for(s.spec)
     seen = observations(s, by_rank, now)
     v = stall.judge(seen, world, float(timeout), now)
     s.set(constants.PROGRESSING, v.status, v.reason, v.message)
     details = stallfacts.rank_details(stallfacts.facts(seen, world, float(timeout), now), v.ranks)
     s.st.set_progress(**v.status_fields(), rank_details=details)
-    if v.status != cond.TRUE:
+    if v.status != constants.TRUE:
         s.plan.requeue(RECHECK_S)
     return v

@@ -13,7 +13,6 @@ A finished job (Succeeded or Failed) is not affected.
 
 from __future__ import annotations
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.step import Outcome, Step
@@ -27,11 +26,12 @@ def apply(s: Step) -> Outcome:
     suspended = s.is_true(constants.SUSPENDED)
     if not s.spec.suspend:
         if suspended:
-            s.set(constants.SUSPENDED, cond.FALSE, vocabulary.JOB_RESUMED, "resumed: the probes run again, then training")
+            s.set(constants.SUSPENDED, constants.FALSE, vocabulary.JOB_RESUMED,
+                  "resumed: the probes run again, then training")
         return Outcome.CONTINUE
     if not suspended:
         was_running = s.is_true(constants.TRAINING_STARTED)
-        s.set(constants.SUSPENDED, cond.TRUE, vocabulary.JOB_SUSPENDED,
+        s.set(constants.SUSPENDED, constants.TRUE, vocabulary.JOB_SUSPENDED,
               "spec.suspend is true: the job's pods are deleted and nothing runs until it is false"
               + ("; training was stopped" if was_running else ""))
     stop_run(s, vocabulary.JOB_SUSPENDED, "suspended", first=not suspended)
@@ -50,9 +50,9 @@ def stop_run(s: Step, reason: str, why: str, first: bool) -> None:
     for ctype in _STAGE:
         if ctype in constants.CHECK_CONDITIONS or ctype == constants.VALIDATED:
             if s.spec.probe.enabled:
-                s.set(ctype, cond.UNKNOWN, reason, f"{why}: checked again when the job runs again")
+                s.set(ctype, constants.UNKNOWN, reason, f"{why}: checked again when the job runs again")
         else:
-            s.set(ctype, cond.UNKNOWN, reason, f"{why}: training has not started")
+            s.set(ctype, constants.UNKNOWN, reason, f"{why}: training has not started")
     probe = s.st.probe
     if probe.start_time:  # a probe run began: the next one is a new attempt
         s.st.new_probe_attempt((probe.attempt or 1) + 1)

@@ -20,7 +20,9 @@ from disttrain.children.names import job_selector
 from disttrain.children.podbase import beacon_port
 from disttrain.diagnosis import mesh, netpolverdict, networkpolicy
 from disttrain.diagnosis.advice import apply_advice
-from disttrain.diagnosis.diagnose import Diagnosis, Policy, ProbeOutcome, diagnose, summarize_ifnames
+from disttrain.diagnosis.diagnose import Diagnosis, Policy, diagnose
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.netsummary import summarize_ifnames
 from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import kubeletended, nodeloss
 
