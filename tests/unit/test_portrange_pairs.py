@@ -274,3 +274,29 @@ def test_partial_range_from_every_peer_names_only_the_culprit_beyond_two_nodes(n
     assert nv.reason == V.EPHEMERAL_PORTS_BLOCKED and nv.message.startswith("node-a:")
     named = [S.node(r) for r in range(1, n) if S.node(r) in nv.message]
     assert named == ([S.node(1)] if n == 2 else []), nv.message
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 6])
+@pytest.mark.parametrize("everyone", [False, True])
+@pytest.mark.parametrize("mesh_blocked", [frozenset(), frozenset({"eth0"})])
+def test_part_of_a_range_blocked_on_eth0_only_gives_way_to_a_clean_eth1(n, everyone, mesh_blocked):
+    """gen-1-053: part of node-b's range blocked on eth0 (the preferred network: it carries the
+    nodes' addresses), eth1 clean and sampled clean: the job validates on eth1, as it does
+    past a path-MTU black hole, and eth0's rejection says why."""
+    src = frozenset(set(range(n)) - {1}) if everyone else frozenset({0})
+    d, nv = verdict(n, Fault(1, src, frozenset({"eth0"}), mesh_blocked=mesh_blocked))
+    assert nv.status == constants.TRUE, nv.message
+    assert set(d.socket_ifnames.values()) == {"eth1"}
+    peers, mesh, plan = simulate(n, Fault(1, src, frozenset({"eth0"}), mesh_blocked=mesh_blocked))
+    res = choose(peers, mesh, "auto", 29500, plan)
+    why = [x["message"] for x in res["rejected"][0] if x["ifname"] == "eth0"]
+    said = "unreachable" if mesh_blocked else "blocks part of an ephemeral range"  # the mesh's own dial, else the samples
+    assert why and said in why[0], res["rejected"][0]
+
+
+@pytest.mark.parametrize("spec", ["eth0", "auto"])
+def test_a_range_blocked_on_every_network_or_the_forced_one_still_fails(spec):
+    nets = frozenset({"eth0"}) if spec == "eth0" else frozenset(NETS)
+    peers, mesh, plan = simulate(3, Fault(1, frozenset({0}), nets))
+    res = choose(peers, mesh, spec, 29500, plan)
+    assert res["failure"]["reason"] == V.EPHEMERAL_PORTS_BLOCKED and res["chosen"] == {}
