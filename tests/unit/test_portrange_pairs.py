@@ -300,3 +300,5 @@ def test_a_range_blocked_on_every_network_or_the_forced_one_still_fails(spec):
     peers, mesh, plan = simulate(3, Fault(1, frozenset({0}), nets))
     res = choose(peers, mesh, spec, 29500, plan)
     assert res["failure"]["reason"] == V.EPHEMERAL_PORTS_BLOCKED and res["chosen"] == {}
+    # no network is said to be free of the block when the one ranked first has it too
+    assert not any("does not:" in x["message"] for xs in res["rejected"].values() for x in xs), res["rejected"]

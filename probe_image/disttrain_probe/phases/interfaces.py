@@ -149,18 +149,9 @@ def choose(peers: Dict[int, Peer], mesh: Mesh,
     inputs = _inputs(peers, mesh, spec, master_port, dial_plan)
     ranks = sorted(peers)
     nets, usable = _rank_networks(inputs)
-    # A network that loses full-size packets, or blocks part of a node's ephemeral range, on
-    # some path gives way to one that does not, and its rejection says so (not "equal speed").
     holes = [black_hole_failure(peers, mesh, u.pick) for u in usable]
     ranges = [_range_failure(peers, mesh, u) for u in usable]
-    whole = [u for u, h in zip(usable, holes) if h is None]
-    clean = [u for u, h, g in zip(usable, holes, ranges) if h is None and g is None]
-    best = (clean or whole or usable)[0] if usable else None
-    for u, h, g in zip(usable, holes, ranges):
-        if u is not best and (h or g) is not None:
-            what = "loses full-size packets" if h is not None else "blocks part of an ephemeral range"
-            u.reason, u.message = vocabulary.REJ_NOT_PREFERRED, (
-                f"{u.where()} {what}, {best.where() if best else '?'} does not: {(h or g or {})['message']}")
+    best = _give_way(usable, holes, ranges)
     failure = interface_not_found(inputs)
     if best is not None and failure is None:  # part of a node's range blocked on the best network
         failure = ranges[usable.index(best)]
@@ -188,6 +179,31 @@ def choose(peers: Dict[int, Peer], mesh: Mesh,
         "ncclDefault": defaults,
         "warnings": warnings,
     }
+
+
+def _give_way(usable: List[Network], holes: List[Optional[Dict[str, str]]],
+              ranges: List[Optional[Dict[str, str]]]) -> Optional[Network]:
+    """The best usable network (``usable`` best first): a network that loses full-size
+    packets (``holes``), or blocks part of a node's ephemeral range (``ranges``), on some
+    path gives way to one without, and its NotPreferred rejection says so (not "equal
+    speed") where the chosen one has not that failure. None when nothing is usable."""
+    whole = [u for u, h in zip(usable, holes) if h is None]
+    clean = [u for u, h, g in zip(usable, holes, ranges) if h is None and g is None]
+    best = (clean or whole or usable)[0] if usable else None
+    if best is None:
+        return None
+    i = usable.index(best)
+    for u, h, g in zip(usable, holes, ranges):
+        if u is best:
+            continue
+        if h is not None and holes[i] is None:
+            what, f = "loses full-size packets", h
+        elif g is not None and ranges[i] is None:
+            what, f = "blocks part of an ephemeral range", g
+        else:
+            continue
+        u.reason, u.message = vocabulary.REJ_NOT_PREFERRED, f"{u.where()} {what}, {best.where()} does not: {f['message']}"
+    return best
 
 
 def _range_failure(peers: Dict[int, Peer], mesh: Mesh, net: Network) -> Optional[Dict[str, str]]:
