@@ -73,6 +73,23 @@ def test_a_firewall_on_a_subset_of_sources_names_the_culprit_and_sources_not_the
     assert exp.must_name == ("node-c", "node-a", "node-d") and exp.must_not_name == ("node-b", "node-e")
 
 
+def test_with_two_nodes_the_lone_peer_may_be_named_it_is_a_suspect_too():
+    """Two nodes: node-b's inbound rule against node-a and node-a's outbound rule to node-b
+    look the same to every probe, and the verdict must name node-a for the second
+    (tests/unit/test_portrange_pairs: the pair); so the first may name it too. A bystander
+    in a bigger cluster still may not be named."""
+    for sources in ((), ("node-a",)):
+        f = G.FirewallFault("node-b", sources, (46395, 60999), None, "drop", "ephemeral")
+        exp = oracle.expectation(f, 2)
+        assert exp.must_not_name == () and "node-b" in exp.must_name
+        msg = ("node-b: part of its ephemeral port range is blocked: node-a reached ports 32768 but not "
+               "ports 60999 on 10.101.0.12; open the whole range to the other nodes on node-b's firewall")
+        conds = [{"type": V.VALIDATED, "status": "False", "reason": V.EPHEMERAL_PORTS_BLOCKED, "message": msg}]
+        assert grade.grade(exp, conds).outcome == grade.RIGHT
+    f = G.FirewallFault("node-b", (), (46395, 60999), None, "drop", "ephemeral")
+    assert oracle.expectation(f, 3).must_not_name == ("node-a", "node-c")
+
+
 def test_a_rule_on_one_nic_lets_the_job_train_on_the_other_and_forcing_the_blocked_one_fails():
     on_eth1 = G.FirewallFault("node-b", (), (32768, 60999), "eth1", "drop", "ephemeral")
     exp = oracle.expectation(on_eth1, 3)

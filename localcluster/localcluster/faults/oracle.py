@@ -89,10 +89,13 @@ def _firewall(f: G.FirewallFault, all_nodes: tuple[str, ...]) -> Expectation:
     if f.forced is not None and f.forced not in blocked:
         return Expectation(V.VALIDATED, "True", socket_ifname=f.forced, broken_ifnames=blocked,
                            why=f"the rule holds on {f.nic} only; the job uses {f.forced}")
+    # With two nodes the lone peer is the only dialler: its outbound rule to the node reads
+    # exactly as the node's inbound rule against it, so a right verdict may name it.
+    bystanders = others(involved, all_nodes) if len(all_nodes) > 2 else ()
     return Expectation(
         V.NETWORK_VALIDATED, "False",
         (V.EPHEMERAL_PORTS_BLOCKED, V.INTERFACE_UNREACHABLE, V.NO_COMMON_INTERFACE),
-        must_name=involved, must_not_name=others(involved, all_nodes),
+        must_name=involved, must_not_name=bystanders,
         fix=(FIREWALL, "ip_local_port_range", "portRange"),
         why=f"{f.node} blocks ephemeral ports "
             f"{'from ' + G.names(f.sources) if f.sources else 'from every peer'} on the job's network")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.ground.config import ifname_matches
 from disttrain_probe.ground.shapes import Peer
-from disttrain_probe.phases.networks import ChoiceInputs, Network, nodes_text
+from disttrain_probe.phases.networks import ChoiceInputs, Network, nodes_text, others_text
 
 
 def interface_not_found(inputs: ChoiceInputs) -> Optional[Dict[str, str]]:
@@ -71,7 +71,7 @@ def no_network_failure(inputs: ChoiceInputs, nets: List[Network],
         return {"reason": vocabulary.EPHEMERAL_PORTS_BLOCKED, "message": (
             f"{where}: inbound TCP to its ephemeral ports (net.ipv4.ip_local_port_range "
             f"{_range_text(peers, inbound)}, where NCCL and gloo listen) is blocked: nothing "
-            f"from {nodes_text(peers, others)} got through on {nics}, while {where}'s own "
+            f"from {others_text(peers, others, inbound, lone=False)} got through on {nics}, while {where}'s own "
             f"connections out and the master port{port_s} worked; open that TCP range to the "
             f"other nodes on {where}'s firewall, or set network.portRange to the range it "
             f"admits")}

@@ -16,6 +16,11 @@ kube-bridge, genev_sys_*: :data:`~disttrain_probe.phases.networks.POD_NETWORK_DE
 hostNetwork) is never chosen while a network of other interfaces joins the same nodes: its
 traffic crosses those NICs anyway (``PodNetworkDevice``).
 
+A usable network that loses full-size packets on some path (a path-MTU black hole), or
+where part of a node's ephemeral range is blocked or a pair blocked elsewhere went
+unsampled (``portrange``), gives way to one without either, and its rejection says why;
+when every usable network has one, the best one's failure is the verdict.
+
 Preference among usable networks: highest minimum link speed (as the kernel reports it;
 only when every usable network's speed is known on every node), then measured throughput
 (the slowest measured pair, Mb/s, from the connectivity phase's timed transfers; capped at
@@ -138,21 +143,12 @@ def choose(peers: Dict[int, Peer], mesh: Mesh,
     inputs = _inputs(peers, mesh, spec, master_port, dial_plan)
     ranks = sorted(peers)
     nets, usable = _rank_networks(inputs)
-    # A network that loses full-size packets on some path gives way to one that does not,
-    # and its rejection says so (not "equal speed").
     holes = [black_hole_failure(peers, mesh, u.pick) for u in usable]
-    whole = [u for u, h in zip(usable, holes) if h is None]
-    best = (whole or usable)[0] if usable else None
-    for u, h in zip(usable, holes):
-        if h is not None and u is not best:
-            u.reason, u.message = vocabulary.REJ_NOT_PREFERRED, (
-                f"{u.where()} loses full-size packets, {best.where() if best else '?'} does not: "
-                f"{h['message']}")
+    ranges = [_range_failure(peers, mesh, u) for u in usable]
+    best = _give_way(usable, holes, ranges)
     failure = interface_not_found(inputs)
     if best is not None and failure is None:  # part of a node's range blocked on the best network
-        at = {r: e["addr"] for r, e in best.pick.items()}
-        # a pair blocked on another network validates this one only if sampled clean here
-        failure = partial_range_failure(peers, mesh, at) or untested_failure(peers, mesh, at)
+        failure = ranges[usable.index(best)]
     if best is not None and failure is None:  # full-size packets lost on a path of it
         failure = holes[usable.index(best)]
     if best is None and failure is None:
@@ -177,6 +173,39 @@ def choose(peers: Dict[int, Peer], mesh: Mesh,
         "ncclDefault": defaults,
         "warnings": warnings,
     }
+
+
+def _give_way(usable: List[Network], holes: List[Optional[Dict[str, str]]],
+              ranges: List[Optional[Dict[str, str]]]) -> Optional[Network]:
+    """The best usable network (``usable`` best first): a network that loses full-size
+    packets (``holes``), or blocks part of a node's ephemeral range (``ranges``), on some
+    path gives way to one without, and its NotPreferred rejection says so (not "equal
+    speed") where the chosen one has not that failure. None when nothing is usable."""
+    whole = [u for u, h in zip(usable, holes) if h is None]
+    clean = [u for u, h, g in zip(usable, holes, ranges) if h is None and g is None]
+    best = (clean or whole or usable)[0] if usable else None
+    if best is None:
+        return None
+    i = usable.index(best)
+    for u, h, g in zip(usable, holes, ranges):
+        if u is best:
+            continue
+        if h is not None and holes[i] is None:
+            what, f = "loses full-size packets", h
+        elif g is not None and ranges[i] is None:
+            what, f = "blocks part of an ephemeral range", g
+        else:
+            continue
+        u.reason, u.message = vocabulary.REJ_NOT_PREFERRED, f"{u.where()} {what}, {best.where()} does not: {f['message']}"
+    return best
+
+
+def _range_failure(peers: Dict[int, Peer], mesh: Mesh, net: Network) -> Optional[Dict[str, str]]:
+    """EphemeralPortsBlocked when part of a node's range is blocked on ``net``, or a pair
+    blocked on another network was not sampled clean on it (a rule on one NIC is often on
+    the others too), else None."""
+    at = {r: e["addr"] for r, e in net.pick.items()}
+    return partial_range_failure(peers, mesh, at) or untested_failure(peers, mesh, at)
 
 
 def _inputs(peers: Dict[int, Peer], mesh: Mesh,

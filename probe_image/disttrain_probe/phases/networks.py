@@ -62,6 +62,21 @@ def nodes_text(peers: Dict[int, Peer], ranks: Sequence[int]) -> str:
     return ", ".join(names)
 
 
+def others_text(peers: Dict[int, Peer], ranks: Sequence[int], besides: Sequence[int],
+                lone: bool = True) -> str:
+    """The witnesses ``ranks``: ``every other node`` (``the other node`` when there is one
+    and ``lone``) when their nodes are every node but those of ``besides`` (the culprits
+    named already), else :func:`nodes_text`: witnesses are no list of suspects. ``lone``
+    False: one witness node is named (a lone dialler may be the culprit by its outbound
+    rule: with two nodes, nothing tells the two apart)."""
+    def node(r: int) -> str:
+        return peers[r].get("node") or f"rank-{r}"
+    named, rest = {node(r) for r in ranks}, {node(r) for r in peers} - {node(r) for r in besides}
+    if named and named == rest and (lone or len(rest) > 1):
+        return "the other node" if len(rest) == 1 else "every other node"
+    return nodes_text(peers, ranks)
+
+
 class Network:
     def __init__(self, key: str, label: str, members: Dict[int, List[NetEntry]]):
         self.key = key            # "10.1.0.0/24" or "ifname:eth0"

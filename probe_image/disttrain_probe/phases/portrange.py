@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.contract.paths import is_loopback
 from disttrain_probe.ground.shapes import Mesh, Peer
-from disttrain_probe.phases.networks import nodes_text
+from disttrain_probe.phases.networks import nodes_text, others_text
 
 _BLOCKED = ("refused", "timeout")
 _PASSED = ("ok", "slow")  # slow: connected, the identity late (a starved peer): the port is open
@@ -173,12 +173,12 @@ def partial_range_failure(peers: Dict[int, Peer],
     also = f" (also {nodes_text(peers, others)})" if others else ""
     by = nodes_text(peers, sorted(s.by))
     only = f" to {by}" if s.clean else ""
-    clean = f", while {nodes_text(peers, sorted(s.clean))} reached them all" if s.clean else ""
+    clean = f", while {others_text(peers, sorted(s.clean), [j, *s.by])} reached them all" if s.clean else ""
     fix = (f"; open the whole range to {by if s.clean else 'the other nodes'} on {node}'s "
            f"firewall, or set network.portRange to a range it admits")
     head = f"{node}: part of its ephemeral port range is blocked{only}"
-    # witnesses, not culprits: every other node is said as such, not listed
-    said_by = "every other node" if not s.clean and len(s.by) == len(peers) - 1 > 1 else by
+    # witnesses, not culprits: every other node is said as such, not listed (a lone one is a suspect)
+    said_by = by if s.clean else others_text(peers, sorted(s.by), [j], lone=False)
     seen_s = f": {said_by} reached {answered} but not {_ports(s.bad)} on {_where(s)}"
     hang = "; " + _HANG.format(_range_s(peers, j))
     return {"reason": vocabulary.EPHEMERAL_PORTS_BLOCKED, "message": _fit([
