@@ -40,6 +40,14 @@ STRANDING_IN_RENDEZVOUS = frozenset({vocabulary.CONNECTION_INTERCEPTED})
 # After the first such rank ended, how long the other dialling ranks get to end on their
 # own (they run the same checks at about the same time) before the verdict goes without them.
 STRANDED_SETTLE_SECONDS = 3.0
+# ... and at least this long after each of them started its probe: a rank's own MASTER_ADDR
+# answer (loopback, a stale entry) is known within moments of its start, but ranks start
+# seconds apart. Found on the real kubelets (regression gen-1-157, 8 nodes on 2 cores): the
+# verdict named the first of six nodes mapping MASTER_ADDR to 127.0.0.1, the other five
+# still starting. A rank not started yet is waited for up to STRANDED_MOST_SECONDS after
+# the first stranding end.
+STARTED_SETTLE_SECONDS = 8.0
+STRANDED_MOST_SECONDS = 20.0
 
 
 
@@ -162,10 +170,26 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
         if left0 is not None and left0 > 0:
             waits.append(left0)
     if not (all(observe.finished(by_rank.get(r)) for r in range(1, n)) or first is None):
-        left = seconds_left(first, STRANDED_SETTLE_SECONDS, now)
-        if left is not None and left > 0:
-            waits.append(left)
+        waits += _settle(by_rank, n, first, now)
     return (False, max(waits)) if waits else (True, None)
+
+
+def _settle(by_rank: dict[int, dict], n: int, first: datetime, now: datetime) -> list[float]:
+    """The waits (s, each > 0) for the ranks >= 1 still running after the first stranding
+    rank ended at ``first``: STRANDED_SETTLE_SECONDS after that end, and each such rank
+    STARTED_SETTLE_SECONDS after its probe started (one not started yet: up to
+    STRANDED_MOST_SECONDS after ``first``); never past STRANDED_MOST_SECONDS."""
+    most = seconds_left(first, STRANDED_MOST_SECONDS, now)
+    if most is None or most <= 0:
+        return []
+    waits = [seconds_left(first, STRANDED_SETTLE_SECONDS, now)]
+    for r in range(1, n):
+        pod = by_rank.get(r)
+        if observe.finished(pod):
+            continue
+        start = observe.parse_time(observe.started_at(pod, "probe")) if pod else None
+        waits.append(seconds_left(start, STARTED_SETTLE_SECONDS, now) if start else most)
+    return [min(w, most) for w in waits if w is not None and w > 0]
 
 
 def rank0_excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) -> bool:
