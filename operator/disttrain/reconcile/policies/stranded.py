@@ -135,14 +135,19 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
     >= 1 failed before joining the store and every other rank >= 1 has ended or
     STRANDED_SETTLE_SECONDS have passed since it ended (rank 0 could only time out waiting
     for it); or rank 0 itself failed before serving the store (the others could only be
-    refused). When a rank found rank 0's host silent (:func:`master_silent`), rank 0's own
+    refused). Either way a rank still running is first given STARTED_SETTLE_SECONDS from its
+    own start (:func:`_settle`), so that ranks that started late report their own
+    MASTER_ADDR answer too. When a rank found rank 0's host silent (:func:`master_silent`), rank 0's own
     report is awaited until ``rank0_wait`` seconds after its probe started (its own checks,
     e.g. resolving its name, end by then): it alone can name a fault of rank 0's node. When
     a rank found rank 0's store silent (:func:`store_silent`), rank 0's report is awaited
     until STORE_SILENT_WAIT_SECONDS after that rank ended.
     (False, seconds) while a wait runs; (False, None) otherwise."""
-    if _failed_before_store(by_rank.get(0), parse_report) is not None:
-        return True, None
+    term0 = _failed_before_store(by_rank.get(0), parse_report)
+    if term0 is not None:  # the others can only be refused: wait only for late starters
+        end0 = observe.parse_time(term0.get("finishedAt"))
+        late = _settle(by_rank, n, end0, now) if end0 else []
+        return (False, max(late)) if late else (True, None)
     first: Optional[datetime] = None
     found = False
     silent = False
@@ -176,7 +181,7 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
 
 def _settle(by_rank: dict[int, dict], n: int, first: datetime, now: datetime) -> list[float]:
     """The waits (s, each > 0) for the ranks >= 1 still running after the first stranding
-    rank ended at ``first``: STRANDED_SETTLE_SECONDS after that end, and each such rank
+    rank (rank 0 among them) ended at ``first``: STRANDED_SETTLE_SECONDS after that end, and each such rank
     STARTED_SETTLE_SECONDS after its probe started (one not started yet: up to
     STRANDED_MOST_SECONDS after ``first``); never past STRANDED_MOST_SECONDS."""
     most = seconds_left(first, STRANDED_MOST_SECONDS, now)
