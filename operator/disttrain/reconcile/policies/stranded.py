@@ -146,7 +146,7 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
     term0 = _failed_before_store(by_rank.get(0), parse_report)
     if term0 is not None:  # the others can only be refused: wait only for late starters
         end0 = observe.parse_time(term0.get("finishedAt"))
-        late = _settle(by_rank, n, end0, now) if end0 else []
+        late = _settle(by_rank, n, end0, now, after_end=0.0) if end0 else []
         return (False, max(late)) if late else (True, None)
     first: Optional[datetime] = None
     found = False
@@ -179,15 +179,16 @@ def stranded(by_rank: dict[int, dict], n: int, parse_report: ReportParser,
     return (False, max(waits)) if waits else (True, None)
 
 
-def _settle(by_rank: dict[int, dict], n: int, first: datetime, now: datetime) -> list[float]:
+def _settle(by_rank: dict[int, dict], n: int, first: datetime, now: datetime,
+            after_end: float = STRANDED_SETTLE_SECONDS) -> list[float]:
     """The waits (s, each > 0) for the ranks >= 1 still running after the first stranding
-    rank (rank 0 among them) ended at ``first``: STRANDED_SETTLE_SECONDS after that end, and each such rank
+    rank (rank 0 among them) ended at ``first``: ``after_end`` after that end, and each such rank
     STARTED_SETTLE_SECONDS after its probe started (one not started yet: up to
     STRANDED_MOST_SECONDS after ``first``); never past STRANDED_MOST_SECONDS."""
     most = seconds_left(first, STRANDED_MOST_SECONDS, now)
     if most is None or most <= 0:
         return []
-    waits = [seconds_left(first, STRANDED_SETTLE_SECONDS, now)]
+    waits = [seconds_left(first, after_end, now)]
     for r in range(1, n):
         pod = by_rank.get(r)
         if observe.finished(pod):
