@@ -61,7 +61,7 @@ def dial_mesh(peers: dict[int, dict], entry: Callable[[int, int, str], Optional[
     return out
 
 
-SAMPLED = [32768, 38414, 44060, 49707, 55353, 60999]  # range_ports([32768, 60999])
+SAMPLED = [32768, 38414, 44060, 49707, 55353, 60999]  # six samples of 32768-60999, as probes sent before RANGE_SAMPLES 32
 
 
 def sampled(res: dict, ports: Optional[list] = None) -> dict:

@@ -49,7 +49,8 @@ FULL_MESH_MAX = 32
 BULK_BYTES = 4 * 1024 * 1024     # bytes per timed transfer (DISTTRAIN_PROBE_BULK_BYTES)
 BULK_ROUNDS = 3                  # transfers per network: the fastest counts, the spread is kept
 BULK_MAX_SECONDS = 1.0           # per transfer; a slow link is measured on what arrived
-RANGE_SAMPLES = 6                # listeners per address spread over ip_local_port_range
+RANGE_SAMPLES = 32               # listeners per address spread over ip_local_port_range (a gap of
+                                 # about 900 ports over the default 32768-60999: see range_ports)
 
 
 def typical(rounds: List[float]) -> float:

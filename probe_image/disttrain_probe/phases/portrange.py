@@ -92,11 +92,29 @@ def partial_blocks(mesh: Mesh,
     return seen
 
 
-def _ports(ports: Set[int]) -> str:
+def _ports(ports: Set[int], grid: Optional[Set[int]] = None, most: int = 3) -> str:
+    """``port 40000``, ``ports 32768, 38414 and 44060``, or with many samples the runs of
+    ``ports`` that are neighbours among the sampled ``grid`` (default: ``ports`` alone):
+    ``ports 32768-44060 (14 sampled) and 60999``; at most ``most`` runs, then how many more
+    ports."""
     xs = sorted(ports)
     if len(xs) == 1:
         return f"port {xs[0]}"
-    return "ports " + ", ".join(str(p) for p in xs[:-1]) + f" and {xs[-1]}"
+    if len(xs) <= 4:
+        return "ports " + ", ".join(str(p) for p in xs[:-1]) + f" and {xs[-1]}"
+    order = sorted(set(grid or ()) | set(xs))
+    at = {p: k for k, p in enumerate(order)}
+    runs: List[List[int]] = []
+    for p in xs:
+        if runs and at[p] == at[runs[-1][-1]] + 1:
+            runs[-1].append(p)
+        else:
+            runs.append([p])
+    said = [f"{r[0]}" if len(r) == 1 else f"{r[0]}-{r[-1]} ({len(r)} sampled)" for r in runs[:most]]
+    rest = sum(len(r) for r in runs[most:])
+    if rest:
+        said.append(f"{rest} more")
+    return "ports " + (", ".join(said[:-1]) + f" and {said[-1]}" if len(said) > 1 else said[0])
 
 
 def _range_s(peers: Dict[int, Peer], j: int) -> str:
@@ -141,10 +159,10 @@ def _outbound(peers: Dict[int, Peer], mesh: Mesh, addrs: Optional[Dict[int, str]
     targets = "every other node" if every and len(sampled) == len(peers) - 1 else nodes_text(peers, sorted(seen))
     ok = set().union(*(s.ok for s in seen.values()))
     bad = set().union(*(s.bad for s in seen.values()))
-    answered = _ports(ok) if ok else "the mesh's port"
+    answered = _ports(ok, ok | bad) if ok else "the mesh's port"
     inbound = "" if every else f", or their inbound rules against {node}"
     head = (f"{node}: its connections to part of the ephemeral port range of {targets} are "
-            f"blocked: it reached {answered} but not {_ports(bad)}")
+            f"blocked: it reached {answered} but not {_ports(bad, ok | bad)}")
     tail = f"; open {node}'s outbound firewall to their whole range{inbound}"
     return {"reason": vocabulary.EPHEMERAL_PORTS_BLOCKED, "message": _fit([
         f"{head}, which the other nodes reached; {_HANG.format('')}{tail}", head + tail])}
@@ -168,7 +186,7 @@ def partial_range_failure(peers: Dict[int, Peer],
     j = min(seen, key=lambda r: (-len(seen[r].by), r))
     s = seen[j]
     node = nodes_text(peers, [j])
-    answered = _ports(s.ok) if s.ok else "the mesh's port"
+    answered = _ports(s.ok, s.ok | s.bad) if s.ok else "the mesh's port"
     others = sorted(set(seen) - {j})
     also = f" (also {nodes_text(peers, others)})" if others else ""
     by = nodes_text(peers, sorted(s.by))
@@ -179,7 +197,7 @@ def partial_range_failure(peers: Dict[int, Peer],
     head = f"{node}: part of its ephemeral port range is blocked{only}"
     # witnesses, not culprits: every other node is said as such, not listed (a lone one is a suspect)
     said_by = by if s.clean else others_text(peers, sorted(s.by), [j], lone=False)
-    seen_s = f": {said_by} reached {answered} but not {_ports(s.bad)} on {_where(s)}"
+    seen_s = f": {said_by} reached {answered} but not {_ports(s.bad, s.ok | s.bad)} on {_where(s)}"
     hang = "; " + _HANG.format(_range_s(peers, j))
     return {"reason": vocabulary.EPHEMERAL_PORTS_BLOCKED, "message": _fit([
         head + also + seen_s + clean + hang + fix, head + also + seen_s + hang + fix,
@@ -223,7 +241,8 @@ def blocked_pairs(peers: Dict[int, Peer], mesh: Mesh,
         if res.get("r") in _BLOCKED:
             out.setdefault((i, j), (addr, _MESH_WORDS[str(res.get("r"))]))
         elif bad:
-            out.setdefault((i, j), (addr, _ports(set(bad)) + " not answering"))
+            grid = {p for p, _r in _samples(res)}
+            out.setdefault((i, j), (addr, _ports(set(bad), grid) + " not answering"))
     return out
 
 
