@@ -151,3 +151,34 @@ def test_any_text_is_parsed_or_refused_with_value_error(line):
 ])
 def test_the_user_frame_skips_torch_and_the_standard_library(stack, want):
     assert p.user_frame(stack) == want
+
+
+# --- the tcp segments: peers the pod's connections lose packets to ---------------------------
+
+addresses = st.ip_addresses().map(str)
+tcp_peers = st.lists(st.builds(p.TcpPeer, peer=addresses, sockets=st.integers(1, 10**4),
+                               unacked=st.integers(0, 10**12), retrans=st.integers(1, 255)), max_size=8)
+
+
+@given(pods, finite, tcp_peers)
+def test_tcp_segments_go_first_fit_the_event_and_parse_back(items, now, peers):
+    line = p.with_tcp(p.summarize(items, now), peers)
+    assert len(line.encode()) <= p.MAX_SUMMARY_BYTES and "\n" not in line
+    want = sorted(peers, key=lambda t: (-t.retrans, -t.unacked, t.peer))[:p.MAX_TCP_PEERS]
+    assert p.parse_tcp(line) == want
+    ranks = p.parse_summary(line)  # the ranks' segments that were kept, none of the tcp ones
+    assert all(s.where in p.WHERES + (p.UNREADABLE,) for s in ranks)
+    assert ranks == p.parse_summary(p.summarize(items, now))[:len(ranks)]  # only trailing ones give way
+
+
+def test_a_line_without_tcp_segments_is_left_as_it_was():
+    line = p.summarize([], 1.0)
+    assert p.with_tcp(line, []) == line and p.parse_tcp(line) == []
+
+
+@pytest.mark.parametrize("seg", ["tcp peer=10.0.0.1 sockets=1 unacked=2", "tcp peer=x;y sockets=1 unacked=2 retrans=3",
+                                 "tcp peer=10.0.0.1 sockets=-1 unacked=2 retrans=3",
+                                 "tcp peer=10.0.0.1 sockets=1 unacked=2 retrans=3 extra=1"])
+def test_a_malformed_tcp_segment_is_refused_with_value_error(seg):
+    with pytest.raises(ValueError):
+        p.parse_tcp(f"{p.SUMMARY_PREFIX} {seg}")

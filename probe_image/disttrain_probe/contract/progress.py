@@ -280,6 +280,60 @@ def summarize(records: Sequence[Union[RankProgress, Unreadable]], now: float) ->
     return format_summary([summary_of(r, now) for r in ordered])
 
 
+# A pod's TCP connections that hold unacknowledged data after repeated retransmission
+# timeouts (the kernel's own counters, read from /proc/net/tcp by the sidecar while its ranks
+# do not advance): one segment per peer address, before the ranks' segments so that a cut
+# line keeps them,
+#
+#   tcp peer=10.101.0.13 sockets=2 unacked=1448 retrans=6
+#
+# ``unacked`` bytes summed over the sockets, ``retrans`` the most consecutive timeouts of any.
+TCP = "tcp"
+MAX_TCP_PEERS = 4  # peers kept in one line, most retransmitted first
+_PEER = re.compile(r"^[0-9A-Fa-f:.]{2,45}$")
+
+
+@dataclass(frozen=True)
+class TcpPeer:
+    """The pod's TCP connections to one ``peer`` address (IPv4 or IPv6 text) that hold
+    ``unacked`` bytes not acknowledged after ``retrans`` (>= 1) retransmission timeouts in a
+    row: packets to or from the peer are lost. ``sockets``: how many such connections."""
+    peer: str
+    sockets: int
+    unacked: int
+    retrans: int
+
+
+def _tcp_segment(t: TcpPeer) -> str:
+    return f"{TCP} peer={t.peer} sockets={t.sockets} unacked={t.unacked} retrans={t.retrans}"
+
+
+def _parse_tcp(seg: str) -> TcpPeer:
+    f = _fields(seg.split(" ")[1:], ("peer", "sockets", "unacked", "retrans"))
+    nums = [f.get(k, "") for k in ("sockets", "unacked", "retrans")]
+    if not _PEER.match(f.get("peer", "")) or not all(n.isdigit() and n.isascii() and len(n) <= 20 for n in nums):
+        raise ValueError(f"not a tcp segment: {seg[:40]!r}")
+    return TcpPeer(f["peer"], int(nums[0]), int(nums[1]), int(nums[2]))
+
+
+def with_tcp(line: str, peers: Sequence[TcpPeer]) -> str:
+    """``line`` (a :func:`format_summary` line) with the segments of ``peers`` (at most
+    :data:`MAX_TCP_PEERS`, most retransmitted first) put first; the line's trailing rank
+    segments give way ("+N more") so that the whole stays within :data:`MAX_SUMMARY_BYTES`."""
+    keep = sorted((p for p in peers if _PEER.match(p.peer)), key=lambda p: (-p.retrans, -p.unacked, p.peer))
+    tcp = [_tcp_segment(p) for p in keep[:MAX_TCP_PEERS]]
+    if not tcp:
+        return line
+    body = line[len(SUMMARY_PREFIX) + 1:] if line.startswith(SUMMARY_PREFIX + " ") else ""
+    segs = [] if body in ("", "no records") else body.split("; ")
+    for keep_n in range(len(segs), -1, -1):
+        rest = segs[:keep_n] + ([f"+{len(segs) - keep_n} more"] if keep_n < len(segs) else [])
+        out = f"{SUMMARY_PREFIX} " + "; ".join(tcp + rest)
+        if len(out.encode()) <= MAX_SUMMARY_BYTES:
+            return out
+    return f"{SUMMARY_PREFIX} " + "; ".join(tcp)  # four tcp segments are under 400 bytes
+
+
 def _fields(tokens: List[str], allowed: Sequence[str]) -> dict:
     out = {}
     for t in tokens:
@@ -325,4 +379,15 @@ def parse_summary(line: str) -> List[RankSummary]:
     segs = body.split("; ")
     if _MORE.match(segs[-1]):
         segs = segs[:-1]
-    return [_parse_segment(s) for s in segs]
+    return [_parse_segment(s) for s in segs if not s.startswith(TCP + " ")]
+
+
+def parse_tcp(line: str) -> List[TcpPeer]:
+    """The ``tcp`` segments of a summary line (:func:`with_tcp`); [] for none.
+
+    Raises:
+        ValueError: what :func:`parse_summary` refuses, or a malformed tcp segment.
+    """
+    parse_summary(line)
+    body = line[len(SUMMARY_PREFIX) + 1:]
+    return [_parse_tcp(s) for s in body.split("; ") if s.startswith(TCP + " ")]

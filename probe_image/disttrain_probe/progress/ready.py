@@ -7,6 +7,10 @@ in the Event "Readiness probe failed: <line>") and exits 0 while every rank's ``
 advanced within S seconds (default ``contract.progress.DEFAULT_STALL_AFTER_S``) and its
 record is fresh, 1 otherwise (no record, an unreadable one, a stale one, a stalled rank),
 2 on bad arguments. Never a traceback: unreadable files are named in the line.
+
+When it exits 1 the line also names the peers to which the pod's TCP connections hold
+unacknowledged data after repeated retransmissions (:mod:`disttrain_probe.progress.tcpstate`):
+the operator's evidence for a silent link while every rank waits in a collective.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import time
 from typing import List, Optional, Sequence, Union
 
 from disttrain_probe.contract import progress as contract
+from disttrain_probe.progress import tcpstate
 
 Item = Union[contract.RankProgress, contract.Unreadable]
 
@@ -66,8 +71,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         now = time.time()
         items = read_records(args.dir) if args.dir else [
             contract.Unreadable(file="-", error=f"{contract.PROGRESS_DIR_ENV} is not set")]
-        print(contract.summarize(items, now), flush=True)
-        return 0 if healthy(items, now, args.stall_after) else 1
+        ok = healthy(items, now, args.stall_after)
+        line = contract.summarize(items, now)
+        print(line if ok else contract.with_tcp(line, tcpstate.read()), flush=True)
+        return 0 if ok else 1
     except Exception as e:  # a readiness probe prints a line, never a traceback
         failed = contract.Unreadable(file=args.dir or "-", error=f"{type(e).__name__}: {e}")
         print(contract.summarize([failed], time.time()), flush=True)
