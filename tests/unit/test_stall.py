@@ -307,3 +307,22 @@ def test_rank_details_keep_the_culprits_and_the_ranks_not_advancing_first_in_ran
                       "frame": "x.py:1 (f)", "stale": True}
     assert by[70]["op"] == "all_reduce" and by[70]["waitingSeq"] == 9 and by[70]["stale"] is False
     assert stallfacts.rank_details(f, most=0) == []
+
+
+def test_a_link_that_stopped_mid_collective_is_named_though_the_ranks_are_one_collective_apart():
+    """The ranks that got their data went on to the next all_reduce; the link's losses, not a
+    mismatch, explain it."""
+    obs = [wait(0, seq=1534), wait(1, seq=1533), wait(2, seq=1534)]
+    links = [("node-a", "node-b", "eth1", "loses packets: 10 B unacked after 5 TCP retransmits")]
+    v = judge(obs, 3, T, NOW, links)
+    assert (v.reason, v.nodes) == (V.COLLECTIVE_STALLED, ("node-a", "node-b")), v
+    assert v.message.startswith("every rank waits in all_reduce #1533 or #1534 for 400 s: node-a <-> node-b")
+
+
+@pytest.mark.parametrize("obs, links", [
+    ([wait(0, seq=1534), wait(1, seq=1533)], []),  # no link evidence
+    ([wait(0, seq=1536), wait(1, seq=1533)], [("node-a", "node-b", "eth1", "loses packets")]),  # 3 apart
+    ([wait(0, seq=1533, op="broadcast"), wait(1, seq=1533)], [("node-a", "node-b", "eth1", "loses packets")]),
+])
+def test_ranks_in_different_collectives_without_a_link_that_explains_it_are_mismatched(obs, links):
+    assert judge(obs, 2, T, NOW, links).reason == V.COLLECTIVES_MISMATCHED

@@ -232,7 +232,25 @@ def _unresponsive(f: Facts) -> Optional[Claim]:
                  culprits=f.stale, since=_since(f, age), note=_note(f, skip_stale=True))
 
 
+def _job_links(f: Facts) -> list[LinkSilence]:
+    """The silent links of ``f`` whose both ends are nodes of the job."""
+    job_nodes = {x.node for x in f.ranks.values()}
+    return [s for s in f.links if T.clean(s.node_a, T.NODE_CHARS) in job_nodes
+            and T.clean(s.node_b, T.NODE_CHARS) in job_nodes]
+
+
+def _one_apart(f: Facts) -> bool:
+    """Every waiting rank is in the same op, their sequence numbers at most one apart: what a
+    link that stopped mid-collective leaves (the ranks that got their data went on to the
+    next collective, the others wait for theirs)."""
+    waits = f.waiting()
+    seqs = [x.wseq for x in waits if x.wseq is not None]
+    return len({x.op for x in waits}) == 1 and len(seqs) == len(waits) and max(seqs) - min(seqs) <= 1
+
+
 def _mismatched(f: Facts) -> Optional[Claim]:
+    if _job_links(f) and _one_apart(f):
+        return None  # a link that lost its packets mid-collective: _collective_stalled names it
     groups: dict[tuple, list[int]] = {}
     for x in f.waiting():
         if x.op is not None or x.wseq is not None:
@@ -257,8 +275,9 @@ def _collective_stalled(f: Facts) -> Optional[Claim]:
     if not waits or len(f.waiting()) != len(f.fresh):
         return None
     since = f.now - max(x.wait_age or 0.0 for x in waits)
+    seqs = sorted({x.wseq for x in f.waiting() if x.wseq is not None})
     x = waits[0]
-    what = T.collective(x.op, x.wseq)
+    what = T.collective(x.op, seqs[0] if seqs else x.wseq) + (f" or #{seqs[-1]}" if len(seqs) > 1 else "")
     if f.missing:
         unknown = [r for r in f.ranks if f.ranks[r].where is None]
         return Claim("collective_stalled", V.STALL_NOT_ATTRIBUTED,
@@ -273,9 +292,7 @@ def _collective_stalled(f: Facts) -> Optional[Claim]:
 def _link_claim(f: Facts, what: str, since: float) -> Claim:
     """Every rank waits in ``what``: a silent link between two of the job's nodes when the
     evidence shows one, else the candidates and what would decide."""
-    job_nodes = {x.node for x in f.ranks.values()}
-    links = [s for s in f.links if T.clean(s.node_a, T.NODE_CHARS) in job_nodes
-             and T.clean(s.node_b, T.NODE_CHARS) in job_nodes]
+    links = _job_links(f)
     age = T.seconds(f.now - since)
     if not links:
         return Claim("collective_stalled", V.COLLECTIVE_STALLED,
@@ -291,8 +308,9 @@ def _link_claim(f: Facts, what: str, since: float) -> Claim:
     more = f" (and {len(links) - 1} more links)" if len(links) > 1 else ""
     return Claim("collective_stalled", V.COLLECTIVE_STALLED,
                  f"every rank waits in {what} for {age}: {links[0].text()}{more}",
-                 f"check {messages.node_list(list(nodes))}: the link's counters (ip -s link), the switch "
-                 "port and cable; cordon the node to run the job elsewhere", nodes=nodes, since=since)
+                 f"check {messages.node_list(list(nodes))}: firewall rules between them (nft list ruleset), "
+                 "the link's counters (ip -s link), the switch port and cable; cordon the node to run the "
+                 "job elsewhere", nodes=nodes, since=since)
 
 
 def _not_attributed(f: Facts) -> Claim:

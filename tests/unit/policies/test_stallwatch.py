@@ -2,10 +2,12 @@
 :mod:`disttrain.reconcile.policies.training`): the pods it builds, Progressing from the
 sidecars' readiness and words, and runPolicy.onStall."""
 
+import pytest
+
 from disttrain.api import constants as C
 from disttrain.children import progresswatch as pw
 from disttrain.reconcile import conditions as cond
-from disttrain.reconcile.policies import training
+from disttrain.reconcile.policies import stallwatch, training
 from disttrain.reconcile.step import Outcome
 from disttrain_probe.contract import vocabulary as V
 
@@ -178,3 +180,61 @@ def test_no_node_is_excluded_when_no_restart_is_left():
     s = job(False, False, said=FROZEN).build()
     training.apply(s)
     assert cond.get(s.conds, C.FAILED)["reason"] == V.TRAINING_STALLED and _excluded(s) == []
+
+
+def _partitioned(tcp: str, said_at: str = NOW, host_ips: bool = True, nodes: int = 2):
+    """Every rank waits in all_reduce #1533; rank 0's sidecar says ``tcp`` (its segment) at
+    ``said_at``; the nodes' addresses on eth1 are 10.101.0.(11+r) (status.nodes), the pods'
+    hostIPs 10.100.0.(11+r)."""
+    pods, _ = watched(*[False] * nodes)
+    if host_ips:
+        for r, p in enumerate(pods):
+            p["status"]["hostIP"] = p["status"]["podIP"] = f"10.100.0.{11 + r}"
+    words = [pw.ProgressEvent(f"j-worker-{r}", f"progress: {tcp + '; ' if r == 0 else ''}r{r} collective "
+                              f"seq=1533 idle=70s op=all_reduce", said_at) for r in range(nodes)]
+    b = given_(nodes).training().run_policy(stallTimeoutSeconds=60, onStall="Wait").with_pods(*pods)
+    b.status(nodes=[{"rank": r, "name": f"node-{'abc'[r]}", "interface": "eth1", "address": f"10.101.0.{11 + r}"}
+                    for r in range(nodes)])
+    s = b.observing(progress=words).build()
+    training.apply(s)
+    return cond.get(s.conds, C.PROGRESSING)
+
+
+def test_lost_packets_to_a_peer_on_the_chosen_interface_name_the_link():
+    c = _partitioned("tcp peer=10.101.0.12 sockets=2 unacked=1448 retrans=7")
+    assert (c["status"], c["reason"]) == (FALSE, V.COLLECTIVE_STALLED), c
+    assert ("every rank waits in all_reduce #1533 for 70 s: node-a <-> node-b on eth1 loses packets: 1448 B "
+            "unacked after 7 TCP retransmits") in c["message"], c["message"]
+    assert "check node-a, node-b: firewall rules between them" in c["message"]
+
+
+def test_lost_packets_to_a_peers_pod_address_name_the_link_on_the_node_network():
+    c = _partitioned("tcp peer=10.100.0.12 sockets=1 unacked=99 retrans=3")
+    assert "node-a <-> node-b on the node network loses packets: 99 B unacked after 3 TCP" in c["message"]
+
+
+def test_the_peer_common_to_every_silent_link_is_the_one_named():
+    tcp = "tcp peer=10.101.0.13 sockets=1 unacked=10 retrans=5"
+    c = _partitioned(tcp, nodes=3)  # only node-a's word: one link a-c
+    assert "node-a <-> node-c" in c["message"] and "node-b" not in c["message"].partition("check")[2]
+
+
+@pytest.mark.parametrize("tcp, said_at", [
+    ("tcp peer=192.0.2.7 sockets=1 unacked=10 retrans=9", NOW),  # no node of the job
+    ("tcp peer=10.101.0.11 sockets=1 unacked=10 retrans=9", NOW),  # the pod's own node
+])
+def test_lost_packets_that_are_no_evidence_of_a_link_between_the_jobs_nodes_name_none(tcp, said_at):
+    c = _partitioned(tcp, said_at)
+    assert (c["status"], c["reason"]) == (FALSE, V.COLLECTIVE_STALLED), c
+    assert "nothing yet says which" in c["message"] and "<->" not in c["message"], c["message"]
+
+
+def test_a_word_older_than_the_freshness_window_is_no_link_evidence():
+    pods, _ = watched(False, False)
+    b = given_().training().with_pods(*pods).status(nodes=[
+        {"rank": r, "name": f"node-{'ab'[r]}", "interface": "eth1", "address": f"10.101.0.{11 + r}"} for r in (0, 1)])
+    line = "progress: tcp peer=10.101.0.12 sockets=1 unacked=10 retrans=9; r0 collective seq=1 idle=9s"
+    for at, found in (("2026-11-30T11:59:45Z", 1), ("2026-11-30T11:59:00Z", 0)):
+        s = b.observing(progress=[pw.ProgressEvent("j-worker-0", line, at)]).build()
+        by_rank = {r: p for r, p in enumerate(pods)}
+        assert len(stallwatch.links(s, by_rank, s.now.timestamp())) == found, at

@@ -83,6 +83,60 @@ def _word_ranks(word: ProgressEvent, node: str, now: float) -> list[RankObservat
     return out
 
 
+WORD_FRESH_S = 30.0  # a sidecar's word older than this (s) is no evidence of a link now
+MOST_LINKS = 8  # silent links kept per step
+
+
+def _addresses(s: Step, by_rank: dict[int, dict]) -> dict[str, tuple[str, str]]:
+    """address -> (node, network) for the job's nodes: each node's address on the chosen
+    interface (status.nodes, network = that interface), then the training pods' own
+    addresses (network "the pod network", or "the node network" for a hostNetwork pod's)."""
+    out: dict[str, tuple[str, str]] = {}
+    for x in s.st.nodes.values():
+        addr, name, ifname = x.get("address"), x.get("name"), x.get("interface")
+        if isinstance(addr, str) and isinstance(name, str) and name:
+            out.setdefault(addr, (name, ifname if isinstance(ifname, str) and ifname else "the node network"))
+    for p in by_rank.values():
+        node = observe.node(p)
+        if not node:
+            continue
+        host = observe.host_ip(p)
+        for ip in observe.pod_ips(p):
+            out.setdefault(ip, (node, "the node network" if ip == host else "the pod network"))
+        if host:
+            out.setdefault(host, (node, "the node network"))
+    return out
+
+
+def links(s: Step, by_rank: dict[int, dict], now: float) -> list[stallfacts.LinkSilence]:
+    """The links between two of the job's nodes over which a training pod's TCP connections
+    lose packets (the sidecars' ``tcp`` segments, words at most :data:`WORD_FRESH_S` old),
+    one per pair of nodes (the most retransmitted side), at most :data:`MOST_LINKS`; peers
+    that are no node of the job are left out. Never raises."""
+    where = _addresses(s, by_rank)
+    words = {w.pod: w for w in s.progress}
+    best: dict[tuple[str, str], tuple[int, stallfacts.LinkSilence]] = {}
+    for p in by_rank.values():
+        word, node = words.get(observe.name(p)), observe.node(p)
+        said = observe.parse_time(word.at) if word is not None else None
+        if word is None or not node or said is None or now - said.timestamp() > WORD_FRESH_S:
+            continue
+        try:
+            peers = progress.parse_tcp(word.summary)
+        except ValueError:
+            continue
+        for t in peers:
+            other, network = where.get(t.peer, ("", ""))
+            if not other or other == node:
+                continue
+            pair = (min(node, other), max(node, other))
+            evidence = f"loses packets: {t.unacked} B unacked after {t.retrans} TCP retransmits"
+            if pair not in best or t.retrans > best[pair][0]:
+                best[pair] = (t.retrans, stallfacts.LinkSilence(node, other, network, evidence))
+    ranked = sorted(best.values(), key=lambda x: (-x[0], x[1].node_a, x[1].node_b))
+    return [link for _, link in ranked[:MOST_LINKS]]
+
+
 def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObservation]:
     """Every rank heard of, from the training pods ``by_rank`` (node rank -> pod)."""
     nproc = nproc_for(s.spec)
@@ -127,7 +181,7 @@ def judge(s: Step, by_rank: dict[int, dict]) -> Optional[StallVerdict]:
     now = s.now.timestamp()
     world = s.spec.num_nodes * nproc_for(s.spec)
     seen = observations(s, by_rank, now)
-    v = stall.judge(seen, world, float(timeout), now)
+    v = stall.judge(seen, world, float(timeout), now, links(s, by_rank, now))
     s.set(constants.PROGRESSING, v.status, v.reason, v.message)
     details = stallfacts.rank_details(stallfacts.facts(seen, world, float(timeout), now), v.ranks)
     s.st.set_progress(**v.status_fields(), rank_details=details)
