@@ -4,8 +4,10 @@ sidecar; a stall after training started ends as ``Progressing=False`` naming the
 node and the cause within the timeout + 30 s, and ``onStall`` acts.
 
 `make test` runs one culprit (a rank stuck in Python); `make test-stall` runs them all
-(``DISTTRAIN_STALL_ALL=1``): the other rank stuck, a frozen rank (SIGSTOP), and a healthy
-job whose rank 0 checkpoints for 20 s under a 60 s timeout (a wait, never a stall verdict).
+(``DISTTRAIN_STALL_ALL=1``): the other rank stuck, a frozen rank (SIGSTOP), a pair of nodes
+partitioned mid-training (an nft drop rule), a restart that leaves a frozen rank's node out,
+and a healthy job whose rank 0 checkpoints for 40 s under a 60 s timeout (a wait, never a
+stall verdict).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import pytest
 import yaml
 
 from disttrain_probe.contract import vocabulary as V
+from localcluster.common.config import NodeSpec, node_index
+from localcluster.network import firewall
 
 from .test_operator import EXAMPLE, apply, condition, get_job, wait_for
 
@@ -131,6 +135,31 @@ def test_a_frozen_rank_is_named_as_unresponsive(cluster, operator, ns):
         os.kill(pid, signal.SIGCONT)
     assert c["reason"] == V.RANK_UNRESPONSIVE, c
     assert c["message"].startswith(f"rank 1 ({_node_of(cluster, ns, 1)}) stopped answering"), c["message"]
+
+
+@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
+@pytest.mark.parametrize("dropping_rank", [1, 0])
+def test_a_pair_partitioned_mid_training_is_named_as_the_link(cluster, operator, ns, dropping_rank):
+    """The node of ``dropping_rank`` starts dropping everything from the other's addresses
+    (both NICs) while the job trains: every rank ends in all_reduce and the verdict names the
+    pair from the kernel's retransmissions, whichever end drops."""
+    apply(cluster, ns, docs())
+    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
+             240, what="Progressing=True")
+    nodes = [_node_of(cluster, ns, r) for r in (0, 1)]
+    dropping, other = NodeSpec(node_index(nodes[dropping_rank])), NodeSpec(node_index(nodes[1 - dropping_rank]))
+    firewall.apply(dropping.netns, {"input": [{"saddr": other.mgmt_ip, "action": "drop"},
+                                              {"saddr": other.data_ip, "action": "drop"}]})
+    try:
+        c = _stall_verdict(cluster, ns, TIMEOUT_S + 30)
+    finally:
+        firewall.clear(dropping.netns)
+    assert c["reason"] == V.COLLECTIVE_STALLED, c
+    a, b = sorted(nodes)
+    assert f"{a} <-> {b} on " in c["message"] and "loses packets" in c["message"], c["message"]
+    failed = wait_for(lambda: (f := condition(get_job(cluster, ns), "Failed")) and f["status"] == "True" and f,
+                      30, what="Failed=True")
+    assert failed["reason"] == V.TRAINING_STALLED
 
 
 @pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
