@@ -5,7 +5,7 @@ node and the cause within the timeout + 30 s, and ``onStall`` acts.
 
 `make test` runs one culprit (a rank stuck in Python); `make test-stall` runs them all
 (``DISTTRAIN_STALL_ALL=1``): the other rank stuck, a frozen rank (SIGSTOP), a pair of nodes
-partitioned mid-training (an nft drop rule), a restart that leaves a frozen rank's node out,
+partitioned mid-training (an nft drop rule), a node lost mid-training, a restart that leaves a frozen rank's node out,
 and a healthy job whose rank 0 checkpoints for 40 s under a 60 s timeout (a wait, never a
 stall verdict).
 """
@@ -24,6 +24,7 @@ from disttrain_probe.contract import vocabulary as V
 from localcluster.common.config import NodeSpec, node_index
 from localcluster.network import firewall
 
+from . import chaos
 from .test_operator import EXAMPLE, apply, condition, get_job, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -160,6 +161,25 @@ def test_a_pair_partitioned_mid_training_is_named_as_the_link(cluster, operator,
     failed = wait_for(lambda: (f := condition(get_job(cluster, ns), "Failed")) and f["status"] == "True" and f,
                       30, what="Failed=True")
     assert failed["reason"] == V.TRAINING_STALLED
+
+
+@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
+def test_a_node_lost_mid_training_is_named_as_unresponsive(cluster, operator, ns):
+    """Rank 1's node dies while the job trains (links down, agent and pod processes killed:
+    its pod's last status, sidecar Ready, stays in the API). Rank 0 waits, its connections
+    to the lost node lose packets, and the verdict names rank 1 and its node."""
+    apply(cluster, ns, docs())
+    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
+             240, what="Progressing=True")
+    lost = _node_of(cluster, ns, 1)
+    try:
+        chaos.lose_node(cluster.state_dir, lost)
+        c = _stall_verdict(cluster, ns, TIMEOUT_S + 30)
+        assert c["reason"] == V.RANK_UNRESPONSIVE, c
+        assert c["message"].startswith(f"rank 1 ({lost}) "), c["message"]
+    finally:
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        chaos.restore_nodes(len(cluster.node_names), chaos.client.CoreV1Api(chaos.api_client(cluster.state_dir)))
 
 
 @pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")

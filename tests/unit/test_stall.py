@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 
 from disttrain.api import constants
 from disttrain.diagnosis import stalltext
-from disttrain.diagnosis.stall import RULES, judge
+from disttrain.diagnosis.stall import RULES, judge, nodes_to_avoid
 from disttrain.diagnosis.stallfacts import ADVANCING, LinkSilence, RankObservation as O
 from disttrain_probe.contract import progress, vocabulary as V
 
@@ -33,7 +33,7 @@ def python(r: int, age: float = 400, frame: str = "train.py:88 (load_batch)", **
 
 def test_the_rules_are_named_once_and_in_order():
     names = [r.name for r in RULES]
-    assert names == ["nothing_heard", "all_stale", "advancing", "in_python", "unresponsive", "mismatched",
+    assert names == ["nothing_heard", "all_stale", "advancing", "in_python", "unresponsive", "cut_off", "mismatched",
                      "collective_stalled", "not_attributed"]
 
 
@@ -326,3 +326,27 @@ def test_a_link_that_stopped_mid_collective_is_named_though_the_ranks_are_one_co
 ])
 def test_ranks_in_different_collectives_without_a_link_that_explains_it_are_mismatched(obs, links):
     assert judge(obs, 2, T, NOW, links).reason == V.COLLECTIVES_MISMATCHED
+
+
+def adv(r: int) -> O:
+    """Rank ``r`` as its Ready sidecar last said: advancing."""
+    return O(r, node(r), ADVANCING, seq_age_s=0.0, heard_age_s=0.0)
+
+
+@pytest.mark.parametrize("world, cut", [(2, 1), (3, 1), (4, 0), (8, 5)])
+def test_a_rank_last_said_advancing_whose_node_the_waiting_ranks_lose_packets_to_is_cut_off(world, cut):
+    """The node of rank ``cut`` is gone: its sidecar's last word (Ready) stands, the others
+    wait, and their connections to it lose packets (from one peer or several)."""
+    obs = [adv(r) if r == cut else wait(r) for r in range(world)]
+    links = [(node(r), node(cut), "eth1", "loses packets: 10 B unacked after 5 TCP retransmits")
+             for r in range(world) if r != cut][:2]
+    v = judge(obs, world, T, NOW, links)
+    assert (v.reason, v.ranks, v.nodes) == (V.RANK_UNRESPONSIVE, (cut,), (node(cut),)), v
+    assert v.message.startswith(f"rank {cut} ({node(cut)}) is unreachable (")
+    assert nodes_to_avoid(v) == (node(cut),)
+
+
+@pytest.mark.parametrize("links", [[], [("node-a", "node-c", "eth1", "loses packets")], [("node-x", "node-b", "e", "l")]])
+def test_a_rank_last_said_advancing_without_lost_packets_to_its_node_is_not_blamed(links):
+    v = judge([wait(0), adv(1), wait(2)], 3, T, NOW, links)
+    assert v.reason != V.RANK_UNRESPONSIVE and 1 not in v.ranks, v

@@ -42,7 +42,7 @@ from disttrain_probe.contract import progress, vocabulary as V
 
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
-from disttrain.diagnosis.stallfacts import (Claim, Facts, LinkSilence, RankObservation, StallVerdict,
+from disttrain.diagnosis.stallfacts import (ADVANCING, Claim, Facts, LinkSilence, RankObservation, StallVerdict,
                                             Windows, _Rank, decide, facts)
 
 STRAGGLER_MIN_SHARE = 0.2  # the median rank waits at least this share of the time ...
@@ -232,6 +232,34 @@ def _unresponsive(f: Facts) -> Optional[Claim]:
                  culprits=f.stale, since=_since(f, age), note=_note(f, skip_stale=True))
 
 
+def _cut_off(f: Facts) -> Optional[Claim]:
+    """Ranks last reported advancing (their sidecar Ready) while every other rank heard waits
+    in a collective past the quiet window, and the waiting ranks' connections to their node
+    lose packets: that node is gone or cut off, and its kubelet could not report the stall
+    either (a live node's sidecar turns not Ready within its stall window)."""
+    waits = _long(f)
+    adv = [f.ranks[r] for r in f.fresh if f.ranks[r].where == ADVANCING]
+    if not waits or not adv or len(f.waiting()) + len(adv) != len(f.fresh):
+        return None
+    waiting_nodes = {x.node for x in f.waiting()}
+    lossy = [s for s in _job_links(f)
+             if {T.clean(s.node_a, T.NODE_CHARS), T.clean(s.node_b, T.NODE_CHARS)} & waiting_nodes]
+    ends = {T.clean(e, T.NODE_CHARS) for s in lossy for e in (s.node_a, s.node_b)}
+    cut = [x for x in adv if x.node in ends and x.node not in waiting_nodes]
+    if not cut:
+        return None
+    rs = _ranks(cut)
+    nodes = messages.node_list([x.node for x in cut])
+    link = next(s for s in lossy if {T.clean(s.node_a, T.NODE_CHARS), T.clean(s.node_b, T.NODE_CHARS)}
+                & {x.node for x in cut})
+    return Claim("cut_off", V.RANK_UNRESPONSIVE,
+                 f"{T.who(rs, f.node_of())} {T.verb(rs, 'is', 'are')} unreachable ({link.text()}) while "
+                 f"{_waits_text(f)}: {T.verb(rs, 'its', 'their')} node is gone or cut off from the job's "
+                 "network, its kubelet last reported it advancing",
+                 f"check {nodes} (kubectl describe node; its links and firewall rules)",
+                 culprits=tuple(rs), since=_since(f, max(x.wait_age or 0.0 for x in waits)), note=_note(f))
+
+
 def _job_links(f: Facts) -> list[LinkSilence]:
     """The silent links of ``f`` whose both ends are nodes of the job."""
     job_nodes = {x.node for x in f.ranks.values()}
@@ -333,6 +361,7 @@ RULES: tuple[Rule, ...] = (
     Rule("advancing", _advancing),
     Rule("in_python", _in_python),
     Rule("unresponsive", _unresponsive),
+    Rule("cut_off", _cut_off),
     Rule("mismatched", _mismatched),
     Rule("collective_stalled", _collective_stalled),
     Rule("not_attributed", _not_attributed),

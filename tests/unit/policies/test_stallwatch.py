@@ -238,3 +238,34 @@ def test_a_word_older_than_the_freshness_window_is_no_link_evidence():
         s = b.observing(progress=[pw.ProgressEvent("j-worker-0", line, at)]).build()
         by_rank = {r: p for r, p in enumerate(pods)}
         assert len(stallwatch.links(s, by_rank, s.now.timestamp())) == found, at
+
+
+def _node_gone(ready="False", containers_ready="True", gates=False):
+    """Rank 0 waits in all_reduce #1533 for 70 s; rank 1's sidecar status still says Ready
+    and its pod's Ready condition is ``ready`` (ContainersReady ``containers_ready``), set
+    40 s ago."""
+    pods, _ = watched(False, True)
+    pods[1]["status"]["conditions"] = [
+        {"type": "Ready", "status": ready, "lastTransitionTime": "2026-11-30T11:59:20Z"},
+        {"type": "ContainersReady", "status": containers_ready, "lastTransitionTime": "2026-11-30T11:50:00Z"}]
+    if gates:
+        pods[1]["spec"]["readinessGates"] = [{"conditionType": "example.com/ready"}]
+    words = [pw.ProgressEvent("j-worker-0", "progress: r0 collective seq=1533 idle=70s op=all_reduce", NOW)]
+    s = given_().training().run_policy(stallTimeoutSeconds=60, onStall="Wait").with_pods(*pods)\
+        .observing(progress=words).build()
+    training.apply(s)
+    return cond.get(s.conds, C.PROGRESSING)
+
+
+def test_a_pod_the_node_controller_marked_not_ready_is_a_rank_that_stopped_answering():
+    """The kubelet of node-b is gone: its last word (sidecar Ready) stands, but the node
+    lifecycle controller set the pod's Ready False (ContainersReady left True)."""
+    c = _node_gone()
+    assert (c["status"], c["reason"]) == (FALSE, V.RANK_UNRESPONSIVE), c
+    assert c["message"].startswith("rank 1 (node-b) stopped answering 90 s ago"), c["message"]
+
+
+@pytest.mark.parametrize("kw", [dict(ready="True"), dict(containers_ready="False"), dict(gates=True)])
+def test_a_pod_its_kubelet_marked_not_ready_is_not_a_lost_node(kw):
+    c = _node_gone(**kw)
+    assert c["reason"] != V.RANK_UNRESPONSIVE, c

@@ -137,6 +137,25 @@ def links(s: Step, by_rank: dict[int, dict], now: float) -> list[stallfacts.Link
     return [link for _, link in ranked[:MOST_LINKS]]
 
 
+NODE_MONITOR_GRACE_S = 50.0  # kube-controller-manager's --node-monitor-grace-period default (s)
+
+
+def _node_silent_for(pod: dict[str, Any], now: float) -> float:
+    """Seconds since the pod's node last reported it (0.0 while it does): a pod whose Ready
+    condition is False while ContainersReady is True, without readiness gates, was not
+    marked so by its kubelet (which sets both from the same containers) but by the node
+    lifecycle controller, which marks a NotReady node's pods after the node went unheard for
+    its grace period (:data:`NODE_MONITOR_GRACE_S`)."""
+    if (pod.get("spec") or {}).get("readinessGates"):
+        return 0.0
+    conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
+    ready, containers = conds.get("Ready") or {}, conds.get("ContainersReady") or {}
+    if ready.get("status") != constants.FALSE or containers.get("status") != constants.TRUE:
+        return 0.0
+    at = observe.parse_time(ready.get("lastTransitionTime"))
+    return NODE_MONITOR_GRACE_S + (max(0.0, now - at.timestamp()) if at is not None else 0.0)
+
+
 def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObservation]:
     """Every rank heard of, from the training pods ``by_rank`` (node rank -> pod)."""
     nproc = nproc_for(s.spec)
@@ -147,7 +166,8 @@ def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObse
         if cs is None or cs.get("started") is not True:
             continue
         if cs.get("ready") is True:
-            out += [RankObservation(rank=g, node=node, where=ADVANCING, seq_age_s=0.0, heard_age_s=0.0)
+            heard = _node_silent_for(p, now)
+            out += [RankObservation(rank=g, node=node, where=ADVANCING, seq_age_s=0.0, heard_age_s=heard)
                     for g in range(r * nproc, (r + 1) * nproc)]
         elif observe.name(p) in words:
             out += _word_ranks(words[observe.name(p)], node, now)
