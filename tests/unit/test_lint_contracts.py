@@ -8,6 +8,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -44,14 +46,16 @@ def test_the_probe_floors_name_every_part_of_the_probe_and_except_nothing():
     assert c["layers"][-1] == "contract" and c["layers"][-2] == "ground"
 
 
-def test_no_import_inside_a_probe_function_without_a_stated_reason():
-    """An import inside a function hides a dependency from a reader: in the probe each one
-    says why on its line (a comment), or imports torch in a module whose docstring says
-    ``torch is imported lazily: ...`` (the probe must report before torch loads)."""
+@pytest.mark.parametrize("package", ["probe_image/disttrain_probe", "operator/disttrain"])
+def test_no_import_inside_a_function_without_a_stated_reason(package):
+    """An import inside a function hides a dependency from a reader: in the probe and the
+    operator each one says why on its line (a comment), or imports torch in a module whose
+    docstring says ``torch is imported lazily: ...`` (the probe must report before torch
+    loads)."""
     import ast
 
     bare = []
-    for f in sorted((REPO / "probe_image" / "disttrain_probe").rglob("*.py")):
+    for f in sorted((REPO / package).rglob("*.py")):
         src = f.read_text()
         lines = src.splitlines()
         tree = ast.parse(src)

@@ -234,8 +234,8 @@ class ExplainError(Exception):
 def load_job(name: str, namespace: str) -> Optional[dict]:
     """The job as the API returns it (camelCase), or None when it does not exist.
     Raises :class:`ExplainError` with one sentence when it cannot be read."""
-    from kubernetes import client, config as kconfig
-    from kubernetes.client.rest import ApiException
+    from kubernetes import client, config as kconfig  # loaded only to read a job: the renderers above stay pure
+    from kubernetes.client.rest import ApiException  # with the client above
 
     try:
         kconfig.load_kube_config()
@@ -260,7 +260,7 @@ def load_job(name: str, namespace: str) -> Optional[dict]:
 
 def _namespace_default() -> str:
     try:
-        from kubernetes import config as kconfig
+        from kubernetes import config as kconfig  # only when no namespace was given
         _, active = kconfig.list_kube_config_contexts()
         return (active or {}).get("context", {}).get("namespace") or "default"
     except Exception:

@@ -21,7 +21,7 @@ from disttrain_probe.contract import probe_env
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "explain":
-        from disttrain.shell.explain import main as explain_main
+        from disttrain.shell.explain import main as explain_main  # the CLI alone: no handlers registered
         sys.exit(explain_main(argv[1:]))
     parser = argparse.ArgumentParser(prog="python -m disttrain", description=__doc__)
     parser.add_argument("--namespace", "-n", action="append", default=[],
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.probe_image:
         os.environ[probe_env.IMAGE] = args.probe_image
     from disttrain.shell import handlers  # noqa: F401  (registers the handlers)
-    from disttrain.shell import metrics
+    from disttrain.shell import metrics  # with the handlers, once the environment above is set
 
     if args.metrics_port:
         metrics.serve(args.metrics_port)
