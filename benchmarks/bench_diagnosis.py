@@ -390,6 +390,7 @@ def _short(text: str, n: int = 240) -> str:
 def _clients():
     from kubernetes import client
     from kubernetes import config as kconfig
+
     from localcluster.common import config as lc_config
 
     kconfig.load_kube_config(str(lc_config.state_dir() / "admin.kubeconfig"))
@@ -634,15 +635,15 @@ def main(argv: Optional[list[str]] = None) -> int:
         (args.out / "diagnosis.md").write_text(markdown(data["rows"], data["cap_s"], data["meta"]))
         return 0
 
+    from rich.console import Console
+    from rich.table import Table
+
+    from localcluster import scenariorun
     from localcluster.cluster import kubeflow
     from localcluster.common import config as lc_config
     from localcluster.common.kubeconfig import admin_client
     from localcluster.scenarios import loader
     from localcluster.scenarios import scenario as scn
-    from rich.console import Console
-    from rich.table import Table
-
-    from localcluster import scenariorun
 
     console = Console(highlight=False, soft_wrap=True)
     try:

@@ -480,6 +480,7 @@ class JobTimeline(_Timeline):
 def _clients():
     from kubernetes import client
     from kubernetes import config as kconfig
+
     from localcluster.common import config as lc_config
 
     kconfig.load_kube_config(str(lc_config.state_dir() / "admin.kubeconfig"))
@@ -585,9 +586,8 @@ def measure_size(nodes: int, runs: int, probe_timeout: int = 300, say=print) -> 
     """Cluster of ``nodes`` nodes, a fresh operator, ``runs`` runs probe on and off. The
     nodes are node agents, the lighter mode (32 and 64 real kubelets do not fit 2 cores
     and 24 GiB; `make bench` measures real nodes against it at 2 and 8)."""
-    from localcluster.cluster import operator_install
-
     from localcluster import bringup
+    from localcluster.cluster import operator_install
 
     say(f"  {nodes} nodes as node agents (the lighter mode; not real kubelets)")
     bringup.up(nodes=nodes, timeout=600, runtime="agent")
@@ -610,11 +610,10 @@ def measure_size(nodes: int, runs: int, probe_timeout: int = 300, say=print) -> 
 def measure_many(jobs: int, job_nodes: int, probe: bool, timeout: float, say=print) -> dict:
     """``jobs`` DistTrainingJobs at once on a 2-node cluster (each its own rendezvous
     port); outcomes, time to all outcomes, requests, peak RSS, retries logged."""
+    from localcluster import bringup
     from localcluster.cluster import operator_install
     from localcluster.cluster.operator_install import kubectl
     from localcluster.common import config as lc_config
-
-    from localcluster import bringup
 
     bringup.up(nodes=max(2, job_nodes), timeout=600)
     operator_install.stop()

@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "probe_image"))
 
 import screening  # noqa: E402  (benchmarks/screening.py: the planner this benchmark measures)
+
 from disttrain_probe.phases import connectivity  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

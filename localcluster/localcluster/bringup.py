@@ -24,9 +24,9 @@ from localcluster.common.config import (
 )
 from localcluster.common.kubeapi import ApiError
 from localcluster.common.kubeconfig import admin_client
-from localcluster.nodeimages import archives
 from localcluster.network import dns, nodedns, routing, topology
 from localcluster.network import netns as network
+from localcluster.nodeimages import archives
 from localcluster.nodes.processes import (
     choose_runtime,
     code_version,

@@ -6,8 +6,8 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from disttrain_probe.ground import config as C
 from disttrain_probe.contract import probe_env, vocabulary
+from disttrain_probe.ground import config as C
 from disttrain_probe.run import report as REP
 from disttrain_probe.run.probe import Probe
 

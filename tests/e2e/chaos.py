@@ -52,11 +52,12 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import yaml
+from kubernetes import client, config, watch
+from kubernetes.client.rest import ApiException
+
 from disttrain.api import constants
 from disttrain.children import observe
 from disttrain_probe.contract import vocabulary
-from kubernetes import client, config, watch
-from kubernetes.client.rest import ApiException
 from localcluster.cluster import controlplane, operator_install
 from localcluster.common import procs
 from localcluster.common.config import node_spec_by_name

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from localcluster.cluster import operator_install
 
 pytestmark = pytest.mark.e2e

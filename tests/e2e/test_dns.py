@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+
 from localcluster.common.config import DNS_NS, DNS_SERVICE_IP, NODE_NS_PREFIX, UTILITY_IMAGE
 from localcluster.network import netns as network
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 import yaml
+
 from localcluster.common.config import UTILITY_IMAGE
 
 pytestmark = pytest.mark.e2e

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 import yaml
+
 from localcluster.cluster import operator_install
 
 from .test_operator import apply, condition, example_docs, get_job, pods, wait_for

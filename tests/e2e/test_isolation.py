@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+
 from localcluster.common.config import APISERVER_PORT, DNS_NS, NODE_NS_PREFIX, node_spec_by_name
 
 pytestmark = pytest.mark.e2e

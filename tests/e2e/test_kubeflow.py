@@ -12,6 +12,7 @@ import time
 
 import pytest
 import yaml
+
 from localcluster.cluster import kubeflow
 from localcluster.common.config import REPO_ROOT
 

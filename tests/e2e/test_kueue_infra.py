@@ -10,6 +10,7 @@ import time
 
 import pytest
 import yaml
+
 from localcluster.cluster import kueue_objects
 from localcluster.common.config import UTILITY_IMAGE
 

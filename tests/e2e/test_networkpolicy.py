@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+
 from localcluster.cluster import netpol
 from localcluster.common.config import UTILITY_IMAGE
 

@@ -12,6 +12,7 @@ import time
 import uuid
 
 import pytest
+
 from localcluster.common.config import NODE_NS_PREFIX, node_spec_by_name, pod_cidr
 
 pytestmark = pytest.mark.e2e

@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import pytest
+
 from localcluster.common.config import DNS_SERVICE_IP, UTILITY_IMAGE, node_spec_by_name, pod_cidr
 from localcluster.network import podnet
 from localcluster.network.netns import list_netns

@@ -16,11 +16,11 @@ import time
 import uuid
 
 import pytest
+
+from localcluster import bringup, scenariorun
 from localcluster.cluster import operator_install
 from localcluster.network import netns
 from localcluster.scenarios import loader
-
-from localcluster import bringup, scenariorun
 
 pytestmark = pytest.mark.e2e
 

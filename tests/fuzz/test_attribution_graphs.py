@@ -9,7 +9,8 @@ injected, whatever the cluster's size, the grouping of its nodes, or the dials l
 """
 from __future__ import annotations
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.diagnosis import attribution, evidence
 

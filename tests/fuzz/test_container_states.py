@@ -9,7 +9,8 @@ reason on the right node, and never names a firewall, a port or a path for it.""
 import copy
 import json
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.api import constants as C
 from disttrain.children import kubelet

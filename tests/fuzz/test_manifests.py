@@ -26,19 +26,18 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from pydantic import ValidationError
 
-from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.api import torchrun
-from disttrain.api.types import DistTrainingJobSpec, trainer_index, trainer_of
-from disttrain.api.jobname import job_name_problem
+from disttrain.api import constants, torchrun
 from disttrain.api.fieldpath import spec_error_message
-from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
-from disttrain.reconcile.loop import reconcile
-from disttrain.reconcile.step import Observed
+from disttrain.api.jobname import job_name_problem
+from disttrain.api.types import DistTrainingJobSpec, trainer_index, trainer_of
 from disttrain.children.names import JobRef, uses_dns_hostnames
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.children.service import build_headless_service
+from disttrain.reconcile.loop import reconcile
+from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
+from disttrain.reconcile.step import Observed
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import TEMPLATE, json_parser
 from .crd_admission import admit, crd_schema, stored_form

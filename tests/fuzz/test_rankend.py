@@ -4,7 +4,8 @@ containers', whatever its sidecars (plain or native) report."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.children import rankend
 

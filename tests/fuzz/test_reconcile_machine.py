@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.shell.runner import Reconciler
+from disttrain_probe.contract import vocabulary
 
 from .simapi import NS, SimApi, env_of, kube_for, later, rfc3339
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from hypothesis import given, note, strategies as st
+from hypothesis import given, note
+from hypothesis import strategies as st
 
 from disttrain.api.podresources import OVERCOMMITTABLE, quantity
 from disttrain.api.types import DistTrainingJobSpec, trainer_index

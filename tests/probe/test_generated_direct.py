@@ -10,6 +10,7 @@ import shutil
 import time
 
 import pytest
+
 from disttrain_probe.contract import vocabulary as V
 from localcluster.faults import direct, directplan, generate
 from localcluster.faults.grade import OUTCOMES, SILENT

@@ -8,16 +8,24 @@ import subprocess
 import sys
 
 import pytest
+from probe_helpers import ROOT
+from test_nccldiag import NVL_ADVICE, SUMMARY_FMT, TAG_OK, WRITE_MISMATCH_FMT, edge, ras, raw
+from test_nccllog import (
+    BOOTSTRAP_FMT,
+    NET_IB_NONE,
+    NET_SOCKET_DEV_FMT,
+    NET_SOCKET_FMT,
+    P2P_CUMEM_FMT,
+    SHM_FMT,
+    SOCKADDR_FMT,
+    USING_NETWORK_FMT,
+    VERSION_FMT,
+    info,
+    init_complete,
+)
 
 from disttrain_probe.gpu import nccllog
 from disttrain_probe.run import gpucheck
-
-from probe_helpers import ROOT
-from test_nccllog import (BOOTSTRAP_FMT, NET_IB_NONE, NET_SOCKET_DEV_FMT, NET_SOCKET_FMT,
-                          P2P_CUMEM_FMT, SHM_FMT, SOCKADDR_FMT, USING_NETWORK_FMT, VERSION_FMT,
-                          info, init_complete)
-from test_nccldiag import (NVL_ADVICE, SUMMARY_FMT, TAG_OK, WRITE_MISMATCH_FMT, edge, raw,
-                           ras)
 
 
 def worker(rank: int, busbw=(1.5, 20.1), correct=True, error=None) -> dict:

@@ -295,9 +295,10 @@ def test_diag_capture_keeps_what_nccl_prints_on_stdout(tmp_path):
     import io
     import threading
 
+    from test_nccldiag import DRIVER_FMT, ras
+
     from disttrain_probe.contract import vocabulary
     from disttrain_probe.gpu import nccldiag
-    from test_nccldiag import DRIVER_FMT, ras
 
     real = tmp_path / "stdout"
     fd = os.open(real, os.O_WRONLY | os.O_CREAT, 0o600)

@@ -16,12 +16,11 @@ import time
 import uuid
 
 import pytest
+from probe_helpers import run_ranks
 
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases import connectivity, masterstore
-
-from probe_helpers import run_ranks
 
 TOKEN = b"disttrain-beacon-xyz\n"
 

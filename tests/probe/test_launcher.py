@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from probe_helpers import ROOT, free_port
 
 from disttrain_probe.ground import config as C
 from disttrain_probe.ground import launcher as L
-
-from probe_helpers import ROOT, free_port
 
 
 @pytest.mark.parametrize("nodelist,first", [

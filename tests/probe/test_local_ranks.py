@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from probe_helpers import free_port, probe_env, run_ranks
 
 from disttrain.diagnosis.report import parse_report
 from disttrain.diagnosis.trust import Expected, check
+from disttrain_probe.contract import vocabulary
 from disttrain_probe.ground import config as C
 from disttrain_probe.ground import roles as LR
-from disttrain_probe.contract import vocabulary
 from disttrain_probe.run import report as REP
-
-from probe_helpers import free_port, probe_env, run_ranks
 
 
 def test_layout_numbers_ranks_as_torchrun_does():

@@ -12,13 +12,12 @@ import time
 from datetime import timedelta
 
 import pytest
+from probe_helpers import PY, ROOT, free_port, probe_env, run_ranks
 
 from disttrain.diagnosis.report import parse_report
-from disttrain_probe.ground import config as C
 from disttrain_probe.contract import vocabulary
+from disttrain_probe.ground import config as C
 from disttrain_probe.phases import dialing, masterstore, reachmaster
-
-from probe_helpers import PY, ROOT, free_port, probe_env, run_ranks
 
 
 def test_config_reads_the_evidence_and_the_grace():
@@ -170,6 +169,7 @@ def test_a_silent_port_on_a_host_that_answers_elsewhere_is_decided_without_evide
     while the host resets another port is a filter on the master port, decided at once."""
     import socket
     import time
+
     from disttrain_probe.ground.deadline import Deadline
 
     # both the dial (a SYN with no answer) and the host check are stubbed: no packet is sent
@@ -241,6 +241,7 @@ def test_a_refused_master_port_with_rank_0s_beacon_answering_is_decided_at_once(
     beacon, leaves the refusal undecided until the deadline."""
     import time
     from types import SimpleNamespace
+
     from disttrain_probe.ground.deadline import Deadline
 
     master, bport = free_port(), free_port()
@@ -349,8 +350,9 @@ def test_rank_0_serves_the_store_without_dialing_its_own_answer_for_the_name():
     the resolution it recorded. Before, torch's client inside rank 0's store dialed the name
     and the probe hung there until its phase deadline."""
     import torch.distributed as dist  # noqa: F401 - the store is torch's
-    from disttrain_probe.phases import rendezvous
+
     from disttrain_probe.ground.deadline import Deadline
+    from disttrain_probe.phases import rendezvous
 
     port = free_port()
     sock, err = masterstore.listen_early(port)

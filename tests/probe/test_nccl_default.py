@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from localcluster.network import topology
 from localcluster.scenarios import loader, nodeplan
 

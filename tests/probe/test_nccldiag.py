@@ -373,8 +373,8 @@ def test_the_probe_adds_the_warnings_and_fails_on_the_first_failure():
     rank; the rendezvous's ``bus.nodes`` (node rank -> node) names them."""
     from types import SimpleNamespace
 
-    from disttrain_probe.ground.roles import Layout
     from disttrain_probe.ground.deadline import ProbeFailure
+    from disttrain_probe.ground.roles import Layout
     from disttrain_probe.run.probe import Probe
 
     p = Probe.__new__(Probe)

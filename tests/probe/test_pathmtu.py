@@ -13,13 +13,14 @@ import time
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from probe_helpers import run_ranks
+
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases import interfaces, pathmtu
-from hypothesis import given
-from hypothesis import strategies as st
 from localcluster.network import routing
-from probe_helpers import run_ranks
 
 
 @pytest.mark.parametrize("path_mtu", [576, 1000, 1400, 1499])

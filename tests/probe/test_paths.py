@@ -1,7 +1,8 @@
 """The compact per-path evidence (paths.py, pure): keys as the interface choice keys
 networks, one character per peer, upper case when the kernel used another source."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain_probe.contract import paths as P
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import socket
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.phases import connectivity as C
-from disttrain_probe.phases.listeners import Listeners
 from disttrain_probe.phases.interfaces import choose
+from disttrain_probe.phases.listeners import Listeners
 from disttrain_probe.phases.portrange import partial_blocks, partial_range_failure
 from tests.probe.test_choice import LO, iface, mesh_of, peer
 

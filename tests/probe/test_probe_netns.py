@@ -14,11 +14,10 @@ import subprocess
 import uuid
 
 import pytest
+from probe_helpers import run_ranks
 
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
-
-from probe_helpers import run_ranks
 
 pytestmark = pytest.mark.netns
 

@@ -5,11 +5,10 @@ import re
 import time
 
 import pytest
+from probe_helpers import free_port, probe_env, run_ranks, start_ranks, wait_ranks
 
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
-
-from probe_helpers import free_port, probe_env, run_ranks, start_ranks, wait_ranks
 
 
 @pytest.fixture(scope="module")

@@ -14,11 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from probe_helpers import free_port
 
 from disttrain_probe import install
 from disttrain_probe.contract import progress as p
-
-from probe_helpers import free_port
 
 pytest.importorskip("torch")
 

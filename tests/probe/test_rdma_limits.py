@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Dict, Optional, Tuple
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain_probe.contract import settings as S
 from disttrain_probe.contract import vocabulary

@@ -9,11 +9,11 @@ import pytest
 
 from disttrain.diagnosis.report import ProbeReport, ReportInvalid, parse_report
 from disttrain_probe.contract import vocabulary
-from disttrain_probe.run import report as REP
-from disttrain_probe.phases.collective import bandwidth, busbw_factor
+from disttrain_probe.contract.versions import check as check_versions
 from disttrain_probe.ground.config import ConfigError, load, parse_ifname_spec, parse_port_range
 from disttrain_probe.ground.deadline import Tracker
-from disttrain_probe.contract.versions import check as check_versions
+from disttrain_probe.phases.collective import bandwidth, busbw_factor
+from disttrain_probe.run import report as REP
 
 
 def big_report(n_ifaces: int = 64) -> dict:

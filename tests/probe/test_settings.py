@@ -1,6 +1,6 @@
 """NCCL/gloo settings that must agree across nodes, and settings that hurt (pure)."""
-from disttrain_probe.contract import vocabulary
 from disttrain_probe.contract import settings as S
+from disttrain_probe.contract import vocabulary
 
 
 def peers(*per_node):

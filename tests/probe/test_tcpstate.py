@@ -16,7 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain_probe.progress import tcpstate
 

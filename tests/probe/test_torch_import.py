@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
+from probe_helpers import free_port, probe_env, run_ranks
+
 from disttrain.diagnosis.report import parse_report
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.ground.torchload import SLOW_IMPORT_SECONDS, TorchLoader
-
-from probe_helpers import free_port, probe_env, run_ranks
 
 
 def test_loader_runs_in_the_background_and_times_itself():

@@ -9,9 +9,9 @@ import string
 from typing import Callable, Optional
 
 from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain_probe.phases import interfaces
 from disttrain_probe.contract import paths, versions
 from disttrain_probe.contract import vocabulary as V
+from disttrain_probe.phases import interfaces
 
 STARTED = "2026-11-30T11:59:50Z"
 

@@ -2,14 +2,15 @@
 
 import copy
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue
+from disttrain.reconcile import conditions as cond
+from disttrain_probe.contract import vocabulary
 
 from ..support.builders import ADMISSION, ADMITTED, DEACTIVATED, EVICTED, FLAVOR, PENDING, workload
 from ..support.fixtures import job
 from ..support.reconcile import advance, finished_probes, names, step, workers
+
 
 def queued(**spec):
     body = job(**spec)

@@ -1,14 +1,15 @@
 """Spec-aware fixes (operator/disttrain/diagnosis/advice.py)."""
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.diagnosis.advice import advice, apply_advice, dns_policy_cause
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
-from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain.diagnosis.advice import advice, apply_advice, dns_policy_cause
 from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job
 

@@ -1,7 +1,8 @@
 """pydantic validation repeats the admission rules and names the field."""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from disttrain.api.fieldpath import spec_error_message

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from disttrain.diagnosis import attribution
-from disttrain.diagnosis import evidence
+from disttrain.diagnosis import attribution, evidence
 from disttrain.diagnosis.findings import ProbeOutcome, typed
 from disttrain_probe.contract import vocabulary as V
 

@@ -8,6 +8,7 @@ import json
 import textwrap
 
 import pytest
+
 from localcluster.scenarios import loader
 
 from ..support.fixtures import load_benchmark

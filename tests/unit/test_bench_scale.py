@@ -7,6 +7,7 @@ import json
 
 import pytest
 import yaml
+
 from localcluster.common.config import REPO_ROOT
 
 from ..support.fixtures import load_benchmark

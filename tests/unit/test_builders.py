@@ -130,8 +130,8 @@ def test_nproc_auto_counts_gpus():
 
 
 def test_pod_network_gives_dns_hostnames_and_a_headless_service():
-    from disttrain.children.service import build_headless_service
     from disttrain.children.names import master_dns_name
+    from disttrain.children.service import build_headless_service
 
     s = spec_of(network={"hostNetwork": False})
     p0 = build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1)
@@ -228,7 +228,7 @@ def test_builders_take_nulls_in_the_template_as_absent():
 
 
 def test_host_network_rank0_declares_the_rendezvous_port_as_host_port():
-    from disttrain.children.pods import build_worker_pod, Rendezvous
+    from disttrain.children.pods import Rendezvous, build_worker_pod
     from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
     s = spec_of()

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from disttrain.api.types import DistTrainingJobSpec
 from disttrain.api.fieldpath import spec_error_message
+from disttrain.api.types import DistTrainingJobSpec
 from tests.e2e import corpus_entries as corpus
 from tests.fuzz import crd_admission
 

@@ -3,10 +3,10 @@
 import pytest
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.diagnose import diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.netsummary import summarize_ifnames
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import report
 

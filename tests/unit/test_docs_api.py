@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from disttrain.api.types import DistTrainingJobSpec, DistTrainingJobStatus
 from disttrain.api.crdgen import build_crd
+from disttrain.api.types import DistTrainingJobSpec, DistTrainingJobStatus
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "docs"))

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console, Group
 
-from disttrain.shell import explain
 from disttrain.diagnosis.diagnose import diagnose
+from disttrain.shell import explain
 
 from ..support.scenario_reports import SCENARIOS
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from disttrain_probe.contract import probe_env as PE
-from disttrain_probe.contract import vocabulary as V
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from disttrain_probe.contract import probe_env as PE
+from disttrain_probe.contract import vocabulary as V
 from localcluster.faults import directplan as P
 from localcluster.faults import generate, runner
 from localcluster.faults import grammar as G

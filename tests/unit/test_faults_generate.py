@@ -10,6 +10,7 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
+
 from localcluster.faults import generate, grammar, oracle
 from localcluster.scenarios import loader
 

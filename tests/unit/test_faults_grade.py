@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import re
 
-from disttrain_probe.contract import vocabulary as V
 from hypothesis import given
 from hypothesis import strategies as st
+
+from disttrain_probe.contract import vocabulary as V
 from localcluster.faults import generate, oracle, runner
 from localcluster.faults import grammar as G
 from localcluster.faults.grade import HALF, RIGHT, SILENT, WRONG, Grade, grade
@@ -170,9 +171,8 @@ def test_a_case_runs_its_scenario_waits_for_validated_and_grades_what_it_saw(mon
     """``_run_case`` with the cluster calls faked: the scenario prepared, the job run with an
     expect on Validated only, its namespace deleted, the outcome's placement and interface
     handed to the grader."""
-    from localcluster.cluster import operator_install
-
     from localcluster import scenariorun
+    from localcluster.cluster import operator_install
 
     c = next(x for x in generate.cases(1, 40, ["firewall"]) if x.expectation.status == "False"
              and "{node:0}" in x.expectation.must_name)

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from disttrain_probe.contract import vocabulary as V
+from localcluster import scenariorun
 from localcluster.faults import generate, oracle
 from localcluster.faults import grammar as G
 from localcluster.faults.grade import RIGHT, grade
 from localcluster.scenarios import loader
-
-from localcluster import scenariorun
 
 EPH = G.EPHEMERAL
 KNOWN = {

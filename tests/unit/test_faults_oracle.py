@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from disttrain_probe.contract import vocabulary as V
 from hypothesis import given
 from hypothesis import strategies as st
-from localcluster.faults import generate, grade, oracle
-from localcluster.common.config import node_name
-from localcluster.faults import grammar as G
 
+from disttrain_probe.contract import vocabulary as V
 from localcluster import scenariorun
+from localcluster.common.config import node_name
+from localcluster.faults import generate, grade, oracle
+from localcluster.faults import grammar as G
 
 SEEDS = st.integers(min_value=0, max_value=10**6)
 INDEXES = st.integers(min_value=0, max_value=999)

@@ -4,9 +4,9 @@ import pytest
 from pydantic import ValidationError
 
 from disttrain.api import constants
-from disttrain.children import gang as gang_objects
-from disttrain.api.types import DistTrainingJobSpec
 from disttrain.api.jobname import job_name_problem
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children import gang as gang_objects
 from disttrain.children.names import JobRef
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API, effective_spec
 

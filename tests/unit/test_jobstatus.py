@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disttrain.reconcile import jobstatus
 from disttrain.reconcile.jobstatus import JobStatus

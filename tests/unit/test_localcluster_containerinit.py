@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from localcluster.nodes import containerinit
 
 needs_mount_ns = pytest.mark.skipif(

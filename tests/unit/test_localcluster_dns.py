@@ -8,6 +8,7 @@ import textwrap
 import threading
 
 import pytest
+
 from localcluster.common.config import DNS_SERVICE_IP, pod_cidr
 from localcluster.network import dns, dnsplan, dnsquery, topology
 from localcluster.scenarios import loader, nodeplan

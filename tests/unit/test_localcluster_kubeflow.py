@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 from cryptography import x509
+
 from localcluster.cluster import kubeflow
 from localcluster.common import config, pki
+from localcluster.nodeimages import nslookup
 from localcluster.nodes import podspec
 from localcluster.scenarios import loader
-
-from localcluster.nodeimages import nslookup
 
 UPSTREAM_WEBHOOKS = [{
     "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",

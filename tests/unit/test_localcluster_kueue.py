@@ -5,6 +5,7 @@ import base64
 import json
 
 import pytest
+
 from localcluster.cluster import kueue, kueue_objects
 from localcluster.common.config import kueue_dir
 

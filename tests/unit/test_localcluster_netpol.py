@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+
 from localcluster.cluster import netpol
 from localcluster.scenarios import loader
 from localcluster.scenarios import scenario as scn

@@ -15,6 +15,7 @@ import types
 from pathlib import Path
 
 import pytest
+
 from localcluster.common.config import REPO_ROOT
 from localcluster.nodes import nodeagent, processes
 

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 
 import pytest
+
 from localcluster.network import podnet
 from localcluster.network.netns import delete_netns, list_netns
 

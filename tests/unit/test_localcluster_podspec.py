@@ -5,6 +5,7 @@ import base64
 from decimal import Decimal
 
 import pytest
+
 from localcluster.nodes import podspec
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"a": "b"}},

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from localcluster.cluster import egress
 from localcluster.common.config import node_spec_by_name
 from localcluster.nodes import processes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+
 from localcluster.network import routing
 from localcluster.scenarios import loader, nodeplan
 from localcluster.scenarios import scenario as scn

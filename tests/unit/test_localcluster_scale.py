@@ -7,6 +7,7 @@ import textwrap
 
 import pytest
 import yaml
+
 from localcluster.common import config
 from localcluster.network import dnsplan, topology
 from localcluster.scenarios import loader, nodeplan

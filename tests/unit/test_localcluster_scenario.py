@@ -8,12 +8,12 @@ import sys
 import textwrap
 
 import pytest
+
+from localcluster import scenariorun
 from localcluster.common.config import REPO_ROOT
 from localcluster.network import firewall, topology
 from localcluster.scenarios import loader, nodeplan
 from localcluster.scenarios import scenario as scn
-
-from localcluster import scenariorun
 
 
 def parse(text: str) -> scn.Scenario:

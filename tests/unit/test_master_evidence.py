@@ -7,15 +7,15 @@ import json
 from datetime import timedelta
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.reconcile import conditions as cond
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.diagnosis.diagnose import diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.reconcile import conditions as cond
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job, pod, report
-from .test_builders import REF, env, spec_of
 from ..support.reconcile import NOW, advance, names, step
+from .test_builders import REF, env, spec_of
 
 STARTED = "2026-11-30T11:59:50Z"
 # one second before NOW, as the kubernetes Python client serializes times (kube.py)

@@ -3,7 +3,8 @@ from the pods as the API returns them after injection, and any pod object read s
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disttrain.diagnosis import mesh
 

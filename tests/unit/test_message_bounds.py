@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from disttrain.diagnosis.advice import apply_advice
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
+from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain_probe.contract import vocabulary as V

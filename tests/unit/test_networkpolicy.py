@@ -4,12 +4,14 @@ never raise and never blame without certainty."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disttrain.api import constants as C
-from disttrain.diagnosis import netpolverdict as npv, networkpolicy as np_
-from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain.diagnosis import netpolverdict as npv
+from disttrain.diagnosis import networkpolicy as np_
 from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain_probe.contract import vocabulary as V
 
 NS = "ml"

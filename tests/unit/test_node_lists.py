@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disttrain.diagnosis import attribution, evidence, messages, checkconditions
+from disttrain.diagnosis import attribution, checkconditions, evidence, messages
 from disttrain.diagnosis.findings import Finding
 from disttrain_probe.contract import vocabulary as V
 

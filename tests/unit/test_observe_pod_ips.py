@@ -1,6 +1,7 @@
 """The pod's addresses as the diagnosis reads them (children/observe.pod_ips): a pod's
 status is untrusted input."""
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.children import observe
 

@@ -11,8 +11,8 @@ from typing import Any, Optional
 import pytest
 from pydantic import ValidationError
 
-from disttrain.api.types import DistTrainingJobSpec
 from disttrain.api.fieldpath import spec_error_message
+from disttrain.api.types import DistTrainingJobSpec
 
 from ..fuzz.crd_admission import admit
 from ..support.fixtures import TEMPLATE

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import pytest
+
 from localcluster.common.config import pod_cidr
 from localcluster.network import podnet
 

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet
 
 import pytest
-from hypothesis import given, settings, strategies as st
-
-from disttrain_probe.contract import vocabulary as V
-from disttrain_probe.phases import connectivity as C
-from disttrain_probe.phases.interfaces import choose
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from disttrain.api import constants
 from disttrain.diagnosis.diagnose import diagnose
+from disttrain_probe.contract import vocabulary as V
+from disttrain_probe.phases import connectivity as C
+from disttrain_probe.phases.interfaces import choose
 
 from ..support import scenario_reports as S
 

@@ -2,13 +2,14 @@
 
 from datetime import timedelta
 
-from disttrain.reconcile import conditions as cond
-from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
+from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.reconcile import conditions as cond
 from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job, pod
 from ..support.reconcile import NOW, advance, finished_probes, names, step, validated_body, workers
+
 
 def test_first_visit_writes_unknown_conditions_and_rank0_probe_only():
     plan = step(job(), [])

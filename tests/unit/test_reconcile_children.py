@@ -3,10 +3,10 @@
 import json
 from datetime import timedelta
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.step import ApiFailure
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job, pod, report
 from ..support.reconcile import NOW, advance, finished_probes, names, step, validated_body, workers

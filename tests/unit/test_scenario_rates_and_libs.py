@@ -8,13 +8,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from localcluster import scenariorun
 from localcluster.network import netns as network
 from localcluster.network import nodedns, topology
 from localcluster.nodes.realnode.nodeconfig import kubelet_config
 from localcluster.scenarios import altlibs, loader, nodeplan
 from localcluster.scenarios import scenario as scn
-
-from localcluster import scenariorun
 
 
 def parse(text: str) -> scn.Scenario:

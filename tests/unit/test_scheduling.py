@@ -2,10 +2,10 @@
 
 import pytest
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies.scheduling import classify, reasons, total_nodes
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job, pod
 from ..support.reconcile import advance, step

@@ -4,13 +4,16 @@ message to one line of 400 characters, and name a culprit only where a rule sing
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.api import constants
 from disttrain.diagnosis import stalltext
 from disttrain.diagnosis.stall import RULES, judge, nodes_to_avoid
-from disttrain.diagnosis.stallfacts import ADVANCING, LinkSilence, RankObservation as O
-from disttrain_probe.contract import progress, vocabulary as V
+from disttrain.diagnosis.stallfacts import ADVANCING, LinkSilence
+from disttrain.diagnosis.stallfacts import RankObservation as O
+from disttrain_probe.contract import progress
+from disttrain_probe.contract import vocabulary as V
 
 NOW = 10_000.0
 T = 300

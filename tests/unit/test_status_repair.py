@@ -4,9 +4,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disttrain.api import constants as C
-from disttrain_probe.contract import vocabulary as V
-from disttrain.shell.kube import merge_patch
 from disttrain.reconcile.status_repair import repair
+from disttrain.shell.kube import merge_patch
+from disttrain_probe.contract import vocabulary as V
 from tests.fuzz.simapi import apply_merge_patch
 
 NOW = "2026-11-30T12:00:00Z"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.diagnosis import stragglers
 from disttrain.api.types import DistTrainingJobSpec
+from disttrain.diagnosis import stragglers
 from disttrain.diagnosis.diagnose import Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome, typed
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job, report
 

@@ -1,7 +1,7 @@
 """spec.suspend: created suspended, suspended while probing or training, resumed."""
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain.reconcile import conditions as cond
 from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job, pod

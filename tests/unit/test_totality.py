@@ -5,10 +5,10 @@ verdict, a name held by a deleted job's pod, and a status that lost its outcome.
 import copy
 from datetime import timedelta
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies.conflicts import NAME_CONFLICT_SECONDS
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import job, pod
 from ..support.reconcile import NOW, advance, finished_probes, names, step, workers

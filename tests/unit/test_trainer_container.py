@@ -10,11 +10,11 @@ from pydantic import ValidationError
 
 from disttrain.api import podresources as pr
 from disttrain.api import trainer as tr
-from disttrain.api.types import DistTrainingJobSpec, nproc_for, trainer_index
 from disttrain.api.fieldpath import spec_error_message
+from disttrain.api.types import DistTrainingJobSpec, nproc_for, trainer_index
 from disttrain.children.names import JobRef
-from disttrain.children.pods import DEFAULT_CONTAINER, Rendezvous, build_worker_pod
 from disttrain.children.podbase import probe_backend
+from disttrain.children.pods import DEFAULT_CONTAINER, Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
 from ..fuzz.crd_admission import admit

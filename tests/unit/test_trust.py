@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.trust import Expected, check, identity_problem
+from disttrain_probe.contract import vocabulary
 
 from ..support.fixtures import report
 

@@ -9,7 +9,8 @@ import asyncio
 import threading
 import time
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from disttrain.shell import workqueue
 from disttrain.shell.runner import StepResult

@@ -27,7 +27,6 @@ from disttrain.reconcile.status_repair import repair
 from disttrain.reconcile.step import Plan, Step
 from disttrain.shell.runner import parse_report
 from disttrain_probe.contract import probe_env as PE
-
 from localcluster.common.config import CLUSTER_DOMAIN, DNS_SERVICE_IP
 from localcluster.faults.generate import Case
 from localcluster.network.topology import NodeTopology

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 from disttrain_probe.contract import vocabulary as V
-
 from localcluster.faults.oracle import Expectation
 
 RIGHT, HALF, WRONG, SILENT = "right", "half", "wrong", "silent-pass"

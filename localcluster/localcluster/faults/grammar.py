@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional, Union
 
-
 MASTER_PORT = 29500
 EPHEMERAL = (32768, 60999)  # the kernel's default ip_local_port_range
 MASTER_NAME = "ddp-digits-0.ddp-digits"  # rank 0's headless-Service name (the example job)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from disttrain_probe.contract import vocabulary as V
-
 from localcluster.common.config import node_name
 from localcluster.faults import grammar as G
 from localcluster.scenarios.scenario import Expect

@@ -50,8 +50,8 @@ from localcluster.common.config import (
 from localcluster.common.kubeconfig import write_kubeconfig
 from localcluster.network.dnsplan import Plan, plan
 from localcluster.network.dnsquery import query
-from localcluster.network.setns import run_in
 from localcluster.network.netns import _ip, list_netns
+from localcluster.network.setns import run_in
 
 log = logging.getLogger("localcluster.network.dns")
 

@@ -9,10 +9,10 @@ import struct
 import time
 from typing import Optional
 
-from localcluster.network.setns import run_in
 from localcluster.common.config import (
     DNS_SERVICE_IP,
 )
+from localcluster.network.setns import run_in
 
 # -- DNS messages (RFC 1035), enough for A/AAAA/PTR/SRV/CNAME lookups ---------------------
 QTYPES = {"A": 1, "NS": 2, "CNAME": 5, "SOA": 6, "PTR": 12, "TXT": 16, "AAAA": 28, "SRV": 33,

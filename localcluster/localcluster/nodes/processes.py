@@ -16,9 +16,9 @@ from localcluster.common.config import (
 )
 from localcluster.common.kubeapi import ApiError
 from localcluster.common.kubeconfig import admin_client
-from localcluster.nodeimages import archives
 from localcluster.network import netns as network
 from localcluster.network import nodedns
+from localcluster.nodeimages import archives
 from localcluster.nodes.realnode.base import binaries, containerd_root, node_dir, process_name
 from localcluster.nodes.realnode.cgroups import kill_node
 

@@ -34,13 +34,12 @@ import copy
 import sys
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
-import yaml
-
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec, DistTrainingJobStatus
 from disttrain.api.jobname import name_rules_cel
+from disttrain.api.types import DistTrainingJobSpec, DistTrainingJobStatus
 
 _DROP_KEYS = {"title", "$defs", "discriminator"}
 # Constraints a variant of an int-or-string union may carry (they apply to its own type).

@@ -34,15 +34,15 @@ from pydantic import (
 from disttrain.api.containers import Container, InitContainer, Volume
 from disttrain.api.k8sbase import (
     INT32_MAX,
+    LIST_MAP_BY_NAME,
+    MAX_CONTAINERS,
+    MAX_MAP_ENTRIES,
     DnsLabel,
     Int32,
     Int64,
     K8sModel,
-    LIST_MAP_BY_NAME,
     LabelValue,
     LinuxID,
-    MAX_CONTAINERS,
-    MAX_MAP_ENTRIES,
     check_keys,
     qualified_keys_rule,
     require_unique,

@@ -9,7 +9,6 @@ from typing import Any, Optional, Union
 
 from disttrain.api.k8sbase import QUANTITY_PATTERN
 
-
 _QUANTITY_SUFFIX: dict[str, Union[int, Decimal]] = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
     "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": 1,

@@ -23,11 +23,8 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, JsonValue, StrictInt, field_validator, model_validator
 
-from disttrain.api import constants
-from disttrain.api import torchrun
+from disttrain.api import constants, torchrun
 from disttrain.api import trainer as trainer_rule
-from disttrain.api.hostnet import HOST_NETWORK_RULES
-from disttrain.api.shellwords import unknown
 from disttrain.api.common import (
     CamelModel,
     KeepPods,
@@ -35,11 +32,13 @@ from disttrain.api.common import (
     ProbeBackend,
     RendezvousBackend,
 )
+from disttrain.api.hostnet import HOST_NETWORK_RULES
 from disttrain.api.jobname import CEL_EXPLICIT_GANG, explicit_gang
+from disttrain.api.podtemplate import PodTemplate
 from disttrain.api.quantity import gpus_requested
 from disttrain.api.runpolicy import RunPolicy
+from disttrain.api.shellwords import unknown
 from disttrain.api.status import DistTrainingJobStatus
-from disttrain.api.podtemplate import PodTemplate
 
 PORT_RANGE_PATTERN = r"^[0-9]{1,5}-[0-9]{1,5}$"
 # The most processes one node runs (numProcPerNode): the most local ranks the probe starts

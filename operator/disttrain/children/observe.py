@@ -14,9 +14,7 @@ never judged, never counted, and a name they hold is reported rather than taken.
 from __future__ import annotations
 
 import ipaddress
-
 import re
-
 from datetime import datetime, timezone
 from typing import Any, Optional
 

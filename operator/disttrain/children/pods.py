@@ -17,8 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from disttrain.api import torchrun
-from disttrain.api import constants
+from disttrain.api import constants, torchrun
 from disttrain.api.types import DistTrainingJobSpec, Launcher, nproc_for
 from disttrain.children.names import JobRef, worker_pod_name
 from disttrain.children.podbase import (
@@ -33,7 +32,6 @@ from disttrain.children.podbase import (
     trainer_container,
     with_trainer,
 )
-
 
 # kubectl's annotation naming the container `kubectl logs` and `exec` use by default
 DEFAULT_CONTAINER = "kubectl.kubernetes.io/default-container"

@@ -34,7 +34,6 @@ from disttrain.children.podbase import (
     template_labels,
     trainer_container,
 )
-
 from disttrain_probe.contract import probe_env
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Optional
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.diagnosis import messages
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
+from disttrain.diagnosis import messages
 from disttrain.diagnosis.diagnose import Diagnosis
+from disttrain_probe.contract import vocabulary
 
 _PORT_REASONS = {vocabulary.EPHEMERAL_PORTS_BLOCKED, vocabulary.PORT_RANGE_OUTSIDE_ALLOWED}
 

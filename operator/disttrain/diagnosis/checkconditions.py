@@ -15,11 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from disttrain_probe.contract import vocabulary
-
+from disttrain.api import constants
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.findings import Finding, is_warning_reason, warning_check
-from disttrain.api import constants
+from disttrain_probe.contract import vocabulary
 
 
 @dataclass

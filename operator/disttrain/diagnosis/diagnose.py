@@ -30,18 +30,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from disttrain_probe.contract import vocabulary
-
-from disttrain.api.types import DistTrainingJobSpec
-from disttrain.diagnosis import attribution
-from disttrain.diagnosis import findings
-from disttrain.diagnosis import messages
-from disttrain.diagnosis import netsummary
-from disttrain.diagnosis import stragglers
-from disttrain.diagnosis import checkconditions
-from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.diagnosis import attribution, checkconditions, findings, messages, netsummary, stragglers
+from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain_probe.contract import vocabulary
 
 # Which check a probe warning reason belongs to (from the vocabulary).
 WARNING_CONDITION = {name: vocabulary.REASONS[name].condition for name in vocabulary.named(vocabulary.WARNING)}

@@ -12,10 +12,8 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from disttrain_probe.contract import paths
-from disttrain_probe.contract import vocabulary
-
 from disttrain.diagnosis.findings import RankInput
+from disttrain_probe.contract import paths, vocabulary
 
 MASTER_FAILURES = (vocabulary.MASTER_PORT_TIMEOUT, vocabulary.MASTER_PORT_REFUSED)
 

@@ -14,12 +14,11 @@ from typing import Any, Optional, Sequence, Union
 
 from pydantic import ValidationError
 
-from disttrain_probe.contract.paths import is_loopback
+from disttrain.diagnosis.report import ProbeReport
 from disttrain_probe.contract import settings as psettings  # the probe's pure comparisons (stdlib)
 from disttrain_probe.contract import versions as pversions
 from disttrain_probe.contract import vocabulary
-
-from disttrain.diagnosis.report import ProbeReport
+from disttrain_probe.contract.paths import is_loopback
 
 
 @dataclass

@@ -23,8 +23,8 @@ from typing import Any, Optional, Sequence
 
 from disttrain.api import constants
 from disttrain.diagnosis import messages
-from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain_probe.contract import vocabulary
 
 

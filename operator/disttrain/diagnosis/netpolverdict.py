@@ -21,8 +21,8 @@ from typing import Mapping, Optional, Sequence
 
 from disttrain.api import constants
 from disttrain.diagnosis import messages
-from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain.diagnosis.networkpolicy import DROPPED_CONNECTION_REASONS, Block, Need, PodView, blocked, undecided
 from disttrain_probe.contract import vocabulary
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any, Optional, Sequence
 
-from disttrain_probe.contract import vocabulary
-
-from disttrain.diagnosis import evidence
-from disttrain.diagnosis import messages
+from disttrain.diagnosis import evidence, messages
 from disttrain.diagnosis.findings import RankInput
+from disttrain_probe.contract import vocabulary
 
 
 def summarize_ifnames(names: Sequence[Optional[str]]) -> Optional[str]:

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Optional, Union
-
 import re
+from typing import Any, Dict, List, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel

@@ -38,12 +38,22 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence, Union
 
-from disttrain_probe.contract import progress, vocabulary as V
-
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
-from disttrain.diagnosis.stallfacts import (ADVANCING, Claim, Facts, LinkSilence, RankObservation, StallVerdict,
-                                            Windows, _Rank, decide, facts)
+from disttrain.diagnosis.stallfacts import (
+    ADVANCING,
+    Claim,
+    Facts,
+    LinkSilence,
+    RankObservation,
+    StallVerdict,
+    Windows,
+    _Rank,
+    decide,
+    facts,
+)
+from disttrain_probe.contract import progress
+from disttrain_probe.contract import vocabulary as V
 
 STRAGGLER_MIN_SHARE = 0.2  # the median rank waits at least this share of the time ...
 STRAGGLER_FACTOR = 4.0  # ... and a straggler at most 1/4 of it (every other at least 1/2)

@@ -6,17 +6,17 @@ consistent (:class:`Facts`), and the verdict (:class:`StallVerdict`) the rules o
 from __future__ import annotations
 
 import math
-from datetime import datetime, timezone
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any, Iterable, Optional, Sequence, Union
-
-from disttrain_probe.contract import progress, vocabulary as V
 
 from disttrain.api import constants
 from disttrain.api.status import RankProgressStatus
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
 from disttrain.diagnosis.checkconditions import Verdict
+from disttrain_probe.contract import progress
+from disttrain_probe.contract import vocabulary as V
 
 QUIET_S = 30.0  # a wait in one collective this long is no longer a step's ordinary wait (s)
 STALE_S = 30.0  # a record not heard for this long is stale: its rank stopped answering (s)

@@ -24,10 +24,9 @@ import statistics
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence
 
-from disttrain_probe.contract import vocabulary
-
 from disttrain.diagnosis.findings import Finding, RankInput
 from disttrain.diagnosis.report import ProbeReport
+from disttrain_probe.contract import vocabulary
 
 WARN_RATIO = 2.0  # a node below median / WARN_RATIO is a straggler
 

@@ -12,9 +12,9 @@ from datetime import datetime, timezone
 from typing import Any, Iterable, Optional
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.checkconditions import Verdict
+from disttrain_probe.contract import vocabulary
 
 # A condition message says the cause, the node(s) and the fix in at most this many
 # characters; details go to status fields, Events and `disttrain explain`.

@@ -23,8 +23,14 @@ from typing import Any, Optional
 
 from pydantic import BaseModel
 
-from disttrain.api.status import (DistTrainingJobStatus, ExcludedNode, NodeResult, ProbeStatus, ProgressStatus,
-                                  RendezvousStatus)
+from disttrain.api.status import (
+    DistTrainingJobStatus,
+    ExcludedNode,
+    NodeResult,
+    ProbeStatus,
+    ProgressStatus,
+    RendezvousStatus,
+)
 
 
 def _alias(model: type[BaseModel], name: str) -> str:

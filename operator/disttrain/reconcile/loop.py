@@ -35,16 +35,16 @@ from typing import Any, Callable, Optional
 
 from pydantic import ValidationError
 
-from disttrain.reconcile import conditions as cond
-from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.children import observe
-from disttrain.api.types import DistTrainingJobSpec
-from disttrain.api.jobname import job_name_problem
 from disttrain.api.fieldpath import spec_error_message
+from disttrain.api.jobname import job_name_problem
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children import observe
 from disttrain.children.names import JobRef, service_name, uses_dns_hostnames
 from disttrain.children.service import build_headless_service
+from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.reconcile import conditions as cond
+from disttrain.reconcile.jobstatus import JobStatus
 from disttrain.reconcile.policies import (
     admission,
     apierrors,
@@ -55,9 +55,9 @@ from disttrain.reconcile.policies import (
     verdict,
 )
 from disttrain.reconcile.policies import gang as gangpolicy
-from disttrain.reconcile.jobstatus import JobStatus
 from disttrain.reconcile.status_repair import repair
 from disttrain.reconcile.step import Observed, Outcome, Plan, ReportParser, Step
+from disttrain_probe.contract import vocabulary
 
 __all__ = ["reconcile"]
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from disttrain.reconcile import conditions as cond
-from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.api import constants
+from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.reconcile import conditions as cond
 from disttrain_probe.contract import vocabulary
 
 _KNOWN = frozenset({"conditions", "restarts", "suspensions", "probe", "rendezvous", "nodes", "startTime",

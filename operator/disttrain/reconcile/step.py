@@ -24,18 +24,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Optional
 
-from disttrain.reconcile import conditions as cond
-from disttrain.reconcile.jobstatus import JobStatus
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
+from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import gang as gang_objects
 from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe, progresswatch
-from disttrain.children.podbase import avoid_nodes
-from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children.names import JobRef
-from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.children.podbase import avoid_nodes
 from disttrain.diagnosis.checkconditions import Verdict
+from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.reconcile import conditions as cond
+from disttrain.reconcile.jobstatus import JobStatus
+from disttrain_probe.contract import vocabulary
 
 ReportParser = Callable[[str], dict]
 

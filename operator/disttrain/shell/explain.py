@@ -234,7 +234,8 @@ class ExplainError(Exception):
 def load_job(name: str, namespace: str) -> Optional[dict]:
     """The job as the API returns it (camelCase), or None when it does not exist.
     Raises :class:`ExplainError` with one sentence when it cannot be read."""
-    from kubernetes import client, config as kconfig  # loaded only to read a job: the renderers above stay pure
+    from kubernetes import client  # loaded only to read a job: the renderers above stay pure
+    from kubernetes import config as kconfig  # with the client
     from kubernetes.client.rest import ApiException  # with the client above
 
     try:

@@ -31,10 +31,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 from pydantic import ValidationError
 
-from disttrain.children import wire
-
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain.children import wire
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.step import ApiFailure, Plan
 
 log = logging.getLogger("disttrain.kube")

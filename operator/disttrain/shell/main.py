@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> None:
         args.metrics_port = int(raw)
     if args.probe_image:
         os.environ[probe_env.IMAGE] = args.probe_image
-    from disttrain.shell import handlers  # noqa: F401  (registers the handlers)
-    from disttrain.shell import metrics  # with the handlers, once the environment above is set
+    from disttrain.shell import (
+        handlers,  # noqa: F401  (registers the handlers)
+        metrics,  # with the handlers, once the environment above is set
+    )
 
     if args.metrics_port:
         metrics.serve(args.metrics_port)

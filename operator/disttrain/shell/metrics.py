@@ -25,8 +25,8 @@ from typing import Any, Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
+from disttrain.reconcile import conditions as cond
 from disttrain_probe.contract import vocabulary
 
 REGISTRY = CollectorRegistry()

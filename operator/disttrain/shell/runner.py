@@ -18,19 +18,19 @@ from typing import Optional
 
 from kubernetes.client.rest import ApiException
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.children import kueue, observe, progresswatch
-from disttrain.shell import metrics
 from disttrain.children.names import JobRef
-from disttrain.shell.kube import Kube, failure_from
+from disttrain.diagnosis.report import parse_report as _parse_report_model
+from disttrain.reconcile import conditions as cond
+from disttrain.reconcile.loop import owned_service_name, reconcile
 from disttrain.reconcile.policies import offers
 from disttrain.reconcile.policies.apierrors import SHOW_AFTER, backoff_seconds
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API
-from disttrain.reconcile.loop import owned_service_name, reconcile
-from disttrain.diagnosis.report import parse_report as _parse_report_model
 from disttrain.reconcile.step import ApiFailure, NodeOffers, Observed
+from disttrain.shell import metrics
+from disttrain.shell.kube import Kube, failure_from
+from disttrain_probe.contract import vocabulary
 
 log = logging.getLogger("disttrain.runner")
 

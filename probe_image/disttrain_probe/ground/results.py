@@ -11,8 +11,18 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 from disttrain_probe.ground.config import Config
 from disttrain_probe.ground.deadline import Tracker
+from disttrain_probe.ground.shapes import (
+    AllReduce,
+    Chosen,
+    Dial,
+    Failure,
+    Inventory,
+    LocalEntry,
+    Master,
+    NcclAnswer,
+    Peer,
+)
 from disttrain_probe.ground.torchload import TorchLoader
-from disttrain_probe.ground.shapes import AllReduce, Chosen, Dial, Failure, Inventory, LocalEntry, Master, NcclAnswer, Peer
 
 Listener = Tuple[Optional[socket.socket], Optional[str]]  # (socket, None) or (None, the error)
 

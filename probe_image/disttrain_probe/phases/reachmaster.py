@@ -18,8 +18,8 @@ from disttrain_probe.ground.deadline import Deadline, ProbeFailure
 from disttrain_probe.ground.results import SharedState
 from disttrain_probe.ground.shapes import Inventory, Master
 from disttrain_probe.phases.dialing import (
-    HostCheck,
     HOST_CHECK_SECONDS,
+    HostCheck,
     _dial,
     dial_give_up_at,
     dial_until_decided,

@@ -16,11 +16,19 @@ from disttrain_probe.ground import config as C
 from disttrain_probe.ground import roles as LR
 from disttrain_probe.ground import torchload
 from disttrain_probe.ground.deadline import Deadline, ProbeFailure, Tracker
-from disttrain_probe.ground.shapes import Failure, Inventory, Peer
 from disttrain_probe.ground.results import Kept, MeshRow, SharedState
+from disttrain_probe.ground.shapes import Failure, Inventory, Peer
 from disttrain_probe.ground.torchload import TorchLoader
-from disttrain_probe.phases import (collective, connectivity, interfaces, inventory, masterstore, ncclcheck,
-                                    rendezvous, torchfacts)
+from disttrain_probe.phases import (
+    collective,
+    connectivity,
+    interfaces,
+    inventory,
+    masterstore,
+    ncclcheck,
+    rendezvous,
+    torchfacts,
+)
 from disttrain_probe.run import probelocal, probereport
 from disttrain_probe.run import report as REP
 

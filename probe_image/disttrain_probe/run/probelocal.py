@@ -10,9 +10,9 @@ from typing import Any, Callable, List, Optional
 
 from disttrain_probe.contract import vocabulary
 from disttrain_probe.ground import roles as LR
-from disttrain_probe.ground.shapes import LocalEntry
 from disttrain_probe.ground.deadline import Deadline, ProbeFailure
 from disttrain_probe.ground.results import Kept
+from disttrain_probe.ground.shapes import LocalEntry
 from disttrain_probe.localranks import spawn
 from disttrain_probe.phases import rendezvous
 

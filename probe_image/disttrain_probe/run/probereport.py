@@ -14,7 +14,6 @@ from disttrain_probe.phases import interfaces, ncclcheck
 from disttrain_probe.run import report as REP
 
 
-
 def self_summary(k: Kept) -> Peer:
     """This rank's inventory as it publishes it at the rendezvous (``state['self_summary']``)."""
     m = k.state.get("master") or {}

@@ -17,7 +17,6 @@ from disttrain_probe.contract import vocabulary
 from disttrain_probe.contract.report_format import MAX_REPORT_BYTES, REPORT_VERSION
 
 
-
 def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=True, sort_keys=False)
 

@@ -9,8 +9,19 @@ from disttrain.reconcile.policies import admission
 from disttrain.reconcile.step import Outcome
 from disttrain_probe.contract import vocabulary as V
 
-from ...support.builders import (ADMISSION, ADMITTED, DEACTIVATED, EVICTED, FLAVOR, PENDING, Want, check, given,
-                                 table, workload)
+from ...support.builders import (
+    ADMISSION,
+    ADMITTED,
+    DEACTIVATED,
+    EVICTED,
+    FLAVOR,
+    PENDING,
+    Want,
+    check,
+    given,
+    table,
+    workload,
+)
 
 UNK, TRUE, FALSE = C.UNKNOWN, C.TRUE, C.FALSE
 FINISHED = ADMITTED + [{"type": "Finished", "status": "True", "reason": "Succeeded", "message": "done"}]

@@ -9,7 +9,8 @@ from disttrain.api import constants
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import cleanup
 
-from ...support.builders import given, spec_of as spec
+from ...support.builders import given
+from ...support.builders import spec_of as spec
 from ...support.reconcile import NOW, sidecar_worker, step, validated_body
 
 

@@ -7,6 +7,7 @@ from disttrain.reconcile.policies import conflicts
 from ...support.builders import Want, check, given, table
 from ...support.fixtures import pod
 
+
 def held(name="j-probe-1", owner=None):
     """A pod of the job's name that is not the job's: ``owner`` the UID of the job that owns
     it (a deleted namesake), None for an orphan."""

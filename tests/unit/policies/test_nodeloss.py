@@ -7,12 +7,11 @@ from datetime import timedelta
 
 import pytest
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.diagnosis.diagnose import diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.report import ProbeReport
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import kubeletended
 from disttrain.reconcile.policies.nodeloss import (
     NODE_LOST_SETTLE_SECONDS,
@@ -20,6 +19,7 @@ from disttrain.reconcile.policies.nodeloss import (
     mark,
     override,
 )
+from disttrain_probe.contract import vocabulary
 
 from ...support.fixtures import job, pod, report
 from ...support.reconcile import NOW, advance, step

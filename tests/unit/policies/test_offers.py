@@ -11,8 +11,8 @@ from hypothesis import given as given_
 from hypothesis import strategies as st
 
 from disttrain.api import constants as C
-from disttrain.reconcile import conditions as cond
 from disttrain.api.quantity import parse_quantity
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import offers, probing, training
 from disttrain.reconcile.step import NodeOffers, Outcome
 from disttrain_probe.contract import vocabulary as V

@@ -4,7 +4,8 @@ clause, causes first, and the pods only held by their gang. (``classify`` has it
 ``tests/unit/test_scheduling.py``.)"""
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.reconcile.policies import scheduling
 

@@ -19,8 +19,8 @@ from localcluster.common.config import (
     pod_cidr,
     venv_python,
 )
-from localcluster.nodeimages.archives import ImageError, image_archives, import_images
 from localcluster.network import podnet
+from localcluster.nodeimages.archives import ImageError, image_archives, import_images
 from localcluster.nodes.realnode.base import SYSCTL_FILES, RealNodeError, binaries, containerd_root, node_dir
 from localcluster.nodes.realnode.cgroups import cgroup_pids, ensure_cgroups, join_cgroups, kill_node
 from localcluster.nodes.realnode.nodeconfig import write_files

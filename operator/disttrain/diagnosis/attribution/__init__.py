@@ -41,16 +41,19 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from disttrain_probe.contract import vocabulary
-
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.attribution.explanation import Explanation
-from disttrain.diagnosis.attribution.master import (explain_master, explain_resolution, explain_unresolvable,
-                                                     own_resolution)
+from disttrain.diagnosis.attribution.master import (
+    explain_master,
+    explain_resolution,
+    explain_unresolvable,
+    own_resolution,
+)
 from disttrain.diagnosis.attribution.network import components, explain_matrix, explain_networks
-from disttrain.diagnosis.findings import Finding, RankInput, relayed
 from disttrain.diagnosis.checkconditions import merged_message
+from disttrain.diagnosis.findings import Finding, RankInput, relayed
+from disttrain_probe.contract import vocabulary
 
 _MASTER_PORT = (vocabulary.MASTER_PORT_TIMEOUT, vocabulary.MASTER_PORT_REFUSED)
 _NETWORK = (vocabulary.NO_COMMON_INTERFACE, vocabulary.INTERFACE_UNREACHABLE)

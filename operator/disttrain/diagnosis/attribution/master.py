@@ -8,14 +8,13 @@ from __future__ import annotations
 import ipaddress
 from typing import Optional, Sequence
 
-from disttrain_probe.contract import vocabulary
-from disttrain_probe.contract.paths import is_loopback
-
 from disttrain.diagnosis import evidence as evidence_matrix
 from disttrain.diagnosis import messages
 from disttrain.diagnosis.attribution.explanation import Explanation, capture_test
 from disttrain.diagnosis.findings import Finding, RankInput
 from disttrain.diagnosis.report import Master
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract.paths import is_loopback
 
 
 def _two_nics_on(r: RankInput, addr: Optional[str]) -> Optional[tuple[str, list[tuple[str, str]]]]:

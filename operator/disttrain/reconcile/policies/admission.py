@@ -18,13 +18,12 @@ For a job labelled ``kueue.x-k8s.io/queue-name`` (see :mod:`disttrain.children.k
 
 from __future__ import annotations
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
-from disttrain.children import kueue
-from disttrain.children import observe
-from disttrain.reconcile.step import Outcome, Step
+from disttrain.children import kueue, observe
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies.suspend import stop_run
+from disttrain.reconcile.step import Outcome, Step
+from disttrain_probe.contract import vocabulary
 
 
 def apply(s: Step) -> Outcome:

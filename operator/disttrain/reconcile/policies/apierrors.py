@@ -21,12 +21,12 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
 from disttrain.api.types import trainer_index
 from disttrain.children.names import probe_pod_name
-from disttrain_probe.contract import vocabulary
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.step import ApiFailure, Outcome, Step
+from disttrain_probe.contract import vocabulary
 
 SHOW_AFTER = 3
 MAX_BACKOFF_SECONDS = 60.0

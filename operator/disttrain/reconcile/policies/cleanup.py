@@ -15,8 +15,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Optional
 
-from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children import observe
 from disttrain.reconcile.policies.deadline import seconds_left
 
 

@@ -16,8 +16,8 @@ from typing import Optional
 
 from disttrain.api import constants
 from disttrain.children import observe
-from disttrain.reconcile.step import Step
 from disttrain.reconcile.policies.deadline import seconds_left
+from disttrain.reconcile.step import Step
 
 # A deleted job's pods go once their grace period ends (30 s unless the template asks for
 # more) and the garbage collector has run; five minutes covers both with room, and a pod

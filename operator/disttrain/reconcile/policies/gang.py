@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from disttrain.api import constants
-from disttrain.children import gang
-from disttrain.api.types import DistTrainingJobSpec
 from disttrain.api.jobname import job_name_problem
+from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children import gang
 from disttrain.reconcile.step import Step
 
 CAP_WORKLOAD_API = "workload-api"  # the apiserver serves scheduling.k8s.io/v1beta1 podgroups

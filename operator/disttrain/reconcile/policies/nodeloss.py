@@ -41,14 +41,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Optional
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
+from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.diagnosis.report import ProbeReport
+from disttrain.reconcile import conditions as cond
+from disttrain_probe.contract import vocabulary
 
 # How long after the last other rank ended a probe that still runs is judged lost (s): a
 # live probe ends within its wind-down (about 5 s) of its peers; the rest is margin for a

@@ -18,15 +18,15 @@ from datetime import datetime
 from typing import Optional
 
 from disttrain.api import constants
-from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children import kueue as kueue_objects
+from disttrain.children import observe
 from disttrain.children.names import JobRef, master_dns_name, uses_dns_hostnames
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
-from disttrain.children import kueue as kueue_objects
-from disttrain.reconcile.step import Step
-from disttrain.reconcile.policies.deadline import seconds_left
 from disttrain.reconcile.policies import stallwatch
+from disttrain.reconcile.policies.deadline import seconds_left
+from disttrain.reconcile.step import Step
 
 # How long after rank 0's pod got to its node the other probes wait for rank 0's probe
 # container to start (s). Started, it is the evidence that lets them diagnose a blocked

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from disttrain_probe.contract import vocabulary
+from disttrain.api.types import nproc_for
 from disttrain.children import observe
 from disttrain.diagnosis import logline, trust
-from disttrain.api.types import nproc_for
 from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain.reconcile.step import Step
 from disttrain.reconcile.policies.probelaunch import attempt_of
+from disttrain.reconcile.step import Step
+from disttrain_probe.contract import vocabulary
+
 
 def given_master(pod: dict) -> Optional[str]:
     """The MASTER_ADDR value the operator put in the probe pod (None for a downward-API field)."""

@@ -13,19 +13,18 @@ from __future__ import annotations
 
 from typing import Optional
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
-from disttrain.diagnosis import messages
 from disttrain.children.names import probe_pod_name
-from disttrain.reconcile.step import Outcome, ProbeRun, Step
-
+from disttrain.diagnosis import messages
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import conflicts, kubeletended, nodeloss, offers, scheduling, verdict
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
 from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, record_start
 from disttrain.reconcile.policies.probereports import collect, given_master
 from disttrain.reconcile.policies.stranded import excused, rank0_wait, stranded
+from disttrain.reconcile.step import Outcome, ProbeRun, Step
+from disttrain_probe.contract import vocabulary
 
 
 def _pull_summary(pull: list[tuple[int, dict, str]]) -> str:

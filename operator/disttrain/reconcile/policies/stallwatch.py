@@ -15,15 +15,20 @@ import re
 from typing import Any, Optional
 
 from disttrain.api import constants
-from disttrain.children import observe
 from disttrain.api.types import nproc_for, trainer_index
-from disttrain_probe.contract import vocabulary
-from disttrain.children.progresswatch import (SIDECAR_NAME, ProgressEvent, ProgressWatch, add_watch, sidecar_status,
-                                             watch_problem)
+from disttrain.children import observe
+from disttrain.children.progresswatch import (
+    SIDECAR_NAME,
+    ProgressEvent,
+    ProgressWatch,
+    add_watch,
+    sidecar_status,
+    watch_problem,
+)
 from disttrain.diagnosis import stall, stallfacts
 from disttrain.diagnosis.stallfacts import ADVANCING, RankObservation, StallVerdict
 from disttrain.reconcile.step import Step
-from disttrain_probe.contract import progress
+from disttrain_probe.contract import progress, vocabulary
 
 QUIET_CAP_S = 30  # the sidecar turns not Ready after at most this long without progress (s)
 RECHECK_S = 5.0  # while not advancing, look again this often (s)

@@ -15,14 +15,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Optional
 
-from disttrain_probe.contract import vocabulary
-from disttrain.children import observe
 from disttrain.api.types import DistTrainingJobSpec
-from disttrain.reconcile.step import ReportParser
-from disttrain_probe.contract.timing import SIBLING_SECONDS, default_resolve_seconds
-
+from disttrain.children import observe
 from disttrain.reconcile.policies import nodeloss
 from disttrain.reconcile.policies.deadline import seconds_left
+from disttrain.reconcile.step import ReportParser
+from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract.timing import SIBLING_SECONDS, default_resolve_seconds
 
 # A rank >= 1 that failed for one of these (or before the rendezvous) never joined rank 0's
 # store, so no peer learns of it: they would wait for it until their own deadline.

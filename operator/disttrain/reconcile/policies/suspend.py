@@ -14,8 +14,8 @@ A finished job (Succeeded or Failed) is not affected.
 from __future__ import annotations
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.reconcile.step import Outcome, Step
+from disttrain_probe.contract import vocabulary
 
 _STAGE = (constants.VALIDATED, constants.TRAINING_STARTED, constants.SUCCEEDED, constants.FAILED) + constants.CHECK_CONDITIONS
 

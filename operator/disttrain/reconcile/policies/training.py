@@ -18,20 +18,20 @@ from __future__ import annotations
 
 from typing import Optional
 
-from disttrain.reconcile import conditions as cond
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.api.common import OnStall
 from disttrain.api.types import trainer_index, trainer_of
 from disttrain.children import kubelet, observe, rankend
+from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.diagnosis import logline, stall
 from disttrain.diagnosis.stallfacts import StallVerdict
-from disttrain.children.names import master_dns_name, uses_dns_hostnames, worker_pod_name
-from disttrain.reconcile.step import Outcome, Step
+from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import conflicts, offers, restart, stallwatch
 from disttrain.reconcile.policies.deadline import training_seconds_left
 from disttrain.reconcile.policies.probelaunch import master_addr
+from disttrain.reconcile.step import Outcome, Step
+from disttrain_probe.contract import vocabulary
 
 
 def current_workers(s: Step, attempt: int) -> dict[int, dict]:

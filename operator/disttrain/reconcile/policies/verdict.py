@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Optional
 
 from disttrain.api import constants
-from disttrain_probe.contract import vocabulary
 from disttrain.children import observe
 from disttrain.children.names import job_selector
 from disttrain.children.podbase import beacon_port
@@ -23,9 +22,9 @@ from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Diagnosis, Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.netsummary import summarize_ifnames
-from disttrain.reconcile.step import Outcome, Step
 from disttrain.reconcile.policies import kubeletended, nodeloss
-
+from disttrain.reconcile.step import Outcome, Step
+from disttrain_probe.contract import vocabulary
 
 MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
 
