@@ -3,6 +3,8 @@
 sidecars' readiness and words, and runPolicy.onStall."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.api import constants as C
 from disttrain.children import progresswatch as pw
@@ -269,3 +271,45 @@ def test_a_pod_the_node_controller_marked_not_ready_is_a_rank_that_stopped_answe
 def test_a_pod_its_kubelet_marked_not_ready_is_not_a_lost_node(kw):
     c = _node_gone(**kw)
     assert c["reason"] != V.RANK_UNRESPONSIVE, c
+
+
+# --- generated: sidecar words, hand-edited status.nodes and pod statuses -------------------
+
+_ips = st.sampled_from(["10.101.0.11", "10.101.0.12", "10.100.0.12", "192.0.2.1", "::1", "x", ""])
+_tcp = st.builds(lambda ip, n, u, r: f"tcp peer={ip} sockets={n} unacked={u} retrans={r}",
+                 _ips, st.integers(0, 5), st.integers(0, 10**6), st.integers(0, 50))
+_words = st.lists(st.one_of(_tcp, st.sampled_from(["r0 collective seq=1533 idle=70s op=all_reduce",
+                                                    "r1 python seq=1 idle=9s", "+3 more", "garbage"]),
+                            st.text(max_size=30)), max_size=6).map(lambda segs: "progress: " + "; ".join(segs))
+_node_entries = st.lists(st.fixed_dictionaries({}, optional={
+    "rank": st.one_of(st.integers(-1, 3), st.text(max_size=2), st.none()),
+    "name": st.one_of(st.sampled_from(["node-a", "node-b", "node-z"]), st.integers(), st.none()),
+    "address": st.one_of(_ips, st.integers(), st.none()),
+    "interface": st.one_of(st.sampled_from(["eth1", ""]), st.lists(st.integers(), max_size=1), st.none())}),
+    max_size=4)
+_conds = st.lists(st.one_of(st.fixed_dictionaries({
+    "type": st.sampled_from(["Ready", "ContainersReady", "Other"]),
+    "status": st.sampled_from(["True", "False", "Unknown", 1]),
+    "lastTransitionTime": st.one_of(st.sampled_from(["2026-11-30T11:59:20Z", "yesterday", ""]), st.none())}),
+    st.integers(), st.text(max_size=3)), max_size=4)
+
+
+@given(words=st.lists(_words, min_size=2, max_size=2), nodes=_node_entries, conds=st.lists(_conds, min_size=2,
+       max_size=2), ready=st.lists(st.booleans(), min_size=2, max_size=2),
+       at=st.sampled_from([NOW, "2026-11-30T11:00:00Z", "", "not a time"]))
+def test_any_words_status_and_pod_conditions_give_one_verdict_and_only_the_jobs_nodes(words, nodes, conds, ready, at):
+    """Whatever the sidecars said, however status.nodes was edited and whatever conditions
+    the pods carry: no exception, one Progressing line of at most 400 characters, and a
+    silent link only between the job's two nodes."""
+    pods, _ = watched(*ready)
+    for p, c in zip(pods, conds):
+        p["status"]["conditions"] = c
+        p["status"]["podIP"] = p["status"]["hostIP"] = "10.100.0.12" if p is pods[1] else "10.100.0.11"
+    said = [pw.ProgressEvent(f"j-worker-{r}", w, at) for r, w in enumerate(words)]
+    b = given_().training().run_policy(stallTimeoutSeconds=60, onStall="Wait").with_pods(*pods)
+    s = b.status(nodes=nodes).observing(progress=said).build()
+    for link in stallwatch.links(s, dict(enumerate(pods)), s.now.timestamp()):
+        assert {link.node_a, link.node_b} <= {"node-a", "node-b", "node-z"} and link.node_a != link.node_b
+    training.apply(s)
+    c = cond.get(s.conds, C.PROGRESSING)
+    assert c is not None and len(c["message"]) <= 400 and "\n" not in c["message"]
