@@ -184,7 +184,7 @@ def test_no_node_is_excluded_when_no_restart_is_left():
     assert cond.get(s.conds, C.FAILED)["reason"] == V.TRAINING_STALLED and _excluded(s) == []
 
 
-def _partitioned(tcp: str, said_at: str = NOW, host_ips: bool = True, nodes: int = 2):
+def _partitioned(tcp: str, said_at: str = NOW, host_ips: bool = True, nodes: int = 2, reporter: int = 0):
     """Every rank waits in all_reduce #1533; rank 0's sidecar says ``tcp`` (its segment) at
     ``said_at``; the nodes' addresses on eth1 are 10.101.0.(11+r) (status.nodes), the pods'
     hostIPs 10.100.0.(11+r)."""
@@ -192,7 +192,7 @@ def _partitioned(tcp: str, said_at: str = NOW, host_ips: bool = True, nodes: int
     if host_ips:
         for r, p in enumerate(pods):
             p["status"]["hostIP"] = p["status"]["podIP"] = f"10.100.0.{11 + r}"
-    words = [pw.ProgressEvent(f"j-worker-{r}", f"progress: {tcp + '; ' if r == 0 else ''}r{r} collective "
+    words = [pw.ProgressEvent(f"j-worker-{r}", f"progress: {tcp + '; ' if r == reporter else ''}r{r} collective "
                               f"seq=1533 idle=70s op=all_reduce", said_at) for r in range(nodes)]
     b = given_(nodes).training().run_policy(stallTimeoutSeconds=60, onStall="Wait").with_pods(*pods)
     b.status(nodes=[{"rank": r, "name": f"node-{'abc'[r]}", "interface": "eth1", "address": f"10.101.0.{11 + r}"}
@@ -208,6 +208,12 @@ def test_lost_packets_to_a_peer_on_the_chosen_interface_name_the_link():
     assert ("every rank waits in all_reduce #1533 for 70 s: node-a <-> node-b on eth1 loses packets: 1448 B "
             "unacked after 7 TCP retransmits") in c["message"], c["message"]
     assert "check node-a, node-b: firewall rules between them" in c["message"]
+
+
+def test_the_link_reads_the_same_whichever_end_saw_the_losses():
+    """Found on the real kubelets: the end that dropped reported first, node-b <-> node-a."""
+    c = _partitioned("tcp peer=10.101.0.11 sockets=1 unacked=99 retrans=4", reporter=1)
+    assert "node-a <-> node-b on eth1 loses packets: 99 B unacked after 4 TCP" in c["message"], c["message"]
 
 
 def test_lost_packets_to_a_peers_pod_address_name_the_link_on_the_node_network():

@@ -116,7 +116,8 @@ def _addresses(s: Step, by_rank: dict[int, dict]) -> dict[str, tuple[str, str]]:
 def links(s: Step, by_rank: dict[int, dict], now: float) -> list[stallfacts.LinkSilence]:
     """The links between two of the job's nodes over which a training pod's TCP connections
     lose packets (the sidecars' ``tcp`` segments, words at most :data:`WORD_FRESH_S` old),
-    one per pair of nodes (the most retransmitted side), at most :data:`MOST_LINKS`; peers
+    one per pair of nodes (the most retransmitted side; ends in name order), at most
+    :data:`MOST_LINKS`; peers
     that are no node of the job are left out. Never raises."""
     where = _addresses(s, by_rank)
     words = {w.pod: w for w in s.progress}
@@ -137,7 +138,7 @@ def links(s: Step, by_rank: dict[int, dict], now: float) -> list[stallfacts.Link
             pair = (min(node, other), max(node, other))
             evidence = f"loses packets: {t.unacked} B unacked after {t.retrans} TCP retransmits"
             if pair not in best or t.retrans > best[pair][0]:
-                best[pair] = (t.retrans, stallfacts.LinkSilence(node, other, network, evidence))
+                best[pair] = (t.retrans, stallfacts.LinkSilence(pair[0], pair[1], network, evidence))
     ranked = sorted(best.values(), key=lambda x: (-x[0], x[1].node_a, x[1].node_b))
     return [link for _, link in ranked[:MOST_LINKS]]
 
