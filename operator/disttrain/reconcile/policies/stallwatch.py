@@ -117,8 +117,7 @@ def links(s: Step, by_rank: dict[int, dict], now: float) -> list[stallfacts.Link
     """The links between two of the job's nodes over which a training pod's TCP connections
     lose packets (the sidecars' ``tcp`` segments, words at most :data:`WORD_FRESH_S` old),
     one per pair of nodes (the most retransmitted side; ends in name order), at most
-    :data:`MOST_LINKS`; peers
-    that are no node of the job are left out. Never raises."""
+    :data:`MOST_LINKS`; peers that are no node of the job are left out. Never raises."""
     where = _addresses(s, by_rank)
     words = {w.pod: w for w in s.progress}
     best: dict[tuple[str, str], tuple[int, stallfacts.LinkSilence]] = {}
