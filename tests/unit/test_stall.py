@@ -322,8 +322,19 @@ def test_a_link_that_stopped_mid_collective_is_named_though_the_ranks_are_one_co
     assert v.message.startswith("every rank waits in all_reduce #1533 or #1534 for 400 s: node-a <-> node-b")
 
 
+@pytest.mark.parametrize("world", [2, 3, 8])
+def test_ranks_one_collective_apart_without_link_evidence_name_no_rank_and_say_both_causes(world):
+    """The same op one apart fits a link or peer that stopped mid-collective as well as a
+    skipped collective: no rank is named on the split alone, even when one rank is alone."""
+    v = judge([wait(r, seq=1534 if r else 1533) for r in range(world)], world, T, NOW)
+    assert (v.reason, v.ranks, v.nodes) == (V.COLLECTIVE_STALLED, (), ()), v
+    assert "all_reduce #1533 or #1534" in v.message and "a rank skipped a collective" in v.message
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL" in v.message and "nothing yet says which" in v.message
+    assert "…" not in v.message and len(v.message) <= 400
+
+
 @pytest.mark.parametrize("obs, links", [
-    ([wait(0, seq=1534), wait(1, seq=1533)], []),  # no link evidence
+    ([wait(0, seq=1536), wait(1, seq=1533)], []),  # 3 apart
     ([wait(0, seq=1536), wait(1, seq=1533)], [("node-a", "node-b", "eth1", "loses packets")]),  # 3 apart
     ([wait(0, seq=1533, op="broadcast"), wait(1, seq=1533)], [("node-a", "node-b", "eth1", "loses packets")]),
 ])

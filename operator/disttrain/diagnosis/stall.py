@@ -287,8 +287,11 @@ def _one_apart(f: Facts) -> bool:
 
 
 def _mismatched(f: Facts) -> Optional[Claim]:
-    if _job_links(f) and _one_apart(f):
-        return None  # a link that lost its packets mid-collective: _collective_stalled names it
+    if _one_apart(f):
+        # what a link or a peer that stopped mid-collective leaves (the ranks that got their
+        # data went on), as much as a skipped collective: _collective_stalled says which
+        # evidence there is, and names no rank on the split alone
+        return None
     groups: dict[tuple, list[int]] = {}
     for x in f.waiting():
         if x.op is not None or x.wseq is not None:
@@ -333,12 +336,18 @@ def _link_claim(f: Facts, what: str, since: float) -> Claim:
     links = _job_links(f)
     age = T.seconds(f.now - since)
     if not links:
+        apart = " or #" in what
+        held = ("a link, NCCL or a GPU that stopped mid-collective (the ranks ahead got their data), "
+                "or a rank skipped a collective; nothing yet says which" if apart else
+                "a link between the nodes, NCCL or a GPU holds it, and nothing yet says which")
+        decide = ("decide: ip -s link on each node shows a link that carries nothing; "
+                  "TORCH_DISTRIBUTED_DEBUG=DETAIL names a skipped collective" if apart else
+                  "decide: ip -s link on each node shows a link that carries nothing; a Flight Recorder dump "
+                  "(TORCH_NCCL_DUMP_ON_TIMEOUT=1) shows each rank's op; nvidia-smi and Xid lines in dmesg "
+                  "show a GPU that stopped")
         return Claim("collective_stalled", V.COLLECTIVE_STALLED,
-                     f"every rank waits in {what} for {age} and none is elsewhere: a link between the "
-                     f"nodes, NCCL or a GPU holds it, and nothing yet says which",
-                     "decide: ip -s link on each node shows a link that carries nothing; a Flight "
-                     "Recorder dump (TORCH_NCCL_DUMP_ON_TIMEOUT=1) shows each rank's op; nvidia-smi and "
-                     "Xid lines in dmesg show a GPU that stopped", since=since)
+                     f"every rank waits in {what} for {age}" + ("" if apart else " and none is elsewhere") +
+                     f": {held}", decide, since=since)
     ends = [(T.clean(s.node_a, T.NODE_CHARS), T.clean(s.node_b, T.NODE_CHARS)) for s in links]
     common = set(ends[0]).intersection(*ends[1:])
     nodes = tuple(sorted(common)) if len(links) > 1 and len(common) == 1 else tuple(
