@@ -174,7 +174,8 @@ def test_ready_without_records_or_with_a_corrupt_one_says_so_in_one_line(tmp_pat
     [s] = p.parse_summary(line)
     assert rc == 1 and s.where == p.UNREADABLE and s.error == "No such file or directory"
     d.mkdir()
-    assert _ready(site, d) == (1, "progress: no records")
+    rc, line = _ready(site, d)  # a tcp segment may come first: the host's own lossy connections
+    assert rc == 1 and p.parse_summary(line) == [] and (line == "progress: no records" or p.parse_tcp(line))
     (d / "rank-3.json").write_text("{not json")
     (d / "rank-4.json").write_text(json.dumps({"v": 9}))
     rc, line = _ready(site, d)

@@ -277,24 +277,32 @@ def _job_links(f: Facts) -> list[LinkSilence]:
             and T.clean(s.node_b, T.NODE_CHARS) in job_nodes]
 
 
-def _one_apart(f: Facts) -> bool:
-    """Every waiting rank is in the same op, their sequence numbers at most one apart: what a
-    link that stopped mid-collective leaves (the ranks that got their data went on to the
-    next collective, the others wait for theirs)."""
+def _one_apart(f: Facts, same_op: bool = True) -> bool:
+    """The waiting ranks' known sequence numbers are at most one apart (and, with
+    ``same_op``, their known ops one): what a link that stopped mid-collective leaves (the
+    ranks that got their data went on to the next collective, the others wait for theirs);
+    without ``same_op`` the next collective may be another op, never two ops at one seq.
+    An unknown seq or op (not read, or cut from the line) matches any."""
     waits = f.waiting()
     seqs = [x.wseq for x in waits if x.wseq is not None]
-    return len({x.op for x in waits}) == 1 and len(seqs) == len(waits) and max(seqs) - min(seqs) <= 1
+    ops_at: dict[Optional[int], set[str]] = {}
+    for x in waits:
+        if x.op:
+            ops_at.setdefault(None if same_op else x.wseq, set()).add(x.op)
+    one_op = all(len(ops) <= 1 for seq, ops in ops_at.items())
+    return bool(seqs) and max(seqs) - min(seqs) <= 1 and one_op
 
 
 def _mismatched(f: Facts) -> Optional[Claim]:
-    if _one_apart(f):
+    if _one_apart(f, same_op=not _job_links(f)):
         # what a link or a peer that stopped mid-collective leaves (the ranks that got their
-        # data went on), as much as a skipped collective: _collective_stalled says which
-        # evidence there is, and names no rank on the split alone
+        # data went on, to the same op or, with a lossy link, the next one), as much as a
+        # skipped collective: _collective_stalled says which evidence there is, and names no
+        # rank on the split alone
         return None
     groups: dict[tuple, list[int]] = {}
     for x in f.waiting():
-        if x.op is not None or x.wseq is not None:
+        if x.op is not None and x.wseq is not None:  # a rank with an unknown part matches any
             groups.setdefault((x.op, x.wseq), []).append(x.rank)
     waits = _long(f)
     if len(groups) < 2 or not waits:
@@ -317,8 +325,9 @@ def _collective_stalled(f: Facts) -> Optional[Claim]:
         return None
     since = f.now - max(x.wait_age or 0.0 for x in waits)
     seqs = sorted({x.wseq for x in f.waiting() if x.wseq is not None})
-    x = waits[0]
-    what = T.collective(x.op, seqs[0] if seqs else x.wseq) + (f" or #{seqs[-1]}" if len(seqs) > 1 else "")
+    ops = {x.op for x in f.waiting() if x.op}
+    what = T.collective(next(iter(ops)) if len(ops) == 1 else None, seqs[0] if seqs else None) + (
+        f" or #{seqs[-1]}" if len(seqs) > 1 else "")
     if f.missing:
         unknown = [r for r in f.ranks if f.ranks[r].where is None]
         return Claim("collective_stalled", V.STALL_NOT_ATTRIBUTED,

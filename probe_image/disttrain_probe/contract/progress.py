@@ -255,35 +255,39 @@ def _segment(s: RankSummary, at: bool, op: bool) -> str:
     return " ".join(parts)
 
 
-def format_summary(summaries: Sequence[RankSummary]) -> str:
-    """The one line for ``summaries``, at most :data:`MAX_SUMMARY_BYTES` bytes (see above)."""
-    if not summaries:
+def format_summary(summaries: Sequence[RankSummary], tcp: Sequence["TcpPeer"] = ()) -> str:
+    """The one line for ``summaries``, at most :data:`MAX_SUMMARY_BYTES` bytes (see above),
+    the segments of ``tcp`` (at most :data:`MAX_TCP_PEERS`, most retransmitted first) before
+    the ranks' and kept whole: the ranks' frames and ops give way first, then trailing ranks."""
+    head = [_tcp_segment(p) for p in _tcp_kept(tcp)]
+    if not summaries and not head:
         return f"{SUMMARY_PREFIX} no records"
     stages = ((lambda s: True, True), (lambda s: s.where != IN_COLLECTIVE, True),
               (lambda s: False, True), (lambda s: False, False))
     for at_of, op in stages:
         segs = [_segment(s, at_of(s), op) for s in summaries]
-        line = f"{SUMMARY_PREFIX} " + "; ".join(segs)
+        line = f"{SUMMARY_PREFIX} " + "; ".join(head + segs)
         if len(line.encode()) <= MAX_SUMMARY_BYTES:
             return line
     for keep in range(len(segs) - 1, -1, -1):
-        line = f"{SUMMARY_PREFIX} " + "; ".join(segs[:keep] + [f"+{len(segs) - keep} more"])
+        line = f"{SUMMARY_PREFIX} " + "; ".join(head + segs[:keep] + [f"+{len(segs) - keep} more"])
         if len(line.encode()) <= MAX_SUMMARY_BYTES:
             return line
-    return f"{SUMMARY_PREFIX} +{len(segs)} more"  # not reached: one segment is under 400 bytes
+    return f"{SUMMARY_PREFIX} " + "; ".join(head + [f"+{len(segs)} more"])  # not reached: segments are short
 
 
-def summarize(records: Sequence[Union[RankProgress, Unreadable]], now: float) -> str:
+def summarize(records: Sequence[Union[RankProgress, Unreadable]], now: float,
+              tcp: Sequence["TcpPeer"] = ()) -> str:
     """The readiness probe's line for a pod's ``records`` at ``now`` (Unix seconds), ranks in
-    order and unreadable files last."""
+    order and unreadable files last, after the ``tcp`` segments (:func:`format_summary`)."""
     ordered = sorted(records, key=lambda r: (1, 0, r.file) if isinstance(r, Unreadable) else (0, r.rank, ""))
-    return format_summary([summary_of(r, now) for r in ordered])
+    return format_summary([summary_of(r, now) for r in ordered], tcp)
 
 
 # A pod's TCP connections that hold unacknowledged data after repeated retransmission
 # timeouts (the kernel's own counters, read from /proc/net/tcp by the sidecar while its ranks
-# do not advance): one segment per peer address, before the ranks' segments so that a cut
-# line keeps them,
+# do not advance): one segment per peer address, before the ranks' segments and kept whole
+# when the line is cut,
 #
 #   tcp peer=10.101.0.13 sockets=2 unacked=1448 retrans=6
 #
@@ -316,22 +320,11 @@ def _parse_tcp(seg: str) -> TcpPeer:
     return TcpPeer(f["peer"], int(nums[0]), int(nums[1]), int(nums[2]))
 
 
-def with_tcp(line: str, peers: Sequence[TcpPeer]) -> str:
-    """``line`` (a :func:`format_summary` line) with the segments of ``peers`` (at most
-    :data:`MAX_TCP_PEERS`, most retransmitted first) put first; the line's trailing rank
-    segments give way ("+N more") so that the whole stays within :data:`MAX_SUMMARY_BYTES`."""
-    keep = sorted((p for p in peers if _PEER.match(p.peer)), key=lambda p: (-p.retrans, -p.unacked, p.peer))
-    tcp = [_tcp_segment(p) for p in keep[:MAX_TCP_PEERS]]
-    if not tcp:
-        return line
-    body = line[len(SUMMARY_PREFIX) + 1:] if line.startswith(SUMMARY_PREFIX + " ") else ""
-    segs = [] if body in ("", "no records") else body.split("; ")
-    for keep_n in range(len(segs), -1, -1):
-        rest = segs[:keep_n] + ([f"+{len(segs) - keep_n} more"] if keep_n < len(segs) else [])
-        out = f"{SUMMARY_PREFIX} " + "; ".join(tcp + rest)
-        if len(out.encode()) <= MAX_SUMMARY_BYTES:
-            return out
-    return f"{SUMMARY_PREFIX} " + "; ".join(tcp)  # four tcp segments are under 400 bytes
+def _tcp_kept(peers: Sequence[TcpPeer]) -> List[TcpPeer]:
+    """The peers a line carries: well-formed addresses, most retransmitted first, at most
+    :data:`MAX_TCP_PEERS`."""
+    ok = [p for p in peers if _PEER.match(p.peer)]
+    return sorted(ok, key=lambda p: (-p.retrans, -p.unacked, p.peer))[:MAX_TCP_PEERS]
 
 
 def _fields(tokens: List[str], allowed: Sequence[str]) -> dict:
@@ -383,7 +376,7 @@ def parse_summary(line: str) -> List[RankSummary]:
 
 
 def parse_tcp(line: str) -> List[TcpPeer]:
-    """The ``tcp`` segments of a summary line (:func:`with_tcp`); [] for none.
+    """The ``tcp`` segments of a summary line (:func:`format_summary`); [] for none.
 
     Raises:
         ValueError: what :func:`parse_summary` refuses, or a malformed tcp segment.

@@ -72,8 +72,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         items = read_records(args.dir) if args.dir else [
             contract.Unreadable(file="-", error=f"{contract.PROGRESS_DIR_ENV} is not set")]
         ok = healthy(items, now, args.stall_after)
-        line = contract.summarize(items, now)
-        print(line if ok else contract.with_tcp(line, tcpstate.read()), flush=True)
+        print(contract.summarize(items, now, () if ok else tcpstate.read()), flush=True)
         return 0 if ok else 1
     except Exception as e:  # a readiness probe prints a line, never a traceback
         failed = contract.Unreadable(file=args.dir or "-", error=f"{type(e).__name__}: {e}")

@@ -237,16 +237,20 @@ def test_lost_packets_that_are_no_evidence_of_a_link_between_the_jobs_nodes_name
     assert "nothing yet says which" in c["message"] and "<->" not in c["message"], c["message"]
 
 
-def test_a_word_older_than_the_freshness_window_is_no_link_evidence():
+def test_a_word_from_an_earlier_wait_is_no_link_evidence_and_an_old_word_of_this_wait_is():
+    """The kubelet's spam filter holds back words after 25 Events: a word of this wait (said
+    after the sidecar last turned not Ready) keeps its evidence however old; one said before
+    tells of an earlier wait."""
     pods, _ = watched(False, False)
+    for p in pods:
+        p["status"]["conditions"] = [{"type": "ContainersReady", "status": "False",
+                                      "lastTransitionTime": "2026-11-30T11:55:00Z"}]
     b = given_().training().with_pods(*pods).status(nodes=[
         {"rank": r, "name": f"node-{'ab'[r]}", "interface": "eth1", "address": f"10.101.0.{11 + r}"} for r in (0, 1)])
     line = "progress: tcp peer=10.101.0.12 sockets=1 unacked=10 retrans=9; r0 collective seq=1 idle=9s"
-    for at, found in (("2026-11-30T11:59:45Z", 1), ("2026-11-30T11:59:00Z", 0)):
+    for at, found in (("2026-11-30T11:56:00Z", 1), ("2026-11-30T11:50:00Z", 0)):
         s = b.observing(progress=[pw.ProgressEvent("j-worker-0", line, at)]).build()
-        by_rank = {r: p for r, p in enumerate(pods)}
-        assert len(stallwatch.links(s, by_rank, s.now.timestamp())) == found, at
-
+        assert len(stallwatch.links(s, dict(enumerate(pods)), s.now.timestamp())) == found, at
 
 def _node_gone(ready="False", containers_ready="True", gates=False):
     """Rank 0 waits in all_reduce #1533 for 70 s; rank 1's sidecar status still says Ready
@@ -319,3 +323,25 @@ def test_any_words_status_and_pod_conditions_give_one_verdict_and_only_the_jobs_
     training.apply(s)
     c = cond.get(s.conds, C.PROGRESSING)
     assert c is not None and len(c["message"]) <= 400 and "\n" not in c["message"]
+
+
+def test_a_long_stall_whose_words_the_kubelet_holds_back_still_gets_its_verdict():
+    """stallTimeoutSeconds 300: the sidecars turned not Ready 330 s ago and the kubelet's spam
+    filter let their words through only for the first ~2 minutes; their kubelets still report
+    them not Ready. The last words stand for where the ranks are (their ages count toward the
+    wait, not as silence): rank 1 stuck in Python at the timeout, not "no record heard"."""
+    pods, _ = watched(False, False)
+    for p in pods:
+        p["status"]["conditions"] = [
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-30T11:54:30Z"},
+            {"type": "ContainersReady", "status": "False", "lastTransitionTime": "2026-11-30T11:54:30Z"}]
+    words = [pw.ProgressEvent("j-worker-1", "progress: r1 python seq=1532 idle=150s at=train.py:88(load_batch)",
+                              "2026-11-30T11:57:00Z"),
+             pw.ProgressEvent("j-worker-0", "progress: r0 collective seq=1533 idle=150s op=all_reduce",
+                              "2026-11-30T11:57:00Z")]
+    s = given_().training().run_policy(stallTimeoutSeconds=300, onStall="Wait").with_pods(*pods)\
+        .observing(progress=words).build()
+    training.apply(s)
+    c = cond.get(s.conds, C.PROGRESSING)
+    assert (c["status"], c["reason"]) == (FALSE, V.RANK_STUCK_IN_PYTHON), c
+    assert c["message"].startswith("rank 1 (node-b) is in Python at train.py:88 (load_batch) for 330 s"), c

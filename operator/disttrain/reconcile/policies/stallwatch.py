@@ -67,8 +67,11 @@ def _frame(at: str) -> Optional[str]:
     return f"{m.group(1)} ({m.group(2)})" if m else (at or None)
 
 
-def _word_ranks(word: ProgressEvent, node: str, now: float) -> list[RankObservation]:
-    """The ranks one readiness word tells of, their ages measured to ``now`` (Unix s)."""
+def _word_ranks(word: ProgressEvent, node: str, now: float, kubelet_heard: bool = False) -> list[RankObservation]:
+    """The ranks one readiness word tells of, their ages measured to ``now`` (Unix s). With
+    ``kubelet_heard`` (the pod's kubelet still reports its sidecar not Ready) a word's age is
+    no silence: the kubelet's event spam filter (25 per object, then one per 5 minutes) holds
+    back later words, so only the word's own ``stale`` says a rank stopped answering."""
     try:
         segs = progress.parse_summary(word.summary)
     except ValueError:
@@ -84,11 +87,23 @@ def _word_ranks(word: ProgressEvent, node: str, now: float) -> list[RankObservat
             rank=seg.rank, node=node, where=seg.where, seq=seg.seq, seq_age_s=idle,
             waiting_op=seg.op or None,
             waiting_seq=seg.seq if seg.where == progress.IN_COLLECTIVE else None,
-            frame=_frame(seg.at), heard_age_s=idle if seg.stale else age))
+            frame=_frame(seg.at), heard_age_s=idle if seg.stale else (0.0 if kubelet_heard else age)))
     return out
 
 
-WORD_FRESH_S = 30.0  # a sidecar's word older than this (s) is no evidence of a link now
+WORD_SKEW_S = 2.0  # Event and condition times are whole seconds, from two clocks (s)
+
+
+def _earlier_wait(pod: dict[str, Any], word: ProgressEvent) -> bool:
+    """The word was said before the pod's sidecar last turned not Ready (the pod's
+    ContainersReady condition False since later): it tells of an earlier wait, not this one."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "ContainersReady" and c.get("status") == constants.FALSE:
+            since, said = observe.parse_time(c.get("lastTransitionTime")), observe.parse_time(word.at)
+            return since is not None and said is not None and said.timestamp() < since.timestamp() - WORD_SKEW_S
+    return False
+
+
 MOST_LINKS = 8  # silent links kept per step
 
 
@@ -115,7 +130,7 @@ def _addresses(s: Step, by_rank: dict[int, dict]) -> dict[str, tuple[str, str]]:
 
 def links(s: Step, by_rank: dict[int, dict], now: float) -> list[stallfacts.LinkSilence]:
     """The links between two of the job's nodes over which a training pod's TCP connections
-    lose packets (the sidecars' ``tcp`` segments, words at most :data:`WORD_FRESH_S` old),
+    lose packets (the sidecars' ``tcp`` segments, words of the pod's current wait),
     one per pair of nodes (the most retransmitted side; ends in name order), at most
     :data:`MOST_LINKS`; peers that are no node of the job are left out. Never raises."""
     where = _addresses(s, by_rank)
@@ -123,8 +138,7 @@ def links(s: Step, by_rank: dict[int, dict], now: float) -> list[stallfacts.Link
     best: dict[tuple[str, str], tuple[int, stallfacts.LinkSilence]] = {}
     for p in by_rank.values():
         word, node = words.get(observe.name(p)), observe.node(p)
-        said = observe.parse_time(word.at) if word is not None else None
-        if word is None or not node or said is None or now - said.timestamp() > WORD_FRESH_S:
+        if word is None or not node or _earlier_wait(p, word):
             continue
         try:
             peers = progress.parse_tcp(word.summary)
@@ -153,7 +167,8 @@ def _node_silent_for(pod: dict[str, Any], now: float) -> float:
     its grace period (:data:`NODE_MONITOR_GRACE_S`)."""
     if (pod.get("spec") or {}).get("readinessGates"):
         return 0.0
-    conds = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or [] if isinstance(c, dict)}
+    conds = {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []
+             if isinstance(c, dict) and isinstance(c.get("type"), str)}
     ready, containers = conds.get("Ready") or {}, conds.get("ContainersReady") or {}
     if ready.get("status") != constants.FALSE or containers.get("status") != constants.TRUE:
         return 0.0
@@ -174,8 +189,8 @@ def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObse
             heard = _node_silent_for(p, now)
             out += [RankObservation(rank=g, node=node, where=ADVANCING, seq_age_s=0.0, heard_age_s=heard)
                     for g in range(r * nproc, (r + 1) * nproc)]
-        elif observe.name(p) in words:
-            out += _word_ranks(words[observe.name(p)], node, now)
+        elif observe.name(p) in words and not _earlier_wait(p, words[observe.name(p)]):
+            out += _word_ranks(words[observe.name(p)], node, now, kubelet_heard=_node_silent_for(p, now) == 0.0)
     return out
 
 
