@@ -152,6 +152,15 @@ def _container_statuses(pod: Any, init: bool = False) -> list[dict]:
     return [_dict(x) for x in _list(status(pod).get(key))]
 
 
+def pod_condition(pod: Any, ctype: str) -> dict:
+    """The pod's condition of type ``ctype`` (the first one), {} when it has none; entries
+    that are not objects are skipped (a pod's status is untrusted input)."""
+    for pc in _list(status(pod).get("conditions")):
+        if isinstance(pc, dict) and pc.get("type") == ctype:
+            return pc
+    return {}
+
+
 def unschedulable(pod: Any) -> Optional[str]:
     """The scheduler's message when PodScheduled is False for reason Unschedulable."""
     for pc in _list(status(pod).get("conditions")):

@@ -253,15 +253,14 @@ def _cut_off(f: Facts) -> Optional[Claim]:
         return None
     waiting_nodes = {x.node for x in f.waiting()}
     lossy = [s for s in _job_links(f)
-             if {T.clean(s.node_a, T.NODE_CHARS), T.clean(s.node_b, T.NODE_CHARS)} & waiting_nodes]
-    ends = {T.clean(e, T.NODE_CHARS) for s in lossy for e in (s.node_a, s.node_b)}
+             if set(s.ends()) & waiting_nodes]
+    ends = {e for s in lossy for e in s.ends()}
     cut = [x for x in adv if x.node in ends and x.node not in waiting_nodes]
     if not cut:
         return None
     rs = _ranks(cut)
     nodes = messages.node_list([x.node for x in cut])
-    link = next(s for s in lossy if {T.clean(s.node_a, T.NODE_CHARS), T.clean(s.node_b, T.NODE_CHARS)}
-                & {x.node for x in cut})
+    link = next(s for s in lossy if set(s.ends()) & {x.node for x in cut})
     return Claim("cut_off", V.RANK_UNRESPONSIVE,
                  f"{T.who(rs, f.node_of())} {T.verb(rs, 'is', 'are')} unreachable ({link.text()}) while "
                  f"{_waits_text(f)}: {T.verb(rs, 'its', 'their')} node is gone or cut off from the job's "
@@ -273,8 +272,7 @@ def _cut_off(f: Facts) -> Optional[Claim]:
 def _job_links(f: Facts) -> list[LinkSilence]:
     """The silent links of ``f`` whose both ends are nodes of the job."""
     job_nodes = {x.node for x in f.ranks.values()}
-    return [s for s in f.links if T.clean(s.node_a, T.NODE_CHARS) in job_nodes
-            and T.clean(s.node_b, T.NODE_CHARS) in job_nodes]
+    return [s for s in f.links if set(s.ends()) <= job_nodes]
 
 
 def _one_apart(f: Facts, same_op: bool = True) -> bool:
@@ -289,7 +287,7 @@ def _one_apart(f: Facts, same_op: bool = True) -> bool:
     for x in waits:
         if x.op:
             ops_at.setdefault(None if same_op else x.wseq, set()).add(x.op)
-    one_op = all(len(ops) <= 1 for seq, ops in ops_at.items())
+    one_op = all(len(ops) <= 1 for ops in ops_at.values())
     return bool(seqs) and max(seqs) - min(seqs) <= 1 and one_op
 
 
@@ -336,16 +334,16 @@ def _collective_stalled(f: Facts) -> Optional[Claim]:
                      "decide: py-spy dump --pid <pid> on their nodes, or a Flight Recorder dump "
                      "(TORCH_NCCL_DUMP_ON_TIMEOUT=1)",
                      candidates=tuple(f.ranks[r].node for r in unknown), since=since)
-    return _link_claim(f, what, since)
+    return _link_claim(f, what, since, apart=len(seqs) > 1)
 
 
-def _link_claim(f: Facts, what: str, since: float) -> Claim:
-    """Every rank waits in ``what``: a silent link between two of the job's nodes when the
+def _link_claim(f: Facts, what: str, since: float, apart: bool) -> Claim:
+    """Every rank waits in ``what`` (``apart``: the ranks are one collective apart): a silent
+    link between two of the job's nodes when the
     evidence shows one, else the candidates and what would decide."""
     links = _job_links(f)
     age = T.seconds(f.now - since)
     if not links:
-        apart = " or #" in what
         held = ("a link, NCCL or a GPU that stopped mid-collective (the ranks ahead got their data), "
                 "or a rank skipped a collective; nothing yet says which" if apart else
                 "a link between the nodes, NCCL or a GPU holds it, and nothing yet says which")
@@ -357,7 +355,7 @@ def _link_claim(f: Facts, what: str, since: float) -> Claim:
         return Claim("collective_stalled", V.COLLECTIVE_STALLED,
                      f"every rank waits in {what} for {age}" + ("" if apart else " and none is elsewhere") +
                      f": {held}", decide, since=since)
-    ends = [(T.clean(s.node_a, T.NODE_CHARS), T.clean(s.node_b, T.NODE_CHARS)) for s in links]
+    ends = [s.ends() for s in links]
     common = set(ends[0]).intersection(*ends[1:])
     nodes = tuple(sorted(common)) if len(links) > 1 and len(common) == 1 else tuple(
         dict.fromkeys(n for e in ends for n in e))

@@ -101,6 +101,10 @@ class LinkSilence:
     ifname: str
     evidence: str
 
+    def ends(self) -> tuple[str, str]:
+        """The two nodes' names as messages write them (clipped, cleaned)."""
+        return T.clean(self.node_a, T.NODE_CHARS), T.clean(self.node_b, T.NODE_CHARS)
+
     def text(self) -> str:
         return (f"{T.clean(self.node_a, T.NODE_CHARS)} <-> {T.clean(self.node_b, T.NODE_CHARS)} on "
                 f"{T.clean(self.ifname, 16)} {T.clean(self.evidence, 60)}")

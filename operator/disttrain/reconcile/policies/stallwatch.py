@@ -97,11 +97,11 @@ WORD_SKEW_S = 2.0  # Event and condition times are whole seconds, from two clock
 def _earlier_wait(pod: dict[str, Any], word: ProgressEvent) -> bool:
     """The word was said before the pod's sidecar last turned not Ready (the pod's
     ContainersReady condition False since later): it tells of an earlier wait, not this one."""
-    for c in (pod.get("status") or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "ContainersReady" and c.get("status") == constants.FALSE:
-            since, said = observe.parse_time(c.get("lastTransitionTime")), observe.parse_time(word.at)
-            return since is not None and said is not None and said.timestamp() < since.timestamp() - WORD_SKEW_S
-    return False
+    c = observe.pod_condition(pod, "ContainersReady")
+    if c.get("status") != constants.FALSE:
+        return False
+    since, said = observe.parse_time(c.get("lastTransitionTime")), observe.parse_time(word.at)
+    return since is not None and said is not None and said.timestamp() < since.timestamp() - WORD_SKEW_S
 
 
 MOST_LINKS = 8  # silent links kept per step
@@ -167,9 +167,7 @@ def _node_silent_for(pod: dict[str, Any], now: float) -> float:
     its grace period (:data:`NODE_MONITOR_GRACE_S`)."""
     if (pod.get("spec") or {}).get("readinessGates"):
         return 0.0
-    conds = {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []
-             if isinstance(c, dict) and isinstance(c.get("type"), str)}
-    ready, containers = conds.get("Ready") or {}, conds.get("ContainersReady") or {}
+    ready, containers = observe.pod_condition(pod, "Ready"), observe.pod_condition(pod, "ContainersReady")
     if ready.get("status") != constants.FALSE or containers.get("status") != constants.TRUE:
         return 0.0
     at = observe.parse_time(ready.get("lastTransitionTime"))
