@@ -7,8 +7,9 @@ node and the cause within the timeout + 30 s, and ``onStall`` acts.
 day); `make test-stall` runs them all
 (``DISTTRAIN_STALL_ALL=1``): the other rank stuck, a frozen rank (SIGSTOP), a pair of nodes
 partitioned mid-training (an nft drop rule), a node lost mid-training, a restart that leaves a frozen rank's node out,
-and a healthy job whose rank 0 checkpoints for 40 s under a 60 s timeout (a wait, never a
-stall verdict).
+a healthy job whose rank 0 checkpoints for 40 s under a 60 s timeout (a wait, never a
+stall verdict), and a straggler (one rank's training container throttled to a tenth of a
+CPU: Progressing stays True, reason Straggler, naming it).
 """
 from __future__ import annotations
 
@@ -42,12 +43,18 @@ def main():
     rank = dist.get_rank()
     stall_rank, stall_at = int(os.environ.get("STALL_RANK", "-1")), int(os.environ.get("STALL_AT", "50"))
     t = torch.ones(1000)
+    work = int(os.environ.get("MATMULS", "0"))  # a compute step instead of a sleep (the straggler case)
+    torch.set_num_threads(1)
+    m = torch.rand(256, 256)
     for step in range(int(os.environ.get("STEPS", "100000"))):
         if rank == stall_rank and step == stall_at:
             print(f"rank {rank}: sleeping at step {step}", flush=True)
             time.sleep(float(os.environ.get("STALL_SECONDS", "600")))
         dist.all_reduce(t)
-        time.sleep(0.05)
+        for _ in range(work):
+            m = torch.tanh(m @ m)
+        if not work:
+            time.sleep(0.05)
     dist.destroy_process_group()
 
 
@@ -242,3 +249,51 @@ def test_a_restart_after_a_frozen_rank_leaves_its_node_out_and_trains(cluster, o
     assert job["status"]["restarts"] == 1
     placed = [n["name"] for n in job["status"].get("nodes") or []]
     assert len(placed) == 2 and frozen not in placed, placed
+
+
+def _throttle(pid: int, cpus: Optional[float]) -> Path:
+    """Set the CFS quota of ``pid``'s cpu cgroup (cgroup v1, its container's) to ``cpus``
+    CPUs (None: no limit); the cgroup's directory."""
+    line = next(x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                if "cpu" in x.split(":")[1].split(","))
+    d = Path("/sys/fs/cgroup/cpu") / line.split(":", 2)[2].lstrip("/")
+    period = int((d / "cpu.cfs_period_us").read_text())
+    (d / "cpu.cfs_quota_us").write_text("-1" if cpus is None else str(int(period * cpus)))
+    return d
+
+
+@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
+@pytest.mark.parametrize("slow_rank", [1])
+def test_a_throttled_rank_is_named_as_the_straggler_while_the_job_trains(cluster, operator, ns, slow_rank):
+    """Rank ``slow_rank``'s training container gets a tenth of a CPU while the job trains
+    (each step about 25 ms of compute, then all_reduce): the other rank waits for it most of the
+    time, its recorder learns from the pooled wait shares that it is the straggler, its
+    sidecar says so in one failed check (the pod stays Ready), and Progressing stays True
+    with reason Straggler naming the rank and its node; no stall verdict, no restart."""
+    apply(cluster, ns, docs(MATMULS="30"))  # about 25 ms of compute a step here
+    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
+             240, what="Progressing=True")
+    pid = wait_for(lambda: _trainer_pid(slow_rank), 30, what=f"rank {slow_rank}'s training process")
+    _throttle(pid, 0.1)
+    seen: list[tuple[str, str]] = []
+
+    def straggler():
+        c = condition(get_job(cluster, ns), "Progressing") or {}
+        seen.append((c.get("status", ""), c.get("reason", "")))
+        return c if c.get("reason") == V.STRAGGLER else None
+
+    try:
+        c = wait_for(straggler, 240, interval=2.0, what="Progressing Straggler")
+        pod = cluster.kubectl("get", "pod", f"ddp-digits-worker-{slow_rank}", "-n", ns, "-o",
+                              "jsonpath={.status.conditions[?(@.type=='Ready')].status}").stdout.strip()
+    finally:
+        try:
+            _throttle(pid, None)
+        except (OSError, StopIteration):
+            pass
+    assert c["status"] == "True", c
+    assert c["message"].startswith(f"collectives advance, but rank {slow_rank} ({_node_of(cluster, ns, slow_rank)}) "
+                                   "waits in them "), c["message"]
+    assert all(st != "False" for st, _ in seen), seen  # never a stall verdict
+    assert pod == "True"  # the straggler's one failed check left its pod Ready
+    assert (get_job(cluster, ns).get("status") or {}).get("restarts", 0) == 0

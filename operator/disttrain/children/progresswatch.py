@@ -38,6 +38,9 @@ SITE_DIR = constants.PROBE_INSTALL_DIR + "/site"  # holds sitecustomize.py (dist
 # (TORCH_NCCL_TRACE_BUFFER_SIZE: its name in torch 2.2-2.6); a few us per collective
 FLIGHT_RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": "200", "TORCH_NCCL_TRACE_BUFFER_SIZE": "200"}
 READY_PERIOD_S = 5  # the readinessProbe's periodSeconds: the detection delay's grain
+# failures in a row before not Ready: a straggler's sidecar fails one check now and then to
+# say so in the Event (every failure is one, whatever the threshold) and stays Ready
+READY_FAILURES = 2
 # the sidecar's own needs: an idle Python plus a short Python run every READY_PERIOD_S
 SIDECAR_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
 # prepends SITE_DIR to PYTHONPATH as the container starts, then runs the trainer's argv
@@ -90,7 +93,7 @@ def sidecar_container(watch: ProgressWatch) -> dict[str, Any]:
             "exec": {"command": ["python", "-m", "disttrain_probe.progress.ready",
                                  "--stall-after", str(max(1, watch.stall_after_s))]},
             "periodSeconds": READY_PERIOD_S, "timeoutSeconds": READY_PERIOD_S,
-            "successThreshold": 1, "failureThreshold": 1,
+            "successThreshold": 1, "failureThreshold": READY_FAILURES,
         },
         "resources": SIDECAR_RESOURCES,
     }
@@ -152,6 +155,17 @@ def not_ready(pods: list[dict[str, Any]]) -> list[str]:
             name = (p.get("metadata") or {}).get("name")
             if isinstance(name, str):
                 out.append(name)
+    return out
+
+
+def watched(pods: list[dict[str, Any]]) -> list[str]:
+    """The names of the pods whose progress sidecar has started (Ready or not)."""
+    out = []
+    for p in pods:
+        cs = sidecar_status(p)
+        name = (p.get("metadata") or {}).get("name")
+        if cs is not None and cs.get("started") is True and isinstance(name, str):
+            out.append(name)
     return out
 
 

@@ -52,11 +52,13 @@ from disttrain.diagnosis.stallfacts import (
     decide,
     facts,
 )
-from disttrain_probe.contract import progress
+from disttrain_probe.contract import progress, stragglers
 from disttrain_probe.contract import vocabulary as V
 
-STRAGGLER_MIN_SHARE = 0.2  # the median rank waits at least this share of the time ...
-STRAGGLER_FACTOR = 4.0  # ... and a straggler at most 1/4 of it (every other at least 1/2)
+# the median rank waits at least this share of the time, a straggler at most 1/FACTOR of it
+# (every other rank at least half of it); the recorders' rule too (stragglers.straggler_view)
+STRAGGLER_MIN_SHARE = stragglers.STRAGGLER_MIN_SHARE
+STRAGGLER_FACTOR = stragglers.STRAGGLER_FACTOR
 
 
 @dataclass(frozen=True)
@@ -177,17 +179,39 @@ def _advancing(f: Facts) -> Optional[Claim]:
                      f"the time against the median rank's {median:.0%}: the others wait for "
                      f"{T.verb(_ranks(xs), 'it', 'them')} every step, the job runs at "
                      f"{T.verb(_ranks(xs), 'its', 'their')} pace",
-                     f"check {nodes}: GPU clocks and temperature (nvidia-smi -q -d PERFORMANCE), "
-                     "its data loading, other load on the node", culprits=tuple(_ranks(xs)), note=_note(f))
+                     f"check {nodes}: its CPU (a limit's throttling in cpu.stat, other load), GPU "
+                     "clocks and temperature (nvidia-smi -q -d PERFORMANCE), its data loading", culprits=tuple(_ranks(xs)), note=_note(f))
     seq = f.top_seq()
     return Claim("advancing", V.COLLECTIVES_ADVANCING,
                  f"collectives advance{f' (#{seq})' if seq is not None else ''}, the last "
                  f"{T.seconds(min(recent))} ago ({len(f.fresh)} of {f.world} ranks heard)", note=_note(f))
 
 
+def _reported(fresh: Sequence[_Rank]) -> Optional[tuple[list[_Rank], float]]:
+    """The ranks whose recorders found themselves the job's stragglers (each from the whole
+    job's share histogram), when their views hold the rule and they are few; None else."""
+    said = []
+    for x in fresh:
+        v = x.straggler
+        if v is None:
+            continue
+        if v.median >= STRAGGLER_MIN_SHARE and v.share <= v.median / STRAGGLER_FACTOR and 0 < v.below <= max(1, v.counted // 4):
+            said.append(x)
+    if not said:
+        return None
+    counted = max(x.straggler.counted for x in said if x.straggler is not None)
+    if len(said) > max(1, counted // 4):
+        return None
+    return said, statistics.median(x.straggler.median for x in said if x.straggler is not None)
+
+
 def _stragglers(fresh: Sequence[_Rank]) -> Optional[tuple[list[_Rank], float]]:
     """The few ranks the others wait for: far below the median wait share while every
-    other rank is near it; None when the shares single out nobody."""
+    other rank is near it (from the ranks' own reports, else from the shares measured);
+    None when the shares single out nobody."""
+    reported = _reported(fresh)
+    if reported is not None:
+        return reported
     measured = [x for x in fresh if x.share is not None]
     if len(measured) < 2:
         return None

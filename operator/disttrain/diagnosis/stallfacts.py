@@ -15,7 +15,7 @@ from disttrain.api.status import RankProgressStatus
 from disttrain.diagnosis import messages
 from disttrain.diagnosis import stalltext as T
 from disttrain.diagnosis.checkconditions import Verdict
-from disttrain_probe.contract import progress
+from disttrain_probe.contract import progress, stragglers
 from disttrain_probe.contract import vocabulary as V
 
 QUIET_S = 30.0  # a wait in one collective this long is no longer a step's ordinary wait (s)
@@ -43,6 +43,8 @@ class RankObservation:
     ``heard_age_s``: seconds since the record was written or
     the operator last heard of it (None: never). ``wait_share``: the share (0-1) of the
     shell's recent samples in which the rank waited in a collective (None: not measured).
+    ``straggler``: the rank's recorder's view of the job's share histogram when it singled
+    this rank out (``stragglers.straggler_view``; its ``share`` stands for ``wait_share``).
     Ages below 0 (clock skew) count as 0; values of the wrong type as unknown."""
 
     rank: int
@@ -56,6 +58,7 @@ class RankObservation:
     heard_age_s: Optional[float] = None
     waiting_age_s: Optional[float] = None
     wait_share: Optional[float] = None
+    straggler: Optional[stragglers.StragglerView] = None
 
 
 # Frames of these files are torch's or Python's own: the frame a message names is the
@@ -189,6 +192,7 @@ class _Rank:
     frame: str
     heard: Optional[float]
     share: Optional[float]
+    straggler: Optional[stragglers.StragglerView] = None
 
 
 @dataclass(frozen=True)
@@ -250,14 +254,15 @@ def _rank(o: RankObservation) -> _Rank:
     if seq_age is not None and heard is not None:
         seq_age = max(seq_age, heard)  # it cannot be known to have advanced since it was heard
     wait_age = _age(o.waiting_age_s)
-    share = _age(o.wait_share)
+    view = o.straggler if isinstance(o.straggler, stragglers.StragglerView) else None
+    share = _age(o.wait_share if o.wait_share is not None or view is None else view.share)
     return _Rank(
         rank=o.rank, node=T.clean(o.node, T.NODE_CHARS) or "an unknown node",
         where=o.where if o.where in WHERES else None, seq=_count(o.seq), seq_age=seq_age,
         wait_age=max(wait_age, heard or 0.0) if wait_age is not None else seq_age,
         op=T.clean(o.waiting_op, T.OP_CHARS) or None, wseq=_count(o.waiting_seq),
         frame=T.clean(o.frame, T.FRAME_CHARS), heard=heard,
-        share=share if share is not None and share <= 1 else None)
+        share=share if share is not None and share <= 1 else None, straggler=view)
 
 
 def facts(observations: Iterable[RankObservation], world_size: Any, stall_timeout_s: Any, now: float,

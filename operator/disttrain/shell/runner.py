@@ -231,12 +231,13 @@ class Reconciler:
         return word
 
     def progress_words(self, namespace: str, pods: list[dict]) -> tuple[progresswatch.ProgressEvent, ...]:
-        """The latest readiness word of each training pod whose progress sidecar is not
-        Ready (:mod:`disttrain.children.progresswatch`): one list of the namespace's
-        ``Unhealthy`` Events, made only when such a pod exists. Never raises: a read the
-        operator may not make gives ``()`` (the stall verdict then says less)."""
+        """The latest readiness word of each training pod whose progress sidecar runs
+        (:mod:`disttrain.children.progresswatch`; a Ready one's only says a straggler): one
+        list of the namespace's ``Unhealthy`` Events, made only when such a pod exists.
+        Never raises: a read the operator may not make gives ``()`` (the stall verdict then
+        says less)."""
         workers = [p for p in pods if observe.role(p) == constants.ROLE_WORKER]
-        stalled = progresswatch.not_ready(workers)
+        stalled = progresswatch.watched(workers)
         if not stalled:
             return ()
         uids = {observe.name(p): str((p.get("metadata") or {}).get("uid") or "") for p in workers}

@@ -16,6 +16,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, List, Optional, Sequence, Union
 from urllib.parse import quote, unquote
 
+from . import stragglers
+from .stragglers import StragglerView
+
 PROGRESS_VERSION = 1  # the record's ``v``; any other is refused by :func:`parse`
 PROGRESS_DIR_ENV = "DISTTRAIN_PROGRESS_DIR"  # where the recorder writes, set on training pods
 PROGRESS_INTERVAL_S = 1.0  # how often the recorder rewrites its file (seconds)
@@ -66,7 +69,10 @@ class RankProgress:
     ``seq`` is None before ``init_process_group``; ``seq_advanced_at`` is when ``seq`` last
     changed (or the recorder started); ``waiting`` is the oldest collective not completed
     (None when none or when the installed torch cannot tell); ``stack`` the main thread's
-    innermost frames (at most :data:`MAX_FRAMES`, innermost first)."""
+    innermost frames (at most :data:`MAX_FRAMES`, innermost first); ``share`` the share
+    (0-1) of the last ``stragglers.SHARE_WINDOW_S`` in which the main thread waited in a
+    collective (None until measured); ``straggler`` set while the job's wait shares single
+    this rank out (``stragglers.straggler_view``)."""
     rank: int
     local_rank: int
     world_size: int
@@ -77,12 +83,18 @@ class RankProgress:
     seq_advanced_at: float = 0.0
     waiting: Optional[Collective] = None
     stack: tuple[Frame, ...] = field(default_factory=tuple)
+    share: Optional[float] = None
+    straggler: Optional[StragglerView] = None
 
     def dump(self) -> str:
         """The record as one line of JSON (the file's content)."""
         d = asdict(self)
         d["v"] = PROGRESS_VERSION
         d["stack"] = [asdict(f) for f in self.stack]
+        if self.straggler is None:
+            d.pop("straggler")
+        if self.share is None:
+            d.pop("share")
         return json.dumps(d, separators=(",", ":"), sort_keys=True)
 
 
@@ -139,7 +151,8 @@ def parse(text: str) -> RankProgress:
         local_rank=_int(d, "local_rank", 0) or 0, world_size=_int(d, "world_size", 0) or 0,
         pid=_int(d, "pid", 0) or 0, written_at=_float(d, "written_at"), where=where,
         seq=_int(d, "seq"), seq_advanced_at=_float(d, "seq_advanced_at"), waiting=coll,
-        stack=frames)
+        stack=frames, share=stragglers.share_of(d.get("share"), "share"),
+        straggler=stragglers.view_of(d.get("straggler")))
 
 
 def _required_int(d: dict, key: str) -> int:
@@ -255,11 +268,14 @@ def _segment(s: RankSummary, at: bool, op: bool) -> str:
     return " ".join(parts)
 
 
-def format_summary(summaries: Sequence[RankSummary], tcp: Sequence["TcpPeer"] = ()) -> str:
+def format_summary(summaries: Sequence[RankSummary], tcp: Sequence["TcpPeer"] = (),
+                   lead: Sequence["StragglerWord"] = ()) -> str:
     """The one line for ``summaries``, at most :data:`MAX_SUMMARY_BYTES` bytes (see above),
-    the segments of ``tcp`` (at most :data:`MAX_TCP_PEERS`, most retransmitted first) before
-    the ranks' and kept whole: the ranks' frames and ops give way first, then trailing ranks."""
-    head = [_tcp_segment(p) for p in _tcp_kept(tcp)]
+    the straggler segments of ``lead`` and those of ``tcp`` (at most :data:`MAX_TCP_PEERS`
+    of each, most retransmitted first) before the ranks' and kept whole: the ranks' frames
+    and ops give way first, then trailing ranks."""
+    head = [f"{STRAGGLER} r{w.rank} {stragglers.fields(w.view)}" for w in lead[:MAX_TCP_PEERS]]
+    head += [_tcp_segment(p) for p in _tcp_kept(tcp)]
     if not summaries and not head:
         return f"{SUMMARY_PREFIX} no records"
     stages = ((lambda s: True, True), (lambda s: s.where != IN_COLLECTIVE, True),
@@ -277,11 +293,12 @@ def format_summary(summaries: Sequence[RankSummary], tcp: Sequence["TcpPeer"] = 
 
 
 def summarize(records: Sequence[Union[RankProgress, Unreadable]], now: float,
-              tcp: Sequence["TcpPeer"] = ()) -> str:
+              tcp: Sequence["TcpPeer"] = (), lead: Sequence["StragglerWord"] = ()) -> str:
     """The readiness probe's line for a pod's ``records`` at ``now`` (Unix seconds), ranks in
-    order and unreadable files last, after the ``tcp`` segments (:func:`format_summary`)."""
+    order and unreadable files last, after the straggler segments of ``lead`` and the ``tcp``
+    segments (:func:`format_summary`)."""
     ordered = sorted(records, key=lambda r: (1, 0, r.file) if isinstance(r, Unreadable) else (0, r.rank, ""))
-    return format_summary([summary_of(r, now) for r in ordered], tcp)
+    return format_summary([summary_of(r, now) for r in ordered], tcp, lead)
 
 
 # A pod's TCP connections that hold unacknowledged data after repeated retransmission
@@ -372,7 +389,7 @@ def parse_summary(line: str) -> List[RankSummary]:
     segs = body.split("; ")
     if _MORE.match(segs[-1]):
         segs = segs[:-1]
-    return [_parse_segment(s) for s in segs if not s.startswith(TCP + " ")]
+    return [_parse_segment(s) for s in segs if not s.startswith((TCP + " ", STRAGGLER + " "))]
 
 
 def parse_tcp(line: str) -> List[TcpPeer]:
@@ -384,3 +401,44 @@ def parse_tcp(line: str) -> List[TcpPeer]:
     parse_summary(line)
     body = line[len(SUMMARY_PREFIX) + 1:]
     return [_parse_tcp(s) for s in body.split("; ") if s.startswith(TCP + " ")]
+
+
+# ---------------------------------------------------------------------------------------
+# A straggler in the summary line (the view: ``contract.stragglers``), a segment kept whole
+# before the ranks':
+#
+#   straggler r3 share=0.025 median=0.875 counted=8 below=1
+STRAGGLER = "straggler"
+
+
+@dataclass(frozen=True)
+class StragglerWord:
+    """A straggler segment of a summary line: the rank and its recorder's view."""
+    rank: int
+    view: StragglerView
+
+
+def straggler_words(records: Sequence[Union[RankProgress, Unreadable]], now: float) -> List[StragglerWord]:
+    """The fresh records' straggler views, by rank, at most :data:`MAX_TCP_PEERS`."""
+    words = [StragglerWord(r.rank, r.straggler) for r in records
+             if isinstance(r, RankProgress) and r.straggler is not None and now - r.written_at <= STALE_AFTER_S]
+    return sorted(words, key=lambda w: w.rank)[:MAX_TCP_PEERS]
+
+
+def parse_straggler(line: str) -> List[StragglerWord]:
+    """The ``straggler`` segments of a summary line; [] for none.
+
+    Raises:
+        ValueError: what :func:`parse_summary` refuses, or a malformed straggler segment.
+    """
+    parse_summary(line)
+    out = []
+    for seg in line[len(SUMMARY_PREFIX) + 1:].split("; "):
+        tokens = seg.split(" ")
+        if tokens[0] != STRAGGLER:
+            continue
+        m = _RANK.match(tokens[1]) if len(tokens) > 1 else None
+        if not m:
+            raise ValueError(f"not a straggler segment: {seg[:40]!r}")
+        out.append(StragglerWord(int(m.group(1)), stragglers.parse_fields(tokens[2:])))
+    return out

@@ -8,7 +8,15 @@ advanced within S seconds (default ``contract.progress.DEFAULT_STALL_AFTER_S``) 
 record is fresh, 1 otherwise (no record, an unreadable one, a stale one, a stalled rank),
 2 on bad arguments. Never a traceback: unreadable files are named in the line.
 
-When it exits 1 the line also names the peers to which the pod's TCP connections hold
+A pod whose ranks all advance but whose recorder found a rank to be the job's straggler
+(``contract.stragglers.straggler_view``) fails one check every
+``contract.stragglers.STRAGGLER_REPORT_S`` with a line that leads with the ``straggler``
+segment; the sidecar's ``failureThreshold`` is 2, so the pod stays Ready and the line
+reaches the operator as the Event. When the sidecar's temporary directory cannot be written
+the straggler is never said (a readiness that fails without bound is worse than a warning
+unsaid).
+
+When it exits 1 for a stall, the line also names the peers to which the pod's TCP connections hold
 unacknowledged data after repeated retransmissions (:mod:`disttrain_probe.progress.tcpstate`):
 the operator's evidence for a silent link while every rank waits in a collective.
 """
@@ -17,10 +25,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from typing import List, Optional, Sequence, Union
 
 from disttrain_probe.contract import progress as contract
+from disttrain_probe.contract import stragglers
 from disttrain_probe.progress import tcpstate
 
 Item = Union[contract.RankProgress, contract.Unreadable]
@@ -57,6 +67,31 @@ def healthy(items: Sequence[Item], now: float, stall_after: float) -> bool:
     return True
 
 
+SAID_FILE = "disttrain-straggler-said"  # in the sidecar's temporary directory: when it last said so
+
+
+def straggler_due(now: float, directory: Optional[str] = None) -> bool:
+    """True (and ``now`` recorded) when the straggler was not said within
+    ``contract.stragglers.STRAGGLER_REPORT_S``; False when it was, or when the record of it
+    cannot be read or written."""
+    path = os.path.join(directory or tempfile.gettempdir(), SAID_FILE)
+    try:
+        with open(path) as f:
+            last = float(f.read(64) or 0)
+    except FileNotFoundError:
+        last = 0.0
+    except (OSError, ValueError):
+        return False
+    if 0 <= now - last < stragglers.STRAGGLER_REPORT_S:
+        return False
+    try:
+        with open(path, "w") as f:
+            f.write(f"{now:.3f}")
+    except OSError:
+        return False
+    return True
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m disttrain_probe.progress.ready")
     parser.add_argument("--stall-after", type=float, default=contract.DEFAULT_STALL_AFTER_S,
@@ -72,6 +107,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         items = read_records(args.dir) if args.dir else [
             contract.Unreadable(file="-", error=f"{contract.PROGRESS_DIR_ENV} is not set")]
         ok = healthy(items, now, args.stall_after)
+        slow = contract.straggler_words(items, now) if ok else []
+        if slow and straggler_due(now):
+            print(contract.summarize(items, now, lead=slow), flush=True)
+            return 1
         print(contract.summarize(items, now, () if ok else tcpstate.read()), flush=True)
         return 0 if ok else 1
     except Exception as e:  # a readiness probe prints a line, never a traceback

@@ -32,15 +32,19 @@ process goes on writing its last record as python, its ``seq`` standing.
 from __future__ import annotations
 
 import atexit
+import collections
 import dataclasses
 import json
 import os
+import random
 import sys
 import threading
 import time
-from typing import Any, List, Optional, Tuple
+from typing import Any, Deque, List, Optional, Tuple
 
 from disttrain_probe.contract import progress as contract
+from disttrain_probe.contract import stragglers
+from disttrain_probe.progress import shares
 
 FR_AFTER_S = 3.0  # seq standing still this long (seconds) before the Flight Recorder is read
 FR_REFRESH_S = 30.0  # a Flight Recorder reading is reused for this long while seq stands still
@@ -135,9 +139,34 @@ class Recorder:
         self.env_rank = _env_int("RANK")
         self.last: Optional[contract.RankProgress] = None  # the last record while initialized
         self.warned = False
+        self.samples: Deque[Tuple[float, bool]] = collections.deque(maxlen=int(4 * stragglers.SHARE_WINDOW_S))
+        self.exchange = shares.ShareExchange()
+        self.exchanging = False
+
+    def share(self, now: float) -> Optional[float]:
+        """The share (0-1) of the wakes of the last :data:`stragglers.SHARE_WINDOW_S` in which
+        the main thread waited in a collective; None with fewer than
+        :data:`stragglers.SHARE_MIN_SAMPLES` of them."""
+        xs = [waited for at, waited in list(self.samples) if now - at <= stragglers.SHARE_WINDOW_S]
+        return sum(xs) / len(xs) if len(xs) >= stragglers.SHARE_MIN_SAMPLES else None
+
+    def _exchange_sample(self, now: float) -> Optional[tuple]:
+        last = self.last
+        if last is None or _c10d() is None:
+            return None
+        return last.rank, last.world_size, self.share(now)
+
+    def _start_exchange(self) -> None:
+        """The share exchange's thread, started once the default group exists."""
+        if self.exchanging:
+            return
+        self.exchanging = True
+        threading.Thread(target=shares.run, args=(self.exchange, self._exchange_sample, self.stop, self.warn),
+                         name="disttrain-shares", daemon=True).start()
 
     def run(self) -> None:
-        while not self.stop.wait(self.interval):
+        # jittered wakes: a wait share sampled at a fixed 1 s would alias with a 1 s step
+        while not self.stop.wait(self.interval * random.uniform(0.75, 1.25)):
             try:
                 self.tick()
             except Exception as e:  # never into the user's program
@@ -158,6 +187,7 @@ class Recorder:
         if c10d is not None:
             record: Optional[contract.RankProgress] = self._started(c10d, now)
             self.last = record
+            self._start_exchange()
         elif self.last is not None:  # after destroy_process_group: its code runs on, seq stands
             record = dataclasses.replace(self.last, written_at=now, where=contract.IN_PYTHON, waiting=None,
                                          stack=_frames())
@@ -189,12 +219,14 @@ class Recorder:
             waiting = contract.Collective(op=op, seq=seq or 0, state="scheduled", since=self.seq_advanced_at)
         elif now - self.seq_advanced_at >= FR_AFTER_S:
             waiting = self._fr(now)
+        self.samples.append((now, waiting is not None))
         rank = c10d.get_rank()
         return contract.RankProgress(
             rank=rank, local_rank=_env_int("LOCAL_RANK") or 0, world_size=c10d.get_world_size(),
             pid=os.getpid(), written_at=now,
             where=contract.IN_COLLECTIVE if waiting is not None else contract.IN_PYTHON,
-            seq=seq, seq_advanced_at=self.seq_advanced_at, waiting=waiting, stack=stack)
+            seq=seq, seq_advanced_at=self.seq_advanced_at, waiting=waiting, stack=stack,
+            share=self.share(now), straggler=self.exchange.current(now))
 
     def _fr(self, now: float) -> Optional[contract.Collective]:
         seq, at, coll = self.fr

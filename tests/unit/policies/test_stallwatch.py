@@ -35,12 +35,13 @@ def watched(*ready, said=()):
 
 def job(*ready, said=(), **run_policy):
     pods, words = watched(*ready, said=said)
-    return given_().training().run_policy(stallTimeoutSeconds=60, **run_policy).with_pods(*pods)\
+    return given_(len(ready)).training().run_policy(stallTimeoutSeconds=60, **run_policy).with_pods(*pods)\
         .observing(progress=words)
 
 
 STUCK = [(1, "progress: r1 python seq=1532 idle=70s at=train.py:88(load_batch)"),
          (0, "progress: r0 collective seq=1533 idle=70s op=all_reduce")]
+SLOW = [(2, "progress: straggler r2 share=0.025 median=0.875 counted=3 below=1; r2 python seq=900 idle=0s")]
 WAIT = [(1, "progress: r1 python seq=1532 idle=40s at=ckpt.py:12(save)"),
         (0, "progress: r0 collective seq=1533 idle=40s op=all_reduce")]
 
@@ -49,9 +50,15 @@ WAIT = [(1, "progress: r1 python seq=1532 idle=40s at=ckpt.py:12(save)"),
     ("not watched (no stallTimeoutSeconds): no Progressing, no sidecar",
      given_().training().workers("Running", "Running"),
      Want(Outcome.CONTINUE, {C.PROGRESSING: None})),
-    ("every sidecar Ready: advancing",
+    ("every sidecar Ready: advancing, looked at again in a minute for a straggler's word",
      job(True, True),
-     Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)})),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)},
+          more=lambda s: s.plan.requeue_after == stallwatch.STRAGGLER_RECHECK_S)),
+    ("a Ready pod's word says its rank is the straggler: True Straggler naming its node",
+     job(True, True, True, said=SLOW),
+     Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.STRAGGLER), C.FAILED: (UNK, V.TRAINING_RUNNING)},
+          says={C.PROGRESSING: "rank 2 (node-c) waits in them 2% of the time against the median rank's 88%"},
+          deletes=[])),
     ("no sidecar started yet: not reported, looked at again",
      job(None, None),
      Want(Outcome.CONTINUE, {C.PROGRESSING: (UNK, V.PROGRESS_NOT_REPORTED)},
@@ -345,3 +352,20 @@ def test_a_long_stall_whose_words_the_kubelet_holds_back_still_gets_its_verdict(
     c = cond.get(s.conds, C.PROGRESSING)
     assert (c["status"], c["reason"]) == (FALSE, V.RANK_STUCK_IN_PYTHON), c
     assert c["message"].startswith("rank 1 (node-b) is in Python at train.py:88 (load_batch) for 330 s"), c
+
+
+def test_a_straggler_word_older_than_its_repeat_is_no_longer_a_straggler():
+    pods, _ = watched(True, True, True)
+    at = "2026-11-30T11:52:59Z"  # 421 s before NOW: over STRAGGLER_FRESH_S (420 s)
+    old = [pw.ProgressEvent("j-worker-2", SLOW[0][1], at)]
+    g = given_(3).training().run_policy(stallTimeoutSeconds=60).with_pods(*pods).observing(progress=old)
+    check(training.apply, g, Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)}))
+
+
+def test_a_straggler_word_that_contradicts_the_rule_names_nobody():
+    bad = [(2, "progress: straggler r2 share=0.500 median=0.875 counted=3 below=1; r2 python seq=9 idle=0s"),
+           (1, "progress: straggler r1 share=0.025 median=0.875 counted=3 below=1; r1 python seq=9 idle=0s")]
+    check(training.apply, job(True, True, True, said=bad[:1]), Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)}))
+    # two of three ranks saying so is more than a quarter: the shares single out nobody
+    two = [(2, SLOW[0][1]), bad[1]]
+    check(training.apply, job(True, True, True, said=two), Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)}))

@@ -28,10 +28,16 @@ from disttrain.children.progresswatch import (
 from disttrain.diagnosis import stall, stallfacts
 from disttrain.diagnosis.stallfacts import ADVANCING, RankObservation, StallVerdict
 from disttrain.reconcile.step import Step
-from disttrain_probe.contract import progress, vocabulary
+from disttrain_probe.contract import progress, stragglers, vocabulary
 
 QUIET_CAP_S = 30  # the sidecar turns not Ready after at most this long without progress (s)
 RECHECK_S = 5.0  # while not advancing, look again this often (s)
+# while advancing, look this often for a straggler's word (a Ready pod's one failed check
+# changes nothing in the pod, so no watch event wakes the operator for it) (s)
+STRAGGLER_RECHECK_S = 60.0
+# a Ready pod's straggler word counts this long after it was said: its sidecar repeats it
+# every stragglers.STRAGGLER_REPORT_S while the rank straggles (s)
+STRAGGLER_FRESH_S = stragglers.STRAGGLER_REPORT_S + 2 * STRAGGLER_RECHECK_S
 
 
 def watch_for(s: Step) -> Optional[ProgressWatch]:
@@ -174,6 +180,18 @@ def _node_silent_for(pod: dict[str, Any], now: float) -> float:
     return NODE_MONITOR_GRACE_S + (max(0.0, now - at.timestamp()) if at is not None else 0.0)
 
 
+def _straggling(word: Optional[ProgressEvent], now: float) -> dict[int, stragglers.StragglerView]:
+    """rank -> its recorder's straggler view, from a Ready pod's word said within
+    :data:`STRAGGLER_FRESH_S`; {} for none (or an unreadable word)."""
+    said = observe.parse_time(word.at) if word is not None else None
+    if word is None or said is None or now - said.timestamp() > STRAGGLER_FRESH_S:
+        return {}
+    try:
+        return {w.rank: w.view for w in progress.parse_straggler(word.summary)}
+    except ValueError:
+        return {}
+
+
 def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObservation]:
     """Every rank heard of, from the training pods ``by_rank`` (node rank -> pod)."""
     nproc = nproc_for(s.spec)
@@ -185,8 +203,9 @@ def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObse
             continue
         if cs.get("ready") is True:
             heard = _node_silent_for(p, now)
-            out += [RankObservation(rank=g, node=node, where=ADVANCING, seq_age_s=0.0, heard_age_s=heard)
-                    for g in range(r * nproc, (r + 1) * nproc)]
+            slow = _straggling(words.get(observe.name(p)), now)
+            out += [RankObservation(rank=g, node=node, where=ADVANCING, seq_age_s=0.0, heard_age_s=heard,
+                                    straggler=slow.get(g)) for g in range(r * nproc, (r + 1) * nproc)]
         elif observe.name(p) in words and not _earlier_wait(p, words[observe.name(p)]):
             out += _word_ranks(words[observe.name(p)], node, now, kubelet_heard=_node_silent_for(p, now) == 0.0)
     return out
@@ -223,6 +242,5 @@ def judge(s: Step, by_rank: dict[int, dict]) -> Optional[StallVerdict]:
     s.set(constants.PROGRESSING, v.status, v.reason, v.message)
     details = stallfacts.rank_details(stallfacts.facts(seen, world, float(timeout), now), v.ranks)
     s.st.set_progress(**v.status_fields(), rank_details=details)
-    if v.status != constants.TRUE:
-        s.plan.requeue(RECHECK_S)
+    s.plan.requeue(RECHECK_S if v.status != constants.TRUE else STRAGGLER_RECHECK_S)
     return v
