@@ -169,7 +169,7 @@ def _advancing(f: Facts) -> Optional[Claim]:
     recent = [x.seq_age for x in fresh if x.seq_age is not None and x.seq_age < f.timeout]
     if not recent:
         return None
-    slow = _stragglers(fresh)
+    slow = _stragglers(fresh, f.world)
     if slow:
         xs, median = slow
         nodes = messages.node_list([x.node for x in xs])
@@ -187,29 +187,23 @@ def _advancing(f: Facts) -> Optional[Claim]:
                  f"{T.seconds(min(recent))} ago ({len(f.fresh)} of {f.world} ranks heard)", note=_note(f))
 
 
-def _reported(fresh: Sequence[_Rank]) -> Optional[tuple[list[_Rank], float]]:
+def _reported(fresh: Sequence[_Rank], world: int) -> Optional[tuple[list[_Rank], float]]:
     """The ranks whose recorders found themselves the job's stragglers (each from the whole
-    job's share histogram), when their views hold the rule and they are few; None else."""
-    said = []
-    for x in fresh:
-        v = x.straggler
-        if v is None:
-            continue
-        if v.median >= STRAGGLER_MIN_SHARE and v.share <= v.median / STRAGGLER_FACTOR and 0 < v.below <= max(1, v.counted // 4):
-            said.append(x)
-    if not said:
-        return None
-    counted = max(x.straggler.counted for x in said if x.straggler is not None)
-    if len(said) > max(1, counted // 4):
+    job's share histogram), when their views hold the rule, count 2 to ``world`` ranks, and
+    the ranks so named are at most a quarter of the world (one below 8); None else."""
+    said = [x for x in fresh if (v := x.straggler) is not None and 2 <= v.counted <= world
+            and v.median >= STRAGGLER_MIN_SHARE and v.share <= v.median / STRAGGLER_FACTOR
+            and 0 < v.below <= max(1, v.counted // 4)]
+    if not said or len(said) > max(1, world // 4):
         return None
     return said, statistics.median(x.straggler.median for x in said if x.straggler is not None)
 
 
-def _stragglers(fresh: Sequence[_Rank]) -> Optional[tuple[list[_Rank], float]]:
+def _stragglers(fresh: Sequence[_Rank], world: int) -> Optional[tuple[list[_Rank], float]]:
     """The few ranks the others wait for: far below the median wait share while every
     other rank is near it (from the ranks' own reports, else from the shares measured);
     None when the shares single out nobody."""
-    reported = _reported(fresh)
+    reported = _reported(fresh, world)
     if reported is not None:
         return reported
     measured = [x for x in fresh if x.share is not None]

@@ -181,7 +181,7 @@ def file_name(rank: int) -> str:
 
 UNREADABLE = "unreadable"  # a record file that could not be read or parsed
 _SAFE = "/:._()-,<>@+[]"
-_RANK = re.compile(r"^r(\d{1,9})$")
+_RANK = re.compile(r"^r([0-9]{1,9})$")
 _IDLE = re.compile(r"^(\d{1,12})s$")
 _MORE = re.compile(r"^\+(\d{1,9}) more$")
 

@@ -47,38 +47,38 @@ def _middle(b: int) -> float:
 
 def straggler_view(hist: Sequence[int], mine: int) -> Optional[StragglerView]:
     """The view of the rank in bucket ``mine`` of ``hist`` (counts per bucket, one window, every
-    rank counted once, this one included) when it is a straggler: the median of the other
-    ranks waits at least
+    rank counted once, this one included) when it is certainly a straggler, whatever the
+    shares are within their 5 % buckets: the median of the other ranks waits at least
     :data:`STRAGGLER_MIN_SHARE`, this rank at most a :data:`STRAGGLER_FACTOR`-th of it, at
     most a quarter of the ranks (one when fewer than 8) are that low, and every other rank
-    waits at least half the median. None otherwise (also for a malformed histogram or a
-    bucket nobody is in).
+    waits at least half the median. None otherwise: also when a bucket's bounds leave it
+    undecided (a rank near a threshold is not named), for a malformed histogram or a bucket
+    nobody is in.
 
     >>> straggler_view([1] + [0] * 16 + [3, 0, 0], 0)
     StragglerView(share=0.025, median=0.875, counted=4, below=1)
     """
-    if len(hist) != SHARE_BUCKETS or any(not isinstance(n, int) or n < 0 for n in hist):
+    if len(hist) != SHARE_BUCKETS or any(not isinstance(n, int) or isinstance(n, bool) or n < 0 for n in hist):
         return None
     counted = sum(hist)
     if counted < 2 or counted > MAX_COUNTED or not 0 <= mine < SHARE_BUCKETS or hist[mine] == 0:
         return None
     others = [n - (b == mine) for b, n in enumerate(hist)]
-    half, seen, median_bucket = (counted - 2) // 2, 0, 0
+    half, seen, m = (counted - 2) // 2, 0, 0
     for b, n in enumerate(others):  # the lower median of the other ranks' buckets
         if seen + n > half:
-            median_bucket = b
+            m = b
             break
         seen += n
-    median = _middle(median_bucket)
-    low = [b for b in range(SHARE_BUCKETS) if hist[b] and _middle(b) <= median / STRAGGLER_FACTOR]
-    if median < STRAGGLER_MIN_SHARE or mine not in low:
+    lo, hi = m / SHARE_BUCKETS, (m + 1) / SHARE_BUCKETS  # the median lies in [lo, hi)
+    low = [b for b in range(SHARE_BUCKETS) if hist[b] and (b + 1) / SHARE_BUCKETS <= lo / STRAGGLER_FACTOR]
+    high = [b for b in range(SHARE_BUCKETS) if hist[b] and b / SHARE_BUCKETS >= hi / 2]
+    if lo < STRAGGLER_MIN_SHARE or mine not in low or len(low) + len(high) < sum(1 for n in hist if n):
         return None
     below = sum(hist[b] for b in low)
-    between = sum(hist[b] for b in range(SHARE_BUCKETS)
-                  if hist[b] and median / STRAGGLER_FACTOR < _middle(b) < median / 2)
-    if below > max(1, counted // 4) or between:
+    if below > max(1, counted // 4):
         return None
-    return StragglerView(share=_middle(mine), median=median, counted=counted, below=below)
+    return StragglerView(share=_middle(mine), median=_middle(m), counted=counted, below=below)
 
 
 def share_of(v: Any, key: str) -> Optional[float]:
@@ -111,8 +111,8 @@ def view_of(v: Any) -> Optional[StragglerView]:
     if not isinstance(v, dict):
         raise ValueError("straggler must be an object")
     counted, below = _count(v.get("counted", 0)), _count(v.get("below", 0))
-    if not 0 < below <= counted <= MAX_COUNTED:
-        raise ValueError("straggler needs 0 < below <= counted")
+    if not 0 < below <= counted <= MAX_COUNTED or counted < 2:
+        raise ValueError("straggler needs 0 < below <= counted and counted >= 2")
     return StragglerView(share=share_of(v.get("share"), "straggler.share") or 0.0,
                          median=share_of(v.get("median"), "straggler.median") or 0.0,
                          counted=counted, below=below)
@@ -123,7 +123,7 @@ def fields(v: StragglerView) -> str:
     return f"share={v.share:.3f} median={v.median:.3f} counted={v.counted} below={v.below}"
 
 
-_NUM = re.compile(r"^(0|1)(\.\d{1,6})?$")
+_NUM = re.compile(r"^(0(\.[0-9]{1,6})?|1(\.0{1,6})?)$")
 _FIELDS = ("share", "median", "counted", "below")
 
 
@@ -135,10 +135,10 @@ def parse_fields(tokens: List[str]) -> StragglerView:
     """
     f = dict(t.partition("=")[::2] for t in tokens)
     nums = [f.get("counted", ""), f.get("below", "")]
-    if (len(f) != len(tokens) or set(f) != set(_FIELDS) or not all(_NUM.match(f[k]) for k in ("share", "median"))
-            or not all(n.isdigit() and n.isascii() and len(n) <= 9 for n in nums)):
+    if (len(f) != len(tokens) or set(f) != set(_FIELDS) or not all(_NUM.fullmatch(f[k]) for k in ("share", "median"))
+            or not all(re.fullmatch("[0-9]{1,9}", n) for n in nums)):
         raise ValueError(f"not a straggler segment: {' '.join(tokens)[:40]!r}")
     counted, below = int(nums[0]), int(nums[1])
-    if not 0 < below <= counted <= MAX_COUNTED:
+    if not 0 < below <= counted <= MAX_COUNTED or counted < 2:
         raise ValueError(f"not a straggler segment: {' '.join(tokens)[:40]!r}")
     return StragglerView(float(f["share"]), float(f["median"]), counted, below)

@@ -142,6 +142,7 @@ class Recorder:
         self.samples: Deque[Tuple[float, bool]] = collections.deque(maxlen=int(4 * stragglers.SHARE_WINDOW_S))
         self.exchange = shares.ShareExchange()
         self.exchanging = False
+        self.jitter = random.Random()  # its own: the program's random stream is left alone
 
     def share(self, now: float) -> Optional[float]:
         """The share (0-1) of the wakes of the last :data:`stragglers.SHARE_WINDOW_S` in which
@@ -166,7 +167,7 @@ class Recorder:
 
     def run(self) -> None:
         # jittered wakes: a wait share sampled at a fixed 1 s would alias with a 1 s step
-        while not self.stop.wait(self.interval * random.uniform(0.75, 1.25)):
+        while not self.stop.wait(self.interval * self.jitter.uniform(0.75, 1.25)):
             try:
                 self.tick()
             except Exception as e:  # never into the user's program

@@ -11,10 +11,11 @@ does, for window ``k = floor(now / SHARE_WINDOW_S)`` once ``SKEW_S`` into it:
   a straggler's and at least half of the other ranks waited (``n`` and ``high``, read with
   ``add(0)``, which never blocks): the 20 buckets, and
   :func:`disttrain_probe.contract.stragglers.straggler_view` decides;
-- rank 0 deletes the keys of the window three back.
+- one rank a window, in turn (``rank == (k - 3) % world_size``), deletes the keys of the
+  window three back (22 operations), so no rank's loss leaves the store growing.
 
-So a rank costs the store 3 operations a window, 25 when it may be the straggler, whatever
-the world size. The store is torch's own TCPStore client (from ``sys.modules``, never
+So a rank costs the store 3 operations a window, 25 when it may be the straggler, and 22
+more once every ``world_size`` windows, whatever the world size. The store is torch's own TCPStore client (from ``sys.modules``, never
 imported here) on ``MASTER_ADDR:MASTER_PORT``, the address every rank already reached at
 ``init_process_group``; a second connection of its own, so that the main thread's use of its
 store is never interleaved with ours. Without ``MASTER_ADDR``/``MASTER_PORT`` (an
@@ -29,7 +30,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Set
 
 from disttrain_probe.contract import stragglers
 
@@ -64,7 +65,8 @@ def connect() -> Any:
                        timeout=datetime.timedelta(seconds=STORE_TIMEOUT_S))
 
 
-LOW_BUCKET = stragglers.bucket(1.0 / stragglers.STRAGGLER_FACTOR)  # above it no rank can be a straggler
+# above it no rank can be a straggler (its bucket's top over a quarter of the highest median)
+LOW_BUCKET = int((stragglers.SHARE_BUCKETS - 1) / stragglers.STRAGGLER_FACTOR) - 1
 HIGH_BUCKET = stragglers.bucket(stragglers.STRAGGLER_MIN_SHARE)  # from it a share counts in ``high``
 
 
@@ -79,7 +81,8 @@ class ShareExchange:
         self.window_s = window_s
         self.store: Any = None
         self.retry_at = 0.0
-        self.mine: Dict[int, int] = {}  # window -> the bucket this rank added
+        self.mine: Dict[int, int] = {}  # window -> the bucket this rank adds
+        self.added: Set[str] = set()  # the keys of this window added to
         self.read_for: Optional[int] = None
         self.view: Optional[stragglers.StragglerView] = None
         self.view_window: Optional[int] = None
@@ -100,30 +103,33 @@ class ShareExchange:
         if world_size < 2 or now - k * self.window_s < SKEW_S:
             return
         try:
-            self._step(now, k, rank, share)
+            self._step(now, k, rank, world_size, share)
         except Exception:
             self.store = None
             raise
 
-    def _step(self, now: float, k: int, rank: int, share: Optional[float]) -> None:
+    def _step(self, now: float, k: int, rank: int, world_size: int, share: Optional[float]) -> None:
         if k not in self.mine and share is not None:
+            self.mine = {w: x for w, x in self.mine.items() if w >= k - 2}
+            self.mine[k] = stragglers.bucket(share)  # this window's bucket, whatever comes later
+            self.added = set()
+        b = self.mine.get(k)
+        todo = [] if b is None else [x for x in (key(k, b), key(k, "n"), key(k, "high") if b >= HIGH_BUCKET else "")
+                                     if x and x not in self.added]
+        if todo:
             store = self._store(now)
             if store is None:
                 return
-            b = stragglers.bucket(share)
-            store.add(key(k, b), 1)
-            store.add(key(k, "n"), 1)
-            if b >= HIGH_BUCKET:
-                store.add(key(k, "high"), 1)
-            self.mine = {w: x for w, x in self.mine.items() if w >= k - 2}
-            self.mine[k] = b
+            for x in todo:  # each once: a failure leaves the rest for the next wake
+                store.add(x, 1)
+                self.added.add(x)
         if self.read_for == k - 1:
             return
         self.read_for = k - 1
-        self.view, self.view_window = self._read(now, k - 1), k - 1
-        if rank == 0 and self._store(now) is not None:
+        if rank == (k - 3) % world_size and self._store(now) is not None:  # one rank a window, in turn
             for what in ("n", "high", *range(stragglers.SHARE_BUCKETS)):
                 self.store.delete_key(key(k - 3, what))
+        self.view, self.view_window = self._read(now, k - 1), k - 1
 
     def _read(self, now: float, w: int) -> Optional[stragglers.StragglerView]:
         mine = self.mine.get(w)
