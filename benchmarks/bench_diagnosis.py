@@ -15,6 +15,9 @@ job runs twice, one after the other:
    until it fails (a worker pod Failed or a container exited non-zero, or the job Failed),
    succeeds, or the cap (``--cap``, default 300 s) passes; the user sees the pods' states
    and the last line of each worker's log;
+   For a scenario whose fault strikes while the job trains (``strike``), the strike comes
+   once Progressing is True (:func:`localcluster.scenariorun.run_job`) and the seconds
+   count from it;
 3. **as a Kubeflow PyTorchJob** (the peer: the same job translated by
    :func:`localcluster.cluster.kubeflow.pytorchjob_documents`, one Master and numNodes-1 Workers
    with the same image, command and env, run by Kubeflow's training operator v1.8.1 that
@@ -24,7 +27,8 @@ job runs twice, one after the other:
    ``restartPolicy: Never`` by default (``--pytorchjob-restart-policy``): the setting
    under which a PyTorchJob says Failed soonest (one failed pod fails the job); with
    upstream's examples' OnFailure a failing rank restarts in place and the job never
-   says Failed.
+   says Failed. A ``strike`` comes :data:`PEER_WARMUP_S` after every rank's training process
+   runs (a PyTorchJob has no Progressing), and the cap counts from it.
 
 The report gives per scenario probe seconds, plain seconds (``>= cap`` when capped), the
 ratio plain / probe (a lower bound when capped) and what the user sees in each case, and
@@ -211,7 +215,11 @@ def markdown(rows: list[dict], cap: float, meta: dict) -> str:
         f"{meta['commit']}. Seconds from `kubectl apply` to the scenario's expected false "
         f"condition (probe) and to the first failed pod / Failed job without probes (plain), "
         f"capped at **{cap:g} s** (`>= {cap:g}` = still not failed at the cap). Ratio = plain / "
-        f"probe; goal >= {GOAL_RATIO:g}x." + (f" Note: {meta['note']}." if meta.get("note") else ""),
+        f"probe; goal >= {GOAL_RATIO:g}x. Faults that strike while the job trains "
+        f"(`stall-*`, the scenario language's `strike`): seconds from the strike (the "
+        f"probe column: to Progressing=False; the peer's: to its Failed), and for a "
+        f"script's own stall (no strike) from `kubectl apply`."
+        + (f" Note: {meta['note']}." if meta.get("note") else ""),
         "",
         "How to read it: *plain s* stops at the first failed pod, although the job itself "
         "often still says Running (the other ranks hang at `init_process_group` or are "
@@ -511,16 +519,31 @@ def run_pytorchjob(sc, cap: float, restart_policy: str, probe_message: str = "",
     ns = f"bd-pj-{sc.name[:36]}-{uuid.uuid4().hex[:5]}"
     kubectl("create", "namespace", ns, check=False)
     docs = kubeflow.pytorchjob_documents(loader.job_documents(sc), restart_policy=restart_policy)
+    strike = PeerStrike(sc, ns, say)
+
+    def pods_now() -> list[dict]:
+        items = core.list_namespaced_pod(ns, label_selector=f"training.kubeflow.org/job-name={JOB}").items
+        return sorted((api.sanitize_for_serialization(p) for p in items), key=lambda p: p["metadata"]["name"])
+
+    def fetch() -> dict:
+        if sc.strike is not None and strike.at is None:
+            strike.step(pods_now())
+        return custom.get_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", JOB)
+
     try:
         t0 = time.monotonic()
         kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
-        end, seconds, job = _poll(t0, lambda: custom.get_namespaced_custom_object(
-            "kubeflow.org", "v1", ns, "pytorchjobs", JOB), peer_verdict, cap, PEER, say)
-        items = core.list_namespaced_pod(ns, label_selector=f"training.kubeflow.org/job-name={JOB}").items
-        pods = sorted((api.sanitize_for_serialization(p) for p in items),
-                      key=lambda p: p["metadata"]["name"])
+        if sc.strike is None:
+            end, seconds, job = _poll(t0, fetch, peer_verdict, cap, PEER, say)
+        else:  # the cap counts from the strike, as the probe column's seconds do
+            end, seconds, job = _poll(t0, fetch, lambda j: "struck" if strike.at is not None else peer_verdict(j),
+                                      STRIKE_WAIT_S, PEER, say)
+            if end == "struck" and strike.at is not None:
+                end, seconds, job = _poll(strike.at, fetch, peer_verdict, cap, PEER, say)
+        pods = pods_now()
         logs = {p["metadata"]["name"]: _pod_logs(ns, p) for p in pods}
     finally:
+        strike.undo()
         _delete_namespace(ns)
     summaries = [pod_summary(p, _short(telling_line(next(
         (t for label, t in reversed(logs[p["metadata"]["name"]])), "")), 200)) for p in pods]
@@ -534,6 +557,52 @@ def run_pytorchjob(sc, cap: float, restart_policy: str, probe_message: str = "",
     return {"end": end, "seconds": seconds, "sees": sees, "first_error": first,
             "conditions": ((job or {}).get("status") or {}).get("conditions") or [],
             "pods": summaries, "informative": informative}
+
+
+PEER_WARMUP_S = 10.0  # a PyTorchJob has no Progressing: strike this long after every rank's process runs
+STRIKE_WAIT_S = 600.0  # at most this long from apply to the strike
+
+
+def pytorchjob_ranks(pods: list[dict]) -> dict[int, dict]:
+    """Node rank -> pod of a PyTorchJob's pods: ``<job>-master-0`` is rank 0, ``<job>-worker-i``
+    rank i + 1; other pods are left out. Pure."""
+    out = {}
+    for p in pods:
+        name = str((p.get("metadata") or {}).get("name", ""))
+        index = name.rsplit("-", 1)[-1]
+        if name == f"{JOB}-master-0":
+            out[0] = p
+        elif name.startswith(f"{JOB}-worker-") and index.isascii() and index.isdigit():
+            out[int(index) + 1] = p
+    return out
+
+
+class PeerStrike:
+    """A scenario's strike on the PyTorchJob's pods (master-0 is rank 0, worker-i rank
+    i + 1): carried out :data:`PEER_WARMUP_S` + ``delaySeconds`` after every rank's training
+    process runs; :meth:`undo` at the end. Inert for a scenario without one."""
+
+    def __init__(self, sc, ns: str, say=print) -> None:
+        self.sc, self.ns, self.say = sc, ns, say
+        self.due: Optional[float] = None
+        self.at: Optional[float] = None  # monotonic time of the strike
+        self.undo = lambda: None
+
+    def step(self, pods: list[dict]) -> None:
+        from localcluster import bringup, strikes
+        from localcluster.common import config as lc_config
+        s = self.sc.strike
+        if s is None or self.at is not None:
+            return
+        by_rank = pytorchjob_ranks(pods)
+        running = [r for r, p in by_rank.items() if strikes.trainer_pid(p["metadata"].get("uid", ""))]
+        if self.due is None and len(running) >= self.sc.nodes:
+            self.due = time.monotonic() + PEER_WARMUP_S + s.delaySeconds
+        if self.due is None or time.monotonic() < self.due:
+            return
+        self.undo = strikes.strike(s, by_rank, lc_config.state_dir(),
+                                   lambda: bringup.up(scenario=self.sc), self.say)
+        self.at = time.monotonic()
 
 
 def _meta() -> dict:

@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import yaml
 
@@ -38,6 +38,7 @@ class Outcome:
     job: Optional[dict] = None
     conditions: list = field(default_factory=list)
     rank_nodes: dict = field(default_factory=dict)  # probe rank -> node, as the probes were placed
+    struck_at: Optional[float] = None  # seconds from apply to the scenario's strike (``seconds`` then counts from it)
 
 
 def _condition(job: Optional[dict], ctype: str) -> Optional[dict]:
@@ -102,6 +103,16 @@ def check(job: Optional[dict], expect: scn.Expect, rank_nodes: dict[int, str]) -
             return False, f"job {phase}, expected {expect.phase}"
         return None, f"condition met; waiting for phase {expect.phase} (now {phase})"
     return True, ""
+
+
+def check_phase(job: Optional[dict], phase: Optional[str]) -> tuple[Optional[bool], str]:
+    """Whether the job reached ``phase`` (True when None), can no longer (False), or not yet."""
+    got = ((job or {}).get("status") or {}).get("phase")
+    if phase is None or got == phase:
+        return True, ""
+    if got in ("Succeeded", "Failed"):
+        return False, f"job {got}, expected {phase}"
+    return None, f"condition met; waiting for phase {phase} (now {got})"
 
 
 def describe_problems(text: str, expect: scn.Expect) -> list[str]:
@@ -169,9 +180,11 @@ def sidecar_check(injected: dict[str, bool]) -> Optional[str]:
 
 
 def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.0,
-            run: int = 0) -> Outcome:
+            run: int = 0, restore: Optional[Callable[[], Any]] = None) -> Outcome:
     """Apply the scenario's job in namespace ``ns`` (created) and wait for ``expect`` (of
-    run ``run`` of its ``repeat``: :meth:`scenario.Expect.for_run`)."""
+    run ``run`` of its ``repeat``: :meth:`scenario.Expect.for_run`). A ``strike`` is carried
+    out once Progressing is True and undone at the end; ``restore`` brings a lost node back
+    (default: the scenario's cluster, ``bringup.up``)."""
     sc = sc.model_copy(update={"expect": sc.expect.for_run(run)})
     _kubectl("create", "namespace", ns, check_=False)
     if sc.kueue is not None:  # the job's namespace gets Kueue's LocalQueue
@@ -189,12 +202,65 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
     docs = loader.job_documents(sc)
     t0 = time.monotonic()
     _kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
+    strike = _Striker(sc, t0, training_timeout, say, restore)
+    try:
+        return _watch(sc, ns, t0, training_timeout, say, strike)
+    finally:
+        strike.undo()
+
+
+class _Striker:
+    """The scenario's strike (none: inert): due ``delaySeconds`` after Progressing=True."""
+
+    def __init__(self, sc: scn.Scenario, t0: float, wait: float, say,
+                 restore: Optional[Callable[[], Any]]) -> None:
+        self.sc, self.t0, self.say, self.restore = sc, t0, say, restore
+        self.deadline = t0 + wait  # for Progressing=True
+        self.due: Optional[float] = None
+        self.at: Optional[float] = None  # monotonic time of the strike
+        self.undo = lambda: None
+
+    def pending(self) -> bool:
+        return self.sc.strike is not None and self.at is None
+
+    def step(self, job: Optional[dict], pods: list[dict]) -> Optional[str]:
+        """Strike when due; why the run cannot go on, else None."""
+        from localcluster import bringup, strikes
+        s = self.sc.strike
+        if s is None or self.at is not None:
+            return None
+        c = _condition(job, "Progressing")
+        if self.due is None and c is not None and c.get("status") == "True":
+            self.due = time.monotonic() + s.delaySeconds
+        if self.due is None:
+            return f"Progressing never turned True before the strike" if time.monotonic() > self.deadline else None
+        if time.monotonic() < self.due:
+            return None
+        workers = {p["metadata"]["name"]: p for p in pods}
+        by_rank = {r: workers[n] for r in range(self.sc.nodes) if (n := f"{JOB}-worker-{r}") in workers}
+        try:
+            self.undo = strikes.strike(s, by_rank, config.state_dir(),
+                                       lambda: ((self.restore or (lambda: bringup.up(scenario=self.sc)))(), _settle()),
+                                       self.say)
+        except strikes.StrikeError as e:
+            return f"strike {s.fault} failed: {e}"
+        self.at = time.monotonic()
+        return None
+
+
+def _settle() -> None:
+    from localcluster import strikes
+    strikes.wait_settled(lambda: json.loads(_kubectl("get", "nodes", "-o", "json").stdout).get("items", []))
+
+
+def _watch(sc: scn.Scenario, ns: str, t0: float, training_timeout: float, say, strike: _Striker) -> Outcome:
     seen: dict[str, tuple] = {}
     met_at = None
     deadline = t0 + sc.expect.withinSeconds
     job = None
     rank_nodes: dict[int, str] = {}
     injected: dict[str, bool] = {}  # pod name -> carries istio-proxy (scenarios with mesh)
+    live = sc.expect.condition == "Progressing"  # it changes as training goes: a mismatch is not final
     while True:
         out = _kubectl("get", "dtj", JOB, "-n", ns, "-o", "json", check_=False)
         job = json.loads(out.stdout) if out.returncode == 0 else None
@@ -207,6 +273,14 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
                     f"{cnd.get('message', '')}")
         pods = _job_pods(ns)
         rank_nodes.update(_rank_nodes(pods))  # kept: a probe still running at the verdict is deleted
+        if strike.pending():
+            failed = strike.step(job, pods)
+            if failed or not strike.pending():
+                if failed:
+                    return Outcome(False, failed, None, now, job, _conds(job), rank_nodes)
+                deadline = (strike.at or 0.0) + sc.expect.withinSeconds
+            time.sleep(0.5)
+            continue
         if sc.mesh:
             injected.update({p["metadata"]["name"]: "istio-proxy" in [
                 c.get("name") for c in (p.get("spec") or {}).get("initContainers") or []] for p in pods})
@@ -216,15 +290,28 @@ def run_job(sc: scn.Scenario, ns: str, say=print, training_timeout: float = 300.
             if sc.expect.phase:
                 deadline = t0 + met_at + training_timeout
         verdict, why = check(job, sc.expect, rank_nodes)
+        if live and met_at is not None:  # seen as expected once; it may move on: only the phase is left
+            verdict, why = check_phase(job, sc.expect.phase)
         if verdict and sc.mesh and (bare := sidecar_check(injected)):
             verdict, why = False, f"{why}; but {bare}"
+        if verdict is False and live and ((job or {}).get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+            verdict = None  # not yet: the verdict may still come
+        struck = None if strike.at is None else strike.at - t0
         if verdict is not None:
-            conds = ((job or {}).get("status") or {}).get("conditions") or []
-            return Outcome(bool(verdict), why, met_at, now, job, conds, rank_nodes)
+            return Outcome(bool(verdict), why, _since(met_at, struck), now, job, _conds(job), rank_nodes, struck)
         if time.monotonic() > deadline:
-            return Outcome(False, f"timed out after {now:.0f}s: {why}", met_at, now, job,
-                           ((job or {}).get("status") or {}).get("conditions") or [], rank_nodes)
+            return Outcome(False, f"timed out after {now:.0f}s: {why}", _since(met_at, struck), now, job,
+                           _conds(job), rank_nodes, struck)
         time.sleep(0.5)
+
+
+def _conds(job: Optional[dict]) -> list:
+    return ((job or {}).get("status") or {}).get("conditions") or []
+
+
+def _since(met_at: Optional[float], struck: Optional[float]) -> Optional[float]:
+    """Seconds to the verdict: from apply, or from the strike when there was one."""
+    return met_at if met_at is None or struck is None else met_at - struck
 
 
 def holder_pods(cpu: str) -> tuple[int, str]:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
 import signal
 import subprocess
@@ -58,12 +57,11 @@ from kubernetes.client.rest import ApiException
 from disttrain.api import constants
 from disttrain.children import observe
 from disttrain_probe.contract import vocabulary
+from localcluster import strikes
 from localcluster.cluster import controlplane, operator_install
 from localcluster.common import procs
-from localcluster.common.config import node_spec_by_name
-from localcluster.network import netns as network
-from localcluster.nodes.realnode.base import node_dir, process_name
-from localcluster.nodes.realnode.cgroups import kill_node
+from localcluster.nodes.loss import lose_node
+from localcluster.nodes.realnode.base import node_dir
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "ddp-digits.yaml"
@@ -221,70 +219,17 @@ def kill_operator(downtime: float) -> float:
     return now() - t
 
 
-def _links(netns: str) -> list[str]:
-    out = subprocess.run(["ip", "-n", netns, "-o", "link", "show"], capture_output=True,
-                         text=True).stdout
-    names = [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if ":" in line]
-    return [n for n in names if n and n != "lo"]
-
-
-def lose_node(state: Path, node: str) -> dict[str, Any]:
-    """Make ``node`` die as a machine that loses power: its links go down (from then on it
-    sends nothing: no FIN, no RST, no ARP answer), then its node agent and every process of
-    its pods (hostNetwork and pod-network namespaces) are SIGKILLed. The API is left as it
-    is. Returns what was done (links, agent pid, processes killed)."""
-    spec = node_spec_by_name(node)
-    links = _links(spec.netns)
-    for link in links:
-        subprocess.run(["ip", "-n", spec.netns, "link", "set", link, "down"], capture_output=True)
-    agent = procs.tracked_pid(state, f"agent-{node}")
-    real = procs.tracked_pid(state, process_name(node))
-    if agent is not None:
-        os.kill(agent, signal.SIGKILL)
-    killed = 0
-    if real is not None:  # a real node: its supervisor, then kubelet, containerd, shims, containers
-        os.kill(real, signal.SIGKILL)
-        killed += kill_node(spec.netns)
-        agent = real
-    for ns in [spec.netns] + [x for x in network.our_netns() if x.startswith(spec.netns + "-p")]:
-        for pid in network.netns_pids(ns):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed += 1
-            except ProcessLookupError:
-                pass
-    deadline = now() + 10
-    while agent is not None and procs.alive(agent) and now() < deadline:
-        time.sleep(0.05)
-    return {"node": node, "links": links, "agent": agent, "killed": killed}
-
-
-# Longer than the node lifecycle controller's --node-monitor-period (5 s): a taint it decided
-# on from a heartbeat that was stale just before the agent came back shows up within it.
-NODES_STABLE_SECONDS = 6.0
-
-
 def restore_nodes(nodes: int, core: client.CoreV1Api, timeout: float = 180) -> None:
     """Bring every node back (`localcluster up`: links up, agents started) and wait until
     every node is Ready and carries no taint the node lifecycle controller puts on a lost
-    node (``node.kubernetes.io/...``), for :data:`NODES_STABLE_SECONDS` in a row.
+    node (``node.kubernetes.io/...``), for ``strikes.NODES_STABLE_SECONDS`` in a row.
     Raises RuntimeError if `up` fails, TimeoutError if that does not happen."""
     p = subprocess.run([sys.executable, "-m", "localcluster", "up", "--nodes", str(nodes)],
                        cwd=REPO, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
         raise RuntimeError(f"localcluster up failed: {p.stderr[-2000:]}")
-    deadline = now() + timeout
-    calm_since: Optional[float] = None
-    bad: list[str] = []
-    while now() < deadline:
-        bad = [n.metadata.name for n in core.list_node().items
-               if any(t.key.startswith("node.kubernetes.io/") for t in n.spec.taints or [])
-               or not any(x.type == "Ready" and x.status == "True" for x in n.status.conditions or [])]
-        calm_since = None if bad else (calm_since or now())
-        if calm_since is not None and now() - calm_since >= NODES_STABLE_SECONDS:
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"nodes not Ready or still tainted after {timeout:.0f}s: {bad}")
+    sanitize = client.ApiClient().sanitize_for_serialization
+    strikes.wait_settled(lambda: [sanitize(n) for n in core.list_node().items], timeout)
 
 
 def probe_phase(state: Path, ns: str, pod: dict[str, Any]) -> Optional[str]:

@@ -5,17 +5,19 @@ node and the cause within the timeout + 30 s, and ``onStall`` acts.
 
 `make test` runs one culprit (a rank stuck in Python) and one end of a partition (by the
 day); `make test-stall` runs them all
-(``DISTTRAIN_STALL_ALL=1``): the other rank stuck, a frozen rank (SIGSTOP), a pair of nodes
-partitioned mid-training (an nft drop rule), a node lost mid-training, a restart that leaves a frozen rank's node out,
-a healthy job whose rank 0 checkpoints for 40 s under a 60 s timeout (a wait, never a
-stall verdict), and a straggler (one rank's training container throttled to a tenth of a
-CPU: Progressing stays True, reason Straggler, naming it).
+(``DISTTRAIN_STALL_ALL=1``): the other rank stuck, the other end of the partition, a
+restart that leaves a frozen rank's node out, a healthy job whose rank 0 checkpoints for
+40 s under a 60 s timeout (a wait, never a stall verdict), and every stall scenario
+(``scenarios/stall-*.yaml``, the scenario language's ``strike``: a frozen rank, a node lost,
+a partition, a straggler throttled to a tenth of a CPU, a rank stuck in Python, a
+checkpoint).
 """
 from __future__ import annotations
 
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import Optional
 
@@ -23,44 +25,18 @@ import pytest
 import yaml
 
 from disttrain_probe.contract import vocabulary as V
+from localcluster import bringup, scenariorun
 from localcluster.common.config import NodeSpec, node_index
 from localcluster.network import firewall
+from localcluster.scenarios import loader
 
-from . import chaos
 from .test_operator import EXAMPLE, apply, condition, get_job, wait_for
 
 pytestmark = pytest.mark.e2e
 ALL = os.environ.get("DISTTRAIN_STALL_ALL") == "1"
 TIMEOUT_S = 30
 
-SCRIPT = '''import os, time
-import torch
-import torch.distributed as dist
-
-
-def main():
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    stall_rank, stall_at = int(os.environ.get("STALL_RANK", "-1")), int(os.environ.get("STALL_AT", "50"))
-    t = torch.ones(1000)
-    work = int(os.environ.get("MATMULS", "0"))  # a compute step instead of a sleep (the straggler case)
-    torch.set_num_threads(1)
-    m = torch.rand(256, 256)
-    for step in range(int(os.environ.get("STEPS", "100000"))):
-        if rank == stall_rank and step == stall_at:
-            print(f"rank {rank}: sleeping at step {step}", flush=True)
-            time.sleep(float(os.environ.get("STALL_SECONDS", "600")))
-        dist.all_reduce(t)
-        for _ in range(work):
-            m = torch.tanh(m @ m)
-        if not work:
-            time.sleep(0.05)
-    dist.destroy_process_group()
-
-
-if __name__ == "__main__":
-    main()
-'''
+SCRIPT = (Path(__file__).resolve().parents[2] / "scenarios" / "scripts" / "allreduce-loop.py").read_text()
 
 
 def docs(on_stall: str = "Fail", timeout: int = TIMEOUT_S, **env: str) -> list[dict]:
@@ -131,21 +107,6 @@ def _trainer_pid(node_rank: int) -> Optional[int]:
     return None
 
 
-@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
-def test_a_frozen_rank_is_named_as_unresponsive(cluster, operator, ns):
-    apply(cluster, ns, docs())
-    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
-             240, what="Progressing=True")
-    pid = wait_for(lambda: _trainer_pid(1), 30, what="rank 1's training process")
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        c = _stall_verdict(cluster, ns, TIMEOUT_S + 30)
-    finally:
-        os.kill(pid, signal.SIGCONT)
-    assert c["reason"] == V.RANK_UNRESPONSIVE, c
-    assert c["message"].startswith(f"rank 1 ({_node_of(cluster, ns, 1)}) stopped answering"), c["message"]
-
-
 # `make test` runs one end of the partition, by the day (or DISTTRAIN_STALL_SEED); make test-stall both
 STALL_SEED = int(os.environ.get("DISTTRAIN_STALL_SEED") or time.time() // 86400)
 
@@ -174,44 +135,6 @@ def test_a_pair_partitioned_mid_training_is_named_as_the_link(cluster, operator,
     failed = wait_for(lambda: (f := condition(get_job(cluster, ns), "Failed")) and f["status"] == "True" and f,
                       30, what="Failed=True")
     assert failed["reason"] == V.TRAINING_STALLED
-
-
-@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
-def test_a_node_lost_mid_training_is_named_as_unresponsive(cluster, operator, ns):
-    """Rank 1's node dies while the job trains (links down, agent and pod processes killed:
-    its pod's last status, sidecar Ready, stays in the API). Rank 0 waits, its connections
-    to the lost node lose packets, and the verdict names rank 1 and its node."""
-    apply(cluster, ns, docs())
-    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
-             240, what="Progressing=True")
-    lost = _node_of(cluster, ns, 1)
-    try:
-        chaos.lose_node(cluster.state_dir, lost)
-        c = _stall_verdict(cluster, ns, TIMEOUT_S + 30)
-        assert c["reason"] == V.RANK_UNRESPONSIVE, c
-        assert c["message"].startswith(f"rank 1 ({lost}) "), c["message"]
-    finally:
-        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        chaos.restore_nodes(len(cluster.node_names), chaos.client.CoreV1Api(chaos.api_client(cluster.state_dir)))
-
-
-@pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
-def test_a_checkpoint_under_the_timeout_is_a_wait_and_the_job_succeeds(cluster, operator, ns):
-    apply(cluster, ns, docs(timeout=60, STALL_RANK="0", STALL_SECONDS="40", STEPS="300"))
-    seen: list[tuple[str, str]] = []
-
-    def done():
-        j = get_job(cluster, ns)
-        c = condition(j, "Progressing")
-        if c:
-            seen.append((c["status"], c["reason"]))
-        s = condition(j, "Succeeded")
-        return s if s and s["status"] != "Unknown" else None
-
-    s = wait_for(done, 300, interval=1.0, what="the job's end")
-    assert s["status"] == "True", s
-    assert ("False", V.RANK_STUCK_IN_PYTHON) not in seen and all(st != "False" for st, _ in seen), seen
-    assert ("Unknown", V.RANKS_WAITING) in seen, seen  # who waits for whom, said while it lasted
 
 
 @pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
@@ -251,49 +174,33 @@ def test_a_restart_after_a_frozen_rank_leaves_its_node_out_and_trains(cluster, o
     assert len(placed) == 2 and frozen not in placed, placed
 
 
-def _throttle(pid: int, cpus: Optional[float]) -> Path:
-    """Set the CFS quota of ``pid``'s cpu cgroup (cgroup v1, its container's) to ``cpus``
-    CPUs (None: no limit); the cgroup's directory."""
-    line = next(x for x in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-                if "cpu" in x.split(":")[1].split(","))
-    d = Path("/sys/fs/cgroup/cpu") / line.split(":", 2)[2].lstrip("/")
-    period = int((d / "cpu.cfs_period_us").read_text())
-    (d / "cpu.cfs_quota_us").write_text("-1" if cpus is None else str(int(period * cpus)))
-    return d
+STRIKES = [n for n in loader.all_names() if n.startswith("stall-")]
 
 
 @pytest.mark.skipif(not ALL, reason="make test-stall (DISTTRAIN_STALL_ALL=1)")
-@pytest.mark.parametrize("slow_rank", [1])
-def test_a_throttled_rank_is_named_as_the_straggler_while_the_job_trains(cluster, operator, ns, slow_rank):
-    """Rank ``slow_rank``'s training container gets a tenth of a CPU while the job trains
-    (each step about 25 ms of compute, then all_reduce): the other rank waits for it most of the
-    time, its recorder learns from the pooled wait shares that it is the straggler, its
-    sidecar says so in one failed check (the pod stays Ready), and Progressing stays True
-    with reason Straggler naming the rank and its node; no stall verdict, no restart."""
-    apply(cluster, ns, docs(MATMULS="30"))  # about 25 ms of compute a step here
-    wait_for(lambda: (c := condition(get_job(cluster, ns), "Progressing")) and c["status"] == "True",
-             240, what="Progressing=True")
-    pid = wait_for(lambda: _trainer_pid(slow_rank), 30, what=f"rank {slow_rank}'s training process")
-    _throttle(pid, 0.1)
-    seen: list[tuple[str, str]] = []
-
-    def straggler():
-        c = condition(get_job(cluster, ns), "Progressing") or {}
-        seen.append((c.get("status", ""), c.get("reason", "")))
-        return c if c.get("reason") == V.STRAGGLER else None
-
+@pytest.mark.parametrize("name", STRIKES)
+def test_a_stall_scenario_ends_as_it_expects(cluster, operator, name):
+    """The stall scenarios (``scenarios/stall-*.yaml``: a fault that strikes once training
+    advances, or a script that sleeps on one rank) on the real kubelets: the expected
+    Progressing within expect.withinSeconds of the strike (stallTimeoutSeconds + 30 s for a
+    stall), and for a straggler no stall verdict on the way and its pod still Ready."""
+    sc = loader.load(name)
+    if sc.nodes > len(cluster.node_names):
+        pytest.skip(f"needs {sc.nodes} nodes (make test-stall: DISTTRAIN_E2E_NODES=3)")
+    ns = f"st-{name[6:30]}-{uuid.uuid4().hex[:5]}"
+    lines: list[str] = []
     try:
-        c = wait_for(straggler, 240, interval=2.0, what="Progressing Straggler")
-        pod = cluster.kubectl("get", "pod", f"ddp-digits-worker-{slow_rank}", "-n", ns, "-o",
-                              "jsonpath={.status.conditions[?(@.type=='Ready')].status}").stdout.strip()
+        o = scenariorun.run_job(sc, ns, say=lines.append,
+                                restore=lambda: bringup.up(nodes=len(cluster.node_names)))
+        ready = cluster.kubectl("get", "pods", "-n", ns, "-o",
+                                "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status} {end}",
+                                check=False).stdout.split()
     finally:
-        try:
-            _throttle(pid, None)
-        except (OSError, StopIteration):
-            pass
-    assert c["status"] == "True", c
-    assert c["message"].startswith(f"collectives advance, but rank {slow_rank} ({_node_of(cluster, ns, slow_rank)}) "
-                                   "waits in them "), c["message"]
-    assert all(st != "False" for st, _ in seen), seen  # never a stall verdict
-    assert pod == "True"  # the straggler's one failed check left its pod Ready
-    assert (get_job(cluster, ns).get("status") or {}).get("restarts", 0) == 0
+        cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    assert o.ok, (o.why, lines)
+    if sc.strike is not None:
+        assert o.struck_at is not None and o.seconds is not None and o.seconds <= sc.expect.withinSeconds
+    if sc.expect.status != "False":  # a straggler, a checkpoint: never a stall verdict on the way
+        assert not [x for x in lines if " Progressing " in x and " False " in x], lines
+    if sc.expect.reason == V.STRAGGLER:
+        assert ready and all(r == "True" for r in ready), ready  # its one failed check left it Ready

@@ -289,3 +289,11 @@ def test_peer_column_reused_from_a_previous_report_is_compared_with_the_new_prob
         bd.main(["--columns", "probe,pytorchjob", "--peer-from", str(tmp_path / "x.json")])
     with pytest.raises(SystemExit):  # an unreadable report is refused before any cluster work
         bd.main(["--columns", "probe", "--peer-from", str(tmp_path / "missing.json")])
+
+
+def test_a_pytorchjobs_master_is_rank_0_and_worker_i_rank_i_plus_1():
+    pods = [{"metadata": {"name": n}} for n in
+            ("ddp-digits-worker-1", "ddp-digits-master-0", "ddp-digits-worker-0", "other-master-0",
+             "ddp-digits-worker-x")]
+    got = {r: p["metadata"]["name"] for r, p in bd.pytorchjob_ranks(pods).items()}
+    assert got == {0: "ddp-digits-master-0", 1: "ddp-digits-worker-0", 2: "ddp-digits-worker-1"}

@@ -12,7 +12,7 @@ import pytest
 from localcluster import scenariorun
 from localcluster.common.config import REPO_ROOT
 from localcluster.network import firewall, topology
-from localcluster.scenarios import loader, nodeplan
+from localcluster.scenarios import loader, nodeplan, scenario
 from localcluster.scenarios import scenario as scn
 
 
@@ -27,7 +27,7 @@ def test_every_checked_in_scenario_loads(name):
     topos = nodeplan.topology(sc)
     assert len(topos) == sc.nodes
     assert loader.job_documents(sc)
-    if sc.expect.status == "True":  # a healthy cluster must still train
+    if sc.expect.status == "True" and sc.expect.condition != "Progressing":  # a healthy cluster must still
         assert sc.expect.phase == "Succeeded", f"{name}: expect.phase: Succeeded"
 
 
@@ -322,3 +322,46 @@ def test_the_scenario_sample_keeps_the_always_ones_and_draws_the_rest_by_its_see
     assert any(loader.scenario_sample(5, s, always) != a for s in range(8, 40))  # another seed, another draw
     pool = ["healthy", "slow-link", "mtu-black-hole"]
     assert loader.scenario_sample(5, 7, always, pool) == sorted(pool)  # no more than k: all of them
+
+
+@pytest.mark.parametrize("text, field", [
+    ("strike: {fault: partition, rank: 1}", "peerRank"),
+    ("strike: {fault: freeze, rank: 1, peerRank: 0}", "peerRank"),
+    ("strike: {fault: partition, rank: 1, peerRank: 1}", "peerRank"),
+    ("strike: {fault: freeze, rank: 2}", "strike"),
+    ("strike: {fault: melt, rank: 1}", "fault"),
+    ("training: {script: no-such-script}", "training"),
+    ("training: {env: {lower: x}}", "training"),
+])
+def test_a_strike_or_training_that_cannot_run_is_refused_naming_the_field(text, field):
+    base = "job: {runPolicy: {stallTimeoutSeconds: 30}}\nexpect: {condition: Progressing, status: 'False'}\n"
+    with pytest.raises(scenario.ScenarioError, match=field):
+        parse(base + text + "\n")
+
+
+def test_a_strike_needs_the_stall_watch():
+    with pytest.raises(scenario.ScenarioError, match="stallTimeoutSeconds"):
+        parse("strike: {fault: freeze, rank: 1}\nexpect: {condition: Progressing, status: 'False'}\n")
+
+
+def test_training_replaces_the_script_and_adds_the_env():
+    sc = parse("training: {script: allreduce-loop, env: {STALL_RANK: '1'}}\nexpect: {status: 'True'}\n")
+    docs = loader.job_documents(sc)
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert "dist.all_reduce(t)" in cm["data"]["train_digits.py"]
+    job = next(d for d in docs if d["kind"] == "DistTrainingJob")
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "STALL_RANK", "value": "1"} in env and len({e["name"] for e in env}) == len(env)
+
+
+def _node(name, ready="True", taints=()):
+    return {"metadata": {"name": name}, "spec": {"taints": [{"key": k} for k in taints]},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]}}
+
+
+def test_a_lost_node_is_unsettled_until_ready_and_untainted():
+    from localcluster import strikes
+    nodes = [_node("node-a"), _node("node-b", ready="Unknown"),
+             _node("node-c", taints=["node.kubernetes.io/unreachable"]), _node("node-d", taints=["gpu"]),
+             {"metadata": {"name": "node-e"}}]
+    assert strikes.unsettled(nodes) == ["node-b", "node-c", "node-e"]

@@ -186,12 +186,21 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 
 def job_documents(sc: Scenario, example: Optional[Path] = None) -> list[dict]:
-    """The example's documents with the scenario's ``job`` merged into the job's spec."""
+    """The example's documents with the scenario's ``job`` merged into the job's spec, and
+    its ``training`` (strike.py): the script in place of ``train_digits.py``, the env added
+    to the trainer container."""
     example = example or REPO_ROOT / "examples" / "ddp-digits.yaml"
     docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    script = sc.training.script_text() if sc.training is not None else None
     for d in docs:
+        if d.get("kind") == "ConfigMap" and script is not None:
+            d["data"] = {**(d.get("data") or {}), "train_digits.py": script}
         if d.get("kind") == "DistTrainingJob":
             d["spec"] = deep_merge(d.get("spec") or {}, sc.job)
+            if sc.training is not None and sc.training.env:
+                trainer = d["spec"]["template"]["spec"]["containers"][0]
+                trainer["env"] = list(trainer.get("env") or []) + [
+                    {"name": k, "value": v} for k, v in sc.training.env.items()]
             if sc.kueue is not None:  # queued in the LocalQueue scenariorun creates
                 from localcluster.cluster.kueue_objects import LOCAL_QUEUE, QUEUE_LABEL
                 d.setdefault("metadata", {}).setdefault("labels", {})[QUEUE_LABEL] = LOCAL_QUEUE

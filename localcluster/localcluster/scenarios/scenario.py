@@ -59,6 +59,7 @@ from localcluster.common.config import (
 from localcluster.network import routing
 from localcluster.network.routing import RoutedLink
 from localcluster.network.topology import DEFAULT_NICS, DEFAULT_SEGMENTS
+from localcluster.scenarios.strike import Strike, Training
 
 IFNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$"
 SEGMENT_PATTERN = r"^[a-z][a-z0-9]{0,6}$"  # br-<segment> and <segment>N-node-x fit in 15 chars
@@ -374,6 +375,9 @@ class Scenario(_Strict):
         None, description="inject Istio's sidecar (istio-init's outbound capture, an "
         "istio-proxy that closes what it captures) into the pods of the job's namespace, as "
         "Istio's injector does: a MutatingAdmissionPolicy (mesh.py)")
+    training: Optional[Training] = Field(None, description="the script the job trains and its env (strike.py)")
+    strike: Optional[Strike] = Field(None, description="a fault once training advances (strike.py); "
+                                     "expect.withinSeconds then counts from it")
     slow: bool = Field(False, description="takes minutes: run by `make test-scale` "
                        "(DISTTRAIN_SLOW_SCENARIOS=1), left out of `make test`")
     expect: Expect
@@ -400,6 +404,12 @@ class Scenario(_Strict):
                     raise ValueError(f"{where}.nics.{i}.segment: unknown segment {nic.segment!r} "
                                      f"(segments: {', '.join(sorted(self.segments))})")
         routing.plan(self.routers, {k: v.subnet for k, v in self.segments.items()}, "")
+        if self.strike is not None:
+            ranks = [r for r in (self.strike.rank, self.strike.peerRank) if r is not None]
+            if max(ranks) >= self.nodes:
+                raise ValueError(f"strike: rank {max(ranks)} needs more than {self.nodes} nodes")
+            if not (self.job.get("runPolicy") or {}).get("stallTimeoutSeconds"):
+                raise ValueError("strike: needs job.runPolicy.stallTimeoutSeconds (no Progressing without it)")
         if self.defaults.nics is None:  # some node keeps the default eth0/eth1
             missing = [n["segment"] for n in DEFAULT_NICS if n["segment"] not in self.segments]
             if missing and any(self.nodeOverrides.get(n) is None or self.nodeOverrides[n].nics is None
