@@ -360,6 +360,20 @@ def test_a_rank_last_said_advancing_whose_node_the_waiting_ranks_lose_packets_to
     assert nodes_to_avoid(v) == (node(cut),)
 
 
+@pytest.mark.parametrize("world, cut", [(2, 0), (2, 1), (3, 0), (5, 3)])
+def test_a_rank_its_sidecar_never_recorded_whose_node_the_others_lose_packets_to_is_cut_off(world, cut):
+    """The node of rank ``cut`` was lost before its sidecar first passed: its last word is
+    "no records" (where unknown, node known), the others wait, and their connections to it
+    lose packets. Found on the real kubelets with rank 0's node (the verdict said only
+    "none yet from rank 0")."""
+    obs = [O(r, node(r), "unknown", heard_age_s=40.0) if r == cut else wait(r) for r in range(world)]
+    links = [(node(r), node(cut), "eth1", "loses packets: 10 B unacked after 5 TCP retransmits")
+             for r in range(world) if r != cut][:1]
+    v = judge(obs, world, T, NOW, links)
+    assert (v.reason, v.ranks, v.nodes) == (V.RANK_UNRESPONSIVE, (cut,), (node(cut),)), v
+    assert not judge(obs, world, T, NOW, []).ranks == (cut,)  # without the lost packets: not named
+
+
 @pytest.mark.parametrize("links", [[], [("node-a", "node-c", "eth1", "loses packets")], [("node-x", "node-b", "e", "l")]])
 def test_a_rank_last_said_advancing_without_lost_packets_to_its_node_is_not_blamed(links):
     v = judge([wait(0), adv(1), wait(2)], 3, T, NOW, links)

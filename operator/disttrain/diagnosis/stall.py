@@ -261,19 +261,21 @@ def _unresponsive(f: Facts) -> Optional[Claim]:
 
 
 def _cut_off(f: Facts) -> Optional[Claim]:
-    """Ranks last reported advancing (their sidecar Ready) while every other rank heard waits
-    in a collective past the quiet window, and the waiting ranks' connections to their node
-    lose packets: that node is gone or cut off, and its kubelet could not report the stall
-    either (a live node's sidecar turns not Ready within its stall window)."""
+    """Ranks last reported advancing (their sidecar Ready), or whose pod's sidecar said no
+    record of them, while every other rank heard waits in a collective past the quiet
+    window, and the waiting ranks' connections to their node lose packets: that node is gone
+    or cut off, and its kubelet could not report the stall either (a live node's sidecar
+    turns not Ready within its stall window)."""
     waits = _long(f)
     adv = [f.ranks[r] for r in f.fresh if f.ranks[r].where == ADVANCING]
-    if not waits or not adv or len(f.waiting()) + len(adv) != len(f.fresh):
+    unheard = [x for x in f.ranks.values() if x.where is None]  # their pod's sidecar said no record of them
+    if not waits or not adv + unheard or len(f.waiting()) + len(adv) != len(f.fresh):
         return None
     waiting_nodes = {x.node for x in f.waiting()}
     lossy = [s for s in _job_links(f)
              if set(s.ends()) & waiting_nodes]
     ends = {e for s in lossy for e in s.ends()}
-    cut = [x for x in adv if x.node in ends and x.node not in waiting_nodes]
+    cut = sorted((x for x in adv + unheard if x.node in ends and x.node not in waiting_nodes), key=lambda x: x.rank)
     if not cut:
         return None
     rs = _ranks(cut)
@@ -282,7 +284,7 @@ def _cut_off(f: Facts) -> Optional[Claim]:
     return Claim("cut_off", V.RANK_UNRESPONSIVE,
                  f"{T.who(rs, f.node_of())} {T.verb(rs, 'is', 'are')} unreachable ({link.text()}) while "
                  f"{_waits_text(f)}: {T.verb(rs, 'its', 'their')} node is gone or cut off from the job's "
-                 "network, its kubelet last reported it advancing",
+                 "network, its kubelet reports nothing newer",
                  f"check {nodes} (kubectl describe node; its links and firewall rules)",
                  culprits=tuple(rs), since=_since(f, max(x.wait_age or 0.0 for x in waits)), note=_note(f))
 

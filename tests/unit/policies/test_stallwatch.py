@@ -369,3 +369,23 @@ def test_a_straggler_word_that_contradicts_the_rule_names_nobody():
     # two of three ranks saying so is more than a quarter: the shares single out nobody
     two = [(2, SLOW[0][1]), bad[1]]
     check(training.apply, job(True, True, True, said=two), Want(Outcome.CONTINUE, {C.PROGRESSING: (TRUE, V.COLLECTIVES_ADVANCING)}))
+
+
+@pytest.mark.parametrize("lost", [0, 1])
+def test_a_node_lost_before_its_sidecar_first_passed_is_named_from_the_others_lost_packets(lost):
+    """Rank ``lost``'s sidecar last said "no records" (its node died right after training
+    started); the other rank waits in all_reduce and loses packets to that node's address:
+    RankUnresponsive names the rank and its node, not "none yet from rank N"."""
+    pods, _ = watched(False, False)
+    other = 1 - lost
+    words = [pw.ProgressEvent(f"j-worker-{lost}", "progress: no records", "2026-11-30T11:59:00Z"),
+             pw.ProgressEvent(f"j-worker-{other}", f"progress: tcp peer=10.101.0.{11 + lost} sockets=1 unacked=90 "
+                              f"retrans=6; r{other} collective seq=1533 idle=70s op=all_reduce", NOW)]
+    b = given_(2).training().run_policy(stallTimeoutSeconds=60, onStall="Wait").with_pods(*pods)
+    b.status(nodes=[{"rank": r, "name": f"node-{'ab'[r]}", "interface": "eth1", "address": f"10.101.0.{11 + r}"}
+                    for r in range(2)])
+    s = b.observing(progress=words).build()
+    training.apply(s)
+    c = cond.get(s.conds, C.PROGRESSING)
+    assert (c["status"], c["reason"]) == (FALSE, V.RANK_UNRESPONSIVE), c
+    assert c["message"].startswith(f"rank {lost} (node-{'ab'[lost]}) is unreachable ("), c["message"]

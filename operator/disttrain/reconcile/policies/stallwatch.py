@@ -111,6 +111,7 @@ def _earlier_wait(pod: dict[str, Any], word: ProgressEvent) -> bool:
 
 
 MOST_LINKS = 8  # silent links kept per step
+UNKNOWN_WHERE = "unknown"  # a rank whose pod's sidecar said no record of it
 
 
 def _addresses(s: Step, by_rank: dict[int, dict]) -> dict[str, tuple[str, str]]:
@@ -207,7 +208,14 @@ def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObse
             out += [RankObservation(rank=g, node=node, where=ADVANCING, seq_age_s=0.0, heard_age_s=heard,
                                     straggler=slow.get(g)) for g in range(r * nproc, (r + 1) * nproc)]
         elif observe.name(p) in words and not _earlier_wait(p, words[observe.name(p)]):
-            out += _word_ranks(words[observe.name(p)], node, now, kubelet_heard=_node_silent_for(p, now) == 0.0)
+            word = words[observe.name(p)]
+            told = _word_ranks(word, node, now, kubelet_heard=_node_silent_for(p, now) == 0.0)
+            # a word with no rank in it ("no records", an unreadable file): its ranks' node is
+            # known, where they are is not (a node lost before its sidecar first passed)
+            said = observe.parse_time(word.at)
+            age = max(0.0, now - said.timestamp()) if said is not None else None
+            out += told or [RankObservation(rank=g, node=node, where=UNKNOWN_WHERE, heard_age_s=age)
+                            for g in range(r * nproc, (r + 1) * nproc)]
     return out
 
 
