@@ -191,7 +191,10 @@ def assess(probe_s: Optional[float], plain_s: Optional[float], plain_end: str,
     """Whether a row meets the issue's goal: ``met`` (>= goal x, capped rows count with the
     cap as a lower bound), ``below goal`` (the probe is sooner, but by less than ``goal`` x),
     ``<who> fails sooner`` (the other job fails before the probe explains; ``who`` names
-    it, e.g. ``plain`` or ``PyTorchJob``), ``<who> succeeded`` or ``no probe verdict``."""
+    it, e.g. ``plain`` or ``PyTorchJob``), ``<who> succeeded``, ``no probe verdict``, or
+    ``capped below goal`` (the other job had not failed at the cap, which is less than
+    ``goal`` times the probe's seconds: the cap, not the job, bounds the ratio; a stall's
+    verdict waits ``stallTimeoutSeconds`` by design)."""
     if probe_s is None:
         return "no probe verdict"
     if plain_end == "succeeded":
@@ -203,7 +206,7 @@ def assess(probe_s: Optional[float], plain_s: Optional[float], plain_end: str,
         return f"{who} fails sooner"
     if r >= goal:
         return "met"
-    return "below goal"
+    return "capped below goal" if plain_end == "capped" else "below goal"
 
 
 def markdown(rows: list[dict], cap: float, meta: dict) -> str:
@@ -218,7 +221,9 @@ def markdown(rows: list[dict], cap: float, meta: dict) -> str:
         f"probe; goal >= {GOAL_RATIO:g}x. Faults that strike while the job trains "
         f"(`stall-*`, the scenario language's `strike`): seconds from the strike (the "
         f"probe column: to Progressing=False; the peer's: to its Failed), and for a "
-        f"script's own stall (no strike) from `kubectl apply`."
+        f"script's own stall (no strike) from `kubectl apply`; their verdict waits the job's "
+        f"`stallTimeoutSeconds` (30 s) by design, so against a job capped at {cap:g} s the "
+        f"ratio is *capped below goal*: gloo's default timeout, 1800 s, would end the peer."
         + (f" Note: {meta['note']}." if meta.get("note") else ""),
         "",
         "How to read it: *plain s* stops at the first failed pod, although the job itself "

@@ -87,7 +87,7 @@ def test_ratio_and_assessment():
     assert bd.ratio_text(10.0, 5.0, "failed") == "0.5x"
     assert bd.ratio_text(10.0, 50.0, "succeeded") == "n/a"
     assert bd.assess(10.0, 300.0, "capped") == "met"
-    assert bd.assess(10.0, 150.0, "capped") == "below goal"  # the cap was too short to show 20x
+    assert bd.assess(10.0, 150.0, "capped") == "capped below goal"  # the cap was too short to show 20x
     assert bd.assess(10.0, 8.0, "failed") == "plain fails sooner"
     assert bd.assess(10.0, 50.0, "failed") == "below goal"
     assert bd.assess(10.0, 50.0, "succeeded") == "plain succeeded"
@@ -275,7 +275,7 @@ def test_peer_column_reused_from_a_previous_report_is_compared_with_the_new_prob
          "first_error": "", "conditions": [{"type": "Running"}], "pods": ["m Running"]}
     previous = {"meta": {"date": "2026-12-01 18:20 UTC", "commit": "abc"},
                 "rows": [bd._row(sc, old_p, None, k)]}
-    assert previous["rows"][0]["pj_assessment"] == "below goal"
+    assert previous["rows"][0]["pj_assessment"] == "capped below goal"
     again = bd.peer_from_row(previous, "firewall-master-reject")
     assert again == k
     assert bd.peer_from_row(previous, "ifname-missing") is None
