@@ -87,10 +87,10 @@ def event(pod, msg, at, path=pw.FIELD_PATH):
             "message": msg, "lastTimestamp": at}
 
 
-def test_only_pods_whose_running_sidecar_is_not_ready_are_read():
+def test_only_pods_whose_sidecar_started_are_read_ready_or_not():
     pods = [worker("w-0", True), worker("w-1", False), worker("w-2", False, started=False),
             {"metadata": {"name": "w-3"}, "status": {}}]
-    assert pw.not_ready(pods) == ["w-1"]
+    assert pw.sidecar_started(pods) == ["w-0", "w-1"]
 
 
 def test_the_latest_readiness_word_of_each_stalled_sidecar_is_kept():

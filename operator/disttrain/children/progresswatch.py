@@ -145,21 +145,9 @@ def sidecar_status(pod: dict[str, Any]) -> Optional[dict[str, Any]]:
     return None
 
 
-def not_ready(pods: list[dict[str, Any]]) -> list[str]:
-    """The names of the pods whose progress sidecar runs and is not Ready (a rank of the pod
-    has not advanced for ``stall_after_s``, or its record is stale)."""
-    out = []
-    for p in pods:
-        cs = sidecar_status(p)
-        if cs is not None and cs.get("started") is True and cs.get("ready") is False:
-            name = (p.get("metadata") or {}).get("name")
-            if isinstance(name, str):
-                out.append(name)
-    return out
-
-
-def watched(pods: list[dict[str, Any]]) -> list[str]:
-    """The names of the pods whose progress sidecar has started (Ready or not)."""
+def sidecar_started(pods: list[dict[str, Any]]) -> list[str]:
+    """The names of the pods whose progress sidecar has started, Ready or not (a not Ready one's
+    word says where its ranks wait; a Ready one's can only say a straggler)."""
     out = []
     for p in pods:
         cs = sidecar_status(p)

@@ -237,7 +237,7 @@ class Reconciler:
         Never raises: a read the operator may not make gives ``()`` (the stall verdict then
         says less)."""
         workers = [p for p in pods if observe.role(p) == constants.ROLE_WORKER]
-        stalled = progresswatch.watched(workers)
+        stalled = progresswatch.sidecar_started(workers)
         if not stalled:
             return ()
         uids = {observe.name(p): str((p.get("metadata") or {}).get("uid") or "") for p in workers}

@@ -73,6 +73,13 @@ def _frame(at: str) -> Optional[str]:
     return f"{m.group(1)} ({m.group(2)})" if m else (at or None)
 
 
+def _word_age(word: ProgressEvent, now: float) -> Optional[float]:
+    """Seconds since the kubelet said ``word`` (0 for a time ahead of ``now``), None when its
+    time is unknown."""
+    said = observe.parse_time(word.at)
+    return max(0.0, now - said.timestamp()) if said is not None else None
+
+
 def _word_ranks(word: ProgressEvent, node: str, now: float, kubelet_heard: bool = False) -> list[RankObservation]:
     """The ranks one readiness word tells of, their ages measured to ``now`` (Unix s). With
     ``kubelet_heard`` (the pod's kubelet still reports its sidecar not Ready) a word's age is
@@ -82,8 +89,7 @@ def _word_ranks(word: ProgressEvent, node: str, now: float, kubelet_heard: bool 
         segs = progress.parse_summary(word.summary)
     except ValueError:
         return []
-    said = observe.parse_time(word.at)
-    age = max(0.0, now - said.timestamp()) if said is not None else 0.0
+    age = _word_age(word, now) or 0.0
     out = []
     for seg in segs:
         if seg.rank is None:
@@ -184,8 +190,8 @@ def _node_silent_for(pod: dict[str, Any], now: float) -> float:
 def _straggling(word: Optional[ProgressEvent], now: float) -> dict[int, stragglers.StragglerView]:
     """rank -> its recorder's straggler view, from a Ready pod's word said within
     :data:`STRAGGLER_FRESH_S`; {} for none (or an unreadable word)."""
-    said = observe.parse_time(word.at) if word is not None else None
-    if word is None or said is None or now - said.timestamp() > STRAGGLER_FRESH_S:
+    age = _word_age(word, now) if word is not None else None
+    if word is None or age is None or age > STRAGGLER_FRESH_S:
         return {}
     try:
         return {w.rank: w.view for w in progress.parse_straggler(word.summary)}
@@ -212,9 +218,7 @@ def observations(s: Step, by_rank: dict[int, dict], now: float) -> list[RankObse
             told = _word_ranks(word, node, now, kubelet_heard=_node_silent_for(p, now) == 0.0)
             # a word with no rank in it ("no records", an unreadable file): its ranks' node is
             # known, where they are is not (a node lost before its sidecar first passed)
-            said = observe.parse_time(word.at)
-            age = max(0.0, now - said.timestamp()) if said is not None else None
-            out += told or [RankObservation(rank=g, node=node, where=UNKNOWN_WHERE, heard_age_s=age)
+            out += told or [RankObservation(rank=g, node=node, where=UNKNOWN_WHERE, heard_age_s=_word_age(word, now))
                             for g in range(r * nproc, (r + 1) * nproc)]
     return out
 
