@@ -365,3 +365,22 @@ def test_a_lost_node_is_unsettled_until_ready_and_untainted():
              _node("node-c", taints=["node.kubernetes.io/unreachable"]), _node("node-d", taints=["gpu"]),
              {"metadata": {"name": "node-e"}}]
     assert strikes.unsettled(nodes) == ["node-b", "node-c", "node-e"]
+
+
+def test_training_env_goes_to_the_trainer_when_a_sidecar_is_listed_first():
+    import yaml as _yaml
+
+    sc = parse("training: {env: {STALL_RANK: '1'}}\nexpect: {status: 'True'}\n")
+    example = REPO_ROOT / "examples" / "ddp-digits.yaml"
+    tmp = [d for d in _yaml.safe_load_all(example.read_text()) if d]
+    for d in tmp:
+        if d.get("kind") == "DistTrainingJob":
+            d["spec"]["template"]["spec"]["containers"].insert(0, {"name": "log-shipper", "image": "busybox"})
+    path = REPO_ROOT / ".localcluster-test-example.yaml"
+    path.write_text(_yaml.safe_dump_all(tmp))
+    try:
+        got = next(d for d in loader.job_documents(sc, example=path) if d["kind"] == "DistTrainingJob")
+    finally:
+        path.unlink()
+    shipper, main = got["spec"]["template"]["spec"]["containers"]
+    assert {"name": "STALL_RANK", "value": "1"} in main["env"] and "env" not in shipper

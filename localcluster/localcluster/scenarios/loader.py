@@ -198,7 +198,10 @@ def job_documents(sc: Scenario, example: Optional[Path] = None) -> list[dict]:
         if d.get("kind") == "DistTrainingJob":
             d["spec"] = deep_merge(d.get("spec") or {}, sc.job)
             if sc.training is not None and sc.training.env:
-                trainer = d["spec"]["template"]["spec"]["containers"][0]
+                from disttrain.api.trainer import trainer_index  # the operator's rule: the same trainer
+
+                containers = d["spec"]["template"]["spec"]["containers"]
+                trainer = containers[trainer_index(containers, d["spec"].get("trainerContainer")) or 0]
                 trainer["env"] = list(trainer.get("env") or []) + [
                     {"name": k, "value": v} for k, v in sc.training.env.items()]
             if sc.kueue is not None:  # queued in the LocalQueue scenariorun creates
