@@ -1,7 +1,8 @@
 """nftables firewalls for simulated nodes: an input filter in table ``inet disttrain``,
 and the same rules in a forward chain for traffic headed into the node's pod bridge
 (``cni0``, see podnet.py), so pods behind the node meet the node's firewall as they do
-behind a host firewall or a CNI's host endpoint policy.
+behind a host firewall or a CNI's host endpoint policy; likewise an optional output filter
+(an egress rule) with its twin for traffic coming out of the pod bridge.
 
 :func:`render` (pure) turns a scenario's firewall (``{policy, input: [rules]}``, see
 ``scenario.FirewallRule``) into an ``nft -f`` script; :func:`apply` loads it inside a
@@ -25,9 +26,12 @@ def render_rule(rule: dict) -> str:
     parts = []
     if rule.get("iifname"):
         parts.append(f'iifname "{rule["iifname"]}"')
-    if rule.get("saddr"):
-        fam = "ip6" if ":" in rule["saddr"] else "ip"
-        parts.append(f"{fam} saddr {rule['saddr']}")
+    if rule.get("oifname"):
+        parts.append(f'oifname "{rule["oifname"]}"')
+    for key in ("saddr", "daddr"):
+        if rule.get(key):
+            fam = "ip6" if ":" in rule[key] else "ip"
+            parts.append(f"{fam} {key} {rule[key]}")
     if rule.get("proto"):
         if rule.get("dport") is not None:
             parts.append(f"{rule['proto']} dport {rule['dport']}")
@@ -57,7 +61,15 @@ def render(fw: Optional[dict]) -> str:
         lines += [f"    {render_rule(r)}" for r in fw.get("input") or []]
         if fw.get("policy", "accept") != "accept":
             lines.append(f"    {fw['policy']}")
-        lines += ["  }", "}"]
+        lines += ["  }"]
+        if fw.get("output"):  # what the node sends, and its pods through the pod bridge
+            lines += ["  chain output {", "    type filter hook output priority 0; policy accept;"]
+            lines += [f"    {render_rule(r)}" for r in fw["output"]]
+            lines += ["  }", "  chain forward_out {", "    type filter hook forward priority 1; policy accept;",
+                      f'    iifname != "{POD_BRIDGE}" accept']
+            lines += [f"    {render_rule(r)}" for r in fw["output"]]
+            lines += ["  }"]
+        lines += ["}"]
     return "\n".join(lines) + "\n"
 
 

@@ -168,12 +168,18 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None, netns: Opti
             _ip("-n", ns, "link", "set", link.name, "mtu", str(link.mtu))
         _ip("-n", fabric, "link", "set", peer, "master", f"br-{link.segment}")
         _ip("-n", fabric, "link", "set", peer, "up")
-        _ip("-n", ns, "link", "set", link.name, "up")
+        _ip("-n", ns, "link", "set", link.name, "up" if getattr(link, "up", True) else "down")
         if getattr(link, "rate_mbit", None):
             rate_limit(fabric, peer, link.rate_mbit)
             rate_limit(ns, link.name, link.rate_mbit)
     for r in getattr(topo, "routes", None) or []:  # to other segments via their routers
         _ip("-n", ns, "route", "replace", r["to"], "via", r["via"], "dev", r["dev"])
+    for key, value in (getattr(topo, "sysctls", None) or {}).items():
+        path = "/proc/sys/" + key.replace(".", "/")  # no procps needed; value: digits (scenario.py)
+        p = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", f'echo "{value}" > {path}'],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            raise NetworkError(f"sysctl {key}={value} in {ns}: {p.stderr.strip()}")
     if topo.firewall:
         firewall.apply(ns, topo.firewall)
     else:

@@ -29,6 +29,7 @@ class Link:
     segment: Optional[str] = None  # None: a decoy bridge
     fabric_peer: Optional[str] = None  # the veth end on the segment's bridge
     rate_mbit: Optional[int] = None  # tbf rate limit (Mb/s) on both veth ends; None: none
+    up: bool = True  # False: left down in the node (a NIC that is down)
 
 
 @dataclass
@@ -47,16 +48,21 @@ class NodeTopology:
     library_paths: list[str] = field(default_factory=list)
     pythonpath: list[str] = field(default_factory=list)
     gpus: Optional[int] = None
+    sysctls: dict[str, str] = field(default_factory=dict)  # the node namespace's own, e.g. the ephemeral range
 
     def to_json(self) -> dict:
         d = asdict(self)
         for ln in d["links"]:
             if ln.get("rate_mbit") is None:  # unset: the same document (and digest) as before
                 ln.pop("rate_mbit", None)
+            if ln.get("up", True):
+                ln.pop("up", None)
         if not d["dns_records"]:
             d.pop("dns_records")
         if not d["routes"]:  # no routers: the same document (and digest) as before
             d.pop("routes")
+        if not d["sysctls"]:
+            d.pop("sysctls")
         return d
 
     @classmethod

@@ -121,7 +121,7 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             k = used.get(nic.segment, 0)
             used[nic.segment] = k + 1
             peer = f"{nic.segment}{k if k else ''}-{name}"
-            links.append(Link(nic.name, addrs, nic.mtu, nic.segment, peer, nic.rateMbit))
+            links.append(Link(nic.name, addrs, nic.mtu, nic.segment, peer, nic.rateMbit, nic.up))
             if internal is None:
                 internal = next((a.split("/")[0] for a in addrs
                                  if ipaddress.ip_interface(a).version == 4), None)
@@ -141,6 +141,7 @@ def topology(sc: Scenario, segments: Optional[dict[str, Segment]] = None) -> lis
             env={k: expand(v) for k, v in (cfg.env or {}).items()},
             library_paths=[expand(p) for p in cfg.libraryPaths or []],
             pythonpath=[expand(p) for p in cfg.pythonpath or []], gpus=cfg.gpus,
+            sysctls=dict(cfg.sysctls or {}),
             routes=routing.node_routes(pairs, {n.name: n.segment for n in nics})))
     check_address_plan(out, segs, sc.name or "scenario")
     _check_router_addresses(out, pairs, sc.name or "scenario")

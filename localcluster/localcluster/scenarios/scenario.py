@@ -154,6 +154,7 @@ class Nic(_Strict):
     rateMbit: Optional[int] = Field(
         None, ge=1, le=400000, description="rate limit in Mb/s (a tbf qdisc on both veth ends); "
         "the kernel still reports the veth's 10000 Mb/s")
+    up: bool = Field(True, description="false: the NIC is down (its addresses kept, as after `ip link set down`)")
 
     @field_validator("addresses")
     @classmethod
@@ -175,12 +176,14 @@ class Decoy(_Strict):
 
 
 class FirewallRule(_Strict):
-    """One nftables rule of the node's input chain (all given matches must hold)."""
+    """One nftables rule of the node's input or output chain (all given matches must hold)."""
 
     proto: Optional[Literal["tcp", "udp"]] = None
     dport: Optional[Union[StrictInt, str]] = Field(None, description="port or 'lo-hi'; needs proto")
     saddr: Optional[str] = Field(None, description="source address or subnet")
+    daddr: Optional[str] = Field(None, description="destination address or subnet")
     iifname: Optional[str] = Field(None, pattern=IFNAME_PATTERN)
+    oifname: Optional[str] = Field(None, pattern=IFNAME_PATTERN)
     state: Optional[list[Literal["new", "established", "related", "invalid"]]] = None
     action: Literal["accept", "drop", "reject"]
 
@@ -197,7 +200,7 @@ class FirewallRule(_Strict):
                              f"as octal) or a range 'lo-hi'")
         return v
 
-    @field_validator("saddr")
+    @field_validator("saddr", "daddr")
     @classmethod
     def _addr(cls, v):
         if v is not None:
@@ -212,10 +215,12 @@ class FirewallRule(_Strict):
 
 
 class Firewall(_Strict):
-    """The node's nftables input filter (table ``inet disttrain``)."""
+    """The node's nftables filter (table ``inet disttrain``): ``input`` for what reaches the
+    node, ``output`` for what the node sends (an egress rule; ``policy`` is the input's)."""
 
     policy: Literal["accept", "drop"] = "accept"
     input: list[FirewallRule] = Field(default_factory=list)
+    output: list[FirewallRule] = Field(default_factory=list)
 
 
 class NodeDns(_Strict):
@@ -253,6 +258,16 @@ class NodeConfig(_Strict):
     libraryPaths: Optional[list[str]] = Field(None, description="appended to LD_LIBRARY_PATH")
     pythonpath: Optional[list[str]] = Field(None, description="appended to PYTHONPATH")
     gpus: Optional[int] = Field(None, ge=0, le=64)
+    sysctls: Optional[dict[Literal["net.ipv4.ip_local_port_range"], str]] = Field(None, description=(
+        "the node's own network sysctls, e.g. net.ipv4.ip_local_port_range: '20000 29999'"))
+
+    @field_validator("sysctls")
+    @classmethod
+    def _sysctl_values(cls, v):
+        for key, val in (v or {}).items():
+            if not re.fullmatch(r"[0-9]{1,5}( [0-9]{1,5})?", val):
+                raise ValueError(f"{key}: {val!r} is not one or two numbers")
+        return v
 
     @field_validator("env")
     @classmethod
