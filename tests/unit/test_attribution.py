@@ -559,3 +559,32 @@ def test_rank_0_s_own_stale_entry_is_named_with_the_others(n, odd):
     named = {outs[r].node for r, a in answers.items() if a == "10.100.0.99"}
     assert set(e.culprits) == named and "10.100.0.99" in e.cause and "/etc/hosts" in e.fix
     assert "firewall" not in e.cause + e.fix and f", not {outs[0].node}" not in e.cause
+
+
+@pytest.mark.parametrize("n,down", [(2, (1,)), (3, (0,)), (4, (1, 3)), (4, (2,))])
+def test_a_node_whose_interface_is_down_is_the_link_not_a_firewall(n, down):
+    """Whatever the node count and whichever nodes: the nodes that said their NIC is down
+    are named, with the link as the cause; a node that only dialled them is not."""
+    base = matrix(n, lambda i, j: i in down or j in down)
+    m = evidence.Matrix(base.key, base.nodes, base.ifnames, base.cells, (), tuple(x in down for x in range(n)))
+    e = attribution.explain_matrix(m)
+    assert (e.kind, set(e.culprits)) == ("down", {NODES[x] for x in down}), e
+    text = e.message()
+    assert "is down (no carrier)" in text and "firewall" not in text
+    assert all(NODES[x] not in e.cause for x in range(n) if x not in down)
+
+
+def test_a_down_interface_does_not_explain_failures_between_other_nodes():
+    # node-b is down, but node-a<->node-c fails too: the link explains only part of it
+    base = matrix(3, lambda i, j: 1 in (i, j) or {i, j} == {0, 2})
+    m = evidence.Matrix(base.key, base.nodes, base.ifnames, base.cells, (), (False, True, False))
+    assert attribution.explain_matrix(m).kind != "down"
+
+
+def test_the_capture_test_follows_the_direction_that_failed():
+    # only node-c's dials to node-a fail (an egress rule on node-c, or node-a's inbound rule)
+    m = matrix(3, lambda i, j: (i, j) == (2, 0))
+    e = attribution.explain_matrix(m)
+    assert e.decide.startswith("tcpdump on node-a: SYNs from node-c"), e.decide
+    back = matrix(3, lambda i, j: (i, j) == (0, 2))
+    assert attribution.explain_matrix(back).decide.startswith("tcpdump on node-c: SYNs from node-a")

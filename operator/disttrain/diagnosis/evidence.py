@@ -26,13 +26,18 @@ class Matrix:
     ``subnets[i]``: the IPv4 subnet of rank i's address on that interface (``10.101.0.0/24``;
     empty when unknown), which tells apart networks that share an interface name; for a
     rank with no address there that dialled on it, its subnet on the interface the others
-    use (an island of its own)."""
+    use (an island of its own). ``down[i]``: rank i reported that interface down (no
+    carrier; empty when none did)."""
 
     key: str
     nodes: tuple[str, ...]
     ifnames: tuple[Optional[str], ...]
     cells: tuple[tuple[Optional[str], ...], ...]
     subnets: tuple[Optional[str], ...] = ()
+    down: tuple[bool, ...] = ()
+
+    def is_down(self, i: int) -> bool:
+        return i < len(self.down) and self.down[i]
 
     @property
     def label(self) -> str:
@@ -150,8 +155,15 @@ def matrices(ranks: Sequence[RankInput]) -> list[Matrix]:
         ifnames = tuple(_ifname_on(r, key) for r in ranks)
         subnets = tuple(_subnet_on(r, ifn, key) for r, ifn in zip(ranks, ifnames))
         subnets = _off_subnet(ranks, rows, ifnames, subnets)
-        out.append(Matrix(key, tuple(r.node for r in ranks), ifnames, tuple(rows), subnets))
+        down = tuple(_is_down(r, ifn) for r, ifn in zip(ranks, ifnames))
+        out.append(Matrix(key, tuple(r.node for r in ranks), ifnames, tuple(rows), subnets,
+                          down if any(down) else ()))
     return out
+
+
+def _is_down(r: RankInput, ifname: Optional[str]) -> bool:
+    """Rank ``r`` reported ``ifname`` down (``up`` false; unknown is not down)."""
+    return bool(r.report and ifname and any(i.name == ifname and i.up is False for i in r.report.interfaces))
 
 
 def _off_subnet(ranks: Sequence[RankInput], rows: list, ifnames: tuple, subnets: tuple) -> tuple:

@@ -112,7 +112,7 @@ def unusable_failure(inputs: ChoiceInputs, nets: List[Network],
         return {"reason": vocabulary.INTERFACE_UNREACHABLE,
                 "message": f"socketIfname={spec} is not usable: {detail}{hint}"}
     return {"reason": vocabulary.NO_COMMON_INTERFACE, "message": (
-        f"no network joins all {len(ranks)} nodes ({nodes_text(peers, ranks)}): {detail}"
+        f"no network joins all {len(ranks)} nodes: {detail}"
         + (hint or "; give the nodes a common reachable network and name it in "
                    "network.socketIfname"))}
 

@@ -7,6 +7,8 @@ decide. :func:`explain` is the entry; the classes between nodes live in :mod:`.n
 those of MASTER_ADDR in :mod:`.master`, the result in :mod:`.explanation`. Classes, each
 with its table test (``tests/unit/test_attribution.py``):
 
+- ``down``: nodes that reported the network's interface down (no carrier), every failed
+  dial at one of them: the link, not a rule;
 - ``inbound``: a node no peer can reach while its own dials out work: its firewall;
 - ``islands``: the nodes fall into groups that reach each other and no one outside their
   group (two subnets behind one interface name, no route between them): a partition of

@@ -43,6 +43,11 @@ def pairs_text(pairs: Sequence[tuple[str, str]], most: int = 3) -> str:
 
 def capture_test(pair: tuple[str, str], m: Optional[evidence_matrix.Matrix] = None) -> str:
     """The test that tells whether ``pair``'s second node or the first (or the path) drops
-    the first's connections."""
+    the first's connections; with the matrix ``m``, turned to a direction that failed when
+    only the second's dials to the first did (an egress rule on the second reads the same)."""
     a, b = pair
+    if m is not None and a in m.nodes and b in m.nodes:
+        i, j = m.nodes.index(a), m.nodes.index(b)
+        if m.failed(j, i) and not m.failed(i, j):
+            a, b = b, a
     return f"tcpdump on {b}: SYNs from {a} arriving unanswered: {b}'s rule; none: {a}'s or the path"

@@ -1,5 +1,5 @@
 """Attribution of failed dials between nodes (pure): per network's dial matrix
-(:mod:`disttrain.diagnosis.evidence`), the ``inbound``, ``islands``, ``isolated``,
+(:mod:`disttrain.diagnosis.evidence`), the ``down``, ``inbound``, ``islands``, ``isolated``,
 ``pairs``, ``inbound+pairs`` and ``candidates`` classes of
 :mod:`disttrain.diagnosis.attribution`, and one explanation across every network."""
 from __future__ import annotations
@@ -21,6 +21,9 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
         return None
     where = m.label
     pair_failed, pair_ok = m.pair_failed, m.pair_ok
+    down = _down(m, fails)
+    if down is not None:
+        return down
 
     # inbound: every failure is a dial *to* D, while D's own dials out to the others work
     targets = sorted({j for _, j in fails})
@@ -83,6 +86,25 @@ def explain_matrix(m: evidence_matrix.Matrix) -> Optional[Explanation]:
         "check those nodes' firewalls and routes",
         capture_test((m.nodes[broken[0][0]], m.nodes[broken[0][1]]), m),
         tuple((m.nodes[a], m.nodes[b]) for a, b in broken))
+
+
+def _down(m: evidence_matrix.Matrix, fails: list[tuple[int, int]]) -> Optional[Explanation]:
+    """Nodes that reported their interface on this network down (no carrier), when every
+    failed dial has one of them at an end: the link, not a rule. None otherwise."""
+    down = [x for x in range(len(m.nodes)) if m.is_down(x)]
+    if not down or not all(i in down or j in down for i, j in fails):
+        return None
+    names = tuple(m.nodes[x] for x in down)
+    who = messages.node_list(names, messages.MOST_NAMED)
+    nic = "/".join(dict.fromkeys(filter(None, (m.ifnames[x] for x in down)))) or "the NIC"
+    many = len(names) > 1
+    return Explanation(
+        "down", names,
+        f"{nic} is down (no carrier) on {who}: every failed dial on {m.label} was to or from "
+        f"{'them' if many else 'it'}",
+        f"bring {nic} up on {'each one' if many else who} (ip link set {nic} up; check the cable or "
+        f"switch port), or set network.socketIfname to an interface up on every node",
+        pairs=tuple((m.nodes[i], m.nodes[j]) for i, j in fails if i < j))
 
 
 def components(n: int, linked) -> list[list[int]]:
