@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from localcluster.common.config import node_name
+from localcluster.common.config import node_name, pod_cidr
 from localcluster.faults import grammar as G
 from localcluster.faults import oracle
 from localcluster.scenarios import loader
@@ -71,7 +71,18 @@ def draw_firewall(rnd: random.Random, nodes: tuple[str, ...]) -> G.FirewallFault
     nic = rnd.choice([None, "eth0", "eth1"])
     forced = rnd.choice([None, *G.NICS]) if nic else rnd.choice([None, None, *G.NICS])
     return G.FirewallFault(node, sources, _ephemeral_span(rnd), nic, rnd.choice(["drop", "reject"]),
-                           "ephemeral", forced)
+                           "ephemeral", forced, "out" if rnd.random() < 0.3 else "in")
+
+
+def draw_portrange(rnd: random.Random, nodes: tuple[str, ...]) -> G.PortRangeFault:
+    """A node's own ephemeral range below the master port or above the default range."""
+    if rnd.random() < 0.5:
+        lo = rnd.randint(10000, 22000)
+        span = (lo, rnd.randint(lo + 2000, G.MASTER_PORT - 1))
+    else:
+        lo = rnd.randint(G.EPHEMERAL[1] + 1, 62000)
+        span = (lo, rnd.randint(lo + 2000, 65000))
+    return G.PortRangeFault(rnd.choice(nodes), span, rnd.random() < 0.7)
 
 
 def draw_names(rnd: random.Random, nodes: tuple[str, ...]) -> G.NamesFault:
@@ -101,6 +112,10 @@ def draw(rnd: random.Random, cls: str, n: int) -> G.Fault:
         return draw_names(rnd, nodes)
     if cls == "islands":
         return draw_islands(rnd, nodes)
+    if cls == "nicdown":
+        return G.NicDownFault(_subset(rnd, nodes, 1, n - 1), rnd.random() < 0.6)
+    if cls == "sysctl":
+        return draw_portrange(rnd, nodes)
     if cls == "slow":
         return G.SlowLinkFault(rnd.choice(nodes), rnd.choice([100, 200]), rnd.random() < 0.5)
     if cls == "mtu":
@@ -153,13 +168,14 @@ def cases(seed: int, count: int, classes: Optional[Sequence[str]] = None) -> lis
 
 # -- writing a fault as a scenario --------------------------------------------------------
 def _rule(ports: tuple[int, int], action: str, nic: Optional[str], saddr: Optional[str] = None,
-          new_only: bool = True) -> dict[str, Any]:
+          new_only: bool = True, out: bool = False) -> dict[str, Any]:
+    """One input rule (``out``: an output rule, ``saddr`` then the destination)."""
     lo, hi = ports
     r: dict[str, Any] = {"proto": "tcp", "dport": lo if lo == hi else f"{lo}-{hi}"}
     if saddr:
-        r["saddr"] = saddr
+        r["daddr" if out else "saddr"] = saddr
     if nic:
-        r["iifname"] = nic
+        r["oifname" if out else "iifname"] = nic
     if new_only:
         r["state"] = ["new"]
     r["action"] = action
@@ -175,9 +191,28 @@ def _firewall(f: G.FirewallFault, n: int) -> dict[str, Any]:
         rules = [_rule(f.ports, f.action, nic, new_only=False) for nic in nics]
         return {"job": job, "defaults": {"firewall": {"input": rules}}}
     index = {node_name(i): i for i in range(n)}
-    rules = [_rule(f.ports, f.action, nic, G.node_ip(nic, index[s]) if s else None)
+    out = f.direction == "out"
+    rules = [_rule(f.ports, f.action, nic, G.node_ip(nic, index[s]) if s else None, out=out)
              for nic in nics for s in (f.sources or (None,))]
-    return {"job": job, "nodeOverrides": {f.node: {"firewall": {"input": rules}}}}
+    if out and f.sources:  # a rule against a peer covers its pod bridge too (reached by the pod routes)
+        rules += [_rule(f.ports, f.action, nic, pod_cidr(index[s]), out=True) for nic in nics for s in f.sources]
+    return {"job": job, "nodeOverrides": {f.node: {"firewall": {"output" if out else "input": rules}}}}
+
+
+def _portrange(f: G.PortRangeFault, n: int) -> dict[str, Any]:
+    """The node's own range; hardened: every node admits new TCP on its NICs only to the
+    master port and the default range."""
+    body: dict[str, Any] = {"job": {"numNodes": n}, "nodeOverrides": {
+        f.node: {"sysctls": {"net.ipv4.ip_local_port_range": f"{f.ports[0]} {f.ports[1]}"}}}}
+    if f.hardened:
+        rules = [{"state": ["established", "related"], "action": "accept"}]
+        for nic in G.NICS:
+            rules += [_rule((G.MASTER_PORT, G.MASTER_PORT), "accept", nic),
+                      _rule(G.EPHEMERAL, "accept", nic),
+                      {"proto": "tcp", "iifname": nic, "state": ["new"], "action": "drop"}]
+        body["defaults"] = {"firewall": {"input": rules}}
+        body["nodeOverrides"][f.node]["firewall"] = {"input": rules}
+    return body
 
 
 def _names(f: G.NamesFault, n: int) -> dict[str, Any]:
@@ -268,6 +303,13 @@ def scenario_data(fault: G.Fault, n: int) -> dict[str, Any]:
         body = _names(fault, n)
     elif isinstance(fault, G.IslandsFault):
         body = _islands(fault, n)
+    elif isinstance(fault, G.NicDownFault):
+        body = {"job": {"numNodes": n, **({"network": {"socketIfname": "eth1"}} if fault.forced else {})},
+                "nodeOverrides": {node: {"nics": [{"name": "eth0", "segment": "mgmt"},
+                                                  {"name": "eth1", "segment": "data", "up": False}]}
+                                  for node in fault.nodes}}
+    elif isinstance(fault, G.PortRangeFault):
+        body = _portrange(fault, n)
     elif isinstance(fault, G.SlowLinkFault):
         body = {"job": {"numNodes": n, **({"probe": {"maxLinkImbalance": 4}} if fault.refuse else {})},
                 "defaults": {"nics": [{"name": "eth0", "segment": "mgmt"}]},

@@ -32,7 +32,9 @@ class FirewallFault:
     """Node ``node``'s input firewall drops or rejects new TCP to ports ``ports`` (lo, hi)
     from ``sources`` (node names; empty: from everyone), on ``nic`` (None: every NIC).
     ``target`` ``master``: the rule sits on every node (it bites on rank 0's, where the
-    store listens; ``node`` is then ``*``). ``forced``: the job's socketIfname (None: auto)."""
+    store listens; ``node`` is then ``*``). ``forced``: the job's socketIfname (None: auto).
+    ``direction`` ``out``: an egress rule instead: ``node`` drops or rejects the new TCP it
+    sends to those ports of ``sources`` (then the destinations; empty: every peer)."""
 
     node: str
     sources: tuple[str, ...]
@@ -41,16 +43,19 @@ class FirewallFault:
     action: Literal["drop", "reject"]
     target: Literal["ephemeral", "master"]
     forced: Optional[str] = None
+    direction: Literal["in", "out"] = "in"
     CLASS = "firewall"
 
     def describe(self) -> str:
         where = "every node" if self.target == "master" else self.node
-        src = f"from {names(self.sources)}" if self.sources else "from every peer"
+        peers = names(self.sources) if self.sources else "every peer"
         on = f"on {self.nic}" if self.nic else "on every NIC"
         lo, hi = self.ports
         rng = str(lo) if lo == hi else f"{lo}-{hi}"
         force = f"; socketIfname {self.forced}" if self.forced else ""
-        return f"{where}'s firewall {self.action}s new TCP to {rng} {src} {on}{force}"
+        if self.direction == "out":
+            return f"{where}'s egress firewall {self.action}s the new TCP it sends to {rng} of {peers} {on}{force}"
+        return f"{where}'s firewall {self.action}s new TCP to {rng} from {peers} {on}{force}"
 
 
 @dataclass(frozen=True)
@@ -95,6 +100,38 @@ class IslandsFault:
         parts = "; ".join(f"{{{names(g)}}} on {self.subnet(i)}" for i, g in enumerate(self.groups))
         return f"eth1 forms {len(self.groups)} networks: {parts}" + (
             "; socketIfname eth1" if self.forced else "")
+
+
+@dataclass(frozen=True)
+class NicDownFault:
+    """eth1 is down on ``nodes`` (its address kept, as after ``ip link set eth1 down``);
+    eth0 stays up everywhere. ``forced``: the job forces socketIfname eth1."""
+
+    nodes: tuple[str, ...]
+    forced: bool
+    CLASS = "nicdown"
+
+    def describe(self) -> str:
+        return f"eth1 is down on {names(self.nodes)}" + ("; socketIfname eth1" if self.forced else "")
+
+
+@dataclass(frozen=True)
+class PortRangeFault:
+    """Node ``node``'s net.ipv4.ip_local_port_range is ``ports`` (lo, hi), outside the
+    default 32768-60999. ``hardened``: every node's firewall admits new TCP only to the
+    master port and the default range (a rule written for the default), so nothing reaches
+    ``node``'s listeners; otherwise no firewall (a look-alike: the job trains)."""
+
+    node: str
+    ports: tuple[int, int]
+    hardened: bool
+    CLASS = "sysctl"
+
+    def describe(self) -> str:
+        lo, hi = self.ports
+        fw = ("; every node admits new TCP only to 29500 and 32768-60999" if self.hardened
+              else "; no firewall")
+        return f"{self.node}'s net.ipv4.ip_local_port_range is {lo}-{hi}{fw}"
 
 
 @dataclass(frozen=True)
@@ -184,6 +221,7 @@ class Combo:
         return f"{self.first.describe()}; and {self.second.describe()}"
 
 
-Fault = Union[FirewallFault, NamesFault, IslandsFault, SlowLinkFault, MtuFault, PolicyFault, Healthy, Combo]
-CLASSES = {c.CLASS: c for c in (FirewallFault, NamesFault, IslandsFault, SlowLinkFault, MtuFault,
-                                PolicyFault, Healthy, Combo)}
+Fault = Union[FirewallFault, NamesFault, IslandsFault, NicDownFault, PortRangeFault, SlowLinkFault, MtuFault,
+              PolicyFault, Healthy, Combo]
+CLASSES = {c.CLASS: c for c in (FirewallFault, NamesFault, IslandsFault, NicDownFault, PortRangeFault,
+                                SlowLinkFault, MtuFault, PolicyFault, Healthy, Combo)}

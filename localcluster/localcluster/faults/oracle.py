@@ -91,13 +91,36 @@ def _firewall(f: G.FirewallFault, all_nodes: tuple[str, ...]) -> Expectation:
     # With two nodes the lone peer is the only dialler: its outbound rule to the node reads
     # exactly as the node's inbound rule against it, so a right verdict may name it.
     bystanders = others(involved, all_nodes) if len(all_nodes) > 2 else ()
+    peers = G.names(f.sources) if f.sources else "every peer"
     return Expectation(
         V.NETWORK_VALIDATED, "False",
         (V.EPHEMERAL_PORTS_BLOCKED, V.INTERFACE_UNREACHABLE, V.NO_COMMON_INTERFACE),
         must_name=involved, must_not_name=bystanders,
         fix=(FIREWALL, "ip_local_port_range", "portRange"),
-        why=f"{f.node} blocks ephemeral ports "
-            f"{'from ' + G.names(f.sources) if f.sources else 'from every peer'} on the job's network")
+        why=f"{f.node} blocks ephemeral ports " + (
+            f"it dials on {peers} (egress)" if f.direction == "out" else f"from {peers}") + " on the job's network")
+
+
+def _nicdown(f: G.NicDownFault, all_nodes: tuple[str, ...]) -> Expectation:
+    if not f.forced:
+        return Expectation(V.VALIDATED, "True", socket_ifname="eth0", broken_ifnames=("eth1",),
+                           why="eth1 is down on some nodes, eth0 is up everywhere: train on eth0")
+    return Expectation(V.NETWORK_VALIDATED, "False",
+                       (V.INTERFACE_UNREACHABLE, V.NO_COMMON_INTERFACE, V.INTERFACE_NOT_FOUND),
+                       must_name=f.nodes + ("eth1",), must_not_name=others(f.nodes, all_nodes),
+                       fix=("down",), never_say=(FIREWALL,),
+                       why="forced eth1 is down on each named node: those nodes, their link, no firewall")
+
+
+def _portrange(f: G.PortRangeFault, all_nodes: tuple[str, ...]) -> Expectation:
+    if not f.hardened:
+        return Expectation(V.VALIDATED, "True", why="a node's own ephemeral range, no firewall: the job trains")
+    return Expectation(V.NETWORK_VALIDATED, "False",
+                       (V.EPHEMERAL_PORTS_BLOCKED, V.INTERFACE_UNREACHABLE, V.NO_COMMON_INTERFACE),
+                       must_name=(f.node,),
+                       must_not_name=others((f.node,), all_nodes) if len(all_nodes) > 2 else (),
+                       fix=("ip_local_port_range",),
+                       why=f"{f.node}'s listeners take ports of its own range, which its firewall drops")
 
 
 def _names(f: G.NamesFault, all_nodes: tuple[str, ...]) -> Expectation:
@@ -171,7 +194,7 @@ def expectation(fault: G.Fault, nodes: int) -> Expectation:
         return _combo(fault, nodes)
     by_class: dict[type, Callable[[Any, tuple[str, ...]], Expectation]] = {
         G.FirewallFault: _firewall, G.NamesFault: _names, G.IslandsFault: _islands,
-        G.SlowLinkFault: _slow, G.MtuFault: _mtu, G.PolicyFault: _policy}
+        G.NicDownFault: _nicdown, G.PortRangeFault: _portrange, G.SlowLinkFault: _slow, G.MtuFault: _mtu, G.PolicyFault: _policy}
     rule = by_class.get(type(fault))
     if rule is None:
         return Expectation(V.VALIDATED, "True", why="no fault: the job validates and trains")
