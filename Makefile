@@ -85,13 +85,15 @@ endif
 # the operator), ruff, and mypy on the operator and the probe ([tool.mypy] in pyproject.toml;
 # its cache in the venv), and the sizes of the product and the local cluster (issues 17, 32):
 # modules <= 450 lines, functions <= 80 (tools/check_sizes.py), at most 6 parameters (ruff's
-# PLR0913).
+# PLR0913); no import inside a function of the product without its reason on the line
+# (tools/check_imports.py, issue 32).
 # The working tree's packages come first on the path, before the venv's editable install.
 LINT_PATH := operator:probe_image:localcluster
 lint: venv
 	PYTHONPATH=$(LINT_PATH) $(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check --no-cache operator probe_image benchmarks docs charts localcluster tests tools
 	$(VPY) tools/check_sizes.py
+	$(VPY) tools/check_imports.py
 	$(VENV)/bin/mypy --cache-dir $(VENV)/.mypy_cache
 
 test: lint system-deps venv build-cluster images

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         args.metrics_port = int(raw)
     if args.probe_image:
         os.environ[probe_env.IMAGE] = args.probe_image
-    from disttrain.shell import (
+    from disttrain.shell import (  # after the environment is set: importing handlers registers them
         handlers,  # noqa: F401  (registers the handlers)
         metrics,  # with the handlers, once the environment above is set
     )

@@ -37,7 +37,7 @@ def bandwidth(nbytes: int, seconds_per_iter: float, n: int) -> Dict[str, float]:
 def resolve_backend(requested: str) -> str:
     if requested in ("nccl", "gloo"):
         return requested
-    import torch
+    import torch  # the slow import: only when the backend is left to the probe
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
@@ -90,8 +90,8 @@ def run(cfg: Any, store: Any, path: CollectivePath, deadline: Deadline, tracker:
     all-reduce among themselves (the intra-node path), timed into ``results.intra``.
     Raises :class:`ProbeFailure` whose message names the node, and with several local ranks
     the local rank."""
-    import torch
-    import torch.distributed as dist
+    import torch  # the slow import, loaded by then (the collective runs last)
+    import torch.distributed as dist  # with torch
 
     lay = path.layout or Layout(cfg.rank, cfg.world_size)
     node = lay.who(cfg.node_name)
@@ -136,7 +136,7 @@ def _device(cfg: Any, lay: Layout, node: str, backend: str) -> Any:
     """The torch device this rank all-reduces on: cpu for gloo; for nccl this process's GPU
     (made current). Raises :class:`ProbeFailure` (PROCESS_GROUP_INIT_FAILED) without CUDA or
     with fewer visible GPUs than processes per node."""
-    import torch
+    import torch  # the slow import, loaded by then (the collective runs last)
 
     if backend != "nccl":
         return torch.device("cpu")
@@ -161,7 +161,7 @@ def _init_process_group(store: Any, path: CollectivePath, deadline: Deadline, tr
     """init_process_group over ``store`` (key prefix ``dtp/pg``) for ``lay.world`` ranks,
     timing out with the deadline. Raises :class:`ProbeFailure` (PROCESS_GROUP_INIT_FAILED)
     on any error; a timeout says a peer never joined or cannot reach this node."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # the slow import, loaded by then (the collective runs last)
 
     backend, ifname = path.backend, path.ifname
     timeout = timedelta(seconds=max(1.0, deadline.remaining()))

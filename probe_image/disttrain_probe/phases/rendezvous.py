@@ -150,7 +150,7 @@ def join_store(cfg: Any, inv: Inventory, deadline: Deadline, tracker: Any,
     others join it at ``addr`` (what :func:`reach_master` reached); every rank publishes its
     inventory and waits for all. Returns (store, bus) with ``bus.peers`` set. Raises
     :class:`ProbeFailure`."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # the slow import: the rendezvous starts before torch loads
 
     node = cfg.node_name
     where = f"{node} (rank {cfg.rank})"
@@ -215,7 +215,7 @@ def side_store(cfg: Any, addr: str, timeout: float) -> Any:
     """A second, short-lived client of the rendezvous store at ``addr`` (its own connection,
     so another thread may use it while the main thread is blocked in a store call), with
     the launcher's prefix. Raises what TCPStore raises."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # the slow import: the rendezvous starts before torch loads
     store: dist.Store = dist.TCPStore(host_name=addr, port=cfg.master_port, is_master=False,
                                       timeout=timedelta(seconds=max(0.5, timeout)), wait_for_workers=False)
     if getattr(cfg, "store_prefix", ""):

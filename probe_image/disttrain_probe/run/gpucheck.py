@@ -65,7 +65,7 @@ def _worker(sizes: Sequence[int], iterations: int, timeout: float, backend: str)
     """One rank: env RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Prints one
     JSON line ``{"rank", "results": [...], "versions", "error"}``; exit 0 when every size
     was correct."""
-    import torch.distributed as dist
+    import torch.distributed as dist  # in the worker process only: the parent stays light
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     out: Dict[str, Any] = {"rank": rank, "results": [], "versions": None, "error": None,
@@ -228,7 +228,7 @@ def run(sizes: Sequence[int], iterations: int, timeout: float, backend: str = "n
     t0 = time.monotonic()
     node = socket.gethostname()
     try:
-        import torch
+        import torch  # here, so that a broken torch is an answer, not a crash
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception as e:  # a broken torch is an answer too
         return {"ok": False, "skipped": True, "gpus": 0, "node": node,

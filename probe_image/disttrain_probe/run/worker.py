@@ -190,7 +190,7 @@ class LocalWorker:
                 f"pod more CPU or raise probe.timeoutSeconds"))
         if self.torch.error:
             raise ProbeFailure(vocabulary.PROBE_INTERNAL_ERROR, f"{who}: import torch failed: {self.torch.error}")
-        import torch.distributed as dist
+        import torch.distributed as dist  # the slow import, checked loaded just above
         addr = str(msg.get("addr") or cfg.master_addr)
         self.tracker.step(vocabulary.MASTER_PORT_TIMEOUT, f"{who}: joining the store at {addr}:{cfg.master_port}")
         try:
