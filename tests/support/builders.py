@@ -1,6 +1,6 @@
 """Chained builders of one reconcile :class:`~disttrain.reconcile.step.Step`, for the table
-tests of the policies (``tests/unit/policies/``): a job as :func:`.fixtures.job` builds it,
-changed one call at a time, with its pods, its status and what the step observed::
+tests of the policies (``tests/unit/operator/reconcile/policies/``): a job as
+:func:`.fixtures.job` builds it, changed one call at a time, with its pods, its status and what the step observed::
 
     given().nodes(3).suspended().training().workers("Running", "Running", "Running").build()
 

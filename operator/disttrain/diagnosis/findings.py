@@ -4,7 +4,7 @@ The operator hands :mod:`disttrain.diagnosis.diagnose` one :class:`ProbeOutcome`
 report as its camelCase dict, as ``handlers.parse_report`` returns it, or a
 :class:`~disttrain.diagnosis.report.ProbeReport`, or why there is none). :func:`typed` turns each
 into a :class:`RankInput` over the report models; the functions below are small and pure,
-each with its table test in ``tests/unit/test_findings.py``.
+each with its table test in ``tests/unit/operator/diagnosis/test_findings.py``.
 """
 from __future__ import annotations
 

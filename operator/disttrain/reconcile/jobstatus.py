@@ -63,8 +63,8 @@ _MASTER_ADDR = _alias(RendezvousStatus, "master_addr")
 _MASTER_PORT = _alias(RendezvousStatus, "master_port")
 _SOCKET_IFNAME = _alias(RendezvousStatus, "socket_ifname")
 
-# The keys this module reads and writes, by model (tests/unit/test_jobstatus.py checks each
-# against the CRD's schema as well).
+# The keys this module reads and writes, by model (tests/unit/operator/reconcile/test_jobstatus.py
+# checks each against the CRD's schema as well).
 KEYS: dict[str, tuple[str, ...]] = {
     "status": (_CONDITIONS, _RESTARTS, _SUSPENSIONS, _START_TIME, _COMPLETION_TIME,
                _NAME_CONFLICT_SINCE, _NODES, _PROBE, _RENDEZVOUS, _OBSERVED_GENERATION, _PHASE, _PROGRESS,

@@ -5,7 +5,8 @@ master-port result, each node's NICs) to a cause that names the node(s) and the 
 when the evidence cannot decide, the candidates that remain and the test that would
 decide. :func:`explain` is the entry; the classes between nodes live in :mod:`.network`,
 those of MASTER_ADDR in :mod:`.master`, the result in :mod:`.explanation`. Classes, each
-with its table test (``tests/unit/test_attribution.py``):
+with its table test
+(``tests/unit/operator/diagnosis/attribution/test_attribution.py``):
 
 - ``down``: nodes that reported the network's interface down (no carrier), every failed
   dial at one of them: the link, not a rule;

@@ -1,0 +1,1 @@
+"""Tests of the operator (operator/disttrain/), one folder per subpackage."""

@@ -1,0 +1,1 @@
+"""Tests of disttrain.api (operator/disttrain/api/)."""

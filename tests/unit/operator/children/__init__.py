@@ -1,0 +1,1 @@
+"""Tests of disttrain.children (operator/disttrain/children/)."""

@@ -1,0 +1,1 @@
+"""Tests of disttrain.diagnosis (operator/disttrain/diagnosis/)."""

@@ -1,0 +1,1 @@
+"""Tests of disttrain.diagnosis.attribution (operator/disttrain/diagnosis/attribution/)."""

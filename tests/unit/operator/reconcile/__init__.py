@@ -1,0 +1,1 @@
+"""Tests of disttrain.reconcile (operator/disttrain/reconcile/)."""

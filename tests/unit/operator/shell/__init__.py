@@ -1,0 +1,1 @@
+"""Tests of disttrain.shell (operator/disttrain/shell/)."""
