@@ -34,7 +34,7 @@ Its PyTorch init container (image ``alpine:3.10``, upstream's default, running
 that ``images.yaml`` maps into that image (``localcluster/images/alpine/bin``).
 
 The pure parts (:func:`cluster_role`, :func:`webhook_configuration`, :func:`argv`,
-:func:`pytorchjob_documents`) are tested in ``tests/unit/test_localcluster_kubeflow.py``;
+:func:`pytorchjob_documents`) are tested in ``tests/unit/localcluster/cluster/test_kubeflow.py``;
 ``tests/e2e/test_kubeflow.py`` runs the digits example as a PyTorchJob.
 """
 from __future__ import annotations

@@ -23,7 +23,7 @@ from localcluster.nodes.realnode.base import binaries, containerd_root, node_dir
 from localcluster.nodes.realnode.cgroups import kill_node
 
 # Modules a running agent has loaded, transitively (containerinit runs fresh for every
-# container); tests/unit/test_localcluster_nodeagent.py keeps the list whole.
+# container); tests/unit/localcluster/nodes/test_nodeagent.py keeps the list whole.
 AGENT_SOURCES = ["__init__.py", "common/__init__.py", "common/config.py", "common/kubeapi.py",
                  "common/kubeconfig.py", "common/pki.py", "common/procs.py", "network/__init__.py",
                  "network/dnsquery.py", "network/firewall.py", "network/netns.py", "network/nodedns.py",

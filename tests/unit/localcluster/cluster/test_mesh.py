@@ -8,7 +8,7 @@ from pathlib import Path
 
 from localcluster.cluster import mesh
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def _sidecar():

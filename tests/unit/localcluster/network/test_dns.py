@@ -107,7 +107,7 @@ def test_plan_one_segment_per_subnet_so_dns_never_has_two_nics_on_one():
     that address, unreachable from its isolated NIC, as on a real node."""
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     sc = loader.load(str(root / "scenarios" / "two-nics-one-subnet.yaml"))
     p = dnsplan.plan(nodeplan.topology(sc))
     assert [a.segment for a in p.attachments] == ["mgmt"]

@@ -24,9 +24,8 @@ from disttrain_probe.contract import progress as p
 from disttrain_probe.contract import stragglers
 from disttrain_probe.contract import vocabulary as V
 from disttrain_probe.progress import ready, recorder, shares
-
-from ..support.builders import given as given_
-from ..support.reconcile import workers
+from tests.support.builders import given as given_
+from tests.support.reconcile import workers
 
 View = stragglers.StragglerView
 NOW = "2026-11-30T12:00:00Z"
@@ -185,7 +184,7 @@ def test_a_rank_at_a_third_of_the_median_is_not_a_straggler():
 def test_a_rank_within_a_bucket_of_the_threshold_is_left_unnamed():
     """By design: 0.05 <= 0.22 / 4 = 0.055, but with 5 % buckets the histogram cannot tell
     it from 0.09 (over a third of 0.22): a rank near a threshold is not named; one clear of
-    it by a bucket is (test_straggler_shares.py)."""
+    it by a bucket is (tests/unit/probe/contract/test_straggler_shares.py)."""
     xs = [0.22, 0.22, 0.22, 0.05]
     assert stragglers.straggler_view(_hist(xs), stragglers.bucket(0.05)) is None
     assert stragglers.straggler_view(_hist([0.22, 0.22, 0.22, 0.0]), stragglers.bucket(0.0)) is not None

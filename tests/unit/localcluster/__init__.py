@@ -1,0 +1,1 @@
+"""Tests of the proving ground (localcluster/localcluster/), one folder per room."""

@@ -1,0 +1,1 @@
+"""Tests of localcluster.cluster (localcluster/localcluster/cluster/)."""

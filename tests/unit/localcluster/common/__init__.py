@@ -1,0 +1,1 @@
+"""Tests of localcluster.common (localcluster/localcluster/common/)."""

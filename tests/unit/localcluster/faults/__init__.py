@@ -1,0 +1,1 @@
+"""Tests of localcluster.faults (localcluster/localcluster/faults/)."""

@@ -1,0 +1,1 @@
+"""Tests of localcluster.network (localcluster/localcluster/network/)."""

@@ -1,0 +1,1 @@
+"""Tests of localcluster.nodes (localcluster/localcluster/nodes/)."""

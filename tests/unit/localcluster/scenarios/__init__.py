@@ -1,0 +1,1 @@
+"""Tests of localcluster.scenarios (localcluster/localcluster/scenarios/)."""

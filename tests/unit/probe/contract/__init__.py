@@ -1,0 +1,1 @@
+"""Tests of disttrain_probe.contract (probe_image/disttrain_probe/contract/)."""

@@ -1,0 +1,1 @@
+"""Tests of disttrain_probe.progress (probe_image/disttrain_probe/progress/)."""
