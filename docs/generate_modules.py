@@ -6,7 +6,7 @@ between its own markers: the operator's (``operator/disttrain/``) in docs/archit
 the probe's (``probe_image/disttrain_probe/``) in docs/probe-report.md, the local cluster's
 (``localcluster/localcluster/``) in localcluster/README.md.
 Run ``python docs/generate_modules.py --write`` after adding, moving or re-describing a
-module; tests/unit/test_docs_modules.py fails when a table is stale. Reads the sources
+module; tests/unit/repo/test_docs_modules.py fails when a table is stale. Reads the sources
 only (nothing is imported).
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ reaches that status and reason, its message containing the substring (the field,
 resource or the fix). Substrings match regardless of case (:func:`holds`). The expected end is the promise (a job trains, or says why not),
 not necessarily what the operator does today.
 
-Pure (no cluster): the unit test (tests/unit/test_corpus_files.py) and the e2e runner
+Pure (no cluster): the unit test (tests/unit/repo/test_corpus_files.py) and the e2e runner
 (tests/e2e/test_corpus.py) share it.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The operator sets them on each probe pod (``disttrain.children.pods``); the probe reads
 them (``disttrain_probe.ground.config`` and the phases), each overridable by the flag its help
 names. Units are in the names (``_SECONDS``, ``_BYTES``, ``_GBPS``). Neither side spells a
-name again: both use these constants (``tests/unit/test_lint_contracts.py`` fails on a
+name again: both use these constants (``tests/unit/repo/test_lint_contracts.py`` fails on a
 second spelling in code).
 """
 from __future__ import annotations

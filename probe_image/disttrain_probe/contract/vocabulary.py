@@ -3,7 +3,7 @@ with the condition(s) it appears on and its kind, in one table.
 
 Standard library only (the probe runs inside any training image, Python 3.9+); the
 operator imports it too (``disttrain.api.constants`` re-exports the names), and so do the
-docs drift test (``tests/unit/test_docs_conditions.py``) and the scenario checker
+docs drift test (``tests/unit/repo/test_docs_conditions.py``) and the scenario checker
 (``localcluster/scenarios/scenario.py``), so the three cannot disagree.
 
 Kinds:

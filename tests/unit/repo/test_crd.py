@@ -6,7 +6,7 @@ import yaml
 
 from disttrain.api import crdgen
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CRD = ROOT / "crds" / "disttrain.dev_disttrainingjobs.yaml"
 
 

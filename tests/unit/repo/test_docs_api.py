@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from disttrain.api.crdgen import build_crd
 from disttrain.api.types import DistTrainingJobSpec, DistTrainingJobStatus
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "docs"))
 import generate_api  # noqa: E402
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "localcluster" / "build" / "system-deps.sh"
 # Tools the script itself runs (real ones, linked in).
 HELPERS = ["dirname", "sort", "head", "paste", "mktemp", "tail", "rm"]

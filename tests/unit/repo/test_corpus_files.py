@@ -18,7 +18,7 @@ from disttrain.api.types import DistTrainingJobSpec
 from tests.e2e import corpus_entries as corpus
 from tests.fuzz import crd_admission
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 ENTRIES = corpus.all_entries()
 IDS = [e.name for e in ENTRIES]
 # The images the local cluster's real nodes hold (build-images.sh ARCHIVE_NAMES): nothing

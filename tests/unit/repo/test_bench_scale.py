@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from localcluster.common.config import REPO_ROOT
-
-from ..support.fixtures import load_benchmark
+from tests.support.fixtures import load_benchmark
 
 bs = load_benchmark("bench_scale")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHART = ROOT / "charts" / "disttrain-operator"
 sys.path.insert(0, str(ROOT / "charts"))
 import generate_readme  # noqa: E402

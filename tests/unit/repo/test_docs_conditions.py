@@ -10,7 +10,7 @@ import pytest
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary as V
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOC = (REPO / "docs" / "conditions.md").read_text()
 
 

@@ -10,8 +10,7 @@ import textwrap
 import pytest
 
 from localcluster.scenarios import loader
-
-from ..support.fixtures import load_benchmark
+from tests.support.fixtures import load_benchmark
 
 bd = load_benchmark("bench_diagnosis")
 

@@ -9,8 +9,7 @@ from kubernetes import client
 from disttrain.api import constants
 from disttrain_probe.contract import vocabulary
 from tests.e2e import chaos
-
-from ..support.fixtures import JOB_UID, pod
+from tests.support.fixtures import JOB_UID, pod
 
 UIDS = iter(range(1, 10**6))
 
