@@ -76,7 +76,7 @@ def test_a_firewall_on_a_subset_of_sources_names_the_culprit_and_sources_not_the
 def test_with_two_nodes_the_lone_peer_may_be_named_it_is_a_suspect_too():
     """Two nodes: node-b's inbound rule against node-a and node-a's outbound rule to node-b
     look the same to every probe, and the verdict must name node-a for the second
-    (tests/unit/operator/diagnosis/test_portrange_pairs: the pair); so the first may name it
+    (tests/unit/operator/diagnosis/test_portrange_pairs.py: the pair); so the first may name it
     too. A bystander in a bigger cluster still may not be named."""
     for sources in ((), ("node-a",)):
         f = G.FirewallFault("node-b", sources, (46395, 60999), None, "drop", "ephemeral")
