@@ -205,12 +205,17 @@ class FirewallRule(_Strict):
     def _addr(cls, v):
         if v is not None:
             ipaddress.ip_network(v, strict=False)
+            # nft reads neither an IPv6 zone (fe80::1%eth0) nor a netmask (/255.255.0.0)
+            if "%" in v or not re.fullmatch(r"[^/]+(/[0-9]{1,3})?", v):
+                raise ValueError(f"{v!r}: an address or subnet addr/prefix-length, without a zone")
         return v
 
     @model_validator(mode="after")
     def _dport_needs_proto(self):
         if self.dport is not None and self.proto is None:
             raise ValueError("dport needs proto (tcp or udp)")
+        if self.saddr and self.daddr and (":" in self.saddr) != (":" in self.daddr):
+            raise ValueError("saddr and daddr must both be IPv4 or both IPv6 (nft: conflicting protocols)")
         return self
 
 
@@ -259,14 +264,18 @@ class NodeConfig(_Strict):
     pythonpath: Optional[list[str]] = Field(None, description="appended to PYTHONPATH")
     gpus: Optional[int] = Field(None, ge=0, le=64)
     sysctls: Optional[dict[Literal["net.ipv4.ip_local_port_range"], str]] = Field(None, description=(
-        "the node's own network sysctls, e.g. net.ipv4.ip_local_port_range: '20000 29999'"))
+        "the node's own network sysctls, e.g. net.ipv4.ip_local_port_range: '20000 29999' "
+        "(1024 <= lo <= hi <= 65535)"))
 
     @field_validator("sysctls")
     @classmethod
     def _sysctl_values(cls, v):
+        # digits and one space only (netns.py writes it with sh); and what the kernel takes:
+        # lo <= hi, lo not below ip_unprivileged_port_start (1024), else EINVAL during `up`
         for key, val in (v or {}).items():
-            if not re.fullmatch(r"[0-9]{1,5}( [0-9]{1,5})?", val):
-                raise ValueError(f"{key}: {val!r} is not one or two numbers")
+            m = re.fullmatch(r"([0-9]{1,5}) ([0-9]{1,5})", val)
+            if not m or not 1024 <= int(m[1]) <= int(m[2]) <= 65535:
+                raise ValueError(f"{key}: {val!r} is not a range 'lo hi' with 1024 <= lo <= hi <= 65535")
         return v
 
     @field_validator("env")
