@@ -175,8 +175,8 @@ def ensure_node(node: NodeSpec, topo: Optional[NodeTopology] = None, netns: Opti
     for r in getattr(topo, "routes", None) or []:  # to other segments via their routers
         _ip("-n", ns, "route", "replace", r["to"], "via", r["via"], "dev", r["dev"])
     for key, value in (getattr(topo, "sysctls", None) or {}).items():
-        path = "/proc/sys/" + key.replace(".", "/")  # no procps needed; value: digits (scenario.py)
-        p = subprocess.run(["ip", "netns", "exec", ns, "sh", "-c", f'echo "{value}" > {path}'],
+        path = "/proc/sys/" + key.replace(".", "/")  # no procps needed, and no shell
+        p = subprocess.run(["ip", "netns", "exec", ns, "tee", path], input=f"{value}\n",
                            capture_output=True, text=True)
         if p.returncode != 0:
             raise NetworkError(f"sysctl {key}={value} in {ns}: {p.stderr.strip()}")
