@@ -30,7 +30,7 @@ from disttrain.reconcile.policies import gang as gangpolicy
 from disttrain.reconcile.status_repair import repair
 from disttrain.reconcile.step import Observed, Plan, ProbeRun, Step
 
-from .fixtures import JOB_UID, job, json_parser, node_name, pod, report
+from .fixtures import JOB_UID, job, json_parser, node_name, pod, report, typed_report
 from .reconcile import NOW, workers
 
 QUEUE = "user-queue"
@@ -142,7 +142,7 @@ class StepBuilder:
         passed); see :meth:`with_outcomes`."""
         n = self.body["spec"]["numNodes"]
         reports = reports or tuple(report(r, node_name(r), world_size=n) for r in range(n))
-        return self.with_outcomes(*(ProbeOutcome(rank=x["rank"], pod=f"j-probe-{x['rank']}", node=x["node"], report=x)
+        return self.with_outcomes(*(ProbeOutcome(rank=x["rank"], pod=f"j-probe-{x['rank']}", node=x["node"], report=typed_report(x))
                                     for x in reports), master=master)
 
     def with_outcomes(self, *outcomes: ProbeOutcome, master: Optional[str] = MASTER,
@@ -151,7 +151,9 @@ class StepBuilder:
         :mod:`disttrain.reconcile.policies.probing` hands :mod:`.verdict`), the probe pods
         finished with their reports (and a ``sidecar`` container a mesh injected)."""
         by_rank = {x.rank: pod(x.pod, constants.ROLE_PROBE, x.rank, phase="Succeeded", node=x.node,
-                               message=json.dumps(x.report), exit_code=0) for x in outcomes}
+                               message=json.dumps(x.report and x.report.model_dump(  # as the probe wrote it
+                                   mode="json", by_alias=True, exclude_unset=True)), exit_code=0)
+                   for x in outcomes}
         for p in by_rank.values():
             if sidecar:
                 p["spec"]["containers"].append({"name": sidecar})

@@ -8,6 +8,7 @@ import string
 from typing import Any, Optional
 
 from disttrain.api import constants
+from disttrain.diagnosis.report import ProbeReport
 
 TEMPLATE = {
     "spec": {
@@ -122,6 +123,12 @@ def json_parser(raw: str) -> dict:
     if not isinstance(data, dict) or data.get("v") != 1:
         raise ValueError("not a v1 report")
     return data
+
+
+def typed_report(rep: Optional[dict[str, Any]]) -> Optional[ProbeReport]:
+    """A report as the probe writes it (:func:`report`'s camelCase dict) as the operator
+    carries it once parsed: the model (ProbeOutcome.report, trust.check); None stays None."""
+    return None if rep is None else ProbeReport.model_validate(rep)
 
 
 def load_benchmark(name: str):

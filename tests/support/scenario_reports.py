@@ -13,6 +13,8 @@ from disttrain_probe.contract import paths, versions
 from disttrain_probe.contract import vocabulary as V
 from disttrain_probe.phases import interfaces
 
+from .fixtures import typed_report
+
 STARTED = "2026-11-30T11:59:50Z"
 
 
@@ -119,7 +121,7 @@ def reports_from(peers, m, spec="auto", failure=None, extra_warnings=None, world
 
 def outcomes(reports):
     return [ProbeOutcome(rank=r["rank"], pod=f"ddp-digits-probe-{r['rank']}", node=r["node"],
-                         report=r) for r in reports]
+                         report=typed_report(r)) for r in reports]
 
 
 def two_nics(n, rate=None):

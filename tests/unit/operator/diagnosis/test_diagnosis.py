@@ -7,11 +7,11 @@ from disttrain.diagnosis.diagnose import diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.netsummary import summarize_ifnames
 from disttrain_probe.contract import vocabulary
-from tests.support.fixtures import report
+from tests.support.fixtures import report, typed_report
 
 
 def outcomes(*reports):
-    return [ProbeOutcome(rank=r["rank"], pod=f"j-probe-{r['rank']}", node=r["node"], report=r) for r in reports]
+    return [ProbeOutcome(rank=r["rank"], pod=f"j-probe-{r['rank']}", node=r["node"], report=typed_report(r)) for r in reports]
 
 
 def test_all_pass():
@@ -143,7 +143,7 @@ def test_network_message_says_why_the_measured_faster_nic_won():
 
 
 def test_invalid_report_is_a_false_condition_not_a_crash():
-    o = [ProbeOutcome(0, "j-probe-0", "node-a", report=report(0, "node-a")),
+    o = [ProbeOutcome(0, "j-probe-0", "node-a", report=typed_report(report(0, "node-a"))),
          ProbeOutcome(1, "j-probe-1", "node-b", error="j-probe-1 on node-b: report invalid: not JSON")]
     d = diagnose(o, "10.1.1.1")
     assert d.conditions[constants.VALIDATED].reason == vocabulary.PROBE_REPORT_INVALID

@@ -5,7 +5,7 @@ from disttrain.api import constants
 from disttrain.diagnosis.diagnose import diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.reconcile.status_repair import repair
-from tests.support.fixtures import report
+from tests.support.fixtures import report, typed_report
 
 
 def multi(rank, node, busbw=1.5, intra=4.0, **kw):
@@ -18,7 +18,7 @@ def multi(rank, node, busbw=1.5, intra=4.0, **kw):
 
 
 def outcomes(*reports):
-    return [ProbeOutcome(rank=r["rank"], pod=f"j-probe-{r['rank']}", node=r["node"], report=r)
+    return [ProbeOutcome(rank=r["rank"], pod=f"j-probe-{r['rank']}", node=r["node"], report=typed_report(r))
             for r in reports]
 
 

@@ -15,7 +15,7 @@ from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain_probe.contract import vocabulary as V
-from tests.support.fixtures import job
+from tests.support.fixtures import job, typed_report
 from tests.support.scenario_reports import SCENARIOS
 
 REF = JobRef("ddp-digits", "ns", "uid-1")
@@ -104,7 +104,7 @@ def outcome_sets(draw):
         kind = draw(st.sampled_from(["report", "report", "error", "running"]))
         o = ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=draw(st.one_of(st.none(), NODE)))
         if kind == "report":
-            o.report = draw(report(r))
+            o.report = typed_report(draw(report(r)))
         elif kind == "error":
             o.error = draw(TEXT)
         else:

@@ -4,7 +4,7 @@ import pytest
 from disttrain.diagnosis import netsummary
 from disttrain.diagnosis.findings import ProbeOutcome, typed
 from disttrain_probe.contract import vocabulary as V
-from tests.support.fixtures import report
+from tests.support.fixtures import report, typed_report
 
 
 def ranks_with(rejected, ifname="eth1"):
@@ -12,7 +12,7 @@ def ranks_with(rejected, ifname="eth1"):
     for r, node in enumerate(("node-a", "node-b")):
         rep = report(r, node, ifname=ifname)
         rep["rejected"] = rejected
-        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     return out
 
 
@@ -61,7 +61,7 @@ def test_a_nic_broken_on_one_node_is_named_in_the_passing_summary():
         eth1 = "".join("." if p == r else ("t" if 2 in (r, p) else "o") for p in range(3))
         rep["paths"] = {"10.100.0.0/24": "".join("." if p == r else "o" for p in range(3)),
                         "10.101.0.0/24": eth1}
-        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     m = netsummary.network_message(outs)
     assert "eth1 unreachable: node-c reaches no peer on eth1 on 10.101.0.0/24" in m
     assert netsummary.node_results(outs)[2]["paths"] == {"10.100.0.0/24": "oo.", "10.101.0.0/24": "tt."}
@@ -95,7 +95,7 @@ def _demo(measured=True):
             rep["interfaces"][0]["measuredMbps"], rep["interfaces"][1]["measuredMbps"] = 16944.0, 13398.0
         rep["rejected"] = [{"ifname": "eth1", "reason": V.REJ_NOT_PREFERRED, "message": DEMO_CRITERION},
                            {"ifname": "lo", "reason": V.REJ_LOOPBACK, "message": "lo is loopback"}, *DECOYS]
-        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     return out
 
 

@@ -12,7 +12,7 @@ from disttrain.api import constants
 from disttrain.diagnosis.diagnose import diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain_probe.contract import vocabulary as V
-from tests.support.fixtures import node_name, report
+from tests.support.fixtures import node_name, report, typed_report
 
 NAME = "ddp-0.ddp"
 STALE = "10.100.0.99"
@@ -43,7 +43,7 @@ def outcomes(placement: list[int], stale: dict[int, str], arp: bool) -> list[Pro
         elif r:
             m["connected"] = own
         rep["master"] = m
-        outs.append(ProbeOutcome(rank=r, pod=f"p{r}", node=node_name(node), report=rep))
+        outs.append(ProbeOutcome(rank=r, pod=f"p{r}", node=node_name(node), report=typed_report(rep)))
     return outs
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from disttrain.diagnosis import attribution
 from disttrain.diagnosis.findings import Finding, ProbeOutcome, typed
 from disttrain_probe.contract import vocabulary as V
-from tests.support.fixtures import report
+from tests.support.fixtures import report, typed_report
 
 NAMES = tuple(f"node-{c}" for c in "abcdefgh")
 MASTER = "master.train"
@@ -36,7 +36,7 @@ def case(n: int, odd: dict[int, tuple[tuple, str]]):
         elif r:
             m["connected"] = "10.100.0.11"
         rep["master"] = m
-        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=NAMES[r], report=rep)))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=NAMES[r], report=typed_report(rep))))
     return outs
 
 

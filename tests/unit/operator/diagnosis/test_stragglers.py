@@ -9,8 +9,9 @@ from disttrain.api.types import DistTrainingJobSpec
 from disttrain.diagnosis import stragglers
 from disttrain.diagnosis.diagnose import Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome, typed
+from disttrain.diagnosis.report import ProbeWarning
 from disttrain_probe.contract import vocabulary
-from tests.support.fixtures import job, report
+from tests.support.fixtures import job, report, typed_report
 
 NODES = [f"node-{x}" for x in "abcdefgh"]
 
@@ -25,7 +26,7 @@ def outcomes(mbps_of_node: list[float]):
         rep["worldSize"] = n
         pairs = {(r + 1) % n, (r - 1) % n} - {r}
         rep["pathMbps"] = {"10.101.0.0/24": {str(p): min(mbps_of_node[r], mbps_of_node[p]) for p in pairs}}
-        outs.append(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=NODES[r], report=rep))
+        outs.append(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=NODES[r], report=typed_report(rep)))
     return outs
 
 
@@ -78,13 +79,13 @@ def test_a_gap_within_the_measurements_own_noise_is_no_straggler():
     with steady rounds 45x below is still named."""
     outs = outcomes([9000, 9000, 9000, 9000, 4000])
     for o in outs:
-        o.report["pathMbpsLow"] = {k: {p: v * 0.5 for p, v in row.items()}
-                                   for k, row in o.report["pathMbps"].items()}
+        o.report.path_mbps_low = {k: {p: v * 0.5 for p, v in row.items()}
+                                  for k, row in o.report.path_mbps.items()}
     assert stragglers.slow_links([typed(o) for o in outs]) == []  # typical 4500 vs its best 4000
     outs = outcomes([9000, 9000, 9000, 200])
     for o in outs:
-        o.report["pathMbpsLow"] = {k: {p: (v * 0.98 if v == 200 else v * 0.5) for p, v in row.items()}
-                                   for k, row in o.report["pathMbps"].items()}
+        o.report.path_mbps_low = {k: {p: (v * 0.98 if v == 200 else v * 0.5) for p, v in row.items()}
+                                  for k, row in o.report.path_mbps.items()}
     assert [s.node for s in stragglers.slow_links([typed(o) for o in outs])] == ["node-d"]
 
 
@@ -102,7 +103,7 @@ def two_nodes(a_from_b: float, b_from_a: float, speed=10000, eth0=None):
         rep["pathMbps"] = {"10.101.0.0/24": {str(1 - r): a_from_b if r == 0 else b_from_a}}
         if eth0:
             rep["pathMbps"]["10.100.0.0/24"] = {str(1 - r): eth0}
-        outs.append(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=node, report=rep))
+        outs.append(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=node, report=typed_report(rep)))
     return outs
 
 
@@ -135,8 +136,8 @@ def test_a_slow_shared_link_with_two_nodes_is_a_warning_naming_the_sending_side(
     out, the other direction and the link speed do."""
     outs = two_nodes(11, 9400)
     for o in outs:  # a lesser warning every node also gives: the slow link still leads
-        o.report["warnings"] = [{"reason": vocabulary.NCCL_DEFAULT_DIFFERS,
-                                 "message": "NCCL left alone would use eth0"}]
+        o.report.warnings = [ProbeWarning(reason=vocabulary.NCCL_DEFAULT_DIFFERS,
+                                          message="NCCL left alone would use eth0")]
     d = diagnose(outs, "10.100.0.11")
     nv = d.conditions[constants.NETWORK_VALIDATED]
     assert (nv.status, nv.reason) == ("True", vocabulary.SLOW_LINK)

@@ -12,7 +12,7 @@ from disttrain.diagnosis.diagnose import diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.reconcile import conditions as cond
 from disttrain_probe.contract import vocabulary
-from tests.support.fixtures import job, pod, report
+from tests.support.fixtures import job, pod, report, typed_report
 from tests.support.reconcile import NOW, advance, names, step
 from tests.unit.operator.children.test_builders import REF, env, spec_of
 
@@ -112,7 +112,7 @@ def test_other_dialling_ranks_get_a_moment_to_end_on_their_own():
 
 def test_running_outcome_adds_no_failure():
     outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", running=True),
-            ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=refused(1, "node-b"))]
+            ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=typed_report(refused(1, "node-b")))]
     d = diagnose(outs, "10.100.0.10")
     assert d.conditions[constants.VALIDATED].reason == vocabulary.MASTER_PORT_REFUSED
     assert len(d.failures) == 1 and "node-b" in d.failures[0]

@@ -7,7 +7,7 @@ import pytest
 from disttrain.diagnosis import attribution, evidence
 from disttrain.diagnosis.findings import ProbeOutcome, typed
 from disttrain_probe.contract import vocabulary as V
-from tests.support.fixtures import report
+from tests.support.fixtures import report, typed_report
 
 NODES = ("node-a", "node-b", "node-c", "node-d")
 
@@ -68,7 +68,7 @@ def reports_with_paths(rows: dict[int, dict[str, str]], n=3):
         rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.101.0.{11 + r}/24"], "up": True},
                              {"name": "docker0", "addrs": ["172.17.0.1/16"], "up": True}]
         rep["paths"] = rows.get(r, {})
-        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=NODES[r], report=rep)))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=NODES[r], report=typed_report(rep))))
     return outs
 
 
@@ -102,7 +102,7 @@ def master_case(results: dict[int, str], rank0_nics=None, dialler_nics=None):
                 "reason": V.MASTER_PORT_TIMEOUT if st == "timeout" else V.MASTER_PORT_REFUSED,
                 "phase": "rendezvous", "message": f"{NODES[r]} (rank {r}): dial {st}"})
         outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=NODES[r],
-                                       report=None if running else rep, running=running)))
+                                       report=None if running else typed_report(rep), running=running)))
     return outs
 
 
@@ -195,7 +195,7 @@ def unresolved_case(dual_dns_src: str | None = "10.100.0.11"):
             rep.update(ok=False, chosen=None, failure={
                 "reason": V.MASTER_ADDR_UNRESOLVABLE, "phase": "rendezvous",
                 "message": f"node-a (rank {r}): MASTER_ADDR=j-0.j does not resolve"})
-        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     return outs
 
 
@@ -333,7 +333,7 @@ def test_islands_from_reports_name_each_group_s_subnet():
         rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.{net}.0.{11 + r}/24"], "up": True}]
         rep["paths"] = {"ifname:eth1": "".join("." if p == r else ("o" if (p < 2) == (r < 2) else "t")
                                                for p in range(4))}
-        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     e = attribution.explain_networks(evidence.matrices(outs))
     assert e.kind == "islands"
     assert ("eth1 forms two networks: {node-a, node-b} on 10.101.0.0/24 and {node-c, node-d} on "
@@ -497,7 +497,7 @@ def test_islands_on_two_subnets_keyed_apart_are_seen_together():
                                      for p in range(4)),
             "10.102.0.0/24": "".join("." if p == r else ("o" if r >= 2 else "u") if p >= 2 else "-"
                                      for p in range(4))}
-        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     ms = evidence.matrices(outs)
     assert attribution.explain_matrix(ms[0]).kind == "isolated"  # one network alone misleads
     e = attribution.explain_networks(ms)
@@ -535,7 +535,7 @@ def test_one_node_on_a_subnet_of_its_own_is_an_island_not_a_broken_nic(n, alone)
             "." if p == r else "-" if p == alone else ("u" if r == alone else "o") for p in range(n))}
         if r != alone:
             rep["paths"]["ifname:eth1"] = "".join("." if p == r else "u" if p == alone else "-" for p in range(n))
-        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        outs.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     e = attribution.explain_networks(evidence.matrices(outs))
     assert e.kind == "islands", e  # at 2 nodes too: every group on a subnet of its own
     assert "firewall" not in e.message()

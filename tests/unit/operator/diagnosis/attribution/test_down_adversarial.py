@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from disttrain.diagnosis import evidence
 from disttrain.diagnosis.attribution import network
 from disttrain.diagnosis.findings import ProbeOutcome, typed
-from tests.support.fixtures import report
+from tests.support.fixtures import report, typed_report
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
 CELLS = st.sampled_from(["ok", "timeout", "refused", None])
@@ -119,7 +119,7 @@ def ranks(draw) -> list:
         rep["interfaces"] = draw(st.lists(INTERFACES, max_size=5))
         rep["paths"] = draw(st.dictionaries(st.sampled_from(KEYS), st.text(alphabet="owcrtue.-m", max_size=n + 2),
                                             max_size=3))
-        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     return out
 
 
@@ -148,7 +148,7 @@ def _ranks(up_b) -> list:
         rep = report(r, node)
         rep["interfaces"] = [{"name": "eth1", "addrs": [f"10.101.0.{11 + r}/24"], "up": up_b if r == 1 else True}]
         rep["paths"] = {"10.101.0.0/24": rows[r]}
-        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=rep)))
+        out.append(typed(ProbeOutcome(rank=r, pod=f"p{r}", node=node, report=typed_report(rep))))
     return out
 
 

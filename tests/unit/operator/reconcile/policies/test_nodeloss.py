@@ -20,7 +20,7 @@ from disttrain.reconcile.policies.nodeloss import (
     override,
 )
 from disttrain_probe.contract import vocabulary
-from tests.support.fixtures import job, pod, report
+from tests.support.fixtures import job, pod, report, typed_report
 from tests.support.reconcile import NOW, advance, step
 
 STARTED = "2026-11-30T11:59:30Z"
@@ -190,8 +190,8 @@ def test_mark_quotes_the_other_ranks_typed_reports_too():
 
 
 def test_mark_and_override_leave_other_verdicts_alone():
-    outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=report(0, "node-a")),
-            ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=report(1, "node-b"))]
+    outs = [ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=typed_report(report(0, "node-a"))),
+            ProbeOutcome(rank=1, pod="j-probe-1", node="node-b", report=typed_report(report(1, "node-b")))]
     mark(outs, {})
     d = diagnose(outs, "10.100.0.10")
     assert not override(d, outs) and d.validated

@@ -7,7 +7,7 @@ from disttrain.reconcile.policies import verdict
 from disttrain.reconcile.step import Outcome
 from disttrain_probe.contract import vocabulary as V
 from tests.support.builders import Want, check, given, table
-from tests.support.fixtures import report
+from tests.support.fixtures import report, typed_report
 
 UNK, TRUE, FALSE = C.UNKNOWN, C.TRUE, C.FALSE
 PASSED = (TRUE, V.ALL_CHECKS_PASSED)
@@ -29,9 +29,9 @@ TEAM_ONLY = {"kind": "NetworkPolicy", "metadata": {"name": "team-only"},
 INTERCEPTED_FAILURE = {"reason": V.CONNECTION_INTERCEPTED, "phase": "rendezvous", "message": (
     "node-b (rank 1): connections to 10.100.0.10 (MASTER_PORT 29500) are accepted and then closed "
     "before rank 0's probe answers")}
-INTERCEPTED = (ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=report(0, "node-a")),
+INTERCEPTED = (ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=typed_report(report(0, "node-a"))),
                ProbeOutcome(rank=1, pod="j-probe-1", node="node-b",
-                            report=report(1, "node-b", ok=False, failure=INTERCEPTED_FAILURE)))
+                            report=typed_report(report(1, "node-b", ok=False, failure=INTERCEPTED_FAILURE))))
 RENDEZVOUS = {"masterAddr": "10.100.0.10", "masterPort": 29500, "socketIfname": "eth1"}
 
 
@@ -85,8 +85,8 @@ def events(*want):
                              C.VALIDATED: (FALSE, V.TORCH_VERSION_MISMATCH), C.FAILED: PREFLIGHT_FAILED},
           says={C.VERSIONS_CONSISTENT: "node-b: torch 2.7.0"})),
     ("a probe pod lost with its node: the loss is the cause, not what its peer then saw",
-     given().with_outcomes(ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=report(
-         0, "node-a", ok=False, failure=TIMEOUT)), LOST),
+     given().with_outcomes(ProbeOutcome(rank=0, pod="j-probe-0", node="node-a", report=typed_report(report(
+         0, "node-a", ok=False, failure=TIMEOUT))), LOST),
      Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.PROBE_POD_LOST), C.FAILED: PREFLIGHT_FAILED,
                              C.MASTER_REACHABLE: (UNK, V.NOT_REACHED)},
           says={C.VALIDATED: "node-b stopped reporting", C.FAILED: "(ProbePodLost)"})),
@@ -161,8 +161,8 @@ def events(*want):
      Want(Outcome.FINISHED, {C.VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED)},
           says={C.MASTER_REACHABLE: "node-b (rank 1): connections to 10.100.0.10"})),
     ("dials to the ephemeral ports intercepted after the rendezvous worked: NetworkValidated carries it",
-     given().with_outcomes(*(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=n, report=report(r, n, ok=False, failure=dict(
-         INTERCEPTED_FAILURE, phase="choice"))) for r, n in ((0, "node-a"), (1, "node-b"))), sidecar="istio-proxy"),
+     given().with_outcomes(*(ProbeOutcome(rank=r, pod=f"j-probe-{r}", node=n, report=typed_report(report(r, n, ok=False, failure=dict(
+         INTERCEPTED_FAILURE, phase="choice")))) for r, n in ((0, "node-a"), (1, "node-b"))), sidecar="istio-proxy"),
      Want(Outcome.FINISHED, {C.MASTER_REACHABLE: (TRUE, V.MASTER_PORT_OPEN),
                              C.NETWORK_VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED),
                              C.VALIDATED: (FALSE, V.CONNECTION_INTERCEPTED)},
