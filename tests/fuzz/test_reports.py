@@ -236,10 +236,10 @@ def test_parse_report_is_total_and_accepted_reports_are_strict_json(raw):
     other = Expected(rank=0, world_size=2, job_uid="uid-1", attempt=1, pod="p", node="node-a",
                      master_addr=None, master_port=29500, min_busbw_gbps=0.5)
     for exp in (own, other, Expected(**{**other.__dict__, "local_world_size": 2})):
-        out = check(dumped, exp)
+        out = check(rep, exp)
         assert (out.report is None) != (out.error is None)
-        if out.report is not None and out.report.get("ok") is True:
-            _check_pass_is_plausible(out.report)
+        if out.report is not None and out.report.ok is True:
+            _check_pass_is_plausible(out.report.model_dump(mode="json", by_alias=True))
 
 
 @pytest.mark.parametrize("raw,why", [

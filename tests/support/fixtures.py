@@ -114,15 +114,16 @@ def pod(name: str, role: str, rank: int, *, attempt: int = 1, phase: str = "Pend
     return p
 
 
-def json_parser(raw: str) -> dict:
-    """A stand-in for the report parser where a test is about reconcile, not the schema."""
+def json_parser(raw: str) -> ProbeReport:
+    """A stand-in for the report parser where a test is about reconcile, not the parser's
+    limits: any JSON object of version 1 that the model takes (ValueError otherwise)."""
     try:
         data = json.loads(raw)
     except (TypeError, json.JSONDecodeError) as exc:
         raise ValueError(f"not JSON: {exc}") from exc
     if not isinstance(data, dict) or data.get("v") != 1:
         raise ValueError("not a v1 report")
-    return data
+    return ProbeReport.model_validate(data)
 
 
 def typed_report(rep: Optional[dict[str, Any]]) -> Optional[ProbeReport]:

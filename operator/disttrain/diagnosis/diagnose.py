@@ -1,7 +1,7 @@
 """Diagnosis (pure): probe reports -> conditions, per-node results and the rendezvous.
 
-Input is one :class:`ProbeOutcome` per node rank: the parsed report (its camelCase dict,
-the wire contract of docs/probe-report.md, or the :class:`~disttrain.diagnosis.report.ProbeReport`)
+Input is one :class:`ProbeOutcome` per node rank: the parsed report (the
+:class:`~disttrain.diagnosis.report.ProbeReport` of the wire contract in docs/probe-report.md)
 or why there is none. Output is a :class:`Diagnosis`: the probe checks plus the
 ``Validated`` summary, per-node results, the interface each rank must use, bandwidth,
 and every failure and warning line in full (for ``status.probe``).

@@ -1,18 +1,16 @@
 """What the probe reports say, typed (pure): failures, warnings, the cause, version skew.
 
 The operator hands :mod:`disttrain.diagnosis.diagnose` one :class:`ProbeOutcome` per rank (the
-report as its camelCase dict, as ``handlers.parse_report`` returns it, or a
-:class:`~disttrain.diagnosis.report.ProbeReport`, or why there is none). :func:`typed` turns each
-into a :class:`RankInput` over the report models; the functions below are small and pure,
+:class:`~disttrain.diagnosis.report.ProbeReport` that ``parse_report`` returned, or why there
+is none). :func:`typed` turns each into a :class:`RankInput` (the report as it is, no second
+validation); the functions below are small and pure,
 each with its table test in ``tests/unit/operator/diagnosis/test_findings.py``.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Union
-
-from pydantic import ValidationError
+from typing import Optional, Sequence
 
 from disttrain.diagnosis.report import ProbeReport
 from disttrain_probe.contract import settings as psettings  # the probe's pure comparisons (stdlib)
@@ -25,7 +23,7 @@ from disttrain_probe.contract.paths import is_loopback
 class ProbeOutcome:
     """What the operator observed for one probe pod.
 
-    ``report`` is the validated report (its camelCase dict or the model), or None.
+    ``report`` is the parsed and checked report (the model), or None.
     ``error`` says why there is none (invalid report, container failed without one).
     ``running``: the probe had not finished when the verdict was reached without it (a
     peer failed before it could reach the rendezvous store, so this rank could only wait
@@ -37,7 +35,7 @@ class ProbeOutcome:
     rank: int
     pod: str
     node: Optional[str]
-    report: Optional[Union[dict[str, Any], ProbeReport]] = None
+    report: Optional[ProbeReport] = None
     error: Optional[str] = None
     error_reason: str = vocabulary.PROBE_REPORT_INVALID
     running: bool = False
@@ -83,22 +81,10 @@ class Finding:
 
 
 def typed(o: ProbeOutcome) -> RankInput:
-    """``o`` over the typed report; a report dict that does not match the schema (never
-    one ``parse_report`` passed) becomes a ProbeReportInvalid outcome."""
-    report: Optional[ProbeReport] = None
-    error, reason = o.error, o.error_reason
-    if isinstance(o.report, ProbeReport):
-        report = o.report
-    elif o.report is not None:
-        try:
-            report = ProbeReport.model_validate(o.report)
-        except ValidationError as e:
-            err = e.errors()[0]
-            error = (f"{o.pod}: report does not match the schema: "
-                     f"{'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg')}")
-            reason = vocabulary.PROBE_REPORT_INVALID
-    node = o.node or (report.node if report else None) or o.pod
-    return RankInput(o.rank, o.pod, node, report, error, reason, o.running, tuple(o.pod_ips))
+    """``o`` as the diagnosis reads it: the node named (the pod's, else the report's, else
+    the pod's name)."""
+    node = o.node or (o.report.node if o.report else None) or o.pod
+    return RankInput(o.rank, o.pod, node, o.report, o.error, o.error_reason, o.running, tuple(o.pod_ips))
 
 
 def is_failure_reason(name: Optional[str]) -> bool:

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from disttrain.diagnosis.report import Failure, ProbeReport
 from disttrain_probe.contract import vocabulary
 
 
@@ -63,7 +64,7 @@ class Checked:
     """The outcome: ``report`` to diagnose (maybe rewritten as a failure), or ``error``
     (a ProbeReportInvalid message naming the rank)."""
 
-    report: Optional[dict[str, Any]]
+    report: Optional[ProbeReport]
     error: Optional[str] = None
 
 
@@ -76,17 +77,17 @@ def _finite(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def identity_problem(report: dict[str, Any], exp: Expected) -> Optional[str]:
+def identity_problem(report: ProbeReport, exp: Expected) -> Optional[str]:
     """The first field in which ``report`` is not the report of the pod ``exp`` describes,
     as "<field> is X, expected Y"; None when it matches."""
-    checks = [
-        ("rank", report.get("rank"), exp.rank, True),
-        ("worldSize", report.get("worldSize"), exp.world_size, True),
-        ("jobUid", report.get("jobUid"), exp.job_uid, True),
-        ("attempt", report.get("attempt"), exp.attempt, True),
-        ("pod", report.get("pod"), exp.pod, False),
-        ("node", report.get("node"), exp.node, False),
-        ("localWorldSize", report.get("localWorldSize"), exp.local_world_size,
+    checks: list[tuple[str, Any, Any, bool]] = [
+        ("rank", report.rank, exp.rank, True),
+        ("worldSize", report.world_size, exp.world_size, True),
+        ("jobUid", report.job_uid, exp.job_uid, True),
+        ("attempt", report.attempt, exp.attempt, True),
+        ("pod", report.pod, exp.pod, False),
+        ("node", report.node, exp.node, False),
+        ("localWorldSize", report.local_world_size, exp.local_world_size,
          exp.local_world_size > 1),
     ]
     for field, got, want, required in checks:
@@ -94,51 +95,47 @@ def identity_problem(report: dict[str, Any], exp: Expected) -> Optional[str]:
             continue
         if got != want:
             return f"{field} is {got!r}, expected {want!r}"
-    master = v if isinstance(v := report.get("master"), dict) else {}
-    port = master.get("port")
+    port = report.master.port if report.master else None
     if port is not None and port != exp.master_port:
         return f"master.port is {port!r}, expected {exp.master_port}"
-    addr = master.get("addr")
+    addr = report.master.addr if report.master else None
     if exp.master_addr is not None and addr is not None and addr != exp.master_addr:
         return f"master.addr is {addr!r}, expected {exp.master_addr!r}"
     return None
 
 
-def local_ranks_problem(report: dict[str, Any], exp: Expected, who: str) -> Optional[Checked]:
+def local_ranks_problem(report: ProbeReport, exp: Expected, who: str) -> Optional[Checked]:
     """A passing report of a pod with several processes: its intra-node all-reduce must be
     there, correct, with a finite busbw, and no local rank may have failed or lie outside
     0..localWorldSize-1; unless the report was cut (``truncated``: then only the failing ones
     are listed) every local rank must be listed. The work is bounded by the report's size
     (at most 4096 bytes), never by ``exp.local_world_size``; a message names at most 8
     local ranks. The Checked to return instead, or None."""
-    intra = report.get("intraNode") if isinstance(report.get("intraNode"), dict) else None
+    intra = report.intra_node
     if intra is None:
         return Checked(None, f"{who}: the report passed without the intra-node all-reduce of its "
                              f"{exp.local_world_size} local ranks")
-    if intra.get("correct") is not True:
+    if intra.correct is not True:
         return Checked(_as_failure(report, vocabulary.ALL_REDUCE_WRONG_RESULT, (
             f"{exp.node or exp.pod}: the all-reduce among its {exp.local_world_size} local ranks "
-            f"was wrong (correct={intra.get('correct')!r}) although the probe reported ok; check "
+            f"was wrong (correct={intra.correct!r}) although the probe reported ok; check "
             "the node's GPUs and their links (nvidia-smi topo -m, nvidia-smi -q for ECC errors)")))
-    if not _finite(intra.get("busbwGBps")) or intra["busbwGBps"] < 0:
+    if intra.busbw_gbps is None or not _finite(intra.busbw_gbps) or intra.busbw_gbps < 0:
         return Checked(None, f"{who}: the report passed with intra-node bus bandwidth "
-                             f"{intra.get('busbwGBps')!r}, not a finite number of GB/s")
-    entries = [e for e in report.get("localRanks") or [] if isinstance(e, dict)]
-    bad = [e.get("localRank") for e in entries if e.get("ok") is not True]
+                             f"{intra.busbw_gbps!r}, not a finite number of GB/s")
+    entries = report.local_ranks
+    bad = [e.local_rank for e in entries if e.ok is not True]
     if bad:
         shown = ", ".join(str(b) for b in bad[:SHOWN]) + (" ..." if len(bad) > SHOWN else "")
         return Checked(None, f"{who}: the report says ok but local rank(s) {shown} did not "
                              "pass: it contradicts itself")
     n = exp.local_world_size
-    listed = {e.get("localRank") for e in entries}
-    # ints in order, then anything else by repr: values of several types (a dict that did not
-    # come through parse_report) do not compare with each other
-    outside = sorted((k for k in listed if not (type(k) is int and 0 <= k < n)),
-                     key=lambda k: (0, k, "") if type(k) is int else (1, 0, repr(k)))
+    listed = {e.local_rank for e in entries}
+    outside = sorted(k for k in listed if not 0 <= k < n)
     if outside:
         return Checked(None, f"{who}: the report lists local rank {str(outside[0])[:20]}, outside "
                              f"0..{n - 1} (localWorldSize {n}): it contradicts itself")
-    if len(listed) < n and not report.get("truncated"):
+    if len(listed) < n and not report.truncated:
         shown = ", ".join(str(k) for k in first_missing(listed, n))
         more = " ..." if n - len(listed) > SHOWN else ""
         return Checked(None, f"{who}: the report passed without the outcome of local rank(s) "
@@ -162,63 +159,62 @@ def first_missing(listed: set[Any], n: int, limit: int = SHOWN) -> list[int]:
     return out
 
 
-def _pass_master_problem(report: dict[str, Any]) -> Optional[str]:
+def _pass_master_problem(report: ProbeReport) -> Optional[str]:
     """Why a report that says ``ok`` cannot be the probe's pass, from its ``master`` block and
     ``final`` (docs/probe-report.md): the block with an integer ``port`` (the probe always
     writes the MASTER_PORT it was given), ``master.joined`` not false (a rank that never
     joined rank 0's store cannot have passed; absent in an older probe's report, which is
     accepted), and not the pessimistic report (``final: false``) written before a phase.
     None when none of these is wrong."""
-    master = report.get("master")
-    if not isinstance(master, dict) or not master:
+    master = report.master
+    if master is None:
         return "without its master block (the MASTER_ADDR and port it reached)"
-    port = master.get("port")
-    if not isinstance(port, int) or isinstance(port, bool):
+    port = master.port
+    if port is None:
         return f"with master.port {_short(port)}, not the MASTER_PORT it was given"
-    if master.get("joined") is False:
+    if master.joined is False:
         return "although master.joined is false (it never joined rank 0's store)"
-    if report.get("final") is False:
+    if report.final is False:
         return "in a pessimistic report (final: false, written before a phase)"
     return None
 
 
-def _as_failure(report: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
-    out = dict(report)
-    out["ok"] = False
-    out["failure"] = {"reason": reason, "phase": "collective", "message": message}
-    return out
+def _as_failure(report: ProbeReport, reason: str, message: str) -> ProbeReport:
+    """A copy of ``report`` turned into a failure (the parsed report is left as it is)."""
+    return report.model_copy(update={
+        "ok": False, "failure": Failure(reason=reason, phase="collective", message=message)})
 
 
-def check(report: dict[str, Any], exp: Expected) -> Checked:
-    """Check one parsed report (camelCase dict) against what the operator expects."""
+def check(report: ProbeReport, exp: Expected) -> Checked:
+    """Check one parsed report (:func:`disttrain.diagnosis.report.parse_report`'s model)
+    against what the operator expects."""
     who = f"rank {exp.rank} ({exp.pod} on {exp.node or 'an unknown node'})"
     problem = identity_problem(report, exp)
     if problem:
         return Checked(None, f"{who}: the report is not this pod's: {problem}; it is ignored "
                              "(another job's or an older attempt's report, or not the probe)")
-    ok = report.get("ok")
-    failure = report.get("failure")
-    if ok is True and failure:
+    failure = report.failure
+    if report.ok and failure:
         return Checked(None, f"{who}: the report says ok but also reports the failure "
-                             f"{(failure or {}).get('reason')!r}: it contradicts itself")
-    if ok is not True:
+                             f"{failure.reason!r}: it contradicts itself")
+    if not report.ok:
         return Checked(report)
-    if report.get("phase") != "report":
-        return Checked(None, f"{who}: the report passed in phase {_short(report.get('phase'))}: "
+    if report.phase != "report":
+        return Checked(None, f"{who}: the report passed in phase {_short(report.phase)}: "
                              "a probe passes only in its last phase, 'report'; it is not the probe's")
     master_problem = _pass_master_problem(report)
     if master_problem:
         return Checked(None, f"{who}: the report passed {master_problem}: it is not the probe's")
-    ar = report.get("allreduce") if isinstance(report.get("allreduce"), dict) else None
+    ar = report.allreduce
     if ar is None:
         return Checked(None, f"{who}: the report passed without an all-reduce result")
-    if ar.get("correct") is not True:
+    if ar.correct is not True:
         return Checked(_as_failure(report, vocabulary.ALL_REDUCE_WRONG_RESULT, (
             f"{exp.node or exp.pod}: the all-reduce result was wrong (correct="
-            f"{ar.get('correct')!r}) although the probe reported ok; check the GPUs and NCCL "
+            f"{ar.correct!r}) although the probe reported ok; check the GPUs and NCCL "
             "on this node (nvidia-smi -q for ECC errors), then run the job again")))
-    busbw = ar.get("busbwGBps")
-    if not _finite(busbw) or busbw < 0:
+    busbw = ar.busbw_gbps
+    if busbw is None or not _finite(busbw) or busbw < 0:
         return Checked(None, f"{who}: the report passed with bus bandwidth {busbw!r}, not a "
                              "finite number of GB/s")
     if exp.local_world_size > 1:

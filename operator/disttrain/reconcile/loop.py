@@ -66,8 +66,8 @@ def reconcile(observed: Observed, parse_report: ReportParser,
               probe_image: str = constants.DEFAULT_PROBE_IMAGE) -> Plan:
     """Compute one step from what was ``observed`` (:class:`~disttrain.reconcile.step.Observed`).
 
-    ``parse_report`` turns a termination message into the report's camelCase dict or raises
-    ValueError; ``probe_image`` is the operator's default probe image. Never raises."""
+    ``parse_report`` turns a termination message into the typed report
+    (:class:`~disttrain.diagnosis.report.ProbeReport`) or raises ValueError; ``probe_image`` is the operator's default probe image. Never raises."""
     try:
         return _reconcile(observed, parse_report, probe_image)
     except Exception as exc:  # a bug: shown on the job, retried with backoff

@@ -33,11 +33,14 @@ from disttrain.children.names import JobRef
 from disttrain.children.podbase import avoid_nodes
 from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.report import ProbeReport
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.jobstatus import JobStatus
 from disttrain_probe.contract import vocabulary
 
-ReportParser = Callable[[str], dict]
+# termination message -> the typed report (disttrain.diagnosis.report.parse_report), raising
+# ValueError (ReportInvalid) when there is none; policies read the model's attributes
+ReportParser = Callable[[str], ProbeReport]
 
 
 class Outcome(enum.Enum):

@@ -21,7 +21,7 @@ from kubernetes.client.rest import ApiException
 from disttrain.api import constants
 from disttrain.children import kueue, observe, progresswatch
 from disttrain.children.names import JobRef
-from disttrain.diagnosis.report import parse_report as _parse_report_model
+from disttrain.diagnosis.report import parse_report
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.loop import owned_service_name, reconcile
 from disttrain.reconcile.policies import offers
@@ -40,11 +40,6 @@ NODES_TTL_SECONDS = 30.0  # the nodes' allocatable is read at most this often (a
 NODES_RETRY_SECONDS = 600.0  # after a refused or failed read of the nodes
 EVENTS_TTL_SECONDS = 15.0  # a pod's autoscaler Events are read at most this often
 EVENT_PODS = 3  # pods whose Events are read per step (the autoscaler speaks on each)
-
-
-def parse_report(raw: str) -> dict:
-    """Termination message -> the report's camelCase dict; ValueError when invalid."""
-    return _parse_report_model(raw).model_dump(by_alias=True, mode="json")
 
 
 @dataclass(frozen=True)

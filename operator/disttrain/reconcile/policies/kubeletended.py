@@ -35,6 +35,7 @@ from disttrain.children.kubelet import ContainerFailure
 from disttrain.diagnosis import logline, messages
 from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain.diagnosis.findings import ProbeOutcome
+from disttrain.diagnosis.report import ProbeReport
 from disttrain.reconcile.policies import nodeloss
 from disttrain.reconcile.policies.deadline import seconds_left
 from disttrain.reconcile.step import ReportParser, Step
@@ -67,7 +68,7 @@ def reason_of(f: ContainerFailure) -> str:
     return vocabulary.PROBE_CONTAINER_FAILED
 
 
-def _report(pod: Any, parse_report: ReportParser) -> tuple[Optional[dict], bool]:
+def _report(pod: Any, parse_report: ReportParser) -> tuple[Optional[ProbeReport], bool]:
     """(the probe container's parsed report or None, whether its message looks like a
     report: a JSON object)."""
     raw = observe.termination_message(pod, "probe")
@@ -97,7 +98,7 @@ def ended_by_kubelet(pod: Any, parse_report: ReportParser) -> Optional[Container
     if (f.kind == kubelet.OOM or not f.ended) and f.container in OURS:
         return f
     rep, looks = _report(pod, parse_report)
-    if rep is not None and rep.get("final") is not False:
+    if rep is not None and rep.final is not False:
         return None  # it reported, and its peers heard: whatever ended the pod after that
     if rep is None and looks and f.kind in (kubelet.SIGNAL, kubelet.EXIT, kubelet.CREATE):
         return None
@@ -142,7 +143,7 @@ def describe(pod: Any, rank: int, f: ContainerFailure, spec: DistTrainingJobSpec
     it died in (its pessimistic report's), the fix."""
     node = observe.node(pod) or "no node yet"
     rep, _ = _report(pod, parse_report)
-    phase = rep.get("phase") if rep is not None and rep.get("final") is False else None
+    phase = rep.phase if rep is not None and rep.final is False else None
     during = f" during its {phase} phase" if isinstance(phase, str) and phase else ""
     fix = f.fix(template_field(spec, f), observe.name(pod))
     if f.kind == kubelet.OOM and not f.init:

@@ -46,7 +46,6 @@ from disttrain.children import observe
 from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.diagnosis.diagnose import Diagnosis
 from disttrain.diagnosis.findings import ProbeOutcome
-from disttrain.diagnosis.report import ProbeReport
 from disttrain.reconcile import conditions as cond
 from disttrain_probe.contract import vocabulary
 
@@ -120,13 +119,11 @@ def _saw(out: ProbeOutcome) -> str:
     where = f"rank {out.rank} ({out.node or out.pod})"
     if out.report is None:
         return f"{where}: {out.error or 'no report'}"
-    # the report's camelCase dict, or the typed model's (ProbeOutcome.report may be either)
-    report = out.report.model_dump(by_alias=True) if isinstance(out.report, ProbeReport) else out.report
-    failure = v if isinstance(v := report.get("failure"), dict) else None
-    if report.get("ok") and not failure:
+    failure = out.report.failure
+    if out.report.ok and not failure:
         return f"{where} passed"
-    reason = (failure or {}).get("reason") or vocabulary.PROBE_FAILED
-    return f"{where}: {reason}: {(failure or {}).get('message') or 'probe reported not ok'}"
+    reason = (failure.reason if failure else None) or vocabulary.PROBE_FAILED
+    return f"{where}: {reason}: {(failure.message if failure else None) or 'probe reported not ok'}"
 
 
 def mark(outcomes: list[ProbeOutcome], lost: dict[int, str]) -> None:

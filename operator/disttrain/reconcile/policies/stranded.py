@@ -17,6 +17,7 @@ from typing import Optional
 
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import observe
+from disttrain.diagnosis.report import ProbeReport
 from disttrain.reconcile.policies import nodeloss
 from disttrain.reconcile.policies.deadline import seconds_left
 from disttrain.reconcile.step import ReportParser
@@ -50,7 +51,7 @@ STRANDED_MOST_SECONDS = 20.0
 
 
 
-def _failed_probe(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, Optional[dict]]]:
+def _failed_probe(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, Optional[ProbeReport]]]:
     """(the probe container's terminated state, its parsed report or None when none parses)
     when ``pod`` Failed, else None."""
     if pod is None or observe.phase(pod) != "Failed":
@@ -64,7 +65,7 @@ def _failed_probe(pod: Optional[dict], parse_report: ReportParser) -> Optional[t
         return term, None
 
 
-def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, dict]]:
+def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Optional[tuple[dict, ProbeReport]]:
     """(the probe container's terminated state, its parsed report) when ``pod`` failed
     before joining rank 0's store (STRANDING_REASONS; STRANDING_IN_RENDEZVOUS, or any reason
     with :func:`never_joined`, from the rendezvous phase; a failure in config/inventory),
@@ -75,21 +76,19 @@ def _stranding_report(pod: Optional[dict], parse_report: ReportParser) -> Option
     term, rep = found
     if rep is None:
         return None
-    failure = v if isinstance(v := rep.get("failure"), dict) else {}
-    reason, phase = failure.get("reason"), rep.get("phase")
+    reason, phase = rep.failure_reason, rep.phase
     if reason in STRANDING_REASONS or phase in ("config", "inventory") \
             or (phase == "rendezvous" and (reason in STRANDING_IN_RENDEZVOUS or never_joined(rep))):
         return term, rep
     return None
 
 
-def never_joined(report: dict) -> bool:
+def never_joined(report: ProbeReport) -> bool:
     """Whether a rank's report says it failed before joining rank 0's store (``master.joined``
     false: an import of torch that failed or timed out, an error of the probe's own, whatever
     the reason): no peer learns of its failure then. False when the report does not say (a
     probe older than the field). Pure; never raises."""
-    m = v if isinstance(v := report.get("master"), dict) else {}
-    return m.get("joined") is False
+    return report.master is not None and report.master.joined is False
 
 
 def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Optional[dict]:
@@ -99,25 +98,21 @@ def _failed_before_store(pod: Optional[dict], parse_report: ReportParser) -> Opt
     return found[0] if found else None
 
 
-def master_silent(report: dict) -> bool:
+def master_silent(report: ProbeReport) -> bool:
     """Whether a rank's report says MASTER_ADDR's host answered nothing: MasterPortTimeout
     with a host check that got no answer on another port either. Only rank 0's own report
     can then tell its node's fault (two NICs on one subnet, its own name not resolving)
     from a path or a rule. Pure; never raises."""
-    f = v if isinstance(v := report.get("failure"), dict) else {}
-    m = v if isinstance(v := report.get("master"), dict) else {}
-    h = v if isinstance(v := m.get("hostCheck"), dict) else {}
-    return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and h.get("r") not in ("refused", "ok")
+    h = report.master.host_check if report.master else None
+    return report.failure_reason == vocabulary.MASTER_PORT_TIMEOUT and (h.r if h else None) not in ("refused", "ok")
 
 
-def store_silent(report: dict) -> bool:
+def store_silent(report: ProbeReport) -> bool:
     """Whether a rank's report says it connected to MASTER_ADDR:MASTER_PORT by TCP but rank
     0's TCPStore never answered (MasterPortTimeout with ``master.connected``): the fault is
     on rank 0's side (its probe stopped, its node died, something else holds the port), so
     only rank 0's report, or its pod's silence, can say which. Pure; never raises."""
-    f = v if isinstance(v := report.get("failure"), dict) else {}
-    m = v if isinstance(v := report.get("master"), dict) else {}
-    return f.get("reason") == vocabulary.MASTER_PORT_TIMEOUT and bool(m.get("connected"))
+    return report.failure_reason == vocabulary.MASTER_PORT_TIMEOUT and bool(report.master and report.master.connected)
 
 
 # How long after a rank found rank 0's store silent (store_silent) the verdict waits for
@@ -215,7 +210,7 @@ def ended_unheard(pod: Optional[dict], parse_report: ReportParser) -> bool:
     failure is published to them through the store, a kill is not, so they wait for it at
     their next gather until their own deadline. Pure; never raises."""
     found = _failed_probe(pod, parse_report)
-    return found is not None and (found[1] is None or found[1].get("final") is False)
+    return found is not None and (found[1] is None or found[1].final is False)
 
 
 def excused(by_rank: dict[int, dict], n: int, parse_report: ReportParser) -> frozenset[int]:

@@ -48,8 +48,7 @@ def needs(s: Step, outcomes: list[ProbeOutcome]) -> list[networkpolicy.Need]:
     if rng:
         lo, hi = (int(x) for x in rng.split("-"))
     else:
-        reported = (o.report.get("portRange") if isinstance(o.report, dict)
-                    else getattr(o.report, "port_range", None) for o in outcomes)
+        reported = (o.report.port_range if o.report is not None else None for o in outcomes)
         lo, hi = next(((r[0], r[1]) for r in reported if isinstance(r, list) and len(r) == 2
                        and all(isinstance(x, int) and 1 <= x <= 65535 for x in r) and r[0] <= r[1]),
                       EPHEMERAL_DEFAULT)
