@@ -111,7 +111,7 @@ def test_many_local_ranks_fit_the_cap_and_keep_the_failing_ones(nproc, failing):
     if failing == 0:
         exp = Expected(rank=1, world_size=2, job_uid="u", attempt=1, pod="j-probe-1", node="node-b",
                        master_addr=None, master_port=29500, local_world_size=nproc)
-        assert check(json.loads(text), exp).error is None
+        assert check(got, exp).error is None
 
 
 def test_eight_passing_local_ranks_are_all_listed_when_they_fit():
@@ -148,7 +148,7 @@ def test_two_nodes_of_two_processes_pass_with_one_report_each(tmp_path):
         assert "local ranks: 2/2 passed" in run.stdout
         exp = Expected(rank=run.rank, world_size=2, job_uid=None, attempt=None, pod=f"probe-{run.rank}",
                        node="host-a", master_addr=None, master_port=rep.master.port, local_world_size=2)
-        assert check(json.loads(run.report_text), exp).error is None
+        assert check(rep, exp).error is None
 
 
 def test_a_crashed_local_rank_is_named_by_its_node_and_passed_on_by_the_other(tmp_path):
