@@ -19,13 +19,13 @@ from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import gang
 from disttrain.children.names import JobRef, master_dns_name, pod_dns_name, probe_pod_name, uses_dns_hostnames
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
+from disttrain.diagnosis.report import parse_report
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import probereports, verdict
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API, effective_spec
 from disttrain.reconcile.policies.probelaunch import master_addr
 from disttrain.reconcile.status_repair import repair
 from disttrain.reconcile.step import Plan, Step
-from disttrain.shell.runner import parse_report
 from disttrain_probe.contract import probe_env as PE
 from localcluster.common.config import CLUSTER_DOMAIN, DNS_SERVICE_IP
 from localcluster.faults.generate import Case
