@@ -1,17 +1,41 @@
 """The probe verdict (pure): every rank's checked outcome -> conditions and status.
 
-:func:`disttrain.diagnosis.diagnose.diagnose` turns the outcomes into the check conditions,
-with the spec's policy; :func:`disttrain.diagnosis.advice.apply_advice` appends the fix that
-depends on the job's spec. The
-verdict then writes ``status.nodes`` (what each rank validated), ``status.rendezvous``
-(what training will use) and a new ``status.probe`` (replaced whole, so nothing of an
-earlier attempt is left behind), and fails the preflight when a check is False. A probe pod
-lost with its node (:mod:`.nodeloss`) is the cause whatever the other ranks then saw.
+The verdict is :data:`RULES`, an ordered list of named rules with one interface
+(:class:`VerdictRule`), run by one loop (:func:`decide`) over what they read
+(:class:`Context`: the step, the outcomes, MASTER_ADDR, the probe pods as observed). A rule
+returns the verdict it made, or None when it does not apply (the verdict stands); a
+``final`` rule that applied ends the loop. In order:
+
+1. ``diagnose``: always; the check conditions and Validated from the outcomes, with the
+   spec's policy (:func:`disttrain.diagnosis.diagnose.diagnose`).
+2. ``advice``: a false check's message lacks the fix the job's spec gives; appends it
+   (:func:`disttrain.diagnosis.advice.apply_advice`; messages only).
+3. ``kubelet-ended``: the kubelet ended a rank's probe (OOMKilled, a container that could
+   not run, ...); Validated=False with the kubelet's reason, the checks not passed
+   Unknown (:func:`.kubeletended.override`). Final.
+4. ``node-loss``: a rank's probe pod was lost with its node; Validated=False
+   ProbePodLost, the checks not passed Unknown (:func:`.nodeloss.override`). Final.
+5. ``network-policy``: not validated, the pod network, and the namespace's
+   NetworkPolicies drop (or may drop) the job's own traffic on the ports it needs
+   (:func:`needs`) while the probes failed the way a dropped connection makes them fail;
+   the failed check and Validated get ``NetworkPolicyBlocks`` (or, undecided, the
+   candidate policy in place of a firewall) (:func:`disttrain.diagnosis.netpolverdict.judge`).
+6. ``mesh-sidecar``: Validated says ``ConnectionIntercepted`` and the probe pods carry a
+   mesh's sidecar; its name and fix go in the failed check and Validated
+   (:func:`disttrain.diagnosis.mesh.override`).
+
+Rules 2-6 change the Diagnosis in place (only here, inside :func:`decide`). The verdict
+then writes ``status.nodes`` (what each rank validated), ``status.rendezvous`` (what
+training will use) and a new ``status.probe`` (replaced whole, so nothing of an earlier
+attempt is left behind), and fails the preflight when a check is False. Outside the list,
+:func:`blocked_timeout` names the NetworkPolicy when the probe budget ran out before any
+verdict (:mod:`.probing`; there is no Diagnosis then).
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 from disttrain.api import constants
 from disttrain.children import observe
@@ -93,26 +117,98 @@ def blocked_timeout(s: Step, pods: list[dict]) -> bool:
     return True
 
 
-def _network_policies(s: Step, diag: Diagnosis, outcomes: list[ProbeOutcome]) -> None:
+@dataclass(frozen=True)
+class Context:
+    """What the verdict's rules read: the step (spec, job, the namespace's NetworkPolicies
+    and labels), every rank's checked outcome, the MASTER_ADDR the probes were given, and
+    the outcomes' probe pods as observed."""
+
+    s: Step
+    outcomes: list[ProbeOutcome]
+    master: Optional[str]
+    pods: list[dict]
+
+    @classmethod
+    def of(cls, s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> "Context":
+        return cls(s, outcomes, master, _probe_pods(s, outcomes))
+
+
+@dataclass(frozen=True)
+class VerdictRule:
+    """One rule of the verdict: ``apply`` returns the verdict it made from the one before,
+    or None when it does not apply; when a ``final`` rule applied, no later rule runs."""
+
+    name: str
+    apply: Callable[[Context, Diagnosis], Optional[Diagnosis]]
+    final: bool = False
+
+
+def _diagnose(c: Context, _: Diagnosis) -> Diagnosis:
+    return diagnose(c.outcomes, c.master, Policy.of(c.s.spec))
+
+
+def _advice(c: Context, diag: Diagnosis) -> Optional[Diagnosis]:
+    before = [v.message for v in diag.conditions.values()]
+    apply_advice(diag, c.s.job, c.s.spec)
+    return diag if [v.message for v in diag.conditions.values()] != before else None
+
+
+def _kubelet_ended(c: Context, diag: Diagnosis) -> Optional[Diagnosis]:
+    return diag if kubeletended.override(diag, c.outcomes) else None
+
+
+def _node_loss(c: Context, diag: Diagnosis) -> Optional[Diagnosis]:
+    return diag if nodeloss.override(diag, c.outcomes) else None
+
+
+def _network_policy(c: Context, diag: Diagnosis) -> Optional[Diagnosis]:
     """A NetworkPolicy that drops the job's own traffic is the cause of a dropped-connection
     failure; one that may drop it (a selector or port the operator cannot decide) is named
     as the candidate instead of a host firewall (:mod:`disttrain.diagnosis.netpolverdict`);
     hostNetwork pods are exempt."""
+    s = c.s
     if diag.validated or s.spec.network.host_network:
-        return
-    views = [networkpolicy.PodView.of(p) for p in _probe_pods(s, outcomes)]
-    netpolverdict.judge(diag, s.network_policies, views, s.job.namespace, needs(s, outcomes),
-                        s.namespace_labels, job_selector(s.job), s.spec.rendezvous.port)
+        return None
+    views = [networkpolicy.PodView.of(p) for p in c.pods]
+    changed = netpolverdict.judge(diag, s.network_policies, views, s.job.namespace, needs(s, c.outcomes),
+                                  s.namespace_labels, job_selector(s.job), s.spec.rendezvous.port)
+    return diag if changed else None
+
+
+def _mesh_sidecar(c: Context, diag: Diagnosis) -> Optional[Diagnosis]:
+    return diag if mesh.override(diag, c.pods) else None
+
+
+# The verdict, in order (see the module docstring): a probe the kubelet ended, or a lost
+# probe pod, is the cause, not what followed; a policy that blocks before the sidecar.
+RULES = (
+    VerdictRule("diagnose", _diagnose),
+    VerdictRule("advice", _advice),
+    VerdictRule("kubelet-ended", _kubelet_ended, final=True),
+    VerdictRule("node-loss", _node_loss, final=True),
+    VerdictRule("network-policy", _network_policy),
+    VerdictRule("mesh-sidecar", _mesh_sidecar),
+)
+
+
+def decide(c: Context) -> tuple[Diagnosis, list[str]]:
+    """Run :data:`RULES` in order; the verdict and the names of the rules that made it. The
+    first, ``diagnose``, replaces the empty Diagnosis the loop starts from."""
+    diag, made = Diagnosis(conditions={}), []
+    for rule in RULES:
+        after = rule.apply(c, diag)
+        if after is None:
+            continue
+        diag = after
+        made.append(rule.name)
+        if rule.final:
+            break
+    return diag, made
 
 
 def write(s: Step, outcomes: list[ProbeOutcome], master: Optional[str]) -> bool:
-    """Write the verdict; True when the job was validated."""
-    diag = diagnose(outcomes, master, Policy.of(s.spec))
-    apply_advice(diag, s.job, s.spec)
-    # a probe the kubelet ended, or a lost probe pod, is the cause, not what followed
-    if not kubeletended.override(diag, outcomes) and not nodeloss.override(diag, outcomes):
-        _network_policies(s, diag, outcomes)
-        mesh.override(diag, _probe_pods(s, outcomes))  # the sidecar that intercepts, by name
+    """Write the verdict (:func:`decide`); True when the job was validated."""
+    diag, _ = decide(Context.of(s, outcomes, master))
     for ctype, v in diag.conditions.items():
         if ctype == constants.PROBES_SCHEDULED and s.is_true(ctype):
             continue  # keep the rank:node placement message
