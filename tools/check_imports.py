@@ -19,6 +19,8 @@ import tokenize
 from pathlib import Path
 from typing import Iterator
 
+from check_sizes import sources  # tools/ is on sys.path: the script's own folder
+
 ROOT = Path(__file__).resolve().parents[1]
 ROOTS = ("operator", "probe_image")
 
@@ -59,14 +61,8 @@ def lazy_imports(text: str, rel: str) -> Iterator[tuple[int, str]]:
 
 def check(root: Path = ROOT, roots: tuple[str, ...] = ROOTS) -> list[str]:
     """``path:line: statement`` for each import inside a function without its reason."""
-    problems = []
-    for top in roots:
-        for path in sorted((root / top).rglob("*.py")):
-            if "__pycache__" in path.parts or ".venv" in path.parts:
-                continue
-            rel = path.relative_to(root).as_posix()
-            problems += [f"{rel}:{line}: {stmt}" for line, stmt in lazy_imports(path.read_text(encoding="utf-8"), rel)]
-    return problems
+    return [f"{rel}:{line}: {stmt}" for path, rel in sources(root, roots)
+            for line, stmt in lazy_imports(path.read_text(encoding="utf-8"), rel)]
 
 
 def main() -> int:

@@ -57,6 +57,15 @@ def oversized(path: Path, rel: str) -> Iterator[tuple[str, str]]:
                    f"{rel}:{node.lineno}: {name} is {length} lines (at most {MAX_FUNCTION_LINES} a function)")
 
 
+def sources(root: Path, roots: tuple[str, ...]) -> Iterator[tuple[Path, str]]:
+    """(path, path from ``root`` with /) of every Python source under ``root``'s ``roots``,
+    sorted, caches and virtual environments left out (check_imports.py walks the same)."""
+    for top in roots:
+        for path in sorted((root / top).rglob("*.py")):
+            if "__pycache__" not in path.parts and ".venv" not in path.parts:
+                yield path, path.relative_to(root).as_posix()
+
+
 def check(root: Path = ROOT, roots: tuple[str, ...] = ROOTS,
           allowed: dict[str, str] | None = None) -> list[str]:
     """The problems under ``root``'s ``roots``: each module or function over its limit
@@ -65,15 +74,11 @@ def check(root: Path = ROOT, roots: tuple[str, ...] = ROOTS,
     allowed = ALLOWED if allowed is None else allowed
     problems: list[str] = []
     seen: set[str] = set()
-    for top in roots:
-        for path in sorted((root / top).rglob("*.py")):
-            rel = path.relative_to(root).as_posix()
-            if "__pycache__" in path.parts or ".venv" in path.parts:
-                continue
-            for key, problem in oversized(path, rel):
-                seen.add(key)
-                if key not in allowed:
-                    problems.append(problem)
+    for path, rel in sources(root, roots):
+        for key, problem in oversized(path, rel):
+            seen.add(key)
+            if key not in allowed:
+                problems.append(problem)
     problems += [f"{key}: no longer over its limit: remove it from ALLOWED in tools/check_sizes.py"
                  for key in allowed if key not in seen]
     return problems
