@@ -22,13 +22,14 @@ import pytest
 
 from disttrain.api import constants
 from disttrain.api.types import DistTrainingJobSpec
-from disttrain.children import kueue
+from disttrain.children import kubelet, kueue
 from disttrain.children.names import JobRef
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import gang as gangpolicy
 from disttrain.reconcile.status_repair import repair
 from disttrain.reconcile.step import Observed, Plan, ProbeRun, Step
+from disttrain_probe.contract import vocabulary
 
 from .fixtures import JOB_UID, job, json_parser, node_name, pod, report, typed_report
 from .reconcile import NOW, workers
@@ -148,8 +149,10 @@ class StepBuilder:
     def with_outcomes(self, *outcomes: ProbeOutcome, master: Optional[str] = MASTER,
                       sidecar: Optional[str] = None) -> "StepBuilder":
         """The probe run reached its verdict with these outcomes (``s.probe_run``, what
-        :mod:`disttrain.reconcile.policies.probing` hands :mod:`.verdict`), the probe pods
-        finished with their reports (and a ``sidecar`` container a mesh injected)."""
+        :mod:`disttrain.reconcile.policies.probing` hands :mod:`.verdict`): the probe pods
+        finished with their reports (and a ``sidecar`` container a mesh injected), a rank
+        with ``OOMKilled`` ended by the kubelet, a rank with ``ProbePodLost`` lost with its
+        node; :func:`~disttrain.reconcile.policies.verdict.collect` reads them back."""
         by_rank = {x.rank: pod(x.pod, constants.ROLE_PROBE, x.rank, phase="Succeeded", node=x.node,
                                message=json.dumps(x.report and x.report.model_dump(  # as the probe wrote it
                                    mode="json", by_alias=True, exclude_unset=True)), exit_code=0)
@@ -157,7 +160,11 @@ class StepBuilder:
         for p in by_rank.values():
             if sidecar:
                 p["spec"]["containers"].append({"name": sidecar})
-        self.run = ProbeRun(list(outcomes), master, by_rank)
+        # a rank the kubelet ended, or lost with its node, as probing hands it over
+        killed = {x.rank: kubelet.ContainerFailure(kubelet.OOM, "OOMKilled", container="probe", exit_code=137)
+                  for x in outcomes if x.error_reason == vocabulary.OOM_KILLED}
+        lost = {x.rank: f"({x.error})" for x in outcomes if x.error_reason == vocabulary.PROBE_POD_LOST}
+        self.run = ProbeRun(master, by_rank, killed, lost)
         return self
 
     def observing(self, **observed: Any) -> "StepBuilder":

@@ -4,7 +4,7 @@ each rank runs (:func:`placement`), each probe's environment derived from the op
 probe pod (:func:`probe_env`), each node's ``/etc/hosts`` and ``resolv.conf``
 (:func:`hosts_text`, :func:`resolv_text`), the probe pods as the kubelet would report them
 finished (:func:`finished_pod`), and the operator's verdict on them (:func:`verdict_of`): the
-reconcile step's own report collection (``probereports.collect``) and verdict
+reconcile step's own report collection (``verdict.collect``) and verdict
 (``verdict.write``), without a cluster. ``direct.py`` does the I/O. Pure.
 """
 from __future__ import annotations
@@ -21,11 +21,11 @@ from disttrain.children.names import JobRef, master_dns_name, pod_dns_name, prob
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.diagnosis.report import parse_report
 from disttrain.reconcile import conditions as cond
-from disttrain.reconcile.policies import probereports, verdict
+from disttrain.reconcile.policies import verdict
 from disttrain.reconcile.policies.gang import CAP_WORKLOAD_API, effective_spec
 from disttrain.reconcile.policies.probelaunch import master_addr
 from disttrain.reconcile.status_repair import repair
-from disttrain.reconcile.step import Plan, Step
+from disttrain.reconcile.step import Plan, ProbeRun, Step
 from disttrain_probe.contract import probe_env as PE
 from localcluster.common.config import CLUSTER_DOMAIN, DNS_SERVICE_IP
 from localcluster.faults.generate import Case
@@ -234,7 +234,7 @@ def verdict_of(body: dict[str, Any], pods: list[dict[str, Any]], master: Optiona
                now: datetime) -> Verdict:
     """The operator's verdict on the finished probe ``pods`` (one per rank, rank order): a
     reconcile Step as the loop builds it, the reports collected and checked as
-    ``probereports.collect`` does, then ``verdict.write``. Never raises for a bad report
+    ``verdict.collect`` does, then ``verdict.write``. Never raises for a bad report
     (it becomes ProbeReportInvalid, as in the cluster)."""
     spec = spec_of(body)
     ts = cond.now_rfc3339(now)
@@ -243,7 +243,7 @@ def verdict_of(body: dict[str, Any], pods: list[dict[str, Any]], master: Optiona
     s = Step(job=JobRef.from_body(body), spec=spec, generation=1, now=now, plan=plan, pods=list(pods),
              services=[], parse_report=parse_report, capabilities=CAPABILITIES)
     by_rank = dict(enumerate(pods))
-    outcomes = probereports.collect(s, by_rank)
+    outcomes = verdict.collect(s, ProbeRun(master, by_rank))
     verdict.write(s, outcomes, master)
     rdzv = s.plan.status.get("rendezvous") or {}
     return Verdict(s.plan.status["conditions"], {r: p["spec"]["nodeName"] for r, p in by_rank.items()},

@@ -29,10 +29,10 @@ from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import gang as gang_objects
 from disttrain.children import kueue as kueue_objects
 from disttrain.children import observe, progresswatch
+from disttrain.children.kubelet import ContainerFailure
 from disttrain.children.names import JobRef
 from disttrain.children.podbase import avoid_nodes
 from disttrain.diagnosis.checkconditions import Verdict
-from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.report import ProbeReport
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.jobstatus import JobStatus
@@ -59,12 +59,16 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True)
 class ProbeRun:
-    """What :mod:`.policies.probing` hands the verdict once it can be reached: one outcome
-    per rank, MASTER_ADDR, and the attempt's probe pods by rank."""
+    """What :mod:`.policies.probing` hands the verdict once it can be reached: MASTER_ADDR,
+    the attempt's probe pods by rank, the ranks whose probe the kubelet ended (rank -> how,
+    :func:`.policies.kubeletended.ended`) and the ranks lost with their node (rank -> the
+    evidence, :func:`.policies.nodeloss.lost_ranks`). The reports themselves are read by
+    :func:`.policies.verdict.collect`, where the verdict starts."""
 
-    outcomes: list[ProbeOutcome]
     master: Optional[str]
     by_rank: dict[int, dict[str, Any]]
+    killed: dict[int, ContainerFailure] = field(default_factory=dict)
+    lost: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

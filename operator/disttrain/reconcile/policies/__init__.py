@@ -3,8 +3,8 @@
 - :mod:`.probing`: the probe run: scheduling verdict, when to stop waiting, the probe budget;
 - :mod:`.probelaunch`: an attempt's probe pods, rank 0 first;
 - :mod:`.stranded`: a rank that failed before joining the store: the verdict need not wait;
-- :mod:`.probereports`: the probes' reports, checked, one outcome per rank;
-- :mod:`.verdict`: finished probe reports (checked by :mod:`disttrain.diagnosis.trust`) -> conditions;
+- :mod:`.verdict`: the probes' reports, read and checked (:mod:`disttrain.diagnosis.trust`), one
+  outcome per rank -> conditions;
 - :mod:`.nodeloss`: a probe that outlives its peers on a node that stopped reporting: the node is lost;
 - :mod:`.training`: training pods pinned to validated nodes; their outcome;
 - :mod:`.restart`: gang restart and re-probe after a rank fails (runPolicy.backoffLimit);

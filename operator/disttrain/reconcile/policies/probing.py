@@ -6,7 +6,8 @@ unpullable probes fail it at once; names held by another job's pods wait
 (:mod:`.conflicts`). The verdict waits for every rank, except when a rank failed before
 joining the store (:mod:`.stranded`) or a rank's node was lost (:mod:`.nodeloss`), and
 never longer than the probe budget (:mod:`.deadline`); then every rank's report is
-collected (:mod:`.probereports`) into ``s.probe_run`` for :mod:`.verdict`.
+handed to :mod:`.verdict` in ``s.probe_run`` (the pods, MASTER_ADDR, the ranks the kubelet
+ended or lost), where the reports are read.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import conflicts, kubeletended, nodeloss, offers, scheduling, verdict
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
 from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, record_start
-from disttrain.reconcile.policies.probereports import collect, given_master
 from disttrain.reconcile.policies.stranded import excused, rank0_wait, stranded
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
 from disttrain_probe.contract import vocabulary
@@ -215,17 +215,14 @@ def run(s: Step) -> Optional[ProbeRun]:
         s.plan.requeue(2.0)
         _budget(s, by_rank, waiting=what)
         return None
-    outcomes = collect(s, by_rank)
-    kubeletended.mark(outcomes, killed, by_rank, s.spec, s.parse_report)
-    nodeloss.mark(outcomes, lost)
-    return ProbeRun(outcomes, master, by_rank)
+    return ProbeRun(master, by_rank, killed, lost)
 
 
 def _master_given(s: Step, by_rank: dict[int, dict]) -> Optional[str]:
     """MASTER_ADDR when rank 0's pod no longer shows its address: the one the other ranks'
     probes were given (and validated), else the one recorded in status.rendezvous."""
     for r in sorted(by_rank):
-        given = given_master(by_rank[r]) if r else None
+        given = verdict.given_master(by_rank[r]) if r else None
         if given:
             return given
     return s.st.recorded_master

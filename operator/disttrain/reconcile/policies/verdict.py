@@ -1,4 +1,14 @@
-"""The probe verdict (pure): every rank's checked outcome -> conditions and status.
+"""The probe verdict (pure): every rank's report, read and checked -> conditions and status.
+
+A report's way from its parse to its condition, eight stops in five files:
+:func:`apply` -> :func:`collect` -> ``s.parse_report``
+(:func:`disttrain.diagnosis.report.parse_report`: the typed report) ->
+:func:`disttrain.diagnosis.trust.check` (is it this rank's, of this attempt?) ->
+:func:`write` -> :func:`decide` (the rules below; the first is
+:func:`disttrain.diagnosis.diagnose.diagnose`) -> :meth:`disttrain.reconcile.step.Step.set`.
+A rank without a report (the kubelet ended it, its node was lost) takes its outcome from
+:mod:`.kubeletended` or :mod:`.nodeloss` in :func:`collect`; :mod:`.probing` only decides
+when the verdict can be reached.
 
 The verdict is :data:`RULES`, an ordered list of named rules with one interface
 (:class:`VerdictRule`), run by one loop (:func:`decide`) over what they read
@@ -38,16 +48,18 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from disttrain.api import constants
+from disttrain.api.types import nproc_for
 from disttrain.children import observe
 from disttrain.children.names import job_selector
 from disttrain.children.podbase import beacon_port
-from disttrain.diagnosis import mesh, netpolverdict, networkpolicy
+from disttrain.diagnosis import logline, mesh, netpolverdict, networkpolicy, trust
 from disttrain.diagnosis.advice import apply_advice
 from disttrain.diagnosis.diagnose import Diagnosis, Policy, diagnose
 from disttrain.diagnosis.findings import ProbeOutcome
 from disttrain.diagnosis.netsummary import summarize_ifnames
 from disttrain.reconcile.policies import kubeletended, nodeloss
-from disttrain.reconcile.step import Outcome, Step
+from disttrain.reconcile.policies.probelaunch import attempt_of
+from disttrain.reconcile.step import Outcome, ProbeRun, Step
 from disttrain_probe.contract import vocabulary
 
 MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
@@ -55,10 +67,73 @@ MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
 
 def apply(s: Step) -> Outcome:
     """Write the verdict once the probe run reached it (``s.probe_run``, from
-    :mod:`.probing`); FINISHED when the preflight failed."""
+    :mod:`.probing`): every rank's outcome (:func:`collect`), then :func:`write`; FINISHED
+    when the preflight failed."""
     if s.probe_run is not None:
-        write(s, s.probe_run.outcomes, s.probe_run.master)
+        write(s, collect(s, s.probe_run), s.probe_run.master)
     return Outcome.FINISHED if s.terminal else Outcome.CONTINUE
+
+
+def given_master(pod: dict) -> Optional[str]:
+    """The MASTER_ADDR value the operator put in the probe pod (None for a downward-API field)."""
+    for ctr in (pod.get("spec") or {}).get("containers") or []:
+        if isinstance(ctr, dict) and ctr.get("name") == "probe":
+            for e in ctr.get("env") or []:
+                if isinstance(e, dict) and e.get("name") == "MASTER_ADDR":
+                    v = e.get("value")
+                    return v if isinstance(v, str) else None
+    return None
+
+
+def collect(s: Step, run: ProbeRun) -> list[ProbeOutcome]:
+    """One outcome per rank: its report (parsed by ``s.parse_report``, then checked against
+    what the operator expects of that rank by :func:`disttrain.diagnosis.trust.check`) or why
+    there is none: the kubelet ended it (:func:`.kubeletended.mark`), its node was lost
+    (:func:`.nodeloss.mark`), the report is invalid, the probe exited without one; ranks
+    still running (not waited for, see :func:`.stranded.stranded`) are marked. Never raises."""
+    attempt, by_rank = attempt_of(s), run.by_rank
+    outcomes = []
+    for r in range(s.spec.num_nodes):
+        pod = by_rank[r]
+        name, node = observe.name(pod), observe.node(pod)
+        out = ProbeOutcome(rank=r, pod=name, node=node, pod_ips=observe.pod_ips(pod))
+        outcomes.append(out)
+        if not observe.finished(pod):
+            out.running = True
+            continue
+        raw = observe.termination_message(pod, "probe")
+        code = observe.exit_code(pod, "probe")
+        lost = observe.evicted(pod)
+        try:
+            report = s.parse_report(raw)
+        except ValueError as exc:
+            if lost and not raw:
+                out.error = (f"{name} on {node} ended before it reported ({lost}); run the job "
+                             "again once the node is healthy")
+                out.error_reason = vocabulary.PROBE_POD_LOST
+            elif raw.lstrip().startswith("{") or code == 0 or not raw:
+                out.error = f"{name} on {node}: report invalid: {exc}"
+                out.error_reason = vocabulary.PROBE_REPORT_INVALID
+            else:
+                said = logline.quote(raw, name, "probe")
+                out.error = f"{name} on {node}: probe exited {code} without a report: {said}"
+                out.error_reason = vocabulary.PROBE_FAILED
+            continue
+        expected = trust.Expected(
+            rank=r, world_size=s.spec.num_nodes, job_uid=s.job.uid, attempt=attempt, pod=name,
+            node=node, master_addr=given_master(pod), master_port=s.spec.rendezvous.port,
+            min_busbw_gbps=s.spec.probe.min_bus_bandwidth_gbps, local_world_size=nproc_for(s.spec))
+        checked = trust.check(report, expected)
+        if checked.error:
+            out.error = checked.error
+            out.error_reason = vocabulary.PROBE_REPORT_INVALID
+        else:
+            out.report = checked.report
+    if run.killed:
+        kubeletended.mark(outcomes, run.killed, by_rank, s.spec, s.parse_report)
+    if run.lost:
+        nodeloss.mark(outcomes, run.lost)
+    return outcomes
 
 
 EPHEMERAL_DEFAULT = (32768, 60999)  # Linux's net.ipv4.ip_local_port_range default

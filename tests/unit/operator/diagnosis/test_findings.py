@@ -13,7 +13,7 @@ def rank(r, node, rep=None, **kw):
 
 def test_typed_takes_the_parsed_model_as_is():
     """No second validation: the report parse_report returned is the one diagnosed (a
-    foreign shape never gets here: the parse refuses it, see test_probereports)."""
+    foreign shape never gets here: the parse refuses it, see test_collect)."""
     d = report(0, "node-a")
     model = ProbeReport.model_validate(d)
     assert findings.typed(findings.ProbeOutcome(rank=0, pod="j-probe-0", node="node-a",

@@ -54,7 +54,7 @@ def test_every_scenario_message_is_one_line_bounded_and_cut_at_a_word(name, spec
     outs, master = SCENARIOS[name]
     b = step_given().nodes(len(outs)).spec(**spec).with_outcomes(*outs, master=master)
     s = b.build()
-    verdict.apply(s)
+    verdict.write(s, list(outs), master)  # the scenarios' reports as given (not this job's: no trust check)
     for c in s.conds:
         m = c["message"]
         assert m.strip() and "\n" not in m and "\r" not in m, (c["type"], m)
@@ -68,7 +68,7 @@ def test_every_scenario_message_is_one_line_bounded_and_cut_at_a_word(name, spec
 def test_the_healthy_network_verdict_is_one_sentence():
     outs, master = SCENARIOS["healthy"]
     s = step_given().nodes(len(outs)).with_outcomes(*outs, master=master).build()
-    verdict.apply(s)
+    verdict.write(s, list(outs), master)
     m = cond.get(s.conds, "NetworkValidated")["message"]
     assert m.startswith("eth1 (10.101.0.0/24) chosen on every node: ") and "not chosen" not in m
     assert "not preferred" not in m and messages.ELLIPSIS not in m

@@ -11,7 +11,8 @@ from disttrain.api import constants as C
 from disttrain.children import observe
 from disttrain.diagnosis.findings import typed
 from disttrain.diagnosis.report import ProbeReport, parse_report
-from disttrain.reconcile.policies import probereports
+from disttrain.reconcile.policies import verdict
+from disttrain.reconcile.step import ProbeRun
 from disttrain.shell import runner
 from tests.support.builders import given
 from tests.support.reconcile import finished_probes
@@ -38,7 +39,7 @@ def test_the_report_the_parser_returns_is_the_one_diagnosed():
 
     s = given().with_pods(*finished_probes()).build()
     s.parse_report = parser
-    outcomes = probereports.collect(s, {observe.int_label(p, C.LABEL_RANK): p for p in s.ours})
+    outcomes = verdict.collect(s, ProbeRun(None, {observe.int_label(p, C.LABEL_RANK): p for p in s.ours}))
     assert len(parsed) == 2 and all(o.error is None for o in outcomes)
     for o, rep in zip(outcomes, parsed):
         assert o.report is rep  # not a dict, not a copy

@@ -55,7 +55,7 @@ def events(*want):
           == [(0, "node-a", "eth1"), (1, "node-b", "eth1")] and not s.plan.events)),
     ("the probe's own record: attempt kept, timed from its start, earlier findings dropped",
      given().status(probe={"attempt": 3, "startTime": "2026-11-30T11:59:50Z", "failures": ["old"]})
-     .with_probe_reports(),
+     .with_probe_reports(report(0, "node-a", attempt=3), report(1, "node-b", attempt=3)),
      Want(Outcome.CONTINUE, {C.VALIDATED: PASSED},
           status={"probe": {"attempt": 3, "startTime": "2026-11-30T11:59:50Z", "completionTime": "2026-11-30T12:00:00Z",
                             "durationSeconds": 10.0, "backend": "gloo", "messageSizeBytes": 4194304,

@@ -49,7 +49,7 @@ ROWS = [
 @pytest.mark.parametrize("name,built,made,validated", ROWS, ids=[r[0] for r in ROWS])
 def test_which_rules_made_the_verdict(name, built, made, validated):
     s = built.build()
-    diag, got = verdict.decide(verdict.Context.of(s, s.probe_run.outcomes, s.probe_run.master))
+    diag, got = verdict.decide(verdict.Context.of(s, verdict.collect(s, s.probe_run), s.probe_run.master))
     assert got == made
     top = diag.conditions[V.VALIDATED]
     assert (top.status if validated == "True" else top.reason) == validated

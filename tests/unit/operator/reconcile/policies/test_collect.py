@@ -1,11 +1,12 @@
-"""The probe reports of an attempt (:mod:`disttrain.reconcile.policies.probereports`): one
+"""The probe reports of an attempt (:func:`disttrain.reconcile.policies.verdict.collect`): one
 checked outcome per rank for the verdict, or why there is none."""
 
 import json
 
 from disttrain.api import constants as C
-from disttrain.children import observe
-from disttrain.reconcile.policies import probereports
+from disttrain.children import kubelet, observe
+from disttrain.reconcile.policies import verdict
+from disttrain.reconcile.step import ProbeRun
 from disttrain_probe.contract import vocabulary as V
 from tests.support.builders import Want, check, given, table
 from tests.support.fixtures import pod, report
@@ -22,8 +23,8 @@ def ended(rank, message, exit_code, phase="Failed", status=None):
 
 
 def collect(s):
-    """:func:`probereports.collect` over the job's probe pods by rank."""
-    return probereports.collect(s, {observe.int_label(p, C.LABEL_RANK): p for p in s.ours})
+    """:func:`verdict.collect` over the job's probe pods by rank."""
+    return verdict.collect(s, ProbeRun(None, {observe.int_label(p, C.LABEL_RANK): p for p in s.ours}))
 
 
 def rank1(error_reason=None, error="", running=False):
@@ -75,3 +76,18 @@ TRACEBACK = "starting\nTraceback (most recent call last):\n  File probe.py\nImpo
 )
 def test_collect(name, given, want):
     check(collect, given, want)
+
+
+def test_a_rank_the_kubelet_ended_or_lost_takes_its_outcome_from_that_not_its_report():
+    """``ProbeRun.killed`` and ``.lost`` (what probing saw) decide those ranks' outcomes: the
+    pessimistic report a killed probe left is dropped, a lost rank is no longer running."""
+    s = given().with_pods(*finished_probes()).build()
+    by_rank = {observe.int_label(p, C.LABEL_RANK): p for p in s.ours}
+    oom = kubelet.ContainerFailure(kubelet.OOM, "OOMKilled", container="probe", exit_code=137, memory_limit="64Mi")
+    killed = verdict.collect(s, ProbeRun(None, by_rank, killed={1: oom}))
+    assert killed[0].report is not None and killed[1].report is None
+    assert killed[1].error_reason == V.OOM_KILLED and "OOMKilled" in (killed[1].error or "")
+    lost = verdict.collect(s, ProbeRun(None, by_rank, lost={1: "for 40s"}))
+    assert lost[1].error_reason == V.PROBE_POD_LOST and not lost[1].running
+    assert "node-b was lost during the probe" in (lost[1].error or "")
+    assert [o.error for o in verdict.collect(s, ProbeRun(None, by_rank))] == [None, None]
