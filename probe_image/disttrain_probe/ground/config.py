@@ -76,6 +76,10 @@ class Config:
     # rank 0 (this process) starts local ranks 1..n-1 for the collective phase
     # (localranks.py). RANK and WORLD_SIZE stay the node rank and the number of nodes.
     nproc_per_node: int = 1
+    # In place (``python -m disttrain_probe [probe args] -- <command>``, run/inplace.py): the
+    # training command runs in this process after a pass, only once every rank passed; the
+    # report file is then replaced atomically (a relay container waits for it to appear).
+    in_place: bool = False
 
     @property
     def spawns_local_ranks(self) -> bool:

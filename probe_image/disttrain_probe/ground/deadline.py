@@ -161,6 +161,18 @@ class Tracker:
         except Exception:  # pragma: no cover
             pass
 
+    def disarm(self, timeout: float = 1.0) -> None:
+        """In place, before the training runs in this process (run/inplace.py): finish, never
+        fire again, and wait up to ``timeout`` seconds for the watchdog thread to end, so
+        that no deadline of the probe's can end the training (the C-level backstop is
+        cancelled by :meth:`finish`)."""
+        self.finish()
+        with self._lock:
+            self._fired = True
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(max(0.0, timeout))
+
     def _close_locked(self, now: float) -> None:
         if self.phase is not None:
             self.timings[self.phase] = round(self.timings.get(self.phase, 0.0)
