@@ -10,8 +10,10 @@ on MASTER_PORT that the beacon answers knows the refusal is a rule (:func:`beaco
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import threading
+import time
 from datetime import timedelta
 from typing import Any, Optional, Tuple
 
@@ -45,6 +47,84 @@ def listen_early(port: int) -> Tuple[Optional[socket.socket], Optional[str]]:
             err = str(e)
             break
     return None, err or "cannot bind"
+
+
+def stop_listening(sock: Optional[socket.socket]) -> None:
+    """Stop listening on ``sock`` (:func:`listen_early`'s or the beacon's) and close it: a
+    shutdown first, so an ``accept`` blocked in the beacon's thread returns and the port is
+    free at once. Nothing for None or a socket already closed or handed to the TCPStore
+    (detached). Never raises."""
+    if sock is None or sock.fileno() < 0:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def port_free(port: int, wait: float = 0.0, poll: float = 0.05) -> bool:
+    """True when TCP ``port`` can be bound on every address as a TCPStore binds it
+    (SO_REUSEADDR), trying for up to ``wait`` seconds: nothing listens there any more. Binds
+    without listening (a peer's dial meanwhile is refused and retried, never accepted and
+    dropped). Never raises."""
+    end = time.monotonic() + max(0.0, wait)
+    while True:
+        for family, host in ((socket.AF_INET6, "::"), (socket.AF_INET, "0.0.0.0")):
+            try:
+                with socket.socket(family, socket.SOCK_STREAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    if family == socket.AF_INET6:
+                        s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+                    s.bind((host, port))
+                return True
+            except OSError as e:
+                if family == socket.AF_INET6 and e.errno in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL,
+                                                             errno.EPROTONOSUPPORT, errno.EINVAL):
+                    continue  # no IPv6 here: IPv4
+                break
+        if time.monotonic() >= end:
+            return False
+        time.sleep(poll)
+
+
+_TCP_FILES = ("/proc/net/tcp", "/proc/net/tcp6")
+_ESTABLISHED = "01"  # the ``st`` column of /proc/net/tcp (include/net/tcp_states.h)
+
+
+def connected_to(port: int) -> Optional[int]:
+    """How many of this process's TCP connections to remote ``port`` are ESTABLISHED (a
+    rank's client of rank 0's TCPStore on MASTER_PORT: it leaves ESTABLISHED once rank 0
+    closes the store), read from /proc without a byte sent; None when /proc cannot tell.
+    Never raises."""
+    try:
+        mine = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                mine.add(target[8:-1])
+        count, read = 0, False
+        for path in _TCP_FILES:
+            try:
+                with open(path, encoding="ascii", errors="replace") as f:
+                    lines = f.read().splitlines()[1:]
+            except OSError:
+                continue
+            read = True
+            for line in lines:
+                cols = line.split()
+                if len(cols) > 9 and cols[3] == _ESTABLISHED and cols[9] in mine \
+                        and int(cols[2].rpartition(":")[2], 16) == port:
+                    count += 1
+        return count if read else None
+    except (OSError, ValueError):
+        return None
 
 
 BEACON_SECONDS = 1.0  # a dial of rank 0's beacon port, connect and read

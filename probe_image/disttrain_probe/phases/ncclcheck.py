@@ -14,7 +14,8 @@ import os
 import re
 import subprocess
 import sys
-from typing import Dict, Mapping, Optional, TypedDict
+import threading
+from typing import Dict, Mapping, Optional, Set, Tuple, TypedDict
 
 from disttrain_probe.ground.shapes import NcclAnswer
 from disttrain_probe.phases.inventory import _mapped_library
@@ -68,17 +69,55 @@ def bootstrap_interface(lib: str, socket_ifname: Optional[str] = None, timeout: 
     NCCL_SOCKET_IFNAME unset (``socket_ifname`` None) or set. Returns {ifname, addr, error};
     never raises (a child that cannot run is an ``error``)."""
     try:
-        p = subprocess.run([sys.executable, "-c", _CHILD, lib], capture_output=True, text=True,
-                           timeout=max(0.5, timeout),
-                           env=child_env(os.environ if env is None else env, socket_ifname))
+        p, stdout, stderr = _ask(lib, max(0.5, timeout),
+                                 child_env(os.environ if env is None else env, socket_ifname))
     except (OSError, subprocess.SubprocessError) as e:
         return {"ifname": None, "addr": None, "error": f"NCCL check did not run: {e}"[:160]}
-    out = parse((p.stdout or "") + "\n" + (p.stderr or ""))
+    out = parse((stdout or "") + "\n" + (stderr or ""))
     # without an interface, parse() always gives the error text
     if out["ifname"] is None and p.returncode not in (0, None) and (out["error"] or "").startswith("no Bootstrap"):
-        tail = (p.stderr or p.stdout or "").strip().splitlines()[-1:] or [""]
+        tail = (stderr or stdout or "").strip().splitlines()[-1:] or [""]
         out["error"] = f"ncclGetUniqueId exited {p.returncode}: {tail[0][:120]}"
     return out
+
+
+_children: Set["subprocess.Popen[str]"] = set()  # the checks running now (stop_children)
+_children_lock = threading.Lock()
+
+
+def _ask(lib: str, timeout: float, env: Mapping[str, str]) -> Tuple["subprocess.Popen[str]", str, str]:
+    """Run the child (as ``subprocess.run`` would: killed past ``timeout``, then
+    ``TimeoutExpired``), known to :func:`stop_children` while it runs. Returns (process,
+    stdout, stderr). Raises OSError or SubprocessError."""
+    with _children_lock:  # started and known at once: stop_children misses none
+        p = subprocess.Popen([sys.executable, "-c", _CHILD, lib], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(env))
+        _children.add(p)
+    try:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            raise subprocess.TimeoutExpired(p.args, timeout) from None
+    finally:
+        with _children_lock:
+            _children.discard(p)
+    return p, stdout, stderr
+
+
+def stop_children(wait: float = 1.0) -> int:
+    """Kill the NCCL checks still running (in place, before the training runs in this
+    process: run/inplace.py) and reap them within ``wait`` seconds; how many there were."""
+    with _children_lock:
+        running = list(_children)
+    for p in running:
+        try:
+            p.kill()
+            p.wait(max(0.0, wait))
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return len(running)
 
 
 def loaded_library() -> Optional[str]:
@@ -94,4 +133,4 @@ def summary(default: Optional[NcclAnswer], chosen: Optional[NcclAnswer],
     return {"default": default, "chosen": chosen, "rule": rule}
 
 
-__all__ = ["bootstrap_interface", "child_env", "loaded_library", "parse", "summary"]
+__all__ = ["bootstrap_interface", "child_env", "loaded_library", "parse", "stop_children", "summary"]
