@@ -1,5 +1,5 @@
 """In place, the hand-over: the training command after the probe's ``--``, its form, and each
-form run as python runs it."""
+form run as python runs it; the report file replaced whole."""
 from __future__ import annotations
 
 import os
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from probe_helpers import PY
 
 from disttrain_probe.run import handover as H
+from disttrain_probe.run import report as REP
 
 # ---- the command's form (pure) ------------------------------------------------------------
 
@@ -171,3 +172,42 @@ def test_a_command_that_cannot_run_exits_127_with_one_line(tmp_path):
         assert r.returncode == H.EXEC_FAILED
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and cmd[0] in lines[0], r.stderr
+
+
+# ---- the report file ---------------------------------------------------------------------
+
+def test_in_place_the_report_is_replaced_whole(tmp_path):
+    """In place the report file is a new file renamed over the old one (a reader holding the
+    old one reads it whole, never a mix); a probe pod's is rewritten as before (its
+    /dev/termination-log is a mounted file: no rename over it)."""
+    path = tmp_path / "sub" / "report.json"
+    assert REP.write(str(path), '{"n":1}', atomic=True) is None
+    with open(path) as old:
+        assert REP.write(str(path), '{"n":2}', atomic=True) is None
+        assert old.read() == '{"n":1}' and path.read_text() == '{"n":2}'
+    assert path.stat().st_mode & 0o777 == 0o644 and os.listdir(path.parent) == ["report.json"]
+    with open(path) as old:
+        assert REP.write(str(path), '{"n":3}') is None
+        assert old.read() == '{"n":3}'  # the same file, rewritten
+    assert REP.write(str(tmp_path), "{}", atomic=True) is not None  # a folder: said, not raised
+    assert sorted(os.listdir(tmp_path)) == ["sub"]
+
+
+def test_in_place_a_report_path_that_cannot_be_replaced_is_written_in_place(tmp_path):
+    """A report path that is a mounted file (as /dev/termination-log is: a rename over it
+    fails with EBUSY) still gets the report, written through the mount (root, a private
+    mount namespace)."""
+    import shutil
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs root and unshare (util-linux)")
+    kubelet_file, path = tmp_path / "kubelet-file", tmp_path / "termination-log"
+    kubelet_file.write_text("")
+    path.write_text("")
+    code = ("import sys; from disttrain_probe.run import report as REP; "
+            "sys.exit(REP.write(sys.argv[1], '{\"ok\":true}', atomic=True) is not None)")
+    r = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                        'mount --bind "$0" "$1" && exec "$2" -c "$3" "$1"', str(kubelet_file),
+                        str(path), PY, code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert kubelet_file.read_text() == '{"ok":true}'  # through the mount: what the kubelet reads
+    assert sorted(os.listdir(tmp_path)) == ["kubelet-file", "termination-log"]

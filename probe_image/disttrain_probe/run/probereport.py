@@ -134,4 +134,4 @@ def prewrite(k: Kept, phase: str, reason: Optional[str]) -> None:
         f"(killed, out of memory, or hung past the {k.cfg.timeout_seconds:g}s budget)")}
     r.pop("mesh", None)
     text, _ = REP.cap(r)
-    REP.write(k.cfg.report_path, text)
+    REP.write(k.cfg.report_path, text, k.cfg.in_place)

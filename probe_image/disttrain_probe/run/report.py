@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import sys
+import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from disttrain_probe.contract import vocabulary
@@ -213,18 +214,48 @@ def cap(report: Dict[str, Any], limit: int = MAX_REPORT_BYTES) -> Tuple[str, boo
     return text, True
 
 
-def write(path: str, text: str) -> Optional[str]:
-    """Write the capped report; returns an error string instead of raising."""
+def write(path: str, text: str, atomic: bool = False) -> Optional[str]:
+    """Write the capped report; returns an error string instead of raising. ``atomic`` (in
+    place, ground/config.py): into a temporary file of the same folder, then renamed over
+    ``path``, so a reader that waits for the file (the relay, run/relay.py) never reads it
+    half written; where that cannot be done (``path`` is a mounted file, its folder is not
+    writable) it is written in place as by default. Not by default: /dev/termination-log is
+    a file mounted over /dev, where a rename over it fails."""
     try:
         d = os.path.dirname(path)
         if d and not os.path.isdir(d):
             os.makedirs(d, exist_ok=True)
+        if atomic:
+            try:
+                _replace(path, text)
+                return None
+            except OSError:
+                pass  # a report written in place beats none
         with open(path, "w") as f:
             f.write(text)
             f.flush()
         return None
     except OSError as e:
         return str(e)
+
+
+def _replace(path: str, text: str) -> None:
+    """Write ``text`` to a new file beside ``path`` and rename it over ``path``. Raises
+    OSError (the temporary file is removed)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp",
+                               dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+        os.chmod(tmp, 0o644)  # as open() makes it: a reader in another container may run as another user
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def summary(r: Dict[str, Any]) -> str:
@@ -278,13 +309,15 @@ def summary(r: Dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def emit(report: Dict[str, Any], path: Optional[str], stream: Any = None) -> Tuple[str, bool]:
-    """Write the capped report to ``path`` and the summary + full JSON to stdout.
+def emit(report: Dict[str, Any], path: Optional[str], stream: Any = None,
+         atomic: bool = False) -> Tuple[str, bool]:
+    """Write the capped report to ``path`` (``atomic``: see :func:`write`) and the summary +
+    full JSON to stdout.
 
     The last stdout line is the full report as one JSON object.
     """
     text, truncated = cap(report)
-    err = write(path, text) if path else None
+    err = write(path, text, atomic) if path else None
     out = stream or sys.stdout
     try:
         out.write(summary(report) + "\n")
