@@ -1,9 +1,10 @@
-"""In place, the hand-over: the training command after the probe's ``--``, its form, and each
-form run as python runs it; the report file replaced whole."""
+"""In place: the hand-over (the training command after the probe's ``--``, its form, each
+form run as python runs it), the report file replaced whole, and the relay."""
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -211,3 +212,52 @@ def test_in_place_a_report_path_that_cannot_be_replaced_is_written_in_place(tmp_
     assert r.returncode == 0, r.stderr
     assert kubelet_file.read_text() == '{"ok":true}'  # through the mount: what the kubelet reads
     assert sorted(os.listdir(tmp_path)) == ["kubelet-file", "termination-log"]
+
+
+# ---- the relay ---------------------------------------------------------------------------
+
+def relay(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([PY, "-m", "disttrain_probe.run.relay", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_relay_exits_0_once_the_final_report_appears(tmp_path):
+    path, dest = tmp_path / "report.json", tmp_path / "termination-log"
+    p = relay(str(path), "60", "--to", str(dest))
+    time.sleep(0.5)
+    assert p.poll() is None  # no file yet
+    path.write_text("")
+    time.sleep(0.3)
+    assert p.poll() is None  # empty: not a report
+    path.write_text('{"v":1,"ok":false,"phase":"inventory","final":false}')
+    time.sleep(0.5)
+    assert p.poll() is None  # the pessimistic report: the probe is still running
+    final = '{"v":1,"ok":true,"phase":"report"}'
+    path.write_text(final)
+    t = time.monotonic()
+    assert p.wait(timeout=10) == 0
+    assert time.monotonic() - t < 2.0
+    assert dest.read_text() == final
+
+
+def test_relay_exits_1_after_its_timeout(tmp_path):
+    path, dest = tmp_path / "report.json", tmp_path / "termination-log"
+    path.write_text('{"v":1,"final":false,"phase":"rendezvous"}')
+    t = time.monotonic()
+    p = relay(str(path), "0.5", "--to", str(dest))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 1 and 0.5 <= time.monotonic() - t < 10
+    assert len(err.strip().splitlines()) == 1 and str(path) in err
+    assert '"final":false' in dest.read_text()  # what there was: the phase it ended in
+
+
+def test_relay_usage_and_no_torch(tmp_path):
+    for args in ([], ["a", "b"], ["a", "-1"], ["a", "1", "2"], ["a", "--to"]):
+        p = relay(*args)
+        p.communicate(timeout=30)
+        assert p.returncode == 2, args
+    code = ("import sys; from disttrain_probe.run import relay; "
+            "sys.exit(relay.main([sys.argv[1], '1']) or ('torch' in sys.modules))")
+    path = tmp_path / "r.json"
+    path.write_text("not json at all")  # the operator judges it
+    assert subprocess.run([PY, "-c", code, str(path)], timeout=30).returncode == 0

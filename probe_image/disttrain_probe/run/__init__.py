@@ -3,4 +3,5 @@
 other local ranks (``probelocal``), the report built from what it kept (``probereport``)
 and capped and written (``report``), a local rank's own run (``worker``), the training
 command run after the probe in place (``handover``: in the same interpreter, or exec'd),
-and ``make gpu-check`` (``gpucheck``)."""
+the report handed to the operator while training runs (``relay``), and ``make gpu-check``
+(``gpucheck``)."""
