@@ -1,20 +1,117 @@
-"""In place: the hand-over (the training command after the probe's ``--``, its form, each
-form run as python runs it), the report file replaced whole, and the relay."""
+"""In place: the probe as the training container's first step (``run_probe.py [probe args] --
+<command>``), handing over to the command in the same interpreter; the go rule; the relay.
+
+The runs are real probes on loopback (torch.distributed with gloo, as test_probe_run.py), the
+training a script written here that records what it found at its first line."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from probe_helpers import PY
+from probe_helpers import PY, ROOT, RankRun, Started, free_port, probe_env, wait_ranks
 
+from disttrain.diagnosis.report import parse_report
+from disttrain_probe.contract import vocabulary
 from disttrain_probe.run import handover as H
 from disttrain_probe.run import report as REP
+
+# What the training records at its first line, before anything else: whether torch is
+# already loaded (it must be: the probe's), its pid, argv, path, environment, the probe's
+# threads still alive and the TCP ports this process still listens on (none: the probe
+# released them). Then the training's own rendezvous on the probe's MASTER_ADDR/PORT.
+TRAIN = r'''
+import sys
+TORCH_LOADED = "torch" in sys.modules
+import atexit, json, os, threading, time
+
+def listening():
+    mine = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            mine.add(target[8:-1])
+    ports = []
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(path).read().splitlines()[1:]:
+            cols = line.split()
+            if cols[3] == "0A" and cols[9] in mine:
+                ports.append(int(cols[1].rpartition(":")[2], 16))
+    return ports
+
+rank = int(os.environ["RANK"])
+out = os.environ["TRAIN_OUT"]
+rec = {"torchLoaded": TORCH_LOADED, "pid": os.getpid(), "argv": sys.argv, "path0": sys.path[0],
+       "name": __name__, "firstAt": time.time(),
+       "env": {k: os.environ.get(k) for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "RANK",
+                                              "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")},
+       "threads": sorted(t.name for t in threading.enumerate()), "listening": listening()}
+open(out + ".started", "w").write("started")
+sleep_to = float(os.environ.get("TRAIN_SLEEP_TO_AGE") or 0)  # past the probe's deadline
+if sleep_to:
+    ticks = os.sysconf("SC_CLK_TCK")
+    started = int(open("/proc/self/stat").read().rpartition(")")[2].split()[19]) / ticks
+    time.sleep(max(0.0, sleep_to - (time.clock_gettime(time.CLOCK_BOOTTIME) - started)))
+    rec["slept"] = True
+import torch
+import torch.distributed as dist
+rec["sameTorch"] = torch is sys.modules["torch"]
+if os.environ.get("TRAIN_ALLREDUCE"):
+    dist.init_process_group("gloo")  # env://: the probe's MASTER_ADDR and MASTER_PORT
+    t = torch.full((4,), float(rank + 1))
+    dist.all_reduce(t)
+    rec["sum"] = t.tolist()
+    dist.destroy_process_group()
+json.dump(rec, open(out, "w"))
+atexit.register(lambda: open(out + ".atexit", "w").write("ran"))
+print(f"training rank {rank} done", flush=True)
+time.sleep(float(os.environ.get("TRAIN_LINGER") or 0))
+sys.exit(int(sys.argv[-1]))
+'''
+
+
+def install(tmp: Path) -> Path:
+    """The probe installed as the init container installs it; the launcher's path."""
+    dest = tmp / "opt"
+    subprocess.run([PY, "-m", "disttrain_probe.install", str(dest)], check=True, capture_output=True)
+    return dest / "run_probe.py"
+
+
+def start(envs: Sequence[Dict[str, str]], tmp: Path, argvs: Sequence[List[str]],
+          cwd: Optional[Path] = None) -> List[Started]:
+    """One in-place probe per env, with its argv (after the interpreter)."""
+    procs = []
+    for i, (extra, argv) in enumerate(zip(envs, argvs)):
+        path = tmp / f"report-{i}.json"
+        env = dict(os.environ)
+        for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
+            env.pop(k, None)
+        env.update({"DISTTRAIN_PROBE_REPORT_PATH": str(path), "PYTHONUNBUFFERED": "1",
+                    "TRAIN_OUT": str(tmp / f"train-{i}.json")})
+        env.update(extra)
+        t0 = time.monotonic()
+        p = subprocess.Popen([PY, *argv], env=env, cwd=str(cwd or ROOT), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        procs.append(Started(i, p, t0, path))
+    return procs
+
+
+def record(tmp: Path, i: int) -> dict:
+    return json.loads((tmp / f"train-{i}.json").read_text())
+
+
+def explain(run: RankRun) -> str:
+    return f"rank {run.rank} rc {run.rc}\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+
 
 # ---- the command's form (pure) ------------------------------------------------------------
 
@@ -261,3 +358,151 @@ def test_relay_usage_and_no_torch(tmp_path):
     path = tmp_path / "r.json"
     path.write_text("not json at all")  # the operator judges it
     assert subprocess.run([PY, "-c", code, str(path)], timeout=30).returncode == 0
+
+
+# ---- in place, end to end ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def script_run(tmp_path_factory):
+    """Two ranks through the installed launcher, each handing over to ``python train.py``
+    (rank 0 exits 3, rank 1 exits 0), a relay per rank waiting for its report."""
+    tmp = tmp_path_factory.mktemp("inplace")
+    launcher = install(tmp)
+    train = tmp / "work" / "train.py"
+    train.parent.mkdir()
+    train.write_text(TRAIN)
+    port, beacon = free_port(), free_port()
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo", NODE_NAME="host-a",
+                      POD_NAME=f"train-{r}", DISTTRAIN_PROBE_BEACON_PORT=beacon,
+                      TRAIN_ALLREDUCE="1", TRAIN_LINGER="1") for r in range(2)]
+    relays = [relay(str(tmp / f"report-{r}.json"), "120", "--to", str(tmp / f"relayed-{r}"))
+              for r in range(2)]
+    procs = start(envs, tmp, [[str(launcher), "--iterations", "3", "--", "python", str(train),
+                               "--lr", "0.1", "--", str(3 if r == 0 else 0)] for r in range(2)])
+    relayed_at = []
+    for p in relays:
+        p.wait(timeout=120)
+        relayed_at.append(time.monotonic())
+    runs = wait_ranks(envs, procs, timeout=120)
+    ended_at = [st.t0 + run.seconds for st, run in zip(procs, runs)]
+    return {"tmp": tmp, "train": train, "runs": runs, "procs": procs, "port": port,
+            "relays": relays, "relayed_at": relayed_at, "ended_at": ended_at}
+
+
+def test_in_place_training_runs_in_the_probes_process(script_run):
+    tmp, train = script_run["tmp"], script_run["train"]
+    for i, run in enumerate(script_run["runs"]):
+        assert run.rc == (3 if i == 0 else 0), explain(run)  # the training's exit code
+        rec = record(tmp, i)
+        assert rec["torchLoaded"] is True and rec["sameTorch"] is True  # imported once
+        assert rec["pid"] == script_run["procs"][i].proc.pid  # the launcher's own process
+        assert rec["name"] == "__main__"
+        assert rec["argv"] == [str(train), "--lr", "0.1", "--", str(3 if i == 0 else 0)]
+        assert rec["path0"] == str(train.parent)  # not the launcher's folder
+        assert rec["env"] == {"NCCL_SOCKET_IFNAME": "=lo", "GLOO_SOCKET_IFNAME": "lo",
+                              "RANK": str(i), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                              "MASTER_PORT": str(script_run["port"])}
+        assert (tmp / f"train-{i}.json.atexit").read_text() == "ran"  # a normal exit
+        assert f"training rank {i} done" in run.stdout
+
+
+def test_in_place_releases_the_probe_before_the_training(script_run):
+    """Nothing of the probe listens or watches when the training starts: the training's own
+    store binds MASTER_PORT (rank 0) and its all-reduce is right."""
+    for i, run in enumerate(script_run["runs"]):
+        rec = record(script_run["tmp"], i)
+        assert rec["listening"] == [], rec  # no TCPStore, early listener, beacon, mesh listener
+        assert not {"probe-watchdog", "probe-beacon", "probe-listeners"} & set(rec["threads"]), rec
+        assert rec["sum"] == [3.0] * 4, explain(run)
+
+
+def test_in_place_report_written_atomically_and_relayed_while_training_runs(script_run):
+    tmp = script_run["tmp"]
+    for i, run in enumerate(script_run["runs"]):
+        rep = parse_report(run.report_text)
+        assert rep.ok and rep.phase == "report" and rep.failure is None and rep.final is None
+        assert rep.rank == i and rep.pod == f"train-{i}" and rep.chosen.ifname == "lo"
+        assert rep.allreduce.correct and rep.allreduce.iterations == 3
+        assert (tmp / f"report-{i}.json").stat().st_mode & 0o777 == 0o644
+        assert script_run["relays"][i].returncode == 0
+        assert (tmp / f"relayed-{i}").read_text() == run.report_text
+        # the relay ended while the training still ran (it lingers 1 s after its all-reduce)
+        assert script_run["relayed_at"][i] < script_run["ended_at"][i] - 0.5
+    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith((".report", "report"))) == \
+        ["report-0.json", "report-1.json"]  # no temporary file left
+
+
+def test_in_place_the_deadline_never_ends_the_training(tmp_path):
+    """The training outlives the probe's whole budget (and the C-level backstop 5 s after
+    it) and still ends as it chooses."""
+    timeout = 10
+    env = probe_env(0, 1, free_port(), DISTTRAIN_PROBE_SOCKET_IFNAME="lo",
+                    DISTTRAIN_PROBE_TIMEOUT_SECONDS=str(timeout),
+                    TRAIN_SLEEP_TO_AGE=str(timeout + 6.5))
+    (tmp_path / "train.py").write_text(TRAIN)
+    [run] = wait_ranks([env], start([env], tmp_path, [["-m", "disttrain_probe", "--", "python",
+                                                       str(tmp_path / "train.py"), "0"]]), timeout=90)
+    assert run.rc == 0, explain(run)
+    rec = record(tmp_path, 0)
+    assert rec["slept"] and "probe-watchdog" not in rec["threads"]
+    assert run.seconds > timeout + 6
+
+
+def test_in_place_module_form(tmp_path):
+    (tmp_path / "trainmod.py").write_text(TRAIN)
+    port = free_port()
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo") for r in range(2)]
+    runs = wait_ranks(envs, start(envs, tmp_path, [["-m", "disttrain_probe", "--", "python3", "-m",
+                                                    "trainmod", "-v", str(5 + r)] for r in range(2)],
+                                  cwd=tmp_path), timeout=90)
+    for i, run in enumerate(runs):
+        assert run.rc == 5 + i, explain(run)
+        rec = record(tmp_path, i)
+        assert rec["torchLoaded"] and rec["name"] == "__main__"
+        assert rec["argv"] == [str(tmp_path / "trainmod.py"), "-v", str(5 + i)]
+        assert rec["path0"] == str(tmp_path)
+        assert rec["env"]["NCCL_SOCKET_IFNAME"] == "=lo"
+
+
+def test_in_place_exec_form(tmp_path):
+    port = free_port()
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo") for r in range(2)]
+    procs = start(envs, tmp_path, [["-m", "disttrain_probe", "--", "sh", "-c",
+                                    'echo "exec pid=$$ nccl=$NCCL_SOCKET_IFNAME gloo=$GLOO_SOCKET_IFNAME"; '
+                                    'exit 3']] * 2)
+    for st_, run in zip(procs, wait_ranks(envs, procs, timeout=90)):
+        assert run.rc == 3, explain(run)
+        assert f"exec pid={st_.proc.pid} nccl==lo gloo=lo" in run.stdout.splitlines()
+        assert parse_report(run.report_text).ok
+
+
+@pytest.mark.parametrize("failing", [0, 1])
+def test_no_rank_trains_unless_every_rank_passed(tmp_path, failing):
+    """One rank fails after its collective (its bandwidth threshold; the other rank has none
+    and passes every check of its own): neither runs the command. Without ``--`` the other
+    rank would pass."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    port = free_port()
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo", NODE_NAME="host-a",
+                      DISTTRAIN_PROBE_MESSAGE_SIZE_BYTES="65536") for r in range(2)]
+    envs[failing]["DISTTRAIN_PROBE_MIN_BUSBW_GBPS"] = "100000"
+    runs = wait_ranks(envs, start(envs, tmp_path, [["-m", "disttrain_probe", "--", "python",
+                                                    str(tmp_path / "train.py"), "0"]] * 2), timeout=90)
+    for i, run in enumerate(runs):
+        assert run.rc == 1, explain(run)
+        assert not (tmp_path / f"train-{i}.json.started").exists()  # the command never ran
+        assert "handing over" not in run.stderr
+        rep = parse_report(run.report_text)
+        assert not rep.ok and rep.final is None
+        assert rep.failure.reason == vocabulary.BANDWIDTH_BELOW_THRESHOLD
+        if i != failing:  # it passed on its own: the peer's failure, passed on
+            assert rep.failure.message.startswith(f"peer host-a (rank {failing}) failed in collective"), \
+                rep.failure.message
+            assert rep.phase == "report" and rep.allreduce.correct
+
+
+def test_in_place_without_a_command_is_bad_input(tmp_path):
+    env = probe_env(0, 1, free_port())
+    [run] = wait_ranks([env], start([env], tmp_path, [["-m", "disttrain_probe", "--"]]), timeout=60)
+    rep = parse_report(run.report_text)
+    assert run.rc == 1 and rep.phase == "config" and "nothing after --" in rep.failure.message

@@ -29,7 +29,7 @@ from disttrain_probe.phases import (
     rendezvous,
     torchfacts,
 )
-from disttrain_probe.run import probelocal, probereport
+from disttrain_probe.run import inplace, probelocal, probereport
 from disttrain_probe.run import report as REP
 
 
@@ -158,6 +158,8 @@ class Probe:
             probelocal.collect_local_ranks(self.kept, d)
             self.outcome.ok = True
             self._finish_barrier(d)
+            if cfg.in_place:  # the training runs next, here: only once every rank passed
+                inplace.await_go(self.bus, cfg, d, self.tracker)
         except ProbeFailure as f:
             self._failed(f)
         except Exception as e:  # a bug or an unclassified torch error: still report
