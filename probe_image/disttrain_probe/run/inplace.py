@@ -3,11 +3,13 @@
 pass, everything the probe holds released (:func:`release`) and the command run
 (:func:`hand_over`, its forms in ``run.handover``).
 
-The go rule: no rank trains unless every rank passed. After the final barrier each rank
-publishes its pass in the rendezvous store; rank 0 waits for all of them (a peer's failure,
-published as ``abort``, or the deadline ends the wait), then sets the go key and keeps its
-store up until every other rank has read it; the others wait for the go within the same
-deadline. A rank without the go fails (the peer's failure passed on, or
+The go rule: no rank trains unless every rank passed. In place it is the probe's final
+barrier: each rank publishes its pass in the rendezvous store; rank 0 waits for all of them
+(a peer's failure, published as ``abort``, or the deadline ends the wait), then sets the go
+key and keeps its store up until every other rank has read it; the others wait for the go
+within the same deadline, watching for a peer's failure, and only then tell rank 0 they are
+done (a rank 0 that failed keeps its store up for them, so they read its failure rather
+than lose the store). A rank without the go fails (the peer's failure passed on, or
 ``RendezvousTimeout`` naming the ranks that never passed), writes that report and exits 1
 without running the command.
 
@@ -42,8 +44,8 @@ _WHAT = "passed the probe (in place, no rank trains unless every rank passed)"
 
 
 def await_go(bus: Any, cfg: Any, d: Deadline, tracker: Any) -> None:
-    """After the final barrier (run.probe), within ``d``: publish this rank's pass; rank 0
-    waits for every rank's and sets the go, the others wait for it. Raises
+    """In place, the final barrier (run.probe), within ``d``: publish this rank's pass; rank
+    0 waits for every rank's and sets the go, the others wait for it. Raises
     :class:`ProbeFailure`: a peer's failure passed on, or RendezvousTimeout naming the ranks
     that never passed."""
     node = cfg.node_name

@@ -157,9 +157,10 @@ class Probe:
             d = self.begin("report", None, f"{cfg.node_name}: final barrier hung")
             probelocal.collect_local_ranks(self.kept, d)
             self.outcome.ok = True
-            self._finish_barrier(d)
             if cfg.in_place:  # the training runs next, here: only once every rank passed
-                inplace.await_go(self.bus, cfg, d, self.tracker)
+                inplace.await_go(self.bus, cfg, d, self.tracker)  # the barrier, and more
+            else:
+                self._finish_barrier(d)
         except ProbeFailure as f:
             self._failed(f)
         except Exception as e:  # a bug or an unclassified torch error: still report
