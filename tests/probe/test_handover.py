@@ -501,6 +501,25 @@ def test_no_rank_trains_unless_every_rank_passed(tmp_path, failing):
             assert rep.phase == "report" and rep.allreduce.correct
 
 
+@pytest.mark.parametrize("stalled", [0, 1])
+def test_no_go_by_the_deadline_runs_no_command(tmp_path, stalled):
+    """One rank hangs before its pass (in the report phase, until its watchdog ends it): the
+    other waits for the go until its deadline, then fails naming the rank that never passed."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    port, timeout = free_port(), 10
+    envs = [probe_env(r, 2, port, DISTTRAIN_PROBE_SOCKET_IFNAME="lo",
+                      DISTTRAIN_PROBE_TIMEOUT_SECONDS=str(timeout)) for r in range(2)]
+    envs[stalled]["DISTTRAIN_PROBE_TEST_STALL_PHASE"] = "report"
+    runs = wait_ranks(envs, start(envs, tmp_path, [["-m", "disttrain_probe", "--", "python",
+                                                    str(tmp_path / "train.py"), "0"]] * 2), timeout=60)
+    for i, run in enumerate(runs):
+        assert run.rc == 1 and run.seconds < timeout + 3, explain(run)
+        assert not (tmp_path / f"train-{i}.json.started").exists()
+    rep = parse_report(runs[1 - stalled].report_text)
+    assert rep.failure.reason == vocabulary.RENDEZVOUS_TIMEOUT and rep.phase == "report", rep.failure
+    assert f"rank(s) {stalled} never passed the probe" in rep.failure.message, rep.failure.message
+
+
 def test_in_place_without_a_command_is_bad_input(tmp_path):
     env = probe_env(0, 1, free_port())
     [run] = wait_ranks([env], start([env], tmp_path, [["-m", "disttrain_probe", "--"]]), timeout=60)

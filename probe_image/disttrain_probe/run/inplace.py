@@ -38,6 +38,7 @@ PASSED = "pass"                   # the topic every rank publishes once it passe
 GO = PREFIX + "go"                # rank 0 sets it once every rank passed
 GONE = PREFIX + "gone/count"      # ranks >= 1 that read the go
 ACK_SECONDS = 5.0                 # rank 0 keeps its store up this long at most for them
+GO_RESERVE_SECONDS = 1.0          # rank 0 sets the go this long before its deadline at the latest
 STORE_CLOSE_SECONDS = 10.0        # a rank >= 1 waits this long at most for rank 0 to close it
 PORT_FREE_SECONDS = 2.0           # rank 0 waits this long at most for MASTER_PORT to be free
 _WHAT = "passed the probe (in place, no rank trains unless every rank passed)"
@@ -51,9 +52,9 @@ def await_go(bus: Any, cfg: Any, d: Deadline, tracker: Any) -> None:
     node = cfg.node_name
     tracker.step(vocabulary.RENDEZVOUS_TIMEOUT, f"{node}: waiting for every rank's pass (in place)")
     bus.publish(PASSED, {"node": node})
-    if cfg.rank == 0:
-        bus.gather(PASSED, d, vocabulary.RENDEZVOUS_TIMEOUT, _WHAT,
-                   "their reports say why")
+    if cfg.rank == 0:  # a go set at the last moment would not be read before the deadline
+        go_by = Deadline(d.at - min(GO_RESERVE_SECONDS, d.remaining() / 2))
+        bus.gather(PASSED, go_by, vocabulary.RENDEZVOUS_TIMEOUT, _WHAT, "their reports say why")
         bus.store.set(GO, "1")
         _wait_count(bus, GONE, cfg.world_size - 1, d.sub(ACK_SECONDS))
         return
