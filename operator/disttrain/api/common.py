@@ -35,6 +35,14 @@ class ProbeBackend(str, Enum):
     gloo = "gloo"
 
 
+class ProbePlacement(str, Enum):
+    """Where the probe runs: ``Pods``, probe pods of their own before the training pods;
+    ``InPlace``, the training pods' trainer runs it before the user's command."""
+
+    Pods = "Pods"
+    InPlace = "InPlace"
+
+
 class KeepPods(str, Enum):
     Never = "Never"
     OnFailure = "OnFailure"

@@ -30,6 +30,7 @@ from disttrain.api.common import (
     KeepPods,
     Launcher,
     ProbeBackend,
+    ProbePlacement,
     RendezvousBackend,
 )
 from disttrain.api.hostnet import HOST_NETWORK_RULES
@@ -174,6 +175,14 @@ class ProbeSpec(CamelModel):
     keep_pods: KeepPods = Field(
         KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe."
     )
+    placement: ProbePlacement = Field(
+        ProbePlacement.Pods,
+        description="Pods: probe pods of their own, then the training pods on the nodes they "
+        "validated. InPlace: the training pods are created at once and their trainer runs "
+        "the probe first (same checks, report and verdict), then hands over to its command "
+        "in the same Python process (torch imported once) only when every rank passed; "
+        "needs the trainer's command (not the image's entrypoint) and useTrainingImage.",
+    )
 
 class DistTrainingJobSpec(CamelModel):
     """Desired state of a multi-node PyTorch training job."""
@@ -239,7 +248,7 @@ class DistTrainingJobSpec(CamelModel):
         problem = trainer_rule.trainer_problem(self.template.spec.get("containers"), self.trainer_container)
         if problem:
             raise ValueError(problem)
-        problem = torchrun_option_problem(self)
+        problem = torchrun_option_problem(self) or in_place_problem(self)
         if problem:
             raise ValueError(problem)
         return self
@@ -268,6 +277,15 @@ SPEC_RULES: list[dict[str, Any]] = [
         "static MASTER_ADDR/MASTER_PORT)",
         "check": lambda s: s.rendezvous.backend == RendezvousBackend.static.value
         or s.launcher == Launcher.torchrun.value,
+    },
+    {
+        "rule": "!has(self.probe) || !has(self.probe.placement) || self.probe.placement == 'Pods' || "
+        "((!has(self.probe.enabled) || self.probe.enabled) && "
+        "(!has(self.probe.useTrainingImage) || self.probe.useTrainingImage))",
+        "message": "probe.placement InPlace runs the probe in the training pods' trainer: it "
+        "needs probe.enabled and probe.useTrainingImage (true, the defaults)",
+        "check": lambda s: s.probe.placement == ProbePlacement.Pods.value
+        or (s.probe.enabled and s.probe.use_training_image),
     },
     *HOST_NETWORK_RULES,
 ]
@@ -306,6 +324,22 @@ def nproc_for(spec: DistTrainingJobSpec) -> int:
     if spec.num_proc_per_node != "auto":
         return int(spec.num_proc_per_node)
     return max(1, gpus_requested(trainer_of(spec)))
+
+
+def in_place_problem(spec: DistTrainingJobSpec) -> Optional[str]:
+    """With ``probe.placement: InPlace``, why the trainer cannot run the probe before its
+    command: it has none (the image's entrypoint would run, which the operator cannot put
+    the probe before); else None. Checked by the operator (InvalidSpec naming the field),
+    not by the CRD: which container is the trainer is the operator's decision."""
+    if spec.probe.placement != ProbePlacement.InPlace.value:
+        return None
+    command = trainer_of(spec).get("command")
+    if isinstance(command, list) and any(isinstance(c, str) for c in command):
+        return None
+    name = trainer_rule.trainer_name(spec.template.spec.get("containers"), spec.trainer_container)
+    return (f"spec.probe.placement InPlace runs the probe before the trainer's command, but "
+            f"spec.template.spec.containers[{trainer_index(spec)}] ({name}) has no command (the "
+            "image's entrypoint would run): set its command, or use probe.placement Pods")
 
 
 def torchrun_option_problem(spec: DistTrainingJobSpec) -> Optional[str]:

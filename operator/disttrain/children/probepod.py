@@ -47,10 +47,11 @@ class ProbeMaster:
     started_at: Optional[str] = None
 
 
-def _probe_env(job: JobRef, spec: DistTrainingJobSpec, rank: int, master: ProbeMaster,
+def probe_env_vars(job: JobRef, spec: DistTrainingJobSpec, rank: int, master: ProbeMaster,
                attempt: int) -> list[dict[str, Any]]:
-    """The probe container's own environment (the trainer's is merged under it): the
-    rendezvous variables and every ``DISTTRAIN_PROBE_*`` setting (see :func:`build_probe_pod`)."""
+    """The probe's own environment (the trainer's is merged under it): the rendezvous
+    variables and every ``DISTTRAIN_PROBE_*`` setting (see :func:`build_probe_pod`); also
+    the in-place training pod's (:mod:`disttrain.children.inplace`)."""
     env = [
         env_var("RANK", rank),
         env_var("WORLD_SIZE", spec.num_nodes),
@@ -153,7 +154,7 @@ def build_probe_pod(
     pod_spec = pod["spec"]
     trainer = trainer_container(spec)
     image = spec.probe.image or probe_image
-    env = _probe_env(job, spec, rank, master, attempt)
+    env = probe_env_vars(job, spec, rank, master, attempt)
     probe: dict[str, Any] = {
         "name": "probe",
         "image": (trainer.get("image") or image) if spec.probe.use_training_image else image,

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Callable, Iterable, Optional
 
 from disttrain.api import constants
+from disttrain.api.common import ProbePlacement
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import gang as gang_objects
 from disttrain.children import kueue as kueue_objects
@@ -317,8 +318,9 @@ class Step:
         if reason in constants.SPEC_REASONS:
             self.finish(False, reason, message, "invalid spec")
         else:
+            none = ("training did not start" if self.spec.probe.placement == ProbePlacement.InPlace.value
+                    else "no training pods were created")
             self.finish(False, vocabulary.PREFLIGHT_FAILED,
-                        cond.clip(f"preflight failed ({reason}), no training pods were created: "
-                                  f"{message}"), "preflight failed")
+                        cond.clip(f"preflight failed ({reason}), {none}: {message}"), "preflight failed")
         if self.st.has_probe_record() and self.st.probe.start_time:
             self.st.probe.complete(self.ts)

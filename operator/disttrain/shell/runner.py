@@ -121,7 +121,7 @@ class Reconciler:
 
     def network_policies(self, namespace: str, job: dict, pods: list[dict]) -> tuple[dict, ...]:
         """The NetworkPolicies of the job's namespace while its preflight is undecided and
-        probe pods exist (the verdict names one that drops the job's traffic:
+        the pods that probe exist (the verdict names one that drops the job's traffic:
         :mod:`disttrain.diagnosis.networkpolicy`); () otherwise. A list the operator may not
         make (no RBAC for networkpolicies, or the API not served) is (): the verdict is then
         the probes' own, and the log says why once."""
@@ -130,8 +130,8 @@ class Reconciler:
         decided = any(isinstance(c, dict) and c.get("type") == constants.VALIDATED
                       and c.get("status") in (constants.TRUE, constants.FALSE)
                       for c in (conds if isinstance(conds, list) else []))
-        if decided or not any(
-                observe.role(p) == constants.ROLE_PROBE for p in pods):
+        # the pods that probe: probe pods, or in place (probe.placement InPlace) the training pods
+        if decided or not any(observe.role(p) in (constants.ROLE_PROBE, constants.ROLE_WORKER) for p in pods):
             return ()
         try:
             return tuple(self.kube.list_network_policies(namespace))

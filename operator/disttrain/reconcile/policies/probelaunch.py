@@ -15,13 +15,14 @@ holds its name (:meth:`~disttrain.reconcile.step.Step.create`). Used by :mod:`.p
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Optional
+from typing import Callable, Optional
 
 from disttrain.api import constants
-from disttrain.api.types import DistTrainingJobSpec
+from disttrain.api.common import ProbePlacement
+from disttrain.api.types import DistTrainingJobSpec, trainer_of
+from disttrain.children import inplace, observe
 from disttrain.children import kueue as kueue_objects
-from disttrain.children import observe
-from disttrain.children.names import JobRef, master_dns_name, uses_dns_hostnames
+from disttrain.children.names import JobRef, master_dns_name, probe_pod_name, uses_dns_hostnames, worker_pod_name
 from disttrain.children.pods import Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 from disttrain.reconcile.policies import stallwatch
@@ -64,16 +65,39 @@ def attempt_of(s: Step) -> int:
     return attempt
 
 
+def in_place(spec: DistTrainingJobSpec) -> bool:
+    """``probe.placement: InPlace``: the training pods run the probe (:mod:`disttrain.children.inplace`)."""
+    return spec.probe.placement == ProbePlacement.InPlace.value
+
+
+def _role(s: Step) -> tuple[str, Callable[[str, int], str]]:
+    """The role of the pods that run the attempt's probe, and their names by rank."""
+    return (constants.ROLE_WORKER, worker_pod_name) if in_place(s.spec) else (constants.ROLE_PROBE, probe_pod_name)
+
+
+def probe_pod_names(s: Step) -> list[str]:
+    """The names the attempt's probing pods take, by rank (probe pods, or in place the training pods)."""
+    _, named = _role(s)
+    return [named(s.job.name, r) for r in range(s.spec.num_nodes)]
+
+
 def current_probes(s: Step, attempt: int) -> dict[int, dict]:
-    """The attempt's probe pods by node rank; every other probe pod of the job is deleted."""
+    """The attempt's probe pods by node rank; every other probe pod of the job is deleted.
+    In place, the training pods of the current training attempt (status.restarts) shown as
+    probe pods (:func:`disttrain.children.inplace.probe_view`)."""
+    role, _ = _role(s)
+    label = s.st.restarts if in_place(s.spec) else attempt
     by_rank: dict[int, dict] = {}
     n = s.spec.num_nodes
-    for p in s.alive(constants.ROLE_PROBE):
+    for p in s.alive(role):
         rank = observe.int_label(p, constants.LABEL_RANK)
-        if observe.int_label(p, constants.LABEL_ATTEMPT) != attempt or not 0 <= rank < n or rank in by_rank:
+        if observe.int_label(p, constants.LABEL_ATTEMPT) != label or not 0 <= rank < n or rank in by_rank:
             s.delete(p)
         else:
             by_rank[rank] = p
+    if in_place(s.spec):
+        trainer = trainer_of(s.spec).get("name")
+        return {r: inplace.probe_view(p, trainer if isinstance(trainer, str) else "") for r, p in by_rank.items()}
     return by_rank
 
 
@@ -103,23 +127,34 @@ def check_training_pods(s: Step) -> None:
         s.plan.dry_runs.append(pod)
 
 
+def _builder(s: Step, attempt: int) -> Callable[[int, ProbeMaster], dict]:
+    """The pod that runs rank r's probe: a probe pod, or in place the training pod that
+    runs it first (with the stall watch when the job asks for it)."""
+    if in_place(s.spec):
+        attempts = inplace.Attempts(probe=attempt, training=s.st.restarts)
+        return lambda rank, master: stallwatch.watched(s, inplace.build_pod(
+            s.job, s.spec, rank, master, attempts, s.probe_image))
+    return lambda rank, master: build_probe_pod(s.job, s.spec, rank, master, attempt, s.probe_image)
+
+
 def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
     """Create the missing probe pods (rank 0 first); returns MASTER_ADDR once known. The
     attempt's first creates come with :func:`check_training_pods`."""
     job, spec = s.job, s.spec
+    build = _builder(s, attempt)
     if not by_rank:
         check_training_pods(s)
     rank0 = by_rank.get(0)
     master = master_addr(job, spec, rank0)
-    if constants.ROLE_PROBE in s.gangs:  # a gang is placed only once all its pods exist: all at once
+    if _role(s)[0] in s.gangs:  # a gang is placed only once all its pods exist: all at once
         master = master_dns_name(job, spec)
         s.st.rendezvous.record(master, spec.rendezvous.port)
         for rank in range(spec.num_nodes):
             if rank not in by_rank:
-                s.create(build_probe_pod(job, spec, rank, ProbeMaster(master if rank else None), attempt, s.probe_image))
+                s.create(build(rank, ProbeMaster(master if rank else None)))
         return master
     if rank0 is None:
-        s.create(build_probe_pod(job, spec, 0, ProbeMaster(), attempt, s.probe_image))
+        s.create(build(0, ProbeMaster()))
         return master
     if not master:
         return None
@@ -132,6 +167,6 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
     started = observe.started_at(rank0, "probe")
     for rank in range(1, spec.num_nodes):
         if rank not in by_rank:
-            s.create(build_probe_pod(job, spec, rank, ProbeMaster(master, started), attempt, s.probe_image))
+            s.create(build(rank, ProbeMaster(master, started)))
     return master
 

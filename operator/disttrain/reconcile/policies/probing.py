@@ -16,12 +16,11 @@ from typing import Optional
 
 from disttrain.api import constants
 from disttrain.children import observe
-from disttrain.children.names import probe_pod_name
 from disttrain.diagnosis import messages
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import conflicts, kubeletended, nodeloss, offers, scheduling, verdict
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
-from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, record_start
+from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, probe_pod_names, record_start
 from disttrain.reconcile.policies.stranded import excused, rank0_wait, stranded
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
 from disttrain_probe.contract import vocabulary
@@ -142,7 +141,7 @@ def _name_conflicts(s: Step) -> bool:
     of the attempt is created meanwhile), the preflight failed with NameConflict once the
     conflict outlasted its bound."""
     waited = s.st.waiting_for_name
-    found = conflicts.check(s, [probe_pod_name(s.job.name, r) for r in range(s.spec.num_nodes)])
+    found = conflicts.check(s, probe_pod_names(s))
     if found is None:
         if waited:  # the name is free now: the budget starts again
             s.st.probe.start_time = s.ts
