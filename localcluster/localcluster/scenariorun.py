@@ -161,7 +161,9 @@ def _rank_nodes(pods: list[dict]) -> dict[int, str]:
     for p in pods:
         name = p["metadata"]["name"]
         node = (p.get("spec") or {}).get("nodeName")
-        if node and f"{JOB}-probe-" in name:
+        # the probes' pods, or in place the training pods that probe (workers are pinned to
+        # the nodes their rank's probe validated: the same map either way)
+        if node and (f"{JOB}-probe-" in name or f"{JOB}-worker-" in name):
             try:
                 res[int(name.rsplit("-", 1)[1])] = node
             except ValueError:
@@ -400,9 +402,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m localcluster.scenariorun", description=__doc__)
     ap.add_argument("scenario", help="a name in scenarios/ or a path to a scenario file")
     ap.add_argument("--keep", action="store_true", help="keep the job's namespace afterwards")
+    ap.add_argument("--placement", choices=("Pods", "InPlace"),
+                    help="run the job with this spec.probe.placement (default: as the scenario says)")
     a = ap.parse_args(argv)
     try:
-        sc = loader.load(a.scenario)
+        sc = loader.placed(loader.load(a.scenario), a.placement)
     except scn.ScenarioError as e:
         print(f"scenario error:\n{e}", file=sys.stderr)
         return 2

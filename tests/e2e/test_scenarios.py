@@ -109,6 +109,27 @@ def test_scenario(scenario_cluster, name):
         assert outcome.seconds < 60, f"{name}: diagnosed only after {outcome.seconds:.0f}s"
 
 
+# Both placements reach the same verdict (issue 34): a scenario of each kind of cause runs
+# again with probe.placement InPlace (the training pods probe first) and its expect must
+# hold as with probe pods: a healthy job trains, the kubelet's word, a host firewall on
+# either port, a missing interface, a NetworkPolicy (the operator's own verdict), the
+# scheduler's. `make test-scenarios` runs every scenario in both.
+IN_PLACE = ("healthy", "probe-oomkilled", "firewall-ephemeral", "firewall-master-drop", "ifname-missing",
+            "networkpolicy-default-deny", "not-enough-nodes")
+IN_PLACE_SCENARIOS = (tuple(n for n in loader.all_names() if _sampled(loader.load(n)))
+                      if os.environ.get("DISTTRAIN_ALL_SCENARIOS") == "1" else IN_PLACE)
+
+
+@pytest.mark.parametrize("name", IN_PLACE_SCENARIOS)
+def test_scenario_in_place(scenario_cluster, name):
+    sc = loader.placed(loader.load(name), "InPlace")
+    scenariorun.prepare(sc, say=lambda *_: None)
+    outcome, problems, lines = _one_run(sc, f"ip-{name}", 0)
+    assert outcome.ok, f"{name} in place: {outcome.why}\n" + "\n".join(lines)
+    assert not problems, f"{name} in place: kubectl describe dtj lacks what a user acts on: {problems}"
+    TIMINGS[f"{name} (in place)"] = outcome.seconds
+
+
 def test_bad_scenario_names_line_and_field_and_creates_nothing(tmp_path):
     f = tmp_path / "bad.yaml"
     f.write_text("nodes: 2\nnodeOverrides:\n  node-a:\n    nics:\n      - {name: eth0, segment: mgmt, mtu: 5}\n"

@@ -185,6 +185,14 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+def placed(sc: Scenario, placement: Optional[str]) -> Scenario:
+    """``sc`` with its job's ``probe.placement`` set (``Pods``, ``InPlace``; None: as written),
+    so one scenario runs in both placements and must reach the same verdict."""
+    if not placement:
+        return sc
+    return sc.model_copy(update={"job": deep_merge(sc.job or {}, {"probe": {"placement": placement}})})
+
+
 def job_documents(sc: Scenario, example: Optional[Path] = None) -> list[dict]:
     """The example's documents with the scenario's ``job`` merged into the job's spec, and
     its ``training`` (strike.py): the script in place of ``train_digits.py``, the env added
