@@ -4,7 +4,8 @@ probe as their trainer's first step, then the user's command. Pure.
 What a training pod gets (:func:`build_pod`, on top of
 :func:`disttrain.children.pods.build_worker_pod`):
 
-- the trainer's command ``python /opt/disttrain-probe/run_probe.py -- <command> <args>``:
+- the trainer's command ``python -c <bootstrap> -- <command> <args>``, which waits for the
+  probe program and runs it as ``python /opt/disttrain-probe/run_probe.py -- <command>``:
   the probe runs every phase with its peers exactly as in a probe pod, and only when every
   rank passed hands over to the user's command, in the same interpreter for a Python script
   or module (torch is imported once) or by exec, with the interface it chose in
@@ -12,12 +13,15 @@ What a training pod gets (:func:`build_pod`, on top of
 - the probe's environment (:func:`disttrain.children.probepod.probe_env_vars`: RANK,
   WORLD_SIZE and MASTER_ADDR as a probe pod's, the ``DISTTRAIN_PROBE_*`` settings), its
   report written to :data:`REPORT_PATH` on an emptyDir shared with
-- the relay container :data:`RELAY` (the probe image, ``python -m
-  disttrain_probe.run.relay``): it copies the final report to its own termination message
-  and ends as soon as the report is there, and the kubelet hands it to the operator while
+- the relay container :data:`RELAY` (the probe image, ``python -m disttrain_probe.install
+  /opt/disttrain-probe --then-relay ...``): it copies the probe program into an emptyDir
+  shared with the trainer (no init container: both start together, about a second sooner),
+  then copies the final report to its own termination message and ends as soon as the
+  report is there, and the kubelet hands it to the operator while
   training runs on (a pod tells the operator nothing else without new rights);
-- the probe program, copied in by the ``install-probe`` init container (as in a probe pod
-  with ``useTrainingImage``), and one pod per node (required pod anti-affinity).
+- one pod per node (required pod anti-affinity). With the stall watch its init container
+  installs the probe before the trainer starts (its ``sitecustomize`` must be there when
+  Python starts); the relay then finds it there.
 
 :func:`probe_view` shows such a pod as the probe run reads a probe pod (a ``probe``
 container whose termination message is the report), so the scheduling verdict, the
@@ -38,34 +42,25 @@ from disttrain.children.podbase import declare_beacon_port, env_var, list_of, me
 from disttrain.children.pods import DEFAULT_CONTAINER, Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, probe_env_vars
 from disttrain_probe.contract import probe_env
+from disttrain_probe.contract.install import install_bootstrap
 
 RELAY = "preflight"  # the relay container's name
 PROBE = "probe"  # the container a probe pod runs the probe in (what probe_view shows)
 REPORT_VOLUME = "disttrain-preflight"
 REPORT_DIR = "/var/run/disttrain/preflight"
 REPORT_PATH = REPORT_DIR + "/report.json"
-INSTALL_NAME = "install-probe"  # shared with the stall watch (disttrain.children.progresswatch)
 # The relay only waits for a file: a Python interpreter without torch, about 10 MiB.
 RELAY_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
 RELAY_GRACE_SECONDS = 60  # the relay gives up this long after the probe's own budget
 
 
-def _install(pod_spec: dict[str, Any], trainer: dict[str, Any], image: str) -> None:
-    """The probe program in an emptyDir (the init container copies it) and the report's
-    emptyDir, both mounted in the trainer."""
+def _volumes(pod_spec: dict[str, Any], trainer: dict[str, Any]) -> None:
+    """The probe program's emptyDir (the relay copies the probe into it) and the report's,
+    both mounted in the trainer."""
     ours = {constants.PROBE_VOLUME, REPORT_VOLUME}
     pod_spec["volumes"] = [v for v in list_of(pod_spec.get("volumes"))
                            if not (isinstance(v, dict) and v.get("name") in ours)] + [
         {"name": constants.PROBE_VOLUME, "emptyDir": {}}, {"name": REPORT_VOLUME, "emptyDir": {}}]
-    inits = [c for c in list_of(pod_spec.get("initContainers"))
-             if not (isinstance(c, dict) and c.get("name") == INSTALL_NAME)]
-    pod_spec["initContainers"] = [{
-        "name": INSTALL_NAME,
-        "image": image,
-        "command": ["python", "-m", "disttrain_probe.install", constants.PROBE_INSTALL_DIR],
-        "volumeMounts": [{"name": constants.PROBE_VOLUME, "mountPath": constants.PROBE_INSTALL_DIR}],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }, *inits]
     mounts = [m for m in list_of(trainer.get("volumeMounts"))
               if not (isinstance(m, dict) and (m.get("name") in ours or m.get("mountPath") in
                                                (constants.PROBE_INSTALL_DIR, REPORT_DIR)))]
@@ -81,10 +76,12 @@ def relay_container(spec: DistTrainingJobSpec, image: str) -> dict[str, Any]:
         "image": image,
         # copied to the kubelet's own file: the kubelet mounts that file at the path, so a
         # path on the shared emptyDir would hide the trainer's report from the relay
-        "command": ["python", "-m", "disttrain_probe.run.relay", REPORT_PATH,
-                    str(spec.probe.timeout_seconds + RELAY_GRACE_SECONDS), "--to", constants.TERMINATION_MESSAGE_PATH],
+        "command": ["python", "-m", "disttrain_probe.install", constants.PROBE_INSTALL_DIR, "--then-relay",
+                    REPORT_PATH, str(spec.probe.timeout_seconds + RELAY_GRACE_SECONDS),
+                    "--to", constants.TERMINATION_MESSAGE_PATH],
         "resources": copy.deepcopy(RELAY_RESOURCES),
-        "volumeMounts": [{"name": REPORT_VOLUME, "mountPath": REPORT_DIR, "readOnly": True}],
+        "volumeMounts": [{"name": constants.PROBE_VOLUME, "mountPath": constants.PROBE_INSTALL_DIR},
+                         {"name": REPORT_VOLUME, "mountPath": REPORT_DIR, "readOnly": True}],
         "terminationMessagePath": constants.TERMINATION_MESSAGE_PATH,
         "terminationMessagePolicy": "File",
     }
@@ -138,9 +135,12 @@ def build_pod(job: JobRef, spec: DistTrainingJobSpec, rank: int, master: ProbeMa
     trainer["env"] = sorted(trainer["env"], key=lambda e: e.get("name") != "HOST_IP")
     command = [c for c in list_of(trainer.get("command")) if isinstance(c, str)]
     args = [a for a in list_of(trainer.get("args")) if isinstance(a, str)]
-    trainer["command"], trainer["args"] = ["python", constants.PROBE_LAUNCHER, "--", *command, *args], []
+    # no init container (one more container start, about a second, before the trainer's):
+    # the relay copies the probe in as both start, the trainer waits for it
+    trainer["command"] = ["python", "-c", install_bootstrap(constants.PROBE_INSTALL_DIR), "--", *command, *args]
+    trainer["args"] = []
     declare_beacon_port(trainer, spec, rank)
-    _install(pod_spec, trainer, image)
+    _volumes(pod_spec, trainer)
     containers.append(relay_container(spec, image))
     pod_spec["containers"] = containers
     if isinstance(trainer.get("name"), str):  # kubectl logs <pod> shows the trainer, not the relay

@@ -6,7 +6,9 @@ first (its MASTER_ADDR is its own DNS name or address), the others once rank 0 h
 address and its probe container has started (or :data:`PEER_START_WAIT_SECONDS` after it
 reached its node), carrying that start time as the evidence that lets a dialling rank call
 a silent master port blocked after a short grace. With a gang (:mod:`.gang`) every rank is
-created at once, MASTER_ADDR rank 0's DNS name.
+created at once, MASTER_ADDR rank 0's DNS name. In place (``probe.placement: InPlace``)
+the other ranks' training pods are created as soon as rank 0 has its address, as without
+a probe: the launch pays no wait of the probe's.
 
 Pods of an older attempt are deleted; a rank's pod is created only when no observed pod
 holds its name (:meth:`~disttrain.reconcile.step.Step.create`). Used by :mod:`.probing`.
@@ -158,7 +160,11 @@ def launch(s: Step, attempt: int, by_rank: dict[int, dict]) -> Optional[str]:
         return master
     if not master:
         return None
-    left = peers_wait_left(rank0, s.now)
+    # In place the training pods wait for nothing more than training's own would (rank 0's
+    # address): every second here is paid at every launch. Without rank 0's start the
+    # dialling ranks decide a silent master port by its host's other answers and the
+    # beacon (as gang probes do, all created at once).
+    left = 0.0 if in_place(spec) else peers_wait_left(rank0, s.now)
     if left is None or left > 0:
         if left is not None:
             s.plan.requeue(left)

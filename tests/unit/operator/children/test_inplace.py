@@ -14,6 +14,7 @@ from disttrain.children.names import JobRef
 from disttrain.children.probepod import ProbeMaster
 from disttrain_probe.contract import probe_env
 from disttrain_probe.contract import vocabulary as V
+from disttrain_probe.contract.install import install_bootstrap
 from tests.support.builders import spec_of
 from tests.support.fixtures import job, report
 from tests.support.reconcile import advance, names, step
@@ -35,7 +36,8 @@ def test_the_trainer_runs_the_probe_then_its_own_command():
     pod = built()
     trainer, relay = pod["spec"]["containers"]
     assert pod["metadata"]["name"] == "j-worker-1" and pod["metadata"]["labels"][C.LABEL_ROLE] == C.ROLE_WORKER
-    assert trainer["command"] == ["python", C.PROBE_LAUNCHER, "--", "python", "/workspace/train.py", "--epochs", "3"]
+    assert trainer["command"] == ["python", "-c", install_bootstrap(C.PROBE_INSTALL_DIR), "--",
+                                  "python", "/workspace/train.py", "--epochs", "3"]
     assert trainer["args"] == []
     e = env(trainer)
     assert (e["RANK"], e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) == ("1", "2", "10.100.0.10", "29500")
@@ -44,12 +46,14 @@ def test_the_trainer_runs_the_probe_then_its_own_command():
     assert pod["metadata"]["labels"][C.LABEL_ATTEMPT] == "0"  # the training attempt
     # the relay hands the report over as its termination message
     assert relay["name"] == inplace.RELAY and relay["terminationMessagePath"] == C.TERMINATION_MESSAGE_PATH
-    assert relay["command"][:4] == ["python", "-m", "disttrain_probe.run.relay", inplace.REPORT_PATH]
+    assert relay["command"][:6] == ["python", "-m", "disttrain_probe.install", C.PROBE_INSTALL_DIR, "--then-relay",
+                                    inplace.REPORT_PATH]
     assert relay["command"][-2:] == ["--to", C.TERMINATION_MESSAGE_PATH]
     assert relay["terminationMessagePolicy"] == "File" and relay["image"] == "probe:1"
     mounts = {m["mountPath"] for m in trainer["volumeMounts"]}
     assert {C.PROBE_INSTALL_DIR, inplace.REPORT_DIR} <= mounts
-    assert pod["spec"]["initContainers"][0]["name"] == inplace.INSTALL_NAME
+    assert not pod["spec"].get("initContainers")  # the relay installs the probe as both start
+    assert {m["mountPath"] for m in relay["volumeMounts"]} == {C.PROBE_INSTALL_DIR, inplace.REPORT_DIR}
     assert pod["metadata"]["annotations"]["kubectl.kubernetes.io/default-container"] == "trainer"
     anti = pod["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][-1]
     assert anti["labelSelector"]["matchLabels"][C.LABEL_ROLE] == C.ROLE_WORKER
@@ -195,3 +199,17 @@ def test_the_loop_in_place_fails_the_preflight_from_the_reports():
     assert conds[C.VALIDATED]["status"] == "False" and conds[C.VALIDATED]["reason"] == V.MASTER_PORT_TIMEOUT
     assert conds[C.FAILED]["status"] == "True" and "training did not start" in conds[C.FAILED]["message"]
     assert plan.creates == []
+
+
+def test_in_place_the_other_ranks_wait_only_for_rank_0s_address():
+    """As without a probe: a probe pod's peers also wait for rank 0's probe to start (its
+    start is their evidence), which in place would be paid at every launch."""
+    for placement, want in (("InPlace", ["j-worker-1"]), ("Pods", [])):
+        body = job(probe={"enabled": True, "placement": placement})
+        plan = step(body, [])
+        rank0 = copy.deepcopy(plan.creates[0])
+        rank0["metadata"]["ownerReferences"][0]["controller"] = True
+        rank0["spec"]["nodeName"] = "node-a"
+        rank0["status"] = {"phase": "Pending", "hostIP": "10.100.0.10"}  # scheduled, nothing started
+        plan = step(advance(body, plan), [rank0])
+        assert names(plan) == want, placement
