@@ -177,7 +177,8 @@ def _probe_status(relay: Optional[dict], main: Optional[dict]) -> Optional[dict]
 def probe_view(pod: dict[str, Any], trainer: str) -> dict[str, Any]:
     """``pod`` (an in-place training pod as observed) as a probe pod: a ``probe`` container
     in place of the trainer and the relay (the trainer's resources; its status from
-    :func:`_probe_status`), the pod Succeeded or Failed once that container ended (by its
+    :func:`_probe_status`; the relay's own status kept while it waits to start, so an image
+    it cannot pull fails the preflight at once), the pod Succeeded or Failed once that container ended (by its
     exit code), else the pod's own phase. Other containers (sidecars) and everything else
     are the pod's. A copy; never raises for any pod."""
     view: dict[str, Any] = copy.deepcopy(pod) if isinstance(pod, dict) else {}
@@ -190,6 +191,9 @@ def probe_view(pod: dict[str, Any], trainer: str) -> dict[str, Any]:
     statuses = [cs for cs in list_of(status.get("containerStatuses")) if isinstance(cs, dict)]
     probe = _probe_status(_status_named(statuses, RELAY), _status_named(statuses, trainer))
     others = [cs for cs in statuses if cs.get("name") not in (trainer, RELAY)]
+    relay = _status_named(statuses, RELAY)
+    if relay is not None and isinstance((relay.get("state") or {}).get("waiting"), dict):
+        others.append(relay)  # it cannot start (its image, its config): the scheduling verdict's
     if statuses:
         status["containerStatuses"] = ([probe] if probe is not None else []) + others
     end = _terminated(probe)

@@ -158,7 +158,7 @@ def _cleanup(s: Step) -> None:
     failed = s.status_of(constants.VALIDATED) == constants.FALSE
     for p in cleanup.probes_to_delete(s.spec, failed, s.alive(constants.ROLE_PROBE)):
         s.delete(p)
-    for p in cleanup.workers_to_delete(s.spec, s.alive(constants.ROLE_WORKER)):
+    for p in cleanup.workers_to_delete(s.spec, s.alive(constants.ROLE_WORKER), failed):
         s.delete(p)
     s.plan.creates.clear()
     s.plan.services.clear()

@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Optional
 
+from disttrain.api.common import ProbePlacement
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import observe
 from disttrain.reconcile.policies.deadline import seconds_left
@@ -33,15 +34,20 @@ def probes_to_delete(spec: DistTrainingJobSpec, preflight_failed: bool,
     return out
 
 
-def workers_to_delete(spec: DistTrainingJobSpec, workers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def workers_to_delete(spec: DistTrainingJobSpec, workers: list[dict[str, Any]],
+                      preflight_failed: bool = False) -> list[dict[str, Any]]:
     """The training pods to delete once the job has finished (cleanPodPolicy); with None,
     still those pending or running that hold host ports (:func:`holds_host_ports`: a pod
     whose trainer ended but whose sidecar runs on would keep the next job's pods off the
-    node's ports for good)."""
+    node's ports for good). In place (``probe.placement: InPlace``) after a failed
+    preflight, every pending or running one whatever the policy: no training may run on
+    in a job whose preflight failed."""
     policy = spec.run_policy.clean_pod_policy
     if policy == "All":
         return list(workers)
     running = [p for p in workers if observe.phase(p) in ("Pending", "Running")]
+    if preflight_failed and spec.probe.placement == ProbePlacement.InPlace.value:
+        return running
     return running if policy == "Running" else [p for p in running if holds_host_ports(p)]
 
 

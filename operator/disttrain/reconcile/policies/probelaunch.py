@@ -122,8 +122,10 @@ def check_training_pods(s: Step) -> None:
     as ``InvalidPodTemplate`` naming the field, before any probe runs, not once the probe
     passed. The rendezvous is a stand-in (the probe decides it); nothing is stored."""
     rv = Rendezvous("127.0.0.1", s.spec.rendezvous.port)
+    in_place_pod = _builder(s, attempt_of(s)) if in_place(s.spec) else None  # the very pods, relay included
     for rank in range(min(2, s.spec.num_nodes)):
-        pod = stallwatch.watched(s, build_worker_pod(s.job, s.spec, rank, None, rv, s.st.restarts or 0))
+        pod = in_place_pod(rank, ProbeMaster("127.0.0.1" if rank else None)) if in_place_pod is not None else \
+            stallwatch.watched(s, build_worker_pod(s.job, s.spec, rank, None, rv, s.st.restarts or 0))
         if s.placement is not None:
             kueue_objects.place(pod, *s.placement)
         s.plan.dry_runs.append(pod)

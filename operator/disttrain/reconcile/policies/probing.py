@@ -20,7 +20,14 @@ from disttrain.diagnosis import messages
 from disttrain.reconcile import conditions as cond
 from disttrain.reconcile.policies import conflicts, kubeletended, nodeloss, offers, scheduling, verdict
 from disttrain.reconcile.policies.deadline import probe_budget_seconds, seconds_left
-from disttrain.reconcile.policies.probelaunch import attempt_of, current_probes, launch, probe_pod_names, record_start
+from disttrain.reconcile.policies.probelaunch import (
+    attempt_of,
+    current_probes,
+    in_place,
+    launch,
+    probe_pod_names,
+    record_start,
+)
 from disttrain.reconcile.policies.stranded import excused, rank0_wait, stranded
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
 from disttrain_probe.contract import vocabulary
@@ -227,6 +234,13 @@ def _master_given(s: Step, by_rank: dict[int, dict]) -> Optional[str]:
     return s.st.recorded_master
 
 
+# In place the probe runs in the training container: until every rank's trainer started,
+# the budget also covers pulling the training image and the template's init containers
+# (a probe pod has neither), this many seconds more (an image that cannot be pulled fails
+# at once: scheduling_verdict).
+IN_PLACE_START_SECONDS = 600.0
+
+
 def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
     """ProbeTimeout once the attempt overran its budget (``waiting``: what the verdict waits
     for, when not a running pod). The budget counts from the attempt's first pod or, if
@@ -244,6 +258,12 @@ def _budget(s: Step, by_rank: dict[int, dict], waiting: str = "") -> None:
     known = [t for t in scheduled if t is not None]
     if start is not None and scheduled and len(known) == len(scheduled):  # every pod scheduled
         start = max([start] + known)
+    if in_place(s.spec):  # the probe starts with the trainer: after its image and the template's init containers
+        started = [observe.parse_time(observe.started_at(p, "probe")) for p in by_rank.values()]
+        if start is not None and started and all(t is not None for t in started):
+            start = max([start] + [t for t in started if t is not None])
+        else:
+            budget += IN_PLACE_START_SECONDS
     left = seconds_left(start, budget, s.now)
     if left is None:
         return

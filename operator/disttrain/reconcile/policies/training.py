@@ -58,6 +58,8 @@ def _may_create(s: Step, attempt: int) -> bool:
 
 
 def _create_probed(s: Step, attempt: int, by_rank: dict[int, dict]) -> None:
+    if all(r in by_rank for r in range(s.spec.num_nodes)):
+        return  # every rank's pod exists (in place: the pods that probed train)
     nodes = s.st.nodes
     master = s.st.recorded_master
     if not master:  # validated, but the status lost it (edited, restored)

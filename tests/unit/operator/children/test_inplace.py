@@ -4,12 +4,13 @@ with ``probe.placement: InPlace`` from apply to training."""
 
 import copy
 import json
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from disttrain.api import constants as C
-from disttrain.children import inplace
+from disttrain.children import inplace, observe
 from disttrain.children.names import JobRef
 from disttrain.children.probepod import ProbeMaster
 from disttrain_probe.contract import probe_env
@@ -17,7 +18,7 @@ from disttrain_probe.contract import vocabulary as V
 from disttrain_probe.contract.install import install_bootstrap
 from tests.support.builders import spec_of
 from tests.support.fixtures import job, report
-from tests.support.reconcile import advance, names, step
+from tests.support.reconcile import NOW, advance, names, step
 
 REF = JobRef("j", "ns", "uid-1")
 IN_PLACE = {"enabled": True, "placement": "InPlace"}
@@ -213,3 +214,80 @@ def test_in_place_the_other_ranks_wait_only_for_rank_0s_address():
         rank0["status"] = {"phase": "Pending", "hostIP": "10.100.0.10"}  # scheduled, nothing started
         plan = step(advance(body, plan), [rank0])
         assert names(plan) == want, placement
+
+
+def test_a_relay_that_cannot_start_fails_the_preflight_at_once():
+    """Its image is the probe's: unpullable, the trainer would wait for a probe that never
+    comes; the view keeps the relay's waiting state for the scheduling verdict."""
+    pulling = {"name": inplace.RELAY, "state": {"waiting": {"reason": "ErrImagePull", "message": "probe:bad: not found"}}}
+    view = inplace.probe_view(_pod([running("trainer"), pulling]), "trainer")
+    assert observe.image_pull_error(view) and "ErrImagePull" in observe.image_pull_error(view)
+    body = job(probe=IN_PLACE)
+    plan = step(body, [])
+    rank0 = copy.deepcopy(plan.creates[0])
+    rank0["metadata"]["ownerReferences"][0]["controller"] = True
+    rank0["spec"]["nodeName"] = "node-a"
+    rank0["status"] = {"phase": "Pending", "hostIP": "10.100.0.10", "containerStatuses": [running("trainer"), pulling]}
+    plan = step(advance(body, plan), [rank0])
+    conds = {c["type"]: c for c in plan.status["conditions"]}
+    assert conds[C.VALIDATED]["reason"] == V.PROBE_IMAGE_PULL_FAILED
+
+
+def _two_in_place(**spec):
+    """The in-place job with both ranks created, neither trainer started yet; (body, pods)."""
+    body = job(probe=IN_PLACE, **spec)
+    plan = step(body, [])
+    rank0 = copy.deepcopy(plan.creates[0])
+    body = advance(body, plan)
+    placed = _finished([rank0], [report(0, "node-a")])[0]
+    placed["status"]["containerStatuses"] = [running("trainer"), running(inplace.RELAY)]
+    plan = step(body, [placed])
+    return advance(body, plan), [rank0, plan.creates[0]]
+
+
+def test_in_place_the_probe_budget_waits_for_the_trainers_to_start():
+    """The training image and the template's init containers come before the probe in
+    place (a probe pod has neither): no ProbeTimeout while a trainer has not started, the
+    budget counts from the last trainer's start once all did."""
+    body, pods = _two_in_place()
+    pods = _finished(pods, [report(0, "node-a"), report(1, "node-b")])
+    for p in pods:
+        p["status"]["phase"] = "Pending"
+        p["status"]["containerStatuses"] = [{"name": "trainer", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+        p["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-30T12:00:00Z"}]
+    plan = step(body, pods, now=NOW + timedelta(seconds=300))  # far past the 60 s probe budget
+    assert {c["type"]: c for c in plan.status["conditions"]}[C.VALIDATED]["status"] == "Unknown"
+    for p in pods:
+        p["status"]["phase"] = "Running"
+        p["status"]["containerStatuses"] = [{"name": "trainer", "state": {"running": {"startedAt": "2026-11-30T12:04:50Z"}}},
+                                            running(inplace.RELAY)]
+    plan = step(body, pods, now=NOW + timedelta(seconds=310))
+    assert {c["type"]: c for c in plan.status["conditions"]}[C.VALIDATED]["status"] == "Unknown"
+    plan = step(body, pods, now=NOW + timedelta(seconds=290 + 200))  # silent past its own budget since it started
+    assert {c["type"]: c for c in plan.status["conditions"]}[C.VALIDATED]["status"] == "False"
+
+
+def test_a_failed_in_place_preflight_leaves_no_training_running_whatever_the_clean_pod_policy():
+    body, pods = _two_in_place(runPolicy={"cleanPodPolicy": "None"}, network={"hostNetwork": False})
+    bad = report(1, "node-b", ok=False, failure={"reason": V.MASTER_PORT_TIMEOUT, "phase": "rendezvous",
+                                                 "message": "node-b: 10.100.0.10:29500 timed out"})
+    pods = _finished(pods, [report(0, "node-a"), bad])
+    plan = step(body, pods)
+    assert {c["type"]: c for c in plan.status["conditions"]}[C.FAILED]["status"] == "True"
+    assert sorted(plan.deletes) == ["j-worker-0", "j-worker-1"]  # both trainers still ran
+
+
+def test_the_dry_run_checks_the_in_place_pod_with_its_relay():
+    plan = step(job(probe=IN_PLACE), [])
+    assert plan.dry_runs and all(inplace.RELAY in [c["name"] for c in p["spec"]["containers"]] for p in plan.dry_runs)
+
+
+def test_validated_in_place_with_the_master_lost_from_the_status_keeps_training():
+    """Nothing to create, nothing to re-probe for: the pods that probed are training."""
+    body, pods = _two_in_place()
+    pods = _finished(pods, [report(0, "node-a"), report(1, "node-b")])
+    body = advance(body, step(body, pods))
+    body["status"]["rendezvous"].pop("masterAddr")
+    plan = step(body, pods)
+    conds = {c["type"]: c for c in plan.status["conditions"]}
+    assert conds[C.VALIDATED]["status"] == "True" and plan.creates == [] and plan.deletes == []
