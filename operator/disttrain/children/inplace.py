@@ -145,8 +145,8 @@ def build_pod(job: JobRef, spec: DistTrainingJobSpec, rank: int, master: ProbeMa
     pod_spec["containers"] = containers
     if isinstance(trainer.get("name"), str):  # kubectl logs <pod> shows the trainer, not the relay
         pod["metadata"]["annotations"].setdefault(DEFAULT_CONTAINER, trainer["name"])
-    one_per_node(pod_spec, {**{k: v for k, v in pod["metadata"]["labels"].items()
-                               if k in (constants.LABEL_JOB, constants.LABEL_ROLE, constants.LABEL_ATTEMPT)}})
+    one_per_node(pod_spec, {k: v for k, v in pod["metadata"]["labels"].items()
+                            if k in (constants.LABEL_JOB, constants.LABEL_ROLE, constants.LABEL_ATTEMPT)})
     return pod
 
 
@@ -189,9 +189,9 @@ def probe_view(pod: dict[str, Any], trainer: str) -> dict[str, Any]:
     spec["containers"] = [{**main_spec, "name": PROBE}] + [c for c in containers
                                                              if c.get("name") not in (trainer, RELAY)]
     statuses = [cs for cs in list_of(status.get("containerStatuses")) if isinstance(cs, dict)]
-    probe = _probe_status(_status_named(statuses, RELAY), _status_named(statuses, trainer))
-    others = [cs for cs in statuses if cs.get("name") not in (trainer, RELAY)]
     relay = _status_named(statuses, RELAY)
+    probe = _probe_status(relay, _status_named(statuses, trainer))
+    others = [cs for cs in statuses if cs.get("name") not in (trainer, RELAY)]
     if relay is not None and isinstance((relay.get("state") or {}).get("waiting"), dict):
         others.append(relay)  # it cannot start (its image, its config): the scheduling verdict's
     if statuses:
