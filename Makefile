@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: test-scenarios test-stall test-regression system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
+.PHONY: test-scenarios test-in-place test-stall test-regression system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -131,10 +131,16 @@ chaos: system-deps venv build-cluster
 	DISTTRAIN_CHAOS=long $(if $(CHAOS_SEED),DISTTRAIN_CHAOS_SEED=$(CHAOS_SEED)) $(VPY) -m pytest -q -s -ra tests/e2e/test_chaos.py -k long
 
 # Every scenario in scenarios/ on the real kubelets (`make test` runs healthy, the ordinary-spec
-# scenarios and 24 others drawn by the day; DISTTRAIN_SCENARIO_SEED=N picks another draw).
+# scenarios and 16 others drawn by the day; DISTTRAIN_SCENARIO_SEED=N picks another draw).
 test-scenarios: system-deps venv build-cluster images
 	@$(SYSTEM_DEPS) nodes
 	DISTTRAIN_ALL_SCENARIOS=1 $(VPY) -m pytest -q -ra tests/e2e/test_scenarios.py -k "not regression"
+
+# The scenarios of each kind of cause again with probe.placement InPlace (issue 34; `make
+# test` runs healthy and 2 others drawn by the day).
+test-in-place: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
+	DISTTRAIN_IN_PLACE_ALL=1 $(VPY) -m pytest -q -ra tests/e2e/test_scenarios.py -k "in_place"
 
 # Every generated case kept under scenarios/regression/ (`make test` runs 3 of them, drawn by
 # the day; DISTTRAIN_REGRESSION_SEED=N picks another draw).

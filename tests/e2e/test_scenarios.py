@@ -75,7 +75,7 @@ def _sampled(sc) -> bool:
     each: `make test-stall` runs them, and `make test` runs two stall cases of its own)."""
     return not sc.slow and sc.training is None and sc.strike is None
 ALWAYS = ("healthy", "integer-quantities", "sidecar-first", "probe-oomkilled")
-SCENARIO_SAMPLE = 24
+SCENARIO_SAMPLE = 16
 SCENARIOS = (loader.all_names() if os.environ.get("DISTTRAIN_ALL_SCENARIOS") == "1"
              else loader.scenario_sample(SCENARIO_SAMPLE, int(os.environ.get("DISTTRAIN_SCENARIO_SEED") or DAY),
                                          ALWAYS, [n for n in loader.all_names() if _sampled(loader.load(n))]))
@@ -114,10 +114,17 @@ def test_scenario(scenario_cluster, name):
 # hold as with probe pods: a healthy job trains, the kubelet's word, a host firewall on
 # either port, a missing interface, a NetworkPolicy (the operator's own verdict), the
 # scheduler's. `make test-scenarios` runs every scenario in both.
+# `make test` runs healthy and IN_PLACE_SAMPLE of the others drawn by the day; `make
+# test-in-place` runs all of IN_PLACE.
 IN_PLACE = ("healthy", "probe-oomkilled", "firewall-ephemeral", "firewall-master-drop", "ifname-missing",
             "networkpolicy-default-deny", "not-enough-nodes")
-IN_PLACE_SCENARIOS = (tuple(n for n in loader.all_names() if _sampled(loader.load(n)))
-                      if os.environ.get("DISTTRAIN_ALL_SCENARIOS") == "1" else IN_PLACE)
+IN_PLACE_SAMPLE = 2
+IN_PLACE_SCENARIOS = (
+    tuple(n for n in loader.all_names() if _sampled(loader.load(n)))
+    if os.environ.get("DISTTRAIN_ALL_SCENARIOS") == "1"
+    else IN_PLACE if os.environ.get("DISTTRAIN_IN_PLACE_ALL") == "1"
+    else loader.scenario_sample(IN_PLACE_SAMPLE, int(os.environ.get("DISTTRAIN_SCENARIO_SEED") or DAY),
+                                ("healthy",), IN_PLACE))
 
 
 @pytest.mark.parametrize("name", IN_PLACE_SCENARIOS)

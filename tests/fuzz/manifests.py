@@ -321,6 +321,7 @@ PROBE_FIELDS = {
     "timeoutSeconds": maybe_unset(ints(5, 3600)),
     "maxLinkImbalance": maybe_unset(st.one_of(st.floats(0.5, 1001), st.sampled_from([1, 1000, 0.999, 1000.5, 0]))),
     "keepPods": maybe_unset(st.sampled_from(["Never", "OnFailure", "Always", "Sometimes"])),
+    "placement": maybe_unset(st.sampled_from(["Pods", "InPlace", "inplace", ""])),
 }
 SCHEDULING_FIELDS = {
     "gang": maybe_unset(st.sampled_from(["auto", "workload", "coscheduling", "volcano", "none", "yes"])),
