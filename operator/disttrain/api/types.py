@@ -173,7 +173,9 @@ class ProbeSpec(CamelModel):
         "runs at its pace). Unset: a node below half the median is only a SlowLink warning.",
     )
     keep_pods: KeepPods = Field(
-        KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe."
+        KeepPods.OnFailure, description="Keep probe pods (for their logs) after the probe. Placement InPlace "
+        "has no probe pods, so this field has no effect there: after a failed preflight the training "
+        "pods still running are deleted and the ended ones follow runPolicy.cleanPodPolicy."
     )
     placement: ProbePlacement = Field(
         ProbePlacement.Pods,

@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from disttrain.api import constants
+from disttrain.api.common import ProbePlacement
 from disttrain.api.types import DistTrainingJobSpec
+from disttrain.children import inplace
 from disttrain.children.names import JobRef
 
 KUEUE_API = "kueue.x-k8s.io/v1beta2"
@@ -57,10 +59,14 @@ def _quota_containers(containers: Any) -> list[dict[str, Any]]:
 def workload(job: JobRef, spec: DistTrainingJobSpec, queue: str) -> dict[str, Any]:
     """The Workload Kueue admits: one pod set of numNodes pods with the template's
     containers and init containers (their resource requests are what the quota counts, as
-    the scheduler sums them), node selector,
+    the scheduler sums them; in place, the relay container too), node selector,
     affinity and tolerations (Kueue matches them against the ResourceFlavors)."""
     tmpl = spec.template.spec
     pod_spec: dict[str, Any] = {"containers": _quota_containers(tmpl.get("containers"))}
+    if spec.probe.enabled and spec.probe.placement == ProbePlacement.InPlace.value:
+        # in place, every training pod also runs the relay container: the quota counts it
+        pod_spec["containers"].append({"name": inplace.RELAY, "image": spec.probe.image or "probe",
+                                       "resources": copy.deepcopy(inplace.RELAY_RESOURCES)})
     if tmpl.get("initContainers"):  # sidecars and init containers count as the scheduler counts them
         pod_spec["initContainers"] = _quota_containers(tmpl.get("initContainers"))
     for key in ("nodeSelector", "affinity", "tolerations", "priorityClassName"):

@@ -3,7 +3,7 @@
 import copy
 
 from disttrain.api import constants
-from disttrain.children import kueue
+from disttrain.children import inplace, kueue
 from disttrain.reconcile import conditions as cond
 from disttrain_probe.contract import vocabulary
 from tests.support.builders import ADMISSION, ADMITTED, DEACTIVATED, EVICTED, FLAVOR, PENDING, workload
@@ -115,3 +115,14 @@ def test_the_workload_counts_sidecars_and_init_containers_as_the_scheduler_does(
     assert [c["name"] for c in pod["containers"]] == ["logs", "trainer"]
     assert pod["initContainers"] == [{"name": "ship", "image": "s:1", "resources": {"requests": {"cpu": "1"}},
                                       "restartPolicy": "Always"}]
+
+
+def test_in_place_the_workload_counts_the_relay_container_each_training_pod_runs():
+    body = queued(probe={"placement": "InPlace"})
+    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["python", "train.py"]
+    pod = step(body, []).objects[0]["spec"]["podSets"][0]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["trainer", inplace.RELAY]
+    assert pod["containers"][1]["resources"] == inplace.RELAY_RESOURCES
+    body = queued()  # probe pods run before training, not beside it: not counted
+    pod = step(body, []).objects[0]["spec"]["podSets"][0]["template"]["spec"]
+    assert [c["name"] for c in pod["containers"]] == ["trainer"]
