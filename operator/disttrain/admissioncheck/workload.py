@@ -96,6 +96,7 @@ class PodSetPlan:
     trainer: str
     flavors: dict[str, str] = field(default_factory=dict)
     domains: tuple[Domain, ...] = ()
+    index: int = 0  # its position in spec.podSets
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ def _pod_set(ps: Any, i: int, first: int, assigned: dict[str, tuple[int, dict[st
         flavors = {str(k): v for k, v in raw.items()}
         if a.get("topologyAssignment") is not None:
             doms = domains(a["topologyAssignment"], f"{apath}.topologyAssignment")
-    return PodSetPlan(name, count, first, copy.deepcopy(template), trainer, flavors, tuple(doms))
+    return PodSetPlan(name, count, first, copy.deepcopy(template), trainer, flavors, tuple(doms), i)
 
 
 class _NoTrainer(Unreadable):
