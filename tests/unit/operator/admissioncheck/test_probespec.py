@@ -2,6 +2,8 @@
 (:mod:`disttrain.admissioncheck.probespec`): the same probe pod builder, told the job's own
 ranks, port and interface, placed where Kueue will place the job's pods."""
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.admissioncheck import probespec as P
 from disttrain.admissioncheck.workload import Problem, parse_workload
@@ -9,6 +11,7 @@ from disttrain.api import constants
 from disttrain.api.types import ProbeSpec
 from disttrain.children.probepod import ProbeMaster
 
+from .test_workload import mutated
 from .workloads import hostname_assignment, pod_set, pytorchjob, template, workload
 
 FLAVOR = {"default-flavor": P.Flavor({"pool": "gpu"}, [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}])}
@@ -86,3 +89,21 @@ def test_the_probe_job_name_is_a_short_dns_label(owner, uid):
     name = P.probe_job(plan).name
     assert len(name) <= P.NAME_ROOM and name == name.lower()
     assert all(c.isalnum() or c == "-" for c in name) and name[0].isalnum() and name[-1].isalnum()
+
+
+# ---- generated: every plan the parser gives becomes probe pods or a problem --------------
+
+
+@given(mutated(), st.integers(0, 5))
+def test_a_parsed_plan_gives_every_rank_a_probe_pod_or_a_problem(wl, rank):
+    plan = parse_workload(wl)
+    if isinstance(plan, Problem):
+        return
+    specs = P.probe_specs(plan, FLAVOR)
+    if isinstance(specs, Problem):
+        assert specs.field.startswith("spec.podSets[") and len(specs.message) <= 400
+        return
+    rank %= plan.num_nodes
+    pod = P.probe_pod(plan, specs, rank, ProbeMaster(addr="10.0.0.1"), attempt=1)
+    assert _env(pod)["RANK"] == str(rank) and _env(pod)["WORLD_SIZE"] == str(plan.num_nodes)
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == plan.uid
