@@ -236,7 +236,7 @@ def _env(template: dict[str, Any], trainer: str, name: str, path: str) -> Option
                 if isinstance(e, dict) and e.get("name") == name:
                     if isinstance(e.get("value"), str):
                         return e["value"]
-                    raise _Rendezvous(f"{path}.env[{name}]", "not a literal value (valueFrom): "
+                    raise _Rendezvous(f"{path}.containers[{trainer}].env[{name}]", "not a literal value (valueFrom): "
                                       "the check cannot know what the job will use")
     return None
 

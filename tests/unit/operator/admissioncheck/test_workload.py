@@ -94,9 +94,9 @@ BASE = pytorchjob(workers=1)
     (_with(BASE, ("spec", "podSets", 0, "template", "spec", "containers", 0, "ports", 0, "containerPort"), 70000),
      W.RENDEZVOUS_UNREADABLE, "spec.podSets[0].template.spec.containers[pytorch]"),
     (workload("Job", [pod_set("main", 2, template("t", env=[{"name": "MASTER_PORT", "valueFrom": {}}]))]),
-     W.RENDEZVOUS_UNREADABLE, "spec.podSets[0].template.spec.env[MASTER_PORT]"),
+     W.RENDEZVOUS_UNREADABLE, "spec.podSets[0].template.spec.containers[t].env[MASTER_PORT]"),
     (workload("Job", [pod_set("main", 2, template("t", env=[{"name": "NCCL_SOCKET_IFNAME", "valueFrom": {}}]))]),
-     W.RENDEZVOUS_UNREADABLE, "spec.podSets[0].template.spec.env[NCCL_SOCKET_IFNAME]"),
+     W.RENDEZVOUS_UNREADABLE, "spec.podSets[0].template.spec.containers[t].env[NCCL_SOCKET_IFNAME]"),
     (_with(BASE, ("status",), {"admission": {"podSetAssignments": {}}}), W.WORKLOAD_UNREADABLE,
      "status.admission.podSetAssignments"),
     (_with(BASE, ("status",), {"admission": {"podSetAssignments": [{"name": "worker", "topologyAssignment": {
