@@ -14,7 +14,8 @@ reads from ``status.admissionChecks[]``.
   Validated's own; **Rejected** when the job itself is wrong (:data:`JOB_FAULTS`, and
   :data:`JOB_FAULTS_EVERYWHERE` when the verdict names every probed node), else **Retry**
   (a node at fault, or a cause that may pass on other nodes or later): Kueue releases the
-  quota and queues the Workload again after :data:`RETRY_AFTER_SECONDS`.
+  quota and queues the Workload again after :data:`RETRY_AFTER_SECONDS`, and the next
+  probes keep off the nodes the verdict named (``Answer.avoid``).
 - ``Validated`` Unknown or absent: **Pending** (the probes are running).
 
 Which reasons the job is at fault for (every other failure is Retry):
@@ -57,12 +58,15 @@ JOB_FAULTS_EVERYWHERE = frozenset({vocabulary.INTERFACE_NOT_FOUND, vocabulary.NO
 class Answer:
     """What goes into the Workload's ``status.admissionChecks[]`` entry of our check:
     ``state`` (Pending, Ready, Retry, Rejected), ``message`` (<= 400 characters),
-    ``pod_set_updates`` (Ready only) and ``requeue_after_seconds`` (Retry only)."""
+    ``pod_set_updates`` (Ready only) and ``requeue_after_seconds`` (Retry only); ``avoid``
+    (Retry only) the nodes the verdict named, for the next probes of this Workload to
+    keep off (:func:`disttrain.admissioncheck.probespec.probe_pod`)."""
 
     state: str
     message: str
     pod_set_updates: list[dict[str, Any]] = field(default_factory=list)
     requeue_after_seconds: Optional[int] = None
+    avoid: tuple[str, ...] = ()
 
 
 def validated_label(plan: Plan) -> tuple[str, str]:
@@ -126,7 +130,8 @@ def answer(verdicts: Mapping[str, Verdict], plan: Plan, placed: Mapping[int, str
     msg = messages.bound(f"{v.reason}: {v.message}")
     if _job_at_fault(v, plan, placed, named, retry_count):
         return Answer(REJECTED, msg)
-    return Answer(RETRY, msg, requeue_after_seconds=RETRY_AFTER_SECONDS)
+    return Answer(RETRY, msg, requeue_after_seconds=RETRY_AFTER_SECONDS,
+                  avoid=tuple(n for n in dict.fromkeys(named) if n in set(placed.values())))
 
 
 def named_nodes(verdicts: Mapping[str, Verdict], placed: Mapping[int, str]) -> list[str]:

@@ -16,7 +16,9 @@ when unset: the probe chooses), ``network.hostNetwork`` the template's, the prob
 the operator is configured with, placement Pods. The probe pod of rank r is pinned, on
 top of that, to the topology domain Kueue assigned the pod of the same index
 (:func:`disttrain.admissioncheck.topology.selector_of_pod`), and owned by the Workload
-(deleted with it) instead of a DistTrainingJob.
+(deleted with it) instead of a DistTrainingJob, and kept off the nodes an earlier Retry
+named (Kueue queues the Workload again; the probes then try other nodes, and Ready pins
+the job to the nodes they validated).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import copy
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from pydantic import ValidationError
 
@@ -34,6 +36,7 @@ from disttrain.api import constants
 from disttrain.api.fieldpath import spec_error_message
 from disttrain.api.types import DistTrainingJobSpec, ProbeSpec
 from disttrain.children.names import JobRef
+from disttrain.children.podbase import avoid_nodes
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
 WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
@@ -111,14 +114,19 @@ def probe_specs(plan: Plan, flavors: Optional[Mapping[str, Flavor]] = None,
 
 
 def probe_pod(plan: Plan, specs: Mapping[str, DistTrainingJobSpec], rank: int, master: ProbeMaster,
-              attempt: int, probe_image: str = constants.DEFAULT_PROBE_IMAGE) -> dict[str, Any]:
+              attempt: int, avoid: Sequence[str] = ()) -> dict[str, Any]:
     """The probe pod of node rank ``rank``: DistTrainingJob's, from the spec of the pod set
-    holding the rank, pinned to its topology domain, owned by the Workload."""
+    holding the rank (its ``probe.image``, else the default probe image), pinned to its
+    topology domain, kept off the nodes in ``avoid`` (those an earlier verdict of this
+    Workload named, :attr:`disttrain.admissioncheck.answer.Answer.avoid`), owned by the
+    Workload."""
     p, index = plan.rank_of(rank)
-    pod = build_probe_pod(probe_job(plan), specs[p.name], rank, master, attempt, probe_image)
+    pod = build_probe_pod(probe_job(plan), specs[p.name], rank, master, attempt)
     domain = selector_of_pod(list(p.domains), index)
     if domain:
         pod["spec"]["nodeSelector"] = {**(pod["spec"].get("nodeSelector") or {}), **domain}
+    if avoid:
+        avoid_nodes(pod["spec"], avoid)
     pod["metadata"]["ownerReferences"] = [{
         "apiVersion": WORKLOAD_API_VERSION, "kind": "Workload", "name": plan.name, "uid": plan.uid,
         "controller": True, "blockOwnerDeletion": True}]

@@ -60,6 +60,13 @@ def test_a_node_at_fault_is_retry_with_the_failed_check_s_sentence():
     got = A.answer(failed(V.NETWORK_VALIDATED, V.EPHEMERAL_PORTS_BLOCKED, msg), PLAN, PLACED, named=["n2"])
     assert got.state == A.RETRY and got.message == f"{V.EPHEMERAL_PORTS_BLOCKED}: {msg}"
     assert got.requeue_after_seconds == A.RETRY_AFTER_SECONDS and not got.pod_set_updates
+    assert got.avoid == ("n2",)
+
+
+def test_retry_avoids_only_probed_nodes_the_verdict_named_once_each():
+    got = A.answer(failed(V.COLLECTIVE_VALIDATED, V.ALL_REDUCE_TIMEOUT, "m"), PLAN, PLACED,
+                   named=["n1", "elsewhere", "n1", "n0"])
+    assert got.state == A.RETRY and got.avoid == ("n1", "n0")
 
 
 @pytest.mark.parametrize("reason", sorted(A.JOB_FAULTS))

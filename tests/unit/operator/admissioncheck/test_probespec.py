@@ -48,6 +48,17 @@ def test_the_probe_pod_is_the_disttrainingjob_one_for_that_rank_on_its_assigned_
     assert pod["metadata"]["name"] == f"{P.probe_job(plan).name}-probe-2"
 
 
+def test_nodes_an_earlier_retry_named_are_avoided_and_the_operator_s_image_is_used():
+    plan = parse_workload(pytorchjob(workers=1))
+    specs = P.probe_specs(plan, probe=ProbeSpec(image="registry.local/probe:7"))
+    pod = P.probe_pod(plan, specs, 1, ProbeMaster(addr="a"), attempt=2, avoid=["n1"])
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n1"]}]}]
+    assert pod["spec"]["initContainers"][0]["image"] == "registry.local/probe:7"
+    plain = P.probe_pod(plan, specs, 1, ProbeMaster(addr="a"), attempt=2)
+    assert "nodeAffinity" not in plain["spec"]["affinity"]  # only the one-per-node podAntiAffinity
+
+
 def test_rank_0_without_a_topology_assignment_keeps_the_template_s_own_selector():
     plan = parse_workload(pytorchjob(workers=1))
     pod = P.probe_pod(plan, P.probe_specs(plan), 0, ProbeMaster(), attempt=1)
