@@ -31,7 +31,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from pydantic import ValidationError
 
 from disttrain.admissioncheck.topology import selector_of_pod
-from disttrain.admissioncheck.workload import Plan, PodSetPlan, Problem, problem
+from disttrain.admissioncheck.workload import WORKLOAD_API_VERSION, Plan, PodSetPlan, Problem, problem
 from disttrain.api import constants
 from disttrain.api.fieldpath import spec_error_message
 from disttrain.api.types import DistTrainingJobSpec, ProbeSpec
@@ -39,7 +39,6 @@ from disttrain.children.names import JobRef
 from disttrain.children.podbase import avoid_nodes
 from disttrain.children.probepod import ProbeMaster, build_probe_pod
 
-WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"
 TEMPLATE_REFUSED = "TemplateRefused"  # the pod set's template is not one a probe pod can copy
 NAME_ROOM = 40  # of the probe job's name: <name>-probe-<rank> and <name>-<rank> stay DNS labels
 

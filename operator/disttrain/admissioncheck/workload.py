@@ -52,6 +52,7 @@ from disttrain.api.trainer import trainer_name
 from disttrain.diagnosis import messages
 
 CONTROLLER_NAME = "disttrain.dev/preflight"
+WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta2"  # the storage version
 
 # the job kinds a checked Workload may belong to: (API group, kind)
 PYTORCHJOB = ("kubeflow.org", "PyTorchJob")
