@@ -127,7 +127,12 @@ class Plan:
         raise IndexError(f"rank {rank} outside 0..{self.num_nodes - 1}")
 
 
+FIELD_ROOM = 200  # of a problem's field path: names in it come from the Workload
+
+
 def problem(reason: str, path: str, what: str) -> Problem:
+    """A :class:`Problem` at ``path`` (cut to :data:`FIELD_ROOM` characters) because ``what``."""
+    path = path if len(path) <= FIELD_ROOM else path[: FIELD_ROOM - 1] + "…"
     return Problem(reason, path, messages.bound(f"{path}: {what}"))
 
 
@@ -285,7 +290,7 @@ def _read(workload: Any) -> Plan:
     if not isinstance(pod_sets, list) or not pod_sets:
         raise Unreadable("spec.podSets", "not a non-empty list")
     names = [ps.get("name", "main") if isinstance(ps, dict) else None for ps in pod_sets]
-    ranked = _rank_names(kind, [n for n in names if isinstance(n, str)])
+    ranked = list(dict.fromkeys(_rank_names(kind, [n for n in names if isinstance(n, str)])))
     assigned = _assignments(workload.get("status"))
     plans: list[PodSetPlan] = []
     first = 0

@@ -111,9 +111,25 @@ def test_each_unreadable_field_is_a_problem_naming_it(wl, reason, field):
     assert got.message.startswith(field + ": ") and len(got.message) <= 400
 
 
+def test_a_field_path_built_from_long_names_is_cut_and_the_message_still_names_it():
+    name = "c" * 1000
+    wl = workload("Job", [pod_set("main", 2, template(name, env=[{"name": "MASTER_PORT", "valueFrom": {}}]))])
+    got = W.parse_workload(wl)
+    assert got.reason == W.RENDEZVOUS_UNREADABLE and len(got.field) == W.FIELD_ROOM
+    assert got.message.startswith(got.field) and len(got.message) <= 400
+
+
+def test_a_pod_set_named_twice_holds_its_ranks_once():
+    wl = workload("JobSet", [pod_set("w", 2, template("trainer")), pod_set("w", 3, template("trainer"))])
+    plan = W.parse_workload(wl)
+    assert [(p.name, p.count) for p in plan.pod_sets] == [("w", 2)] and plan.num_nodes == 2
+
+
 # ---- generated: any JSON-ish value, and the real shapes mutated ---------------------------
 
-JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 70000) | st.text(max_size=8),
+# short strings, and now and then one longer than a message (names end up in field paths)
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-5, 70000) | st.text(max_size=8)
+                    | st.text(alphabet="ab-", min_size=390, max_size=420),
                     lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
                     max_leaves=20)
 SEEDS = [pytorchjob(workers=2, admission=[hostname_assignment("worker", ["a", "b"])]),
