@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 from disttrain.admissioncheck.answer import PENDING, Answer
 from disttrain.admissioncheck.workload import WORKLOAD_API_VERSION
+from disttrain.api import constants
 
 QUOTA_RESERVED = "QuotaReserved"
 FINISHED = "Finished"
@@ -48,7 +49,7 @@ def awaiting(workload: Any, ours: set[str]) -> list[str]:
     if not isinstance(meta, dict) or meta.get("deletionTimestamp"):
         return []
     conds = _conditions(workload)
-    if conds.get(QUOTA_RESERVED) != "True" or conds.get(FINISHED) == "True":
+    if conds.get(QUOTA_RESERVED) != constants.TRUE or conds.get(FINISHED) == constants.TRUE:
         return []
     out = []
     for name in sorted(ours):
