@@ -52,6 +52,9 @@ REPORT_PATH = REPORT_DIR + "/report.json"
 # The relay only waits for a file: a Python interpreter without torch, about 10 MiB.
 RELAY_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
 RELAY_GRACE_SECONDS = 60  # the relay gives up this long after the probe's own budget
+# The kubelet's reasons for ending a trainer that are never the probe's own exit: after the
+# relay holds the final report they are training's (:func:`_probe_status`).
+KILLED_AFTER_REPORT = ("OOMKilled",)
 
 
 def _volumes(pod_spec: dict[str, Any], trainer: dict[str, Any]) -> None:
@@ -165,9 +168,14 @@ def _probe_status(relay: Optional[dict], main: Optional[dict]) -> Optional[dict]
     (running the probe, or ended before the report: killed, out of memory, crashed)."""
     relay_end, main_end = _terminated(relay), _terminated(main)
     if relay_end is not None and relay_end.get("exitCode") == 0:
+        # the relay ends 0 only with the probe's final report: the probe was done, so a kill
+        # of the trainer after that (out of memory right after the hand-over) is training's
+        # (the training phase reads it from the pod), not the probe's end
         end = dict(relay_end)
-        end["exitCode"] = main_end.get("exitCode", 0) if main_end is not None else 0
-        end["reason"] = main_end.get("reason", "Completed") if main_end is not None else "Completed"
+        killed = main_end is not None and main_end.get("reason") in KILLED_AFTER_REPORT
+        own = main_end is not None and not killed
+        end["exitCode"] = main_end.get("exitCode", 0) if own and main_end is not None else 0
+        end["reason"] = main_end.get("reason", "Completed") if own and main_end is not None else "Completed"
         return {**(main or relay or {}), "name": PROBE, "state": {"terminated": end}}
     if main is None:
         return None

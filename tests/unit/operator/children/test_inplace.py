@@ -182,6 +182,35 @@ def test_the_loop_in_place_creates_the_training_pods_once_and_validates_them():
     assert plan.status["rendezvous"]["masterAddr"] == "10.100.0.10"
 
 
+def test_out_of_memory_after_the_final_report_is_trainings_not_the_probes():
+    # the probe reported, handed over, and training ran out of memory before the kubelet
+    # showed the relay's end: the view is the probe's report, the kill is left to training
+    oom = ended("trainer", 137, "", "OOMKilled")
+    view = inplace.probe_view(_pod([oom, ended(inplace.RELAY, 0, REPORT)], phase="Running"), "trainer")
+    assert probe_of(view)["terminated"]["reason"] == "Completed"
+    assert probe_of(view)["terminated"]["exitCode"] == 0 and probe_of(view)["terminated"]["message"] == REPORT
+    # before the report (the relay still waits), the same kill is the probe's
+    view = inplace.probe_view(_pod([oom, running(inplace.RELAY)]), "trainer")
+    assert probe_of(view)["terminated"]["reason"] == "OOMKilled"
+
+
+def test_in_place_training_out_of_memory_before_the_verdict_is_not_a_probe_oom():
+    body = job(probe=IN_PLACE)
+    plan = step(body, [])
+    rank0 = plan.creates[0]
+    body = advance(body, plan)
+    placed = _finished([rank0], [report(0, "node-a")])[0]
+    placed["status"]["containerStatuses"] = [running("trainer"), running(inplace.RELAY)]
+    plan = step(body, [placed])
+    body = advance(body, plan)
+    pods = _finished([rank0, plan.creates[0]], [report(0, "node-a"), report(1, "node-b")])
+    pods[0]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
+    plan = step(body, pods)
+    conds = {c["type"]: c for c in plan.status["conditions"]}
+    assert conds[C.VALIDATED]["status"] == "True", conds[C.VALIDATED]
+    assert "ProbeOOMKilled" not in json.dumps(plan.status["conditions"])
+
+
 def test_the_loop_in_place_fails_the_preflight_from_the_reports():
     body = job(probe=IN_PLACE)
     plan = step(body, [])
@@ -291,3 +320,24 @@ def test_validated_in_place_with_the_master_lost_from_the_status_keeps_training(
     plan = step(body, pods)
     conds = {c["type"]: c for c in plan.status["conditions"]}
     assert conds[C.VALIDATED]["status"] == "True" and plan.creates == [] and plan.deletes == []
+
+
+def test_in_place_training_out_of_memory_right_after_the_hand_over_ends_training_as_out_of_memory():
+    body = job(probe=IN_PLACE)
+    plan = step(body, [])
+    rank0 = plan.creates[0]
+    body = advance(body, plan)
+    placed = _finished([rank0], [report(0, "node-a")])[0]
+    placed["status"]["containerStatuses"] = [running("trainer"), running(inplace.RELAY)]
+    plan = step(body, [placed])
+    body = advance(body, plan)
+    pods = _finished([rank0, plan.creates[0]], [report(0, "node-a"), report(1, "node-b")])
+    pods[0]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
+    pods[0]["status"]["phase"] = "Failed"
+    body = advance(body, step(body, pods))
+    plan = step(body, pods)
+    conds = {c["type"]: c for c in plan.status["conditions"]}
+    assert conds[C.VALIDATED]["status"] == "True"
+    assert conds[C.FAILED]["status"] == "True", conds[C.FAILED]
+    assert "rank 0" in conds[C.FAILED]["message"] and "OOMKilled" in conds[C.FAILED]["message"]
+    assert "probe" not in conds[C.FAILED]["message"]
