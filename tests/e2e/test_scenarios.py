@@ -111,13 +111,19 @@ def test_scenario(scenario_cluster, name):
 
 # Both placements reach the same verdict (issue 34): a scenario of each kind of cause runs
 # again with probe.placement InPlace (the training pods probe first) and its expect must
-# hold as with probe pods: a healthy job trains, the kubelet's word, a host firewall on
-# either port, a missing interface, a NetworkPolicy (the operator's own verdict), the
-# scheduler's. `make test-scenarios` runs every scenario in both.
+# hold as with probe pods: a healthy job trains, an ordinary spec, the kubelet's word, a
+# host firewall on either port or one pair, a missing interface or one named differently
+# per node, a NetworkPolicy (the operator's own verdict), the scheduler's, a loopback
+# master address or hostname, a wrong headless-Service name, an MTU black hole, a mesh
+# sidecar, skewed settings or versions, a slow link. `make test-scenarios` runs every
+# scenario in both.
 # `make test` runs healthy and IN_PLACE_SAMPLE of the others drawn by the day; `make
 # test-in-place` runs all of IN_PLACE.
-IN_PLACE = ("healthy", "probe-oomkilled", "firewall-ephemeral", "firewall-master-drop", "ifname-missing",
-            "networkpolicy-default-deny", "not-enough-nodes")
+IN_PLACE = ("healthy", "integer-quantities", "sidecar-first", "probe-oomkilled", "firewall-ephemeral",
+            "firewall-master-drop", "partition-one-pair", "ifname-missing", "two-nics-one-subnet",
+            "networkpolicy-default-deny", "not-enough-nodes", "gpu-not-offered", "master-addr-loopback",
+            "hostname-loopback-one-node", "headless-dns-wrong-name", "mtu-black-hole",
+            "mesh-sidecar-intercepts", "settings-skew", "version-skew", "slow-link")
 IN_PLACE_SAMPLE = 2
 IN_PLACE_SCENARIOS = (
     tuple(n for n in loader.all_names() if _sampled(loader.load(n)))
