@@ -47,7 +47,7 @@ def main(argv: Optional[List[str]] = None) -> int:
              "phase": "config", "failure": {"reason": vocabulary.PROBE_INTERNAL_ERROR, "phase": "config",
                                             "message": f"bad probe input: {msg}"},
              "warnings": [], "truncated": False}
-        REP.emit(r, C.report_path_hint(argv), atomic=command is not None)
+        REP.emit(r, C.report_path_hint(argv), atomic=command is not None, limit=C.report_bytes_hint())
         return 1
     probe = Probe(cfg, argv)
     code = probe.run()

@@ -287,3 +287,30 @@ def test_paths_at_64_ranks_survive_the_cap():
     r["paths"] = {f"10.{i}.0.0/24": row("o" if i % 2 else "r") for i in range(300)}
     obj = json.loads(REP.cap(r)[0])
     assert 1 <= len(obj["paths"]) <= 8 and all("r" in v for v in obj["paths"].values())
+
+
+@pytest.mark.parametrize("limit", [3072, 2457, 2048, 1024, 512, 256])
+@pytest.mark.parametrize("n", [1, 8, 64, 300])
+def test_the_cap_holds_the_pods_smaller_termination_message_budget(limit, n):
+    """A pod of more than 3 containers keeps less than 4096 bytes of each one's message
+    (the kubelet shares 12 KiB): the report fits the budget the operator passes."""
+    r = big_report(n)
+    r.update(ok=True, failure=None, phase="report",
+             chosen={"ifname": "enp7s0f1np1", "addr": "10.7.0.1", "subnet": "10.7.0.0/24"})
+    text, truncated = REP.cap(r, limit)
+    assert truncated and len(text.encode()) <= limit
+    rep = parse_report(text)
+    assert rep.ok is True
+    if limit >= 512:  # what training needs survives any budget the operator passes for up to 24 containers
+        assert json.loads(text)["chosen"]["ifname"] == "enp7s0f1np1"
+
+
+def test_the_budget_follows_the_kubelets_share_and_the_probe_clamps_what_it_is_given():
+    from disttrain_probe.contract import probe_env
+    from disttrain_probe.contract.report_format import parse_budget, report_budget
+    assert [report_budget(n) for n in (0, 1, 3, 4, 5, 12, 48)] == [4096, 4096, 4096, 3072, 2457, 1024, 256]
+    assert [parse_budget(x) for x in ("3072", " 2048 ", "99999", "1", "x", None, "")] == \
+        [3072, 2048, 4096, 256, 4096, 4096, 4096]
+    env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}
+    assert load([], env).report_bytes == 4096
+    assert load([], {**env, probe_env.REPORT_BYTES: "3072"}).report_bytes == 3072

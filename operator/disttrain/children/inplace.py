@@ -38,10 +38,10 @@ from disttrain.api import constants, torchrun
 from disttrain.api.common import Launcher, RendezvousBackend
 from disttrain.api.types import DistTrainingJobSpec, nproc_for, trainer_index, trainer_of
 from disttrain.children.names import JobRef, master_dns_name, uses_dns_hostnames
-from disttrain.children.podbase import declare_beacon_port, env_var, list_of, merge_env, one_per_node
+from disttrain.children.podbase import declare_beacon_port, env_var, list_of, merge_env, one_per_node, report_budget_env
 from disttrain.children.pods import DEFAULT_CONTAINER, Rendezvous, build_worker_pod
 from disttrain.children.probepod import ProbeMaster, probe_env_vars
-from disttrain_probe.contract import probe_env
+from disttrain_probe.contract import probe_env, vocabulary
 from disttrain_probe.contract.install import install_bootstrap
 
 RELAY = "preflight"  # the relay container's name
@@ -54,7 +54,7 @@ RELAY_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"mem
 RELAY_GRACE_SECONDS = 60  # the relay gives up this long after the probe's own budget
 # The kubelet's reasons for ending a trainer that are never the probe's own exit: after the
 # relay holds the final report they are training's (:func:`_probe_status`).
-KILLED_AFTER_REPORT = ("OOMKilled",)
+KILLED_AFTER_REPORT = (vocabulary.OOM_KILLED,)
 
 
 def _volumes(pod_spec: dict[str, Any], trainer: dict[str, Any]) -> None:
@@ -146,6 +146,8 @@ def build_pod(job: JobRef, spec: DistTrainingJobSpec, rank: int, master: ProbeMa
     _volumes(pod_spec, trainer)
     containers.append(relay_container(spec, image))
     pod_spec["containers"] = containers
+    # the relay's termination message carries the report: its share of the pod's 12 KiB
+    trainer["env"] = merge_env(trainer["env"], [report_budget_env(pod_spec)])
     if isinstance(trainer.get("name"), str):  # kubectl logs <pod> shows the trainer, not the relay
         pod["metadata"]["annotations"].setdefault(DEFAULT_CONTAINER, trainer["name"])
     one_per_node(pod_spec, {k: v for k, v in pod["metadata"]["labels"].items()

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from disttrain.api import constants
 from disttrain.api.types import DistTrainingJobSpec, gpus_requested, trainer_index, trainer_of
 from disttrain.children.names import JobRef, job_selector, pod_hostname, service_name, uses_dns_hostnames
+from disttrain_probe.contract import probe_env, report_format
 
 
 def dict_of(value: Any) -> dict:
@@ -69,6 +70,27 @@ def env_var(name: str, value: Any) -> dict[str, Any]:
 
 def field_env(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def report_budget_env(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """``DISTTRAIN_PROBE_REPORT_BYTES`` for the container that writes the probe's report in
+    ``pod_spec`` (the pod as it will be created): the kubelet shares 12 KiB of termination
+    messages evenly among a pod's containers (init and regular), so a pod of more than 3
+    keeps less than 4096 bytes of the report (:func:`report_format.report_budget`)."""
+    n = sum(len(v) for k in ("initContainers", "containers", "ephemeralContainers")
+            if isinstance(v := pod_spec.get(k), list))
+    return env_var(probe_env.REPORT_BYTES, report_format.report_budget(n))
+
+
+def refresh_report_budget(pod_spec: dict[str, Any]) -> None:
+    """Once containers were added to ``pod_spec`` (the stall watch's), give the container
+    that carries ``DISTTRAIN_PROBE_REPORT_BYTES`` the pod's new share
+    (:func:`report_budget_env`). In place; never raises."""
+    budget = report_budget_env(pod_spec)
+    for c in list_of(pod_spec.get("containers")):
+        if isinstance(c, dict) and any(isinstance(e, dict) and e.get("name") == probe_env.REPORT_BYTES
+                                       for e in list_of(c.get("env"))):
+            c["env"] = merge_env(c.get("env"), [budget])
 
 
 def merge_env(existing: Any, add: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ from disttrain.children.podbase import (
     own_address_field,
     pod_labels,
     probe_backend,
+    report_budget_env,
     template_labels,
     trainer_container,
 )
@@ -177,6 +178,7 @@ def build_probe_pod(
     declare_rendezvous_port(probe, spec, rank)
     declare_beacon_port(probe, spec, rank)
     pod_spec["containers"] = [probe]
+    probe["env"] = merge_env(probe["env"], [report_budget_env(pod_spec)])
     # The probe must end on its own; this is the kubelet-enforced backstop.
     pod_spec["activeDeadlineSeconds"] = spec.probe.timeout_seconds + 60
     one_per_node(

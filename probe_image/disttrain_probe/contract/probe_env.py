@@ -17,6 +17,7 @@ ITERATIONS = "DISTTRAIN_PROBE_ITERATIONS"  # timed all-reduces
 TIMEOUT_SECONDS = "DISTTRAIN_PROBE_TIMEOUT_SECONDS"  # the probe's whole budget
 MIN_BUSBW_GBPS = "DISTTRAIN_PROBE_MIN_BUSBW_GBPS"  # 0: no threshold
 REPORT_PATH = "DISTTRAIN_PROBE_REPORT_PATH"  # the termination message file
+REPORT_BYTES = "DISTTRAIN_PROBE_REPORT_BYTES"  # the kubelet's share of it (report_format.report_budget)
 JOB_UID = "DISTTRAIN_PROBE_JOB_UID"  # echoed in the report
 ATTEMPT = "DISTTRAIN_PROBE_ATTEMPT"  # echoed in the report
 PORT_RANGE = "DISTTRAIN_PROBE_PORT_RANGE"  # 'lo-hi' the firewall admits

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import List, Mapping, Optional, Sequence, Tuple
 
 from disttrain_probe.contract import probe_env
+from disttrain_probe.contract.report_format import MAX_REPORT_BYTES, parse_budget
 from disttrain_probe.contract.timing import default_resolve_seconds
 from disttrain_probe.ground.launcher import LauncherError, resolve
 from disttrain_probe.ground.roles import MAX_NPROC
@@ -43,6 +44,9 @@ class Config:
     min_busbw_gbps: float = 0.0
     port_range: Optional[Tuple[int, int]] = None
     report_path: str = DEFAULT_REPORT_PATH
+    # the bytes of the termination message the kubelet keeps (DISTTRAIN_PROBE_REPORT_BYTES:
+    # 12 KiB shared by the pod's containers, at most 4096; contract/report_format.py)
+    report_bytes: int = MAX_REPORT_BYTES
     local_rank: int = 0
     # How long a name that does not resolve is retried (seconds): a headless Service's
     # record appears within a second or two of the pod getting its address.
@@ -206,6 +210,13 @@ def report_path_hint(argv: Optional[Sequence[str]] = None, env: Optional[Mapping
     return env.get(probe_env.REPORT_PATH) or DEFAULT_REPORT_PATH
 
 
+def report_bytes_hint(env: Optional[Mapping[str, str]] = None) -> int:
+    """The termination message's budget (:func:`report_format.parse_budget` of
+    DISTTRAIN_PROBE_REPORT_BYTES), usable even when the rest of the config is invalid."""
+    env = os.environ if env is None else env
+    return parse_budget(env.get(probe_env.REPORT_BYTES))
+
+
 class _Inputs:
     """The parsed --flags over the (launcher-resolved) environment: a flag wins, then a
     non-empty variable, then the default."""
@@ -261,6 +272,7 @@ def load(argv: Optional[Sequence[str]] = None, env: Optional[dict] = None) -> Co
         port_range=parse_port_range(get(ns.port_range, probe_env.PORT_RANGE)),
         report_path=get(ns.report_path, probe_env.REPORT_PATH, DEFAULT_REPORT_PATH)
         or DEFAULT_REPORT_PATH,
+        report_bytes=report_bytes_hint(env),
         local_rank=local_rank,
         resolve_seconds=_float(probe_env.RESOLVE_SECONDS,
                                env.get(probe_env.RESOLVE_SECONDS)

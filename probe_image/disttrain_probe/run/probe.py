@@ -85,7 +85,7 @@ class Probe:
             if self.outcome.emitted:
                 return
             self.outcome.emitted = True
-            REP.emit(self.build(), self.cfg.report_path, atomic=self.cfg.in_place)
+            REP.emit(self.build(), self.cfg.report_path, atomic=self.cfg.in_place, limit=self.cfg.report_bytes)
 
     def _overrun(self, phase: str, reason: Optional[str], message: str) -> None:
         """Watchdog: the phase overran its hard deadline (possibly stuck in C++)."""

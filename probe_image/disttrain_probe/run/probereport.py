@@ -133,5 +133,5 @@ def prewrite(k: Kept, phase: str, reason: Optional[str]) -> None:
         f"{k.cfg.node_name}: the probe ended during {phase} without a final report "
         f"(killed, out of memory, or hung past the {k.cfg.timeout_seconds:g}s budget)")}
     r.pop("mesh", None)
-    text, _ = REP.cap(r)
+    text, _ = REP.cap(r, k.cfg.report_bytes)
     REP.write(k.cfg.report_path, text, k.cfg.in_place)

@@ -310,13 +310,14 @@ def summary(r: Dict[str, Any]) -> str:
 
 
 def emit(report: Dict[str, Any], path: Optional[str], stream: Any = None,
-         atomic: bool = False) -> Tuple[str, bool]:
-    """Write the capped report to ``path`` (``atomic``: see :func:`write`) and the summary +
+         atomic: bool = False, limit: int = MAX_REPORT_BYTES) -> Tuple[str, bool]:
+    """Write the report capped to ``limit`` bytes (the pod's termination message budget,
+    contract/report_format.py) to ``path`` (``atomic``: see :func:`write`) and the summary +
     full JSON to stdout.
 
     The last stdout line is the full report as one JSON object.
     """
-    text, truncated = cap(report)
+    text, truncated = cap(report, limit)
     err = write(path, text, atomic) if path else None
     out = stream or sys.stdout
     try:

@@ -17,6 +17,7 @@ from typing import Any, Optional
 from disttrain.api import constants
 from disttrain.api.types import nproc_for, trainer_index
 from disttrain.children import observe
+from disttrain.children.podbase import refresh_report_budget
 from disttrain.children.progresswatch import (
     SIDECAR_NAME,
     ProgressEvent,
@@ -59,7 +60,8 @@ def watched(s: Step, pod: dict[str, Any]) -> dict[str, Any]:
     containers = (pod.get("spec") or {}).get("containers") or []
     i = trainer_index(s.spec)
     if 0 <= i < len(containers) and isinstance(containers[i], dict):
-        add_watch(pod["spec"], containers[i], watch)
+        if add_watch(pod["spec"], containers[i], watch):
+            refresh_report_budget(pod["spec"])  # in place: two more containers share the messages
     return pod
 
 

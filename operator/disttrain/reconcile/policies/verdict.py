@@ -60,7 +60,7 @@ from disttrain.diagnosis.netsummary import summarize_ifnames
 from disttrain.reconcile.policies import kubeletended, nodeloss
 from disttrain.reconcile.policies.probelaunch import attempt_of
 from disttrain.reconcile.step import Outcome, ProbeRun, Step
-from disttrain_probe.contract import vocabulary
+from disttrain_probe.contract import report_format, vocabulary
 
 MAX_DETAIL_EVENTS = 8  # per kind and verdict; the rest are in status.probe
 
@@ -83,6 +83,20 @@ def given_master(pod: dict) -> Optional[str]:
                     v = e.get("value")
                     return v if isinstance(v, str) else None
     return None
+
+
+def _cut_by_kubelet(raw: str) -> str:
+    """Why a report that does not parse is cut short, when its length says so: the kubelet
+    shares 12 KiB of termination messages among a pod's containers and cuts each message to
+    its share (:func:`report_format.report_budget`); a report exactly that long was cut by
+    it, most likely because containers were added to the pod after the operator built it
+    (a webhook's sidecars), so the probe was told a larger share. '' otherwise."""
+    n = len(raw.encode("utf-8", "replace"))
+    k = report_format.POD_MESSAGE_BYTES // n if n else 0
+    if n < report_format.MIN_REPORT_BYTES or k < 4 or report_format.report_budget(k) != n:
+        return ""
+    return (f"the kubelet cut it at {n} bytes, the share of each of {k} containers in the pod "
+            "(containers added after the operator built it leave the probe less than it was told): ")
 
 
 def collect(s: Step, run: ProbeRun) -> list[ProbeOutcome]:
@@ -112,7 +126,7 @@ def collect(s: Step, run: ProbeRun) -> list[ProbeOutcome]:
                              "again once the node is healthy")
                 out.error_reason = vocabulary.PROBE_POD_LOST
             elif raw.lstrip().startswith("{") or code == 0 or not raw:
-                out.error = f"{name} on {node}: report invalid: {exc}"
+                out.error = f"{name} on {node}: report invalid: {_cut_by_kubelet(raw)}{exc}"
                 out.error_reason = vocabulary.PROBE_REPORT_INVALID
             else:
                 said = logline.quote(raw, name, "probe")

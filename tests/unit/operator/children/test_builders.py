@@ -319,3 +319,17 @@ def test_probe_pods_carry_another_dns_name_of_the_job_with_dns_hostnames():
     assert env(s, 2)["DISTTRAIN_PROBE_PEER_DNS_NAME"] == "j-2.workers"
     off = spec_of(network={"hostNetwork": False, "enableDNSHostnames": False})
     assert "DISTTRAIN_PROBE_PEER_DNS_NAME" not in env(off, 1)
+
+
+def test_a_probe_pod_tells_the_probe_its_share_of_the_termination_messages():
+    # a probe pod runs the probe and the init container that installs it (the template's
+    # sidecars stay out): its share of the kubelet's 12 KiB is the whole 4096 bytes
+    body = job()
+    body["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": f"side{i}", "image": "s:1", "restartPolicy": "Always"} for i in range(3)]
+    for s in (spec_of(template=body["spec"]["template"]), spec_of(probe={"useTrainingImage": False})):
+        pod = build_probe_pod(REF, s, 0, ProbeMaster(), attempt=1)
+        n = len(pod["spec"]["containers"]) + len(pod["spec"].get("initContainers") or [])
+        probe = pod["spec"]["containers"][0]
+        budget = next(e["value"] for e in probe["env"] if e["name"] == "DISTTRAIN_PROBE_REPORT_BYTES")
+        assert budget == str(min(4096, 12288 // n)) == "4096"

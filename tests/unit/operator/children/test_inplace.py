@@ -341,3 +341,28 @@ def test_in_place_training_out_of_memory_right_after_the_hand_over_ends_training
     assert conds[C.FAILED]["status"] == "True", conds[C.FAILED]
     assert "rank 0" in conds[C.FAILED]["message"] and "OOMKilled" in conds[C.FAILED]["message"]
     assert "probe" not in conds[C.FAILED]["message"]
+
+
+def test_the_report_fits_the_relays_share_of_the_pods_termination_messages():
+    # the kubelet keeps 12 KiB of messages per pod, shared by every container: trainer,
+    # relay and two sidecars leave the relay 3072 bytes, and the probe is told so
+    pod = built()
+    assert env(pod["spec"]["containers"][0])[probe_env.REPORT_BYTES] == "4096"
+    tmpl = job(probe=IN_PLACE)["spec"]["template"]
+    tmpl["spec"]["containers"] += [{"name": "logs", "image": "l:1"}, {"name": "metrics", "image": "m:1"}]
+    pod = built(template=tmpl)
+    n = len(pod["spec"]["containers"]) + len(pod["spec"].get("initContainers") or [])
+    assert n == 4
+    trainer = next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
+    assert env(trainer)[probe_env.REPORT_BYTES] == "3072"
+
+
+def test_the_stall_watchs_containers_shrink_the_reports_share():
+    # the stall watch adds an install container and its sidecar after the pod is built:
+    # trainer, relay and those two share the 12 KiB, 3072 bytes each
+    body = job(probe=IN_PLACE, runPolicy={"stallTimeoutSeconds": 30})
+    plan = step(body, [])
+    pod = plan.creates[0]
+    n = len(pod["spec"]["containers"]) + len(pod["spec"].get("initContainers") or [])
+    trainer = next(c for c in pod["spec"]["containers"] if c["name"] == "trainer")
+    assert n == 4 and env(trainer)[probe_env.REPORT_BYTES] == "3072"

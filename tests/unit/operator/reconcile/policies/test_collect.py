@@ -40,6 +40,7 @@ def rank1(error_reason=None, error="", running=False):
 
 GOOD0 = finished_probes()[0]
 EVICTED = {"reason": "Evicted", "message": "The node was low on memory."}
+CUT = json.dumps({**report(1, "node-b"), "pad": "x" * 4096})[:3072]
 TRACEBACK = "starting\nTraceback (most recent call last):\n  File probe.py\nImportError: no torch"
 
 
@@ -59,6 +60,12 @@ TRACEBACK = "starting\nTraceback (most recent call last):\n  File probe.py\nImpo
     ("a broken JSON report: invalid, whatever the exit code",
      given().with_pods(GOOD0, ended(1, '{"v": 1, "rank"', 3)),
      Want(rank1(V.PROBE_REPORT_INVALID, "report invalid"))),
+    ("a report the kubelet cut at a 4-container pod's share (3072 bytes): invalid, and says so",
+     given().with_pods(GOOD0, ended(1, CUT, 0, phase="Succeeded")),
+     Want(rank1(V.PROBE_REPORT_INVALID, "the kubelet cut it at 3072 bytes, the share of each of 4 containers"))),
+    ("a broken report of another length: invalid, no word of the kubelet",
+     given().with_pods(GOOD0, ended(1, CUT[:3000], 0, phase="Succeeded")),
+     Want(rank1(V.PROBE_REPORT_INVALID, "report invalid: not JSON: Unterminated string"))),
     ("evicted before it reported: lost",
      given().with_pods(GOOD0, ended(1, None, None, status=EVICTED)),
      Want(rank1(V.PROBE_POD_LOST, "j-probe-1 on node-b ended before it reported (Evicted: The node was low on "
