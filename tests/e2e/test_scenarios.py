@@ -115,7 +115,8 @@ def test_scenario(scenario_cluster, name):
 # host firewall on either port or one pair, a missing interface or one named differently
 # per node, a NetworkPolicy (the operator's own verdict), the scheduler's, a loopback
 # master address or hostname, a wrong headless-Service name, an MTU black hole, a mesh
-# sidecar, skewed settings or versions, a slow link. `make test-scenarios` runs every
+# sidecar, skewed settings or versions, a slow link, and the stall watch (its two init
+# containers shrink the report's share of the termination messages). `make test-scenarios` runs every
 # scenario in both.
 # `make test` runs healthy and IN_PLACE_SAMPLE of the others drawn by the day; `make
 # test-in-place` runs all of IN_PLACE.
@@ -123,10 +124,10 @@ IN_PLACE = ("healthy", "integer-quantities", "sidecar-first", "probe-oomkilled",
             "firewall-master-drop", "partition-one-pair", "ifname-missing", "two-nics-one-subnet",
             "networkpolicy-default-deny", "not-enough-nodes", "gpu-not-offered", "master-addr-loopback",
             "hostname-loopback-one-node", "headless-dns-wrong-name", "mtu-black-hole",
-            "mesh-sidecar-intercepts", "settings-skew", "version-skew", "slow-link")
+            "mesh-sidecar-intercepts", "settings-skew", "version-skew", "slow-link", "stall-frozen-rank")
 IN_PLACE_SAMPLE = 2
 IN_PLACE_SCENARIOS = (
-    tuple(n for n in loader.all_names() if _sampled(loader.load(n)))
+    tuple(sorted(set(IN_PLACE) | {n for n in loader.all_names() if _sampled(loader.load(n))}))
     if os.environ.get("DISTTRAIN_ALL_SCENARIOS") == "1"
     else IN_PLACE if os.environ.get("DISTTRAIN_IN_PLACE_ALL") == "1"
     else loader.scenario_sample(IN_PLACE_SAMPLE, int(os.environ.get("DISTTRAIN_SCENARIO_SEED") or DAY),
