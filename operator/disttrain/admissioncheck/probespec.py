@@ -55,9 +55,14 @@ class Flavor:
 def probe_job(plan: Plan) -> JobRef:
     """The identity the probe pods are named and labelled by: ``<owner>-pf-<uid[:8]>``
     (a DNS label; the Workload's uid, so a new Workload of the same job probes afresh)."""
-    stem = re.sub(r"[^a-z0-9-]", "-", plan.owner.lower())[: NAME_ROOM - 12].strip("-") or "job"
-    suffix = re.sub(r"[^a-z0-9]", "", plan.uid.lower())[:8] or "0"
-    return JobRef(name=f"{stem}-pf-{suffix}", namespace=plan.namespace, uid=plan.uid)
+    return probe_job_of(plan.owner, plan.namespace, plan.uid)
+
+
+def probe_job_of(owner: str, namespace: str, uid: str) -> JobRef:
+    """:func:`probe_job` from the job's name and the Workload's namespace and uid alone."""
+    stem = re.sub(r"[^a-z0-9-]", "-", owner.lower())[: NAME_ROOM - 12].strip("-") or "job"
+    suffix = re.sub(r"[^a-z0-9]", "", uid.lower())[:8] or "0"
+    return JobRef(name=f"{stem}-pf-{suffix}", namespace=namespace, uid=uid)
 
 
 def _template(p: PodSetPlan, flavors: Mapping[str, Flavor]) -> dict[str, Any]:

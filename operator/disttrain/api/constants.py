@@ -26,6 +26,9 @@ LABEL_ATTEMPT = f"{GROUP}/attempt"
 # The owning job's metadata.uid: a deleted job's pods that still terminate under the same
 # job name are never selected by the new job's anti-affinity or Service (JobSet: jobset-uid).
 LABEL_JOB_UID = f"{GROUP}/job-uid"
+# A DistTrainingJob that only probes (the Kueue admission check's, issue 35): it stops at
+# the verdict and never creates training pods (docs/admission-check.md).
+LABEL_PREFLIGHT_ONLY = f"{GROUP}/preflight-only"
 ROLE_PROBE = "probe"
 ROLE_WORKER = "worker"
 

@@ -17,7 +17,8 @@ over one :class:`~disttrain.reconcile.step.Step`, each a policy module of its ow
    runs; a resumed one probes again; then admission by Kueue (:mod:`.policies.admission`):
    a queued job runs nothing before its Workload is admitted;
 6. probe (:mod:`.policies.probing`), then the verdict (:mod:`.policies.verdict`) from
-   reports checked by :mod:`disttrain.diagnosis.trust`;
+   reports checked by :mod:`disttrain.diagnosis.trust`; a preflight-only job (the Kueue
+   admission check's, :mod:`.policies.preflightonly`) stops there;
 7. training (:mod:`.policies.training`, gang restarts by :mod:`.policies.restart`, the
    deadline by :mod:`.policies.deadline`);
 8. the headless Service that names the pods, then phase and Events.
@@ -49,6 +50,7 @@ from disttrain.reconcile.policies import (
     admission,
     apierrors,
     cleanup,
+    preflightonly,
     probing,
     suspend,
     training,
@@ -131,6 +133,7 @@ POLICIES: tuple[Callable[[Step], Outcome], ...] = (
     admission.apply,   # Kueue: STOP until the Workload is admitted
     probing.apply,     # the probe run, while Validated is Unknown -> s.probe_run
     verdict.apply,     # s.probe_run -> the check conditions, Validated
+    preflightonly.apply,  # a preflight-only job (the admission check's): STOP at Validated=True
     training.apply,    # once validated (or without probes): training pods, their outcome
 )
 
