@@ -26,13 +26,16 @@ JUNK = st.one_of(st.none(), st.integers(), st.text(max_size=5), st.lists(st.inte
 
 @st.composite
 def workloads(draw):
-    wl = checked(state=draw(st.sampled_from(["Pending", "Ready", "Retry", "Rejected", "", None])),
-                 retry=draw(st.integers(0, 3)), quota=draw(st.booleans()), finished=draw(st.booleans()),
-                 workers=draw(st.integers(0, 2)))
-    if draw(st.booleans()):
-        wl["spec"]["active"] = draw(st.sampled_from([False, True, None]))
-    if draw(st.booleans()):
-        wl["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
+    if draw(st.integers(0, 3)):  # mostly a Workload waiting on our check, the rest anything
+        wl = checked(retry=draw(st.sampled_from([0, 0, 1])), workers=draw(st.integers(0, 2)))
+    else:
+        wl = checked(state=draw(st.sampled_from(["Pending", "Ready", "Retry", "Rejected", "", None])),
+                     retry=draw(st.integers(0, 3)), quota=draw(st.booleans()), finished=draw(st.booleans()),
+                     workers=draw(st.integers(0, 2)))
+        if draw(st.booleans()):
+            wl["spec"]["active"] = draw(st.sampled_from([False, True, None]))
+        if draw(st.booleans()):
+            wl["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
     if draw(st.integers(0, 9)) == 0:  # a field of a shape Kueue never writes
         where = draw(st.sampled_from([("spec",), ("status",), ("metadata", "ownerReferences"),
                                       ("status", "admissionChecks"), ("status", "conditions"),
@@ -48,9 +51,11 @@ def workloads(draw):
 def states(draw):
     wl = draw(st.one_of(st.none(), workloads()))
     job = None
-    if wl is not None and draw(st.booleans()):
-        base = checked()
-        job = shadow_of(base, draw(STATUSES), reason=draw(REASONS) or "", message="node-b at fault",
+    if wl is not None and draw(st.integers(0, 3)):
+        same = wl.get("spec", {}).get("podSets") if isinstance(wl.get("spec"), dict) else None
+        workers = same[-1]["count"] if isinstance(same, list) and same and isinstance(same[-1], dict) else 1
+        base = checked(workers=workers if draw(st.integers(0, 4)) else draw(st.integers(0, 2)))
+        job = shadow_of(base, draw(st.sampled_from(["True", "True", "False"])) if draw(st.booleans()) else draw(STATUSES), reason=draw(REASONS) or "", message="node-b at fault",
                         born=draw(st.sampled_from(["2026-12-01T11:58:00Z", "2026-12-01T10:00:00Z", "junk"])),
                         checks={c: (draw(STATUSES), "R", "m") for c in draw(st.lists(
                             st.sampled_from(constants.CHECK_CONDITIONS), max_size=2, unique=True))})
@@ -60,8 +65,8 @@ def states(draw):
             job["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
         if draw(st.integers(0, 4)) == 0:
             job["status"] = draw(JUNK)
-    ranks = draw(st.lists(st.integers(0, len(NODES) + 1), max_size=5))
-    pods = probe_pods(job, [r for r in ranks if r < len(NODES)], attempt=draw(st.integers(0, 2))) if job else []
+    ranks = list(range(len(NODES))) if draw(st.booleans()) else draw(st.lists(st.integers(0, len(NODES) + 1), max_size=5))
+    pods = probe_pods(job, [r for r in ranks if r < len(NODES)], attempt=draw(st.sampled_from([1, 1, 0, 2]))) if job else []
     labelled = tuple(draw(st.lists(st.sampled_from(NODES + ["node-x"]), max_size=3, unique=True)))
     return seen(wl, job, pods, labelled, key=draw(st.sampled_from([None, "preflight.disttrain.dev/x"])))
 
