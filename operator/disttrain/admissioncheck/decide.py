@@ -38,7 +38,7 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
 from disttrain.admissioncheck import answer as ans
 from disttrain.admissioncheck import shadow, status
@@ -211,9 +211,11 @@ def _decide(seen: Seen) -> Decision:
         return _gone_or_done(seen, key)
     stale = seen.shadow is not None and bool(_meta(seen.shadow).get("deletionTimestamp"))
     plan = parse_workload(wl)
-    specs = probe_specs(plan, seen.flavors, seen.probe) if isinstance(plan, Plan) else plan
     attempt = status.retry_count(wl, checks[0])
-    body = shadow.shadow_job(plan, specs, attempt) if isinstance(plan, Plan) and isinstance(specs, dict) else specs
+    body: Union[dict[str, Any], Problem] = plan if isinstance(plan, Problem) else Problem("", "", "")
+    if isinstance(plan, Plan):
+        specs = probe_specs(plan, seen.flavors, seen.probe)
+        body = specs if isinstance(specs, Problem) else shadow.shadow_job(plan, specs, attempt)
     if isinstance(body, Problem):
         delete = observe.name(seen.shadow) if seen.shadow is not None and not stale else None
         return _answer(seen, ans.problem_answer(body), key, delete=delete or None)

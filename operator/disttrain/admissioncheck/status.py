@@ -10,6 +10,10 @@ whole list). ``lastTransitionTime`` changes only when the state does, as Kueue's
 ``workload.SetAdmissionCheckState`` keeps it; ``retryCount`` is Kueue's to count, never
 written here. A Workload is probed once its ``QuotaReserved`` condition is True, our
 check's state is Pending, and it is neither finished nor being deleted.
+
+Kueue holds a ClusterQueue inactive while one of its AdmissionChecks is not ``Active``
+(a condition the check's controller sets): :func:`active_body` is that condition, written
+by the controller on each AdmissionCheck with our controllerName.
 """
 
 from __future__ import annotations
@@ -82,3 +86,28 @@ def apply_body(workload: dict[str, Any], check: str, ans: Answer, now: str) -> d
     return {"apiVersion": WORKLOAD_API_VERSION, "kind": "Workload",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
             "status": {"admissionChecks": [new]}}
+
+
+ACTIVE = "Active"
+
+
+def active_body(check: Any, now: str) -> Optional[dict[str, Any]]:
+    """The server-side apply body (status subresource) that marks the AdmissionCheck
+    ``check`` Active at its generation; None when it already is (or is unreadable)."""
+    meta = check.get("metadata") if isinstance(check, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str):
+        return None
+    gen = meta.get("generation") if isinstance(meta.get("generation"), int) else None
+    st = check.get("status")
+    conds = st.get("conditions") if isinstance(st, dict) else None
+    for c in conds if isinstance(conds, list) else []:
+        if isinstance(c, dict) and c.get("type") == ACTIVE and c.get("status") == constants.TRUE \
+                and c.get("observedGeneration") == gen:
+            return None
+    cond: dict[str, Any] = {"type": ACTIVE, "status": constants.TRUE, "reason": "Active",
+                            "message": "the disttrain operator's preflight controller runs",
+                            "lastTransitionTime": now}
+    if gen is not None:
+        cond["observedGeneration"] = gen
+    return {"apiVersion": WORKLOAD_API_VERSION, "kind": "AdmissionCheck", "metadata": {"name": meta["name"]},
+            "status": {"conditions": [cond]}}

@@ -10,6 +10,11 @@ Each trigger runs the reconciler's step for one job through the work queue
 (:mod:`disttrain.shell.workqueue`: a worker thread per run, triggers for a job being
 reconciled coalesced into one more run afterwards). A step never raises into kopf: a failed read is retried with exponential backoff, and failed writes are fed to
 the next step (:mod:`disttrain.reconcile.policies.apierrors`), which shows them on the job.
+
+With ``DISTTRAIN_ADMISSION_CHECK=1`` (the chart's ``kueue.admissionCheck.enabled``), Kueue
+Workloads are watched too, each run through :class:`disttrain.shell.admission.AdmissionController`
+in a queue of its own; a preflight-only DistTrainingJob's events also wake its Workload.
+Without it, nothing of the admission check is registered.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from typing import Optional
 import kopf
 from kubernetes import config as kube_config
 
+from disttrain.admissioncheck.shadow import workload_of
 from disttrain.api import constants
-from disttrain.shell import metrics
+from disttrain.shell import admission, metrics
 from disttrain.shell.kube import Kube
 from disttrain.shell.runner import Key, Reconciler
 from disttrain.shell.workqueue import WorkQueue
@@ -36,6 +42,7 @@ SWEEP_SECONDS = float(os.environ.get("DISTTRAIN_SWEEP_SECONDS", "10"))
 
 _reconciler: Optional[Reconciler] = None
 _queue: Optional[WorkQueue] = None
+_admission: Optional[WorkQueue] = None  # Workloads, when the admission check is enabled
 
 
 def _forget(key: Key) -> None:
@@ -46,7 +53,7 @@ def _forget(key: Key) -> None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_) -> None:
-    global _reconciler, _queue
+    global _reconciler, _queue, _admission
     # kopf's own progress goes to annotations under our prefix; .status is for users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.disttrain.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -61,11 +68,19 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     _reconciler = Reconciler(Kube(), os.environ.get(probe_env.IMAGE, constants.DEFAULT_PROBE_IMAGE))
     _queue = WorkQueue(_reconciler.step, on_forget=_forget)
     asyncio.create_task(_queue.sweep(SWEEP_SECONDS))
+    if admission.enabled():
+        checker = admission.AdmissionController(_reconciler.kube)
+        _admission = WorkQueue(checker.step, on_forget=checker.forget)
+        asyncio.create_task(_admission.sweep(SWEEP_SECONDS))
+        log.info("Kueue admission check controller on (controllerName %s)", admission.CONTROLLER_NAME)
 
 
 @kopf.on.event(constants.GROUP, constants.VERSION, constants.PLURAL)
-async def job_event(event, name, namespace, meta, **_) -> None:
+async def job_event(event, name, namespace, meta, body, **_) -> None:
     assert _queue is not None  # configure() ran at startup
+    checked = workload_of(body) if _admission is not None else None
+    if checked is not None and _admission is not None:  # a preflight-only job: its verdict is the check's
+        await _admission.trigger(namespace, checked)
     if event.get("type") == "DELETED":
         _queue.forget((namespace, name))
         return
@@ -78,3 +93,11 @@ async def job_event(event, name, namespace, meta, **_) -> None:
 async def pod_event(labels, namespace, **_) -> None:
     assert _queue is not None  # configure() ran at startup
     await _queue.trigger(namespace, labels[constants.LABEL_JOB])
+
+
+if admission.enabled():
+    @kopf.on.event(admission.GROUP, admission.VERSION, "workloads")
+    async def workload_event(name, namespace, **_) -> None:
+        # DELETED too: the step finds it gone, removes its nodes' label and forgets it
+        if _admission is not None:
+            await _admission.trigger(namespace, name)

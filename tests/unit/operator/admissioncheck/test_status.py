@@ -55,3 +55,15 @@ def test_the_same_state_keeps_its_transition_time_and_ready_carries_the_updates(
     body = S.apply_body(_wl(state=READY), CHECK, Answer(READY, "ok", ups), now="t1")
     [e] = body["status"]["admissionChecks"]
     assert e["lastTransitionTime"] == "t0" and e["podSetUpdates"] == ups and "requeueAfterSeconds" not in e
+
+
+def test_an_admission_check_is_marked_active_at_its_generation_once():
+    from disttrain.admissioncheck.status import active_body
+    ac = {"metadata": {"name": "preflight", "generation": 2}, "spec": {"controllerName": "disttrain.dev/preflight"}}
+    body = active_body(ac, "2026-12-01T12:00:00Z")
+    assert body is not None and body["kind"] == "AdmissionCheck" and body["metadata"] == {"name": "preflight"}
+    (cond,) = body["status"]["conditions"]
+    assert (cond["type"], cond["status"], cond["observedGeneration"]) == ("Active", "True", 2)
+    assert active_body(dict(ac, status=body["status"]), "later") is None
+    assert active_body(dict(ac, metadata={"name": "preflight", "generation": 3}, status=body["status"]), "t")
+    assert active_body("garbage", "t") is None
