@@ -48,6 +48,8 @@ def test_helm_lint_strict():
 @pytest.mark.parametrize("bad,path", [("metrics.port=abc", "/metrics/port"),
                                       ("logFormat=xml", "/logFormat"),
                                       ("verbose=maybe", "/verbose"),
+                                      ("kueue.admissionCheck.enabled=maybe", "/kueue/admissionCheck/enabled"),
+                                      ("kueue.admissionCheck.name=Bad_Name", "/kueue/admissionCheck/name"),
                                       ("nosuchkey=1", "nosuchkey")])
 def test_values_schema_rejects_wrong_types(bad, path):
     p = helm("template", "dt", str(CHART), "--kube-version", "v1.37.2", "--set", bad, check=False)
@@ -157,3 +159,36 @@ def test_kueue_rbac_only_when_enabled():
     assert kueue_rules(render()) == []
     assert kueue_rules(render("kueue.enabled=true")) == [
         ("resourceflavors", "get"), ("workloads", "create"), ("workloads", "get"), ("workloads/status", "patch")]
+
+
+def test_admission_check_off_by_default_and_wired_when_enabled():
+    def env(docs):
+        dep = next(d for d in docs if d["kind"] == "Deployment")
+        return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    def rules(docs):
+        return sorted({(g, res, v) for d in docs if d["kind"] in ("ClusterRole", "Role") for r in d["rules"]
+                       for g in r["apiGroups"] for res in r["resources"] for v in r["verbs"]})
+
+    off = render()
+    assert "DISTTRAIN_ADMISSION_CHECK" not in env(off)
+    assert not any(d["kind"] == "AdmissionCheck" for d in off)
+    on = render("kueue.admissionCheck.enabled=true")
+    assert env(on)["DISTTRAIN_ADMISSION_CHECK"] == "1"
+    added = set(rules(on)) - set(rules(off))
+    assert added == {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "list"),
+                     ("kueue.x-k8s.io", "workloads", "watch"), ("kueue.x-k8s.io", "workloads/status", "patch"),
+                     ("kueue.x-k8s.io", "admissionchecks", "list"), ("kueue.x-k8s.io", "admissionchecks/status", "patch"),
+                     ("kueue.x-k8s.io", "resourceflavors", "get"), ("disttrain.dev", "disttrainingjobs", "create"),
+                     ("", "nodes", "patch")}
+    assert not any(d["kind"] == "AdmissionCheck" for d in on)
+    made = render("kueue.admissionCheck.enabled=true", "kueue.admissionCheck.create=true")
+    (ac,) = [d for d in made if d["kind"] == "AdmissionCheck"]
+    assert ac["spec"] == {"controllerName": "disttrain.dev/preflight"}
+    assert ac["metadata"]["name"] == "disttrain-preflight"
+    # watching some namespaces: the Workloads in each Role, the cluster-scoped rest in the ClusterRole
+    some = render("kueue.admissionCheck.enabled=true", "watchNamespaces={team-a}")
+    role = next(d for d in some if d["kind"] == "Role")
+    assert any("workloads" in r["resources"] and "watch" in r["verbs"] for r in role["rules"])
+    cluster = next(d for d in some if d["kind"] == "ClusterRole")
+    assert any(r["resources"] == ["nodes"] and r["verbs"] == ["patch"] for r in cluster["rules"])
