@@ -235,7 +235,7 @@ def _verdict(seen: Seen, plan: Plan, key: Optional[str]) -> Decision:
     assert seen.shadow is not None
     verdicts = shadow.verdicts(seen.shadow)
     placed = shadow.placed(seen.probe_pods, observe.name(seen.shadow), plan.num_nodes)
-    a = ans.answer(verdicts, plan, placed, ans.named_nodes(verdicts, placed),
+    a = ans.answer(verdicts, plan, placed, ans.named_nodes(verdicts, placed), shadow.ifnames(seen.shadow),
                    retry_count=status.retry_count(seen.workload, status.awaiting(seen.workload, set(seen.ours))[0]))
     if a.state == ans.READY:
         every = len(placed) == plan.num_nodes

@@ -136,3 +136,15 @@ def placed(pods: Any, job_name: str, num_nodes: int) -> dict[int, str]:
         if observe.int_label(p, constants.LABEL_ATTEMPT) == latest and 0 <= rank < num_nodes and node:
             out[rank] = node
     return out
+
+
+def ifnames(job: Any) -> dict[int, Optional[str]]:
+    """Rank -> the interface its probe chose (the shadow's ``status.nodes[]``), for the
+    Ready answer's ``disttrain.dev/socket-ifname`` annotation."""
+    status = job.get("status") if isinstance(job, dict) else None
+    nodes = status.get("nodes") if isinstance(status, dict) else None
+    out: dict[int, Optional[str]] = {}
+    for n in nodes if isinstance(nodes, list) else []:
+        if isinstance(n, dict) and isinstance(n.get("rank"), int) and not isinstance(n.get("rank"), bool):
+            out[n["rank"]] = n["interface"] if isinstance(n.get("interface"), str) and n["interface"] else None
+    return out

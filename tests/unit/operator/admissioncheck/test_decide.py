@@ -37,12 +37,14 @@ def test_the_other_checks_of_the_workload_are_never_written():
 def test_a_validated_shadow_is_ready_pinning_the_job_to_the_nodes_it_labels():
     wl = checked()
     job = shadow_of(wl, "True")
+    job["status"]["nodes"] = [{"rank": r, "name": n, "interface": "eth1"} for r, n in enumerate(NODES)]
     d = D.decide(seen(wl, job, probe_pods(job), labelled=("node-old",)))
     assert state_of(d) == [A.READY]
     key = D.label_key(wl)
     assert d.label_key == key and d.label == tuple(NODES) and d.unlabel == ("node-old",)
     updates = d.answers[0]["status"]["admissionChecks"][0]["podSetUpdates"]
     assert [u["nodeSelector"] for u in updates] == [{key: "true"}] * 2
+    assert [u["annotations"] for u in updates] == [{A.SOCKET_IFNAME_ANNOTATION: "eth1"}] * 2
     assert d.event is not None and d.event[:2] == ("Normal", "PreflightReady")
     assert d.event_on == {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "train", "uid": "job-uid"}
 

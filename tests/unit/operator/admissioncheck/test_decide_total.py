@@ -63,6 +63,10 @@ def states(draw):
             job["metadata"]["annotations"][S.ANN_ATTEMPT] = draw(st.sampled_from(["0", "1", "x"]))
         if draw(st.integers(0, 4)) == 0:
             job["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
+        if draw(st.booleans()):
+            job["status"]["nodes"] = draw(st.one_of(JUNK, st.lists(st.fixed_dictionaries({
+                "rank": st.one_of(st.integers(-1, 4), st.booleans()),
+                "interface": st.one_of(st.none(), st.integers(), st.text(max_size=4))}), max_size=3)))
         if draw(st.integers(0, 4)) == 0:
             job["status"] = draw(JUNK)
     ranks = list(range(len(NODES))) if draw(st.booleans()) else draw(st.lists(st.integers(0, len(NODES) + 1), max_size=5))
