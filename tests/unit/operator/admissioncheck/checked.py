@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Optional
 
 from disttrain.admissioncheck import decide as D
@@ -11,6 +12,7 @@ from disttrain.api import constants
 
 from .workloads import pytorchjob
 
+ROOT = Path(__file__).resolve().parents[4]
 CHECK = "preflight"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
 BORN = "2026-12-01T11:58:00Z"

@@ -198,3 +198,22 @@ def test_the_shadow_pins_the_probes_to_the_one_topology_domain_assigned():
 def test_flavor_names_are_read_from_the_assignments():
     assert D.flavor_names(checked()) == ["default"]
     assert D.flavor_names({"status": {"admission": "garbage"}}) == []
+
+
+def test_the_shadow_s_spec_is_one_the_crd_and_the_reconcile_loop_accept():
+    import glob
+
+    import jsonschema
+    import yaml
+
+    from disttrain.api.types import DistTrainingJobSpec
+
+    from .checked import ROOT
+    job = D.decide(seen(checked())).create
+    assert job is not None
+    (crd_path,) = glob.glob(str(ROOT / "charts" / "disttrain-operator" / "crds" / "*.yaml"))
+    crd = yaml.safe_load(open(crd_path))
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    jsonschema.validate(job["spec"], schema)
+    spec = DistTrainingJobSpec.model_validate(job["spec"])
+    assert spec.num_nodes == 3 and spec.probe.placement == "Pods"
