@@ -171,8 +171,10 @@ class AdmissionController:
             self.kube.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, "workloads", name, body, field_manager=FIELD_MANAGER, force=True,
                 _content_type=APPLY)
-        if d.event is not None and d.event_on is not None:
-            self._event(d.event_on, namespace, d.event)
+        if d.event is not None and d.state is not None:  # the answer's state changed
+            metrics.check_answer(d.state)
+            if d.event_on is not None:
+                self._event(d.event_on, namespace, d.event)
 
     # ---- the step ----------------------------------------------------------------------
     def step(self, namespace: str, name: str, now: Optional[datetime] = None) -> StepResult:

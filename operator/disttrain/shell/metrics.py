@@ -57,6 +57,10 @@ STALLS = Counter(
     "disttrain_stalls", "Stall verdicts (Progressing turned False) by reason.", ["reason"],
     registry=REGISTRY,
 )
+CHECK_ANSWERS = Counter(
+    "disttrain_admission_check_answers", "Answers the Kueue admission check wrote (Ready, Retry, Rejected), "
+    "counted when the state changes.", ["state"], registry=REGISTRY,
+)
 # The reasons a stall verdict may count under: Progressing's failure reasons (bounded labels).
 STALL_REASONS = frozenset(r.name for r in vocabulary.REASONS.values()
                           if r.condition == constants.PROGRESSING and r.kind == vocabulary.FAILURE)
@@ -154,6 +158,12 @@ def observe(namespace: str, name: str, old: Any, new: Any) -> None:
 def api_error(verb: str, kind: str, code: int) -> None:
     """Count one failed API call (retried by the next step)."""
     API_ERRORS.labels(verb, kind, str(code)).inc()
+
+
+def check_answer(state: str) -> None:
+    """Count one answer of the admission check (its states only: bounded labels)."""
+    if state in ("Ready", "Retry", "Rejected"):
+        CHECK_ANSWERS.labels(state).inc()
 
 
 def forget(namespace: str, name: str) -> None:

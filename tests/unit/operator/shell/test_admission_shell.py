@@ -12,7 +12,7 @@ from kubernetes.client.rest import ApiException
 from disttrain.admissioncheck import answer as A
 from disttrain.admissioncheck import decide as D
 from disttrain.admissioncheck.workload import CONTROLLER_NAME
-from disttrain.shell import admission
+from disttrain.shell import admission, metrics
 from tests.unit.operator.admissioncheck.checked import CHECK, NOW, checked, probe_pods
 
 
@@ -103,6 +103,7 @@ def test_a_waiting_workload_is_probed_then_ready_after_its_nodes_are_labelled():
     wl = checked()
     api = FakeApi(wl)
     c = controller(api)
+    ready = metrics.REGISTRY.get_sample_value("disttrain_admission_check_answers_total", {"state": "Ready"}) or 0
     r = c.step("team", wl["metadata"]["name"], NOW)
     assert not r.backoff and r.delay
     (name, job), = api.jobs.items()
@@ -122,6 +123,7 @@ def test_a_waiting_workload_is_probed_then_ready_after_its_nodes_are_labelled():
     assert kinds.index("patch node") < kinds.index("apply status")  # labelled before Ready is written
     assert ("apply status", A.READY) == api.calls[kinds.index("apply status")][:2]
     assert ("event", "PreflightReady", "PyTorchJob") in api.calls
+    assert metrics.REGISTRY.get_sample_value("disttrain_admission_check_answers_total", {"state": "Ready"}) == ready + 1
     key = D.label_key(wl)
     assert {n for n, labels in api.node_labels.items() if key in labels} == {"node-a", "node-b", "node-c"}
 
