@@ -172,3 +172,29 @@ def test_our_admission_check_is_marked_active_once():
     c._checks = None  # the cache expired
     c.ours()
     assert [x[0] for x in api.calls].count("activate check") == 1
+
+
+def _handlers_register_workloads(env_value: Optional[str]) -> bool:
+    """Import the kopf handlers in a fresh interpreter with DISTTRAIN_ADMISSION_CHECK set to
+    ``env_value`` (None: unset); whether a Workload handler was registered."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[4]
+    env = {k: v for k, v in os.environ.items() if k != admission.ENV}
+    env["PYTHONPATH"] = os.pathsep.join(str(root / p) for p in ("operator", "probe_image"))
+    if env_value is not None:
+        env[admission.ENV] = env_value
+    code = ("import kopf; from disttrain.shell import handlers; "
+            "print(any(h.fn.__name__ == 'workload_event' for h in "
+            "kopf.get_default_registry()._watching.get_all_handlers()))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip() == "True"
+
+
+def test_the_operator_watches_no_workload_unless_the_check_is_enabled():
+    assert not _handlers_register_workloads(None)
+    assert not _handlers_register_workloads("0")
+    assert _handlers_register_workloads("1")
