@@ -24,7 +24,9 @@ The lifecycle of one Workload (``ours``: the AdmissionChecks whose ``controllerN
    ``Validated`` is True, no check condition is False, and every rank's probe pod is seen on
    a node (those nodes get the label the Ready answer's nodeSelector names; nodes that had
    it from an earlier round lose it); otherwise Pending until they are seen. **Retry** or
-   **Rejected** as the answer says.
+   **Rejected** as the answer says; a Retry's nodes are added to the Workload's
+   :data:`~.shadow.ANN_AVOID` (before the answer is written), which the next round's
+   shadow keeps its probes off.
 5. Undecided after :data:`GIVE_UP_SECONDS` (the shadow's own probe budget ends it long
    before, unless the operator cannot act on it): **Retry**, so Kueue releases the quota;
    Kueue's own retry limits bound the rounds. Nothing waits silently forever.
@@ -80,7 +82,8 @@ class Decision:
     ``answers`` (server-side apply bodies of the Workload's status, one per check of
     ours), ``state`` the answer's state (None: no answer), node labels to add (``label``)
     and remove (``unlabel``) of key ``label_key``, an ``event`` (type, reason, message)
-    on the job ``event_on`` (apiVersion, kind, name, uid), and ``requeue`` (seconds)."""
+    on the job ``event_on`` (apiVersion, kind, name, uid), ``requeue`` (seconds), and
+    ``avoid``: the Workload's new :data:`~.shadow.ANN_AVOID` (a Retry's nodes added)."""
 
     create: Optional[dict[str, Any]] = None
     delete: Optional[str] = None
@@ -92,6 +95,7 @@ class Decision:
     event: Optional[tuple[str, str, str]] = None
     event_on: Optional[dict[str, str]] = None
     requeue: Optional[float] = None
+    avoid: Optional[str] = None  # the Workload's new avoid annotation (shadow.ANN_AVOID), before the answer
 
 
 def _meta(obj: Any) -> dict[str, Any]:
@@ -215,7 +219,7 @@ def _decide(seen: Seen) -> Decision:
     body: Union[dict[str, Any], Problem] = plan if isinstance(plan, Problem) else Problem("", "", "")
     if isinstance(plan, Plan):
         specs = probe_specs(plan, seen.flavors, seen.probe)
-        body = specs if isinstance(specs, Problem) else shadow.shadow_job(plan, specs, attempt)
+        body = specs if isinstance(specs, Problem) else shadow.shadow_job(plan, specs, attempt, shadow.avoided(wl))
     if isinstance(body, Problem):
         delete = observe.name(seen.shadow) if seen.shadow is not None and not stale else None
         return _answer(seen, ans.problem_answer(body), key, delete=delete or None)
@@ -254,4 +258,6 @@ def _verdict(seen: Seen, plan: Plan, key: Optional[str]) -> Decision:
                 requeue_after_seconds=ans.RETRY_AFTER_SECONDS)
             return _answer(seen, a, key)
         return _answer(seen, a, key, requeue=WAIT_SECONDS)
+    if a.state == ans.RETRY:  # the next round's probes keep off the nodes it named
+        return _answer(seen, a, key, avoid=shadow.avoid_more(seen.workload, a.avoid))
     return _answer(seen, a, key)

@@ -16,13 +16,14 @@ lands or sizes its pods differently (:data:`PLACEMENT`) is a :class:`Problem`
 (``PodSetsDiffer``) instead of a probe of the wrong nodes. Kueue's topology assignment pins
 the probes when it names one domain for every pod; over several domains the probes land
 where the template allows (the pin of each rank to its own domain needs per-rank
-templates: docs/admission-check.md, "Not done yet").
+templates: docs/admission-check.md, "Not done yet"). The nodes earlier Retries of the
+Workload named (:data:`ANN_AVOID`, on the Workload) are kept out by a nodeAffinity.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from disttrain.admissioncheck.probespec import probe_job
 from disttrain.admissioncheck.topology import selector_of_pod
@@ -30,6 +31,7 @@ from disttrain.admissioncheck.workload import WORKLOAD_API_VERSION, Plan, Proble
 from disttrain.api import constants
 from disttrain.api.types import DistTrainingJobSpec
 from disttrain.children import observe
+from disttrain.children.podbase import avoid_nodes
 from disttrain.diagnosis.checkconditions import Verdict
 
 PODSETS_DIFFER = "PodSetsDiffer"
@@ -39,6 +41,26 @@ PLACEMENT = ("nodeSelector", "affinity", "tolerations", "hostNetwork", "runtimeC
              "schedulerName", "priorityClassName")
 ANN_WORKLOAD = f"{constants.GROUP}/workload"  # the checked Workload's name (a label value holds 63)
 ANN_ATTEMPT = f"{constants.GROUP}/check-attempt"  # the check's retryCount when the shadow was made
+# on the Workload: the nodes its Retries named, for the next rounds' probes to keep off
+ANN_AVOID = "preflight.disttrain.dev/avoid"
+MOST_AVOIDED = 64  # the latest nodes kept (an annotation is bounded; so is a nodeAffinity)
+
+
+def avoided(workload: Any) -> tuple[str, ...]:
+    """The nodes ``workload``'s earlier Retries named (:data:`ANN_AVOID`)."""
+    meta = workload.get("metadata") if isinstance(workload, dict) else None
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
+    raw = ann.get(ANN_AVOID) if isinstance(ann, dict) else None
+    if not isinstance(raw, str):
+        return ()
+    return tuple(dict.fromkeys(n for n in (x.strip() for x in raw.split(",")) if n and len(n) <= 253))[-MOST_AVOIDED:]
+
+
+def avoid_more(workload: Any, nodes: Sequence[str]) -> Optional[str]:
+    """The new value of :data:`ANN_AVOID` once ``nodes`` are added (None: no change)."""
+    before = avoided(workload)
+    after = tuple(dict.fromkeys(before + tuple(n for n in nodes if n)))[-MOST_AVOIDED:]
+    return ",".join(after) if after != before else None
 
 
 def _placement(spec: DistTrainingJobSpec) -> str:
@@ -56,10 +78,12 @@ def _one_domain(plan: Plan) -> dict[str, str]:
     return json.loads(seen.pop()) if len(seen) == 1 else {}
 
 
-def shadow_job(plan: Plan, specs: Mapping[str, DistTrainingJobSpec], attempt: int) -> Union[dict[str, Any], Problem]:
+def shadow_job(plan: Plan, specs: Mapping[str, DistTrainingJobSpec], attempt: int,
+               avoid: Sequence[str] = ()) -> Union[dict[str, Any], Problem]:
     """The preflight-only DistTrainingJob of ``plan`` (the module docstring); ``attempt``:
     the check's ``retryCount``, kept in an annotation (a shadow of an earlier attempt is
-    stale). A :class:`Problem` when the pod sets' templates differ where it matters."""
+    stale); ``avoid``: the nodes earlier Retries of this Workload named (its probes keep
+    off them). A :class:`Problem` when the pod sets' templates differ where it matters."""
     rank0 = next(p for p in plan.pod_sets if p.count > 0)
     spec = specs[rank0.name]
     for p in plan.pod_sets:
@@ -70,9 +94,10 @@ def shadow_job(plan: Plan, specs: Mapping[str, DistTrainingJobSpec], attempt: in
                            "probes every rank with one template")
     body = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     domain = _one_domain(plan)
+    pod = body["template"].setdefault("spec", {})
     if domain:
-        pod = body["template"].setdefault("spec", {})
         pod["nodeSelector"] = {**(pod.get("nodeSelector") or {}), **domain}
+    avoid_nodes(pod, list(avoid))
     ref = probe_job(plan)
     return {
         "apiVersion": constants.API_VERSION, "kind": constants.KIND,

@@ -4,7 +4,8 @@ Workload, read what :func:`disttrain.admissioncheck.decide.decide` needs, call i
 chart's ``kueue.admissionCheck.enabled``): the handlers are not even registered.
 
 Order of the writes: the shadow DistTrainingJob's delete or create (404 and 409 are not
-failures: a deterministic name makes both idempotent), the node labels, then the check's
+failures: a deterministic name makes both idempotent), the node labels, the nodes a Retry
+names added to the Workload's avoid annotation (a JSON merge patch), then the check's
 answer (a server-side apply of our one ``status.admissionChecks[]`` entry, so Ready is
 written only after its nodes carry the label it selects on), then the Event on the job.
 :meth:`AdmissionController.step` never raises: a failed read or write is logged, counted in
@@ -24,6 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from disttrain.admissioncheck import decide as D
 from disttrain.admissioncheck.probespec import Flavor
+from disttrain.admissioncheck.shadow import ANN_AVOID
 from disttrain.admissioncheck.status import FIELD_MANAGER, active_body
 from disttrain.admissioncheck.workload import CONTROLLER_NAME, WORKLOAD_API_VERSION
 from disttrain.api import constants
@@ -167,6 +169,10 @@ class AdmissionController:
         if d.label_key:
             self._label(d.label_key, d.unlabel, None)
             self._label(d.label_key, d.label, "true")
+        if d.avoid is not None:  # before the Retry: the next round reads it
+            self.kube.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "workloads", name, {"metadata": {"annotations": {ANN_AVOID: d.avoid}}},
+                _content_type="application/merge-patch+json")
         for body in d.answers:
             self.kube.custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, namespace, "workloads", name, body, field_manager=FIELD_MANAGER, force=True,

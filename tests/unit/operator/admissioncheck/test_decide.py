@@ -217,3 +217,26 @@ def test_the_shadow_s_spec_is_one_the_crd_and_the_reconcile_loop_accept():
     jsonschema.validate(job["spec"], schema)
     spec = DistTrainingJobSpec.model_validate(job["spec"])
     assert spec.num_nodes == 3 and spec.probe.placement == "Pods"
+
+
+def test_a_retry_s_nodes_are_kept_off_by_the_next_round_s_probes():
+    wl = checked()
+    job = shadow_of(wl, "False", reason=V.EPHEMERAL_PORTS_BLOCKED,
+                    message="node-b drops connections on ports 32768-60999; open them on node-b")
+    d = D.decide(seen(wl, job, probe_pods(job)))
+    assert state_of(d) == [A.RETRY] and d.avoid == "node-b"
+    nxt = checked(retry=1)
+    nxt["metadata"]["annotations"] = {S.ANN_AVOID: d.avoid}
+    body = D.decide(seen(nxt)).create
+    assert body is not None
+    terms = body["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["node-b"]} in terms[0]["matchExpressions"]
+    assert S.avoid_more(nxt, ["node-b"]) is None and S.avoid_more(nxt, ["node-c"]) == "node-b,node-c"
+
+
+def test_the_avoid_annotation_is_read_bounded_and_never_raises():
+    assert S.avoided({"metadata": {"annotations": {S.ANN_AVOID: " a, ,b,a "}}}) == ("a", "b")
+    many = ",".join(f"n{i}" for i in range(100))
+    assert len(S.avoided({"metadata": {"annotations": {S.ANN_AVOID: many}}})) == S.MOST_AVOIDED
+    assert S.avoided({"metadata": {"annotations": {S.ANN_AVOID: 7}}}) == () and S.avoided(None) == ()

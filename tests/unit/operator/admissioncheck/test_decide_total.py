@@ -36,6 +36,8 @@ def workloads(draw):
             wl["spec"]["active"] = draw(st.sampled_from([False, True, None]))
         if draw(st.booleans()):
             wl["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
+    if draw(st.integers(0, 3)) == 0:
+        wl["metadata"]["annotations"] = {S.ANN_AVOID: draw(st.one_of(JUNK, st.text(",ab-", max_size=8)))}
     if draw(st.integers(0, 9)) == 0:  # a field of a shape Kueue never writes
         where = draw(st.sampled_from([("spec",), ("status",), ("metadata", "ownerReferences"),
                                       ("status", "admissionChecks"), ("status", "conditions"),

@@ -67,6 +67,10 @@ class FakeApi:
         self._maybe_fail("apply status")
         self.calls[-1] = ("apply status", body["status"]["admissionChecks"][0]["state"], kw)
 
+    def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body, **kw) -> None:
+        self._maybe_fail("patch workload")
+        self.calls[-1] = ("patch workload", body, kw.get("_content_type"))
+
     def patch_cluster_custom_object_status(self, group, version, plural, name, body, **kw) -> None:
         self._maybe_fail("activate check")
         self.check_status = copy.deepcopy(body["status"])
@@ -126,6 +130,25 @@ def test_a_waiting_workload_is_probed_then_ready_after_its_nodes_are_labelled():
     assert metrics.REGISTRY.get_sample_value("disttrain_admission_check_answers_total", {"state": "Ready"}) == ready + 1
     key = D.label_key(wl)
     assert {n for n, labels in api.node_labels.items() if key in labels} == {"node-a", "node-b", "node-c"}
+
+
+def test_a_retry_records_the_nodes_to_avoid_before_it_is_written():
+    wl = checked()
+    api = FakeApi(wl)
+    c = controller(api)
+    c.step("team", wl["metadata"]["name"], NOW)
+    (name, job), = api.jobs.items()
+    job["status"] = {"conditions": [{"type": "Validated", "status": "False", "reason": "EphemeralPortsBlocked",
+                                     "message": "node-b drops connections on 32768-60999; open them on node-b"}]}
+    api.pods = probe_pods(job)
+    api.calls.clear()
+    c.step("team", wl["metadata"]["name"], NOW)
+    kinds = [x[0] for x in api.calls]
+    assert kinds.index("patch workload") < kinds.index("apply status")
+    patch = api.calls[kinds.index("patch workload")]
+    assert patch[1] == {"metadata": {"annotations": {"preflight.disttrain.dev/avoid": "node-b"}}}
+    assert patch[2] == "application/merge-patch+json"
+    assert api.calls[kinds.index("apply status")][1] == A.RETRY
 
 
 def test_a_finished_then_deleted_workload_takes_its_labels_and_shadow_away():
