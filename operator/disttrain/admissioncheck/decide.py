@@ -16,7 +16,9 @@ The lifecycle of one Workload (``ours``: the AdmissionChecks whose ``controllerN
 2. Waiting, but the Workload cannot be checked (:class:`~.workload.Problem`: an owner the
    check does not read, templates it cannot copy, pod sets that differ): **Rejected**,
    naming the field (reading it again gives the same).
-3. Waiting, no current shadow: create it (:func:`.shadow.shadow_job`; a deterministic name,
+3. A DistTrainingJob of the shadow's name that the Workload does not own is someone
+   else's: never deleted nor read; the answer is **Retry**, naming it. Waiting, no current
+   shadow: create it (:func:`.shadow.shadow_job`; a deterministic name,
    so a create repeated after a lost answer finds it: idempotent). A shadow of an earlier
    attempt (Kueue counted a Retry since) or of an earlier Workload of the same name is
    deleted first. The answer says Pending, with why.
@@ -38,7 +40,7 @@ state changes).
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Mapping, Optional, Union
 
@@ -209,6 +211,9 @@ def _answer(seen: Seen, a: ans.Answer, key: Optional[str], **kw: Any) -> Decisio
 
 def _decide(seen: Seen) -> Decision:
     wl = seen.workload
+    foreign = seen.shadow is not None and not shadow.owned(seen.shadow, _meta(wl).get("uid"))
+    if foreign:  # a DistTrainingJob of the shadow's name that is not this Workload's: left alone
+        seen = replace(seen, shadow=None, probe_pods=())
     key = label_key(wl) if wl is not None else seen.key
     checks = status.awaiting(wl, set(seen.ours)) if wl is not None and not _ended(wl) else []
     if not checks:
@@ -226,6 +231,10 @@ def _decide(seen: Seen) -> Decision:
     assert isinstance(plan, Plan) and isinstance(body, dict)  # body is a dict only for a Plan
     if stale:
         return Decision(label_key=key, requeue=GONE_SECONDS)
+    if foreign:
+        return _answer(seen, ans.Answer(ans.RETRY, messages.bound(
+            f"DistTrainingJob {body['metadata']['name']} exists and is not this check's: the preflight "
+            "runs under that name; delete or rename it"), requeue_after_seconds=ans.RETRY_AFTER_SECONDS), key)
     if seen.shadow is None:
         return _answer(seen, ans.Answer(ans.PENDING, "creating the preflight probes (DistTrainingJob "
                                         f"{body['metadata']['name']})"), key, create=body, requeue=WAIT_SECONDS)

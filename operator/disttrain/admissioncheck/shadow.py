@@ -124,6 +124,15 @@ def workload_of(job: Any) -> Optional[str]:
     return name if isinstance(name, str) and name else None
 
 
+def owned(job: Any, uid: Any) -> bool:
+    """Whether ``job`` is owned by the Workload of ``uid`` (a job of that name that is not
+    is someone else's: never deleted, never read as a verdict)."""
+    meta = job.get("metadata") if isinstance(job, dict) else None
+    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+    return isinstance(uid, str) and bool(uid) and any(
+        isinstance(r, dict) and r.get("uid") == uid for r in (refs if isinstance(refs, list) else []))
+
+
 def current(job: Any, uid: str, attempt: int) -> bool:
     """Whether ``job`` is the shadow of Workload ``uid`` at the check's ``attempt``, and not
     being deleted (else it is stale: deleted, and made again)."""

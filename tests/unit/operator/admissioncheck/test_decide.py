@@ -240,3 +240,14 @@ def test_the_avoid_annotation_is_read_bounded_and_never_raises():
     many = ",".join(f"n{i}" for i in range(100))
     assert len(S.avoided({"metadata": {"annotations": {S.ANN_AVOID: many}}})) == S.MOST_AVOIDED
     assert S.avoided({"metadata": {"annotations": {S.ANN_AVOID: 7}}}) == () and S.avoided(None) == ()
+
+
+def test_a_job_of_the_shadow_s_name_that_is_not_the_workload_s_is_never_deleted_nor_read():
+    wl = checked()
+    theirs = shadow_of(wl, "True")
+    theirs["metadata"]["ownerReferences"] = []
+    d = D.decide(seen(wl, theirs, probe_pods(theirs)))
+    assert d.delete is None and d.create is None and d.label == ()
+    assert state_of(d) == [A.RETRY] and "is not this check's" in d.answers[0]["status"]["admissionChecks"][0]["message"]
+    gone = D.decide(seen(checked(quota=False), theirs))
+    assert gone.delete is None

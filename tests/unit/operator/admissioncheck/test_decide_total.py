@@ -1,7 +1,8 @@
 """The controller's decision is total over generated Workload and shadow states: it never
 raises (tested below the catch-all of ``decide``: ``_decide`` itself), never answers Ready
 without the shadow's Validated True, no check condition False and every rank's probe seen
-on a node, and never creates a shadow while one exists."""
+on a node, never creates a shadow while one exists, and never deletes a job the Workload
+does not own."""
 from __future__ import annotations
 
 import copy
@@ -65,6 +66,8 @@ def states(draw):
             job["metadata"]["annotations"][S.ANN_ATTEMPT] = draw(st.sampled_from(["0", "1", "x"]))
         if draw(st.integers(0, 4)) == 0:
             job["metadata"]["deletionTimestamp"] = "2026-12-01T12:00:00Z"
+        if draw(st.integers(0, 5)) == 0:  # a job of that name someone else made
+            job["metadata"]["ownerReferences"] = draw(st.sampled_from([[], [{"uid": "other"}], "junk"]))
         if draw(st.booleans()):
             job["status"]["nodes"] = draw(st.one_of(JUNK, st.lists(st.fixed_dictionaries({
                 "rank": st.one_of(st.integers(-1, 4), st.booleans()),
@@ -96,3 +99,5 @@ def test_the_decision_is_total_and_never_ready_without_every_rank_validated(s):
     if d.answers or d.create is not None:
         assert s.workload is not None
     assert not (set(d.label) & set(d.unlabel))
+    if d.delete is not None:  # only the Workload's own shadow is ever deleted
+        assert S.owned(s.shadow, s.workload["metadata"]["uid"])
