@@ -182,6 +182,19 @@ def test_the_loop_in_place_creates_the_training_pods_once_and_validates_them():
     assert plan.status["rendezvous"]["masterAddr"] == "10.100.0.10"
 
 
+def _both_created():
+    """An in-place job whose two training pods were created (rank 0 first, then rank 1 once
+    rank 0 had its address): (the job, rank 0's pod, rank 1's pod) as created."""
+    body = job(probe=IN_PLACE)
+    plan = step(body, [])
+    rank0 = plan.creates[0]
+    body = advance(body, plan)
+    placed = _finished([rank0], [report(0, "node-a")])[0]
+    placed["status"]["containerStatuses"] = [running("trainer"), running(inplace.RELAY)]
+    plan = step(body, [placed])
+    return advance(body, plan), rank0, plan.creates[0]
+
+
 def test_out_of_memory_after_the_final_report_is_trainings_not_the_probes():
     # the probe reported, handed over, and training ran out of memory before the kubelet
     # showed the relay's end: the view is the probe's report, the kill is left to training
@@ -195,15 +208,8 @@ def test_out_of_memory_after_the_final_report_is_trainings_not_the_probes():
 
 
 def test_in_place_training_out_of_memory_before_the_verdict_is_not_a_probe_oom():
-    body = job(probe=IN_PLACE)
-    plan = step(body, [])
-    rank0 = plan.creates[0]
-    body = advance(body, plan)
-    placed = _finished([rank0], [report(0, "node-a")])[0]
-    placed["status"]["containerStatuses"] = [running("trainer"), running(inplace.RELAY)]
-    plan = step(body, [placed])
-    body = advance(body, plan)
-    pods = _finished([rank0, plan.creates[0]], [report(0, "node-a"), report(1, "node-b")])
+    body, rank0, rank1 = _both_created()
+    pods = _finished([rank0, rank1], [report(0, "node-a"), report(1, "node-b")])
     pods[0]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
     plan = step(body, pods)
     conds = {c["type"]: c for c in plan.status["conditions"]}
@@ -212,17 +218,10 @@ def test_in_place_training_out_of_memory_before_the_verdict_is_not_a_probe_oom()
 
 
 def test_the_loop_in_place_fails_the_preflight_from_the_reports():
-    body = job(probe=IN_PLACE)
-    plan = step(body, [])
-    rank0 = plan.creates[0]
-    body = advance(body, plan)
-    placed = _finished([rank0], [report(0, "node-a")])[0]
-    placed["status"]["containerStatuses"] = [running("trainer"), running(inplace.RELAY)]
-    plan = step(body, [placed])
-    body = advance(body, plan)
+    body, rank0, rank1 = _both_created()
     bad = report(1, "node-b", ok=False, failure={"reason": V.MASTER_PORT_TIMEOUT, "phase": "rendezvous",
                                                  "message": "node-b: 10.100.0.10:29500 timed out"})
-    pods = _finished([rank0, plan.creates[0]], [report(0, "node-a"), bad])
+    pods = _finished([rank0, rank1], [report(0, "node-a"), bad])
     pods[1]["status"]["containerStatuses"][0] = ended("trainer", 1, "", "Error")
     plan = step(body, pods)
     conds = {c["type"]: c for c in plan.status["conditions"]}
@@ -323,15 +322,8 @@ def test_validated_in_place_with_the_master_lost_from_the_status_keeps_training(
 
 
 def test_in_place_training_out_of_memory_right_after_the_hand_over_ends_training_as_out_of_memory():
-    body = job(probe=IN_PLACE)
-    plan = step(body, [])
-    rank0 = plan.creates[0]
-    body = advance(body, plan)
-    placed = _finished([rank0], [report(0, "node-a")])[0]
-    placed["status"]["containerStatuses"] = [running("trainer"), running(inplace.RELAY)]
-    plan = step(body, [placed])
-    body = advance(body, plan)
-    pods = _finished([rank0, plan.creates[0]], [report(0, "node-a"), report(1, "node-b")])
+    body, rank0, rank1 = _both_created()
+    pods = _finished([rank0, rank1], [report(0, "node-a"), report(1, "node-b")])
     pods[0]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
     pods[0]["status"]["phase"] = "Failed"
     body = advance(body, step(body, pods))
