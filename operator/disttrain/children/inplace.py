@@ -174,10 +174,9 @@ def _probe_status(relay: Optional[dict], main: Optional[dict]) -> Optional[dict]
         # of the trainer after that (out of memory right after the hand-over) is training's
         # (the training phase reads it from the pod), not the probe's end
         end = dict(relay_end)
-        killed = main_end is not None and main_end.get("reason") in KILLED_AFTER_REPORT
-        own = main_end is not None and not killed
-        end["exitCode"] = main_end.get("exitCode", 0) if own and main_end is not None else 0
-        end["reason"] = main_end.get("reason", "Completed") if own and main_end is not None else "Completed"
+        own = main_end if main_end is not None and main_end.get("reason") not in KILLED_AFTER_REPORT else None
+        end["exitCode"] = own.get("exitCode", 0) if own is not None else 0
+        end["reason"] = own.get("reason", "Completed") if own is not None else "Completed"
         return {**(main or relay or {}), "name": PROBE, "state": {"terminated": end}}
     if main is None:
         return None

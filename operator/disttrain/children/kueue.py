@@ -65,8 +65,7 @@ def workload(job: JobRef, spec: DistTrainingJobSpec, queue: str) -> dict[str, An
     pod_spec: dict[str, Any] = {"containers": _quota_containers(tmpl.get("containers"))}
     if spec.probe.enabled and spec.probe.placement == ProbePlacement.InPlace.value:
         # in place, every training pod also runs the relay container: the quota counts it
-        pod_spec["containers"].append({"name": inplace.RELAY, "image": spec.probe.image or "probe",
-                                       "resources": copy.deepcopy(inplace.RELAY_RESOURCES)})
+        pod_spec["containers"] += _quota_containers([inplace.relay_container(spec, spec.probe.image or "probe")])
     if tmpl.get("initContainers"):  # sidecars and init containers count as the scheduler counts them
         pod_spec["initContainers"] = _quota_containers(tmpl.get("initContainers"))
     for key in ("nodeSelector", "affinity", "tolerations", "priorityClassName"):
