@@ -6,6 +6,7 @@ import copy
 import json
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -207,10 +208,11 @@ def test_out_of_memory_after_the_final_report_is_trainings_not_the_probes():
     assert probe_of(view)["terminated"]["reason"] == "OOMKilled"
 
 
-def test_in_place_training_out_of_memory_before_the_verdict_is_not_a_probe_oom():
+@pytest.mark.parametrize("culprit", [0, 1])
+def test_in_place_training_out_of_memory_before_the_verdict_is_not_a_probe_oom(culprit):
     body, rank0, rank1 = _both_created()
     pods = _finished([rank0, rank1], [report(0, "node-a"), report(1, "node-b")])
-    pods[0]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
+    pods[culprit]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
     plan = step(body, pods)
     conds = {c["type"]: c for c in plan.status["conditions"]}
     assert conds[C.VALIDATED]["status"] == "True", conds[C.VALIDATED]
@@ -321,17 +323,18 @@ def test_validated_in_place_with_the_master_lost_from_the_status_keeps_training(
     assert conds[C.VALIDATED]["status"] == "True" and plan.creates == [] and plan.deletes == []
 
 
-def test_in_place_training_out_of_memory_right_after_the_hand_over_ends_training_as_out_of_memory():
+@pytest.mark.parametrize("culprit", [0, 1])
+def test_in_place_training_out_of_memory_right_after_the_hand_over_ends_training_as_out_of_memory(culprit):
     body, rank0, rank1 = _both_created()
     pods = _finished([rank0, rank1], [report(0, "node-a"), report(1, "node-b")])
-    pods[0]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
-    pods[0]["status"]["phase"] = "Failed"
+    pods[culprit]["status"]["containerStatuses"][0] = ended("trainer", 137, "", "OOMKilled")
+    pods[culprit]["status"]["phase"] = "Failed"
     body = advance(body, step(body, pods))
     plan = step(body, pods)
     conds = {c["type"]: c for c in plan.status["conditions"]}
     assert conds[C.VALIDATED]["status"] == "True"
     assert conds[C.FAILED]["status"] == "True", conds[C.FAILED]
-    assert "rank 0" in conds[C.FAILED]["message"] and "OOMKilled" in conds[C.FAILED]["message"]
+    assert f"rank {culprit}" in conds[C.FAILED]["message"] and "OOMKilled" in conds[C.FAILED]["message"]
     assert "probe" not in conds[C.FAILED]["message"]
 
 
