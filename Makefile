@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: test-scenarios test-in-place test-stall test-regression system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
+.PHONY: prune-images test-scenarios test-in-place test-stall test-regression system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -41,6 +41,11 @@ images: venv
 	@$(SYSTEM_DEPS) images
 	TORCH_TREE_PYTHON=$(abspath $(VPY)) bash localcluster/build/build-images.sh $(or $(IMAGES),all)
 	@bash localcluster/build/build-images.sh info
+
+# Remove the docker-archives of older image builds (`make images` does it too; each keeps
+# the current archive and the newest other one per image).
+prune-images:
+	bash localcluster/build/build-images.sh prune
 
 up: system-deps venv build-cluster
 	$(VPY) -m localcluster up

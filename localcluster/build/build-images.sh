@@ -5,6 +5,7 @@
 #   bash localcluster/build/build-images.sh [all]   # base, torch tree, operator, probe, example
 #   bash localcluster/build/build-images.sh base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol|mesh
 #   bash localcluster/build/build-images.sh archives   # docker-archive files the nodes import
+#   bash localcluster/build/build-images.sh prune      # remove archives of older builds (all does)
 #   bash localcluster/build/build-images.sh buildah ARGS...   # buildah on the project's storage
 #   bash localcluster/build/build-images.sh info              # images, sizes, disk used
 #
@@ -236,6 +237,29 @@ archives() {
   done
 }
 
+# Bound the archives: every change to an image's inputs writes a new docker-archive (the
+# operator's is 420 MB) and the old ones were kept for good. Keep, per image, the archive
+# `archives` lists now and the newest other one (a branch switched back imports it
+# again without a rebuild); remove the rest. Prints what it removed. Nodes re-import what
+# they lack by digest (archives.py), so a removed archive is never assumed present.
+ARCHIVES_KEPT_OLDER=1
+prune() {
+  local current entry short f older
+  current="$(archives)"
+  for entry in "${ARCHIVE_NAMES[@]}"; do
+    read -r short _ <<<"$entry"
+    older=0
+    while IFS= read -r f; do
+      [[ "$(basename "$f")" =~ ^$short-[0-9a-f]{16}\.tar$ ]] || continue
+      grep -qF " $f" <<<"$current" && continue
+      older=$((older + 1))
+      [ "$older" -le "$ARCHIVES_KEPT_OLDER" ] && continue
+      rm -f "$f"
+      log "prune: removed $f"
+    done < <(ls -t "$CACHE/archives/$short-"*.tar 2>/dev/null)
+  done
+}
+
 torch_tree() {
   [ -x "$TORCH_PY" ] || die "no Python at $TORCH_PY (TORCH_TREE_PYTHON): make venv installs torch there"
   "$TORCH_PY" "$here/torch_tree.py" "$CACHE/torch-tree"
@@ -256,7 +280,8 @@ info() {
 what="${1:-all}"
 case "$what" in
   all) build_base; torch_tree; build_operator; build_probe; build_example; build_pause; build_garbage_probe; build_alpine
-       build_netpol; build_mesh ;;
+       build_netpol; build_mesh; prune >/dev/null ;;
+  prune) prune >/dev/null ;;
   pause) build_pause ;;
   netpol) build_netpol ;;
   garbage-probe) build_base; build_garbage_probe ;;
@@ -268,5 +293,5 @@ case "$what" in
   torch-tree) torch_tree ;;
   buildah) shift; exec "${B[@]}" "$@" ;;
   info) info ;;
-  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol|mesh|archives|info|buildah ARGS...]" ;;
+  *) die "usage: $0 [all|base|operator|probe|example|torch-tree|pause|garbage-probe|alpine|netpol|mesh|archives|prune|info|buildah ARGS...]" ;;
 esac

@@ -32,12 +32,13 @@ from localcluster.nodes.processes import (
     code_version,
     import_images,
     kill_node_pods,
+    node_pressures,
     node_process,
     node_ready,
     remove_node,
     stop_node_processes,
 )
-from localcluster.nodes.realnode.base import binaries
+from localcluster.nodes.realnode.base import binaries, check_disk, disk_hint
 from localcluster.scenarios import nodeplan
 
 
@@ -130,6 +131,7 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     b.cfg = load_cfg(state)
     if runtime == "containerd":
         binaries()  # names what is missing before anything starts
+        check_disk()
         if wants_gpus:
             raise ValueError("real nodes (runtime containerd) have no GPUs here (no device "
                              "plugin); run GPU scenarios with --runtime agent")
@@ -239,6 +241,10 @@ def _wait_ready(b: _Bringup, client) -> None:
                           for i in items if i["metadata"]["name"] in want)
             client.get("/api/v1/namespaces/default/serviceaccounts/default")
             if want <= ready and gpus_ok:
+                hit = node_pressures([i for i in items if i["metadata"]["name"] in want])
+                if hit:
+                    raise RuntimeError("node(s) under pressure, pods would be evicted: "
+                                       + "; ".join(hit) + disk_hint())
                 return
         except (ApiError, OSError):
             pass

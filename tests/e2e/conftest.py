@@ -4,9 +4,11 @@ Set DISTTRAIN_KEEP_CLUSTER=1 to leave the cluster running after the session.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +59,33 @@ def _other_live_sessions(sessions: Path) -> list[int]:
     return out
 
 
+# The cluster the session brought up, and when its nodes were last checked for pressure.
+_ACTIVE: dict = {"cluster": None, "checked": 0.0}
+PRESSURE_CHECK_EVERY_S = 60
+
+
+def pytest_runtest_setup(item):
+    """Stop the whole session, naming the node and the condition, once a node is under
+    pressure: a node under disk pressure evicts pods and deletes the images no pod runs
+    (imported here, never pulled back), so every later test would wait out its timeout
+    (one CI run spent its 90 minutes so). Checked at most every PRESSURE_CHECK_EVERY_S."""
+    from localcluster.nodes.processes import node_pressures
+    from localcluster.nodes.realnode.base import disk_hint
+
+    c = _ACTIVE["cluster"]
+    if c is None or time.monotonic() - _ACTIVE["checked"] < PRESSURE_CHECK_EVERY_S:
+        return
+    _ACTIVE["checked"] = time.monotonic()
+    try:
+        p = c.kubectl("get", "nodes", "-o", "json", check=False, timeout=20)
+        hit = node_pressures(json.loads(p.stdout)["items"]) if p.returncode == 0 else []
+    except (subprocess.TimeoutExpired, ValueError, KeyError):
+        return  # the apiserver's own trouble: the tests say it
+    if hit:
+        pytest.exit("node(s) under pressure, every later test would fail: " + "; ".join(hit)
+                    + disk_hint(), returncode=3)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Cluster:
     """Bring the local cluster up (2 nodes, reused if already healthy) for the session.
@@ -88,9 +117,11 @@ def cluster() -> Cluster:
     sessions.mkdir(parents=True, exist_ok=True)
     mine = sessions / str(os.getpid())
     mine.touch()
+    _ACTIVE["cluster"] = c
     try:
         yield c
     finally:
+        _ACTIVE["cluster"] = None
         mine.unlink(missing_ok=True)
         keep = was_up or os.environ.get("DISTTRAIN_KEEP_CLUSTER") == "1"
         if not keep and not _other_live_sessions(sessions):

@@ -75,7 +75,7 @@ def _sampled(sc) -> bool:
     each: `make test-stall` runs them, and `make test` runs two stall cases of its own)."""
     return not sc.slow and sc.training is None and sc.strike is None
 ALWAYS = ("healthy", "integer-quantities", "sidecar-first", "probe-oomkilled")
-SCENARIO_SAMPLE = 16
+SCENARIO_SAMPLE = 12
 SCENARIOS = (loader.all_names() if os.environ.get("DISTTRAIN_ALL_SCENARIOS") == "1"
              else loader.scenario_sample(SCENARIO_SAMPLE, int(os.environ.get("DISTTRAIN_SCENARIO_SEED") or DAY),
                                          ALWAYS, [n for n in loader.all_names() if _sampled(loader.load(n))]))

@@ -103,6 +103,22 @@ def node_ready(node: dict, since: float | None = None) -> bool:
     return False
 
 
+PRESSURES = ("DiskPressure", "MemoryPressure", "PIDPressure")
+
+
+def node_pressures(nodes: list[dict]) -> list[str]:
+    """``["<node>: <condition> (<message>)"]`` for each pressure condition that is True on
+    the Node objects ``nodes``: such a node is tainted and evicts pods (under disk pressure
+    the kubelet also deletes every image no pod runs, and ours are never pulled back)."""
+    out = []
+    for node in nodes:
+        for c in (node.get("status") or {}).get("conditions") or []:
+            if c.get("type") in PRESSURES and c.get("status") == "True":
+                out.append(f"{(node.get('metadata') or {}).get('name')}: {c['type']}"
+                           f" ({str(c.get('message') or '')[:160]})")
+    return out
+
+
 def kill_node_pods(ns: str) -> int:
     """SIGKILL every process in our namespace ``ns``; returns how many were signalled."""
     n = 0

@@ -15,6 +15,11 @@ CNI_BIN_DIR = "/usr/lib/cni"  # Debian's containernetworking-plugins
 SANDBOX_IMAGE = "localhost/disttrain/pause:3.10"
 KUBELET_PORT = 10250
 BASE_SPEC = "base-spec.json"  # containerd's base_runtime_spec (site_spec)
+# The kubelet's hard eviction floor for its filesystems (nodefs, imagefs), and the free
+# disk `up` asks for beyond it (one node's images unpacked, logs, etcd).
+EVICTION_DISK_FLOOR = "1Gi"
+EVICTION_DISK_FLOOR_BYTES = 1 << 30
+UP_DISK_MARGIN_BYTES = 3 << 30
 
 
 class RealNodeError(RuntimeError):
@@ -49,3 +54,29 @@ def binaries() -> dict[str, str]:
 # Machine-wide sysctls the kubelet sets at start (vm.overcommit_memory=1, kernel.panic=10,
 # kernel.panic_on_oops=1): a file bind-mounted over each takes the write instead.
 SYSCTL_FILES = {"vm/overcommit_memory": "1\n", "kernel/panic": "10\n", "kernel/panic_on_oops": "1\n"}
+
+
+def free_disk() -> int:
+    """Free bytes on the disk that holds the cache (its nearest existing folder)."""
+    p = cache_dir()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return shutil.disk_usage(p).free
+
+
+def disk_hint() -> str:
+    """One sentence on the disk the real nodes use: free bytes and how to free more."""
+    free = free_disk()
+    return (f"; {free / (1 << 30):.1f} GiB free on the disk of {cache_dir()}: "
+            "`make prune-images` removes image archives and builds no longer used")
+
+
+def check_disk() -> None:
+    """Raises RealNodeError when the disk of the nodes' containerd roots has less free room
+    than the kubelet's eviction floor plus a margin: below the floor the kubelet evicts
+    pods and deletes images, which are imported here and never pulled back."""
+    free = free_disk()
+    need = EVICTION_DISK_FLOOR_BYTES + UP_DISK_MARGIN_BYTES
+    if free < need:
+        raise RealNodeError(f"real nodes need {need / (1 << 30):.0f} GiB of free disk (the "
+                            f"kubelet evicts pods below {EVICTION_DISK_FLOOR})" + disk_hint())

@@ -22,6 +22,7 @@ from localcluster.network import nodedns, podnet
 from localcluster.nodes.realnode.base import (
     BASE_SPEC,
     CNI_BIN_DIR,
+    EVICTION_DISK_FLOOR,
     KUBELET_PORT,
     SANDBOX_IMAGE,
     SYSCTL_FILES,
@@ -106,8 +107,11 @@ def kubelet_config(d: Path, spec: NodeSpec, ca: Path, certs: dict,
         "resolvConf": str(d / "resolv.conf"),
         # images are imported, never pulled: never garbage-collect them
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "2%",
-                         "imagefs.available": "2%"},
+        # absolute floors, not percentages: the nodes share one large disk with the
+        # machine, where 2% was 5 GB; under disk pressure the kubelet deletes every image
+        # no pod runs, and images here are imported, never pulled back
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": EVICTION_DISK_FLOOR,
+                         "imagefs.available": EVICTION_DISK_FLOOR},
         "serializeImagePulls": False,
         "nodeStatusUpdateFrequency": "5s",
         "syncFrequency": "10s", "fileCheckFrequency": "10s",
