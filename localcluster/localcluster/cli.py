@@ -187,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"(unnamed resources keep {kueue_objects.DEFAULT_QUOTA})")
     u.add_argument("--kueue-namespace", action="append", dest="kueue_namespaces",
                    help="a namespace that gets the LocalQueue user-queue (repeatable; default: default)")
+    u.add_argument("--kueue-integration", action="append", dest="kueue_integrations",
+                   choices=sorted(kueue_objects.INTEGRATION_RESOURCES),
+                   help="a Kueue integration to enable (repeatable; default: "
+                        + ", ".join(kueue_objects.DEFAULT_INTEGRATIONS) + ")")
     sub.add_parser("down", help="stop everything and clean up")
     sub.add_parser("status", help="show health")
     sub.add_parser("env", help="print export lines for KUBECONFIG and PATH")
@@ -198,9 +202,10 @@ def main(argv: list[str] | None = None) -> int:
                 from localcluster.scenarios import loader
                 sc = loader.load(a.scenario)
             ko = None
-            if a.kueue or a.kueue_quota or a.kueue_namespaces:
+            if a.kueue or a.kueue_quota or a.kueue_namespaces or a.kueue_integrations:
                 ko = kueue_objects.Options(tuple(sorted(kueue_objects.parse_quota(a.kueue_quota).items())),
-                                   tuple(a.kueue_namespaces or ["default"]))
+                                   tuple(a.kueue_namespaces or ["default"]),
+                                   tuple(a.kueue_integrations or kueue_objects.DEFAULT_INTEGRATIONS))
             print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, runtime=a.runtime,
                      addons=Addons(kubeflow=a.kubeflow, kueue=ko)))
         except Exception as e:

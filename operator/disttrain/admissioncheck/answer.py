@@ -33,6 +33,7 @@ Messages are at most 400 characters (``disttrain.diagnosis.messages.bound``).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Sequence
 
@@ -40,6 +41,7 @@ from disttrain.admissioncheck.probespec import probe_job
 from disttrain.admissioncheck.workload import Plan, Problem
 from disttrain.api import constants
 from disttrain.diagnosis import messages
+from disttrain.diagnosis.attribution import culprits
 from disttrain.diagnosis.checkconditions import Verdict
 from disttrain.diagnosis.netsummary import summarize_ifnames
 from disttrain_probe.contract import vocabulary
@@ -74,7 +76,7 @@ def validated_label(plan: Plan) -> tuple[str, str]:
     return f"{LABEL_PREFIX}/{probe_job(plan).name}", "true"
 
 
-def _failed(verdicts: Mapping[str, Verdict]) -> Verdict:
+def failed(verdicts: Mapping[str, Verdict]) -> Verdict:
     """The first False probe check (its message has the cause and the fix), else Validated."""
     for ctype in vocabulary.CHECK_CONDITIONS:
         v = verdicts.get(ctype)
@@ -114,6 +116,11 @@ def _updates(plan: Plan, socket_ifnames: Mapping[int, Optional[str]]) -> list[di
     return out
 
 
+# The probes' own master (a pod of the preflight, gone once it ends) in the Validated
+# message (checkconditions); the job's operator gives the job its own MASTER_ADDR.
+_SHADOW_MASTER = re.compile(r"; MASTER_ADDR=[^;]*")
+
+
 def answer(verdicts: Mapping[str, Verdict], plan: Plan, placed: Mapping[int, str],
            named: Sequence[str] = (), socket_ifnames: Optional[Mapping[int, Optional[str]]] = None,
            retry_count: int = 0) -> Answer:
@@ -125,8 +132,9 @@ def answer(verdicts: Mapping[str, Verdict], plan: Plan, placed: Mapping[int, str
     if summary is None or summary.status not in (constants.TRUE, constants.FALSE):
         return Answer(PENDING, messages.bound(summary.message if summary else "the preflight probes are running"))
     if summary.status == constants.TRUE:
-        return Answer(READY, messages.bound(summary.message), _updates(plan, socket_ifnames or {}))
-    v = _failed(verdicts)
+        return Answer(READY, messages.bound(_SHADOW_MASTER.sub("", summary.message)),
+                      _updates(plan, socket_ifnames or {}))
+    v = failed(verdicts)
     msg = messages.bound(f"{v.reason}: {v.message}")
     if _job_at_fault(v, plan, placed, named, retry_count):
         return Answer(REJECTED, msg)
@@ -135,10 +143,16 @@ def answer(verdicts: Mapping[str, Verdict], plan: Plan, placed: Mapping[int, str
 
 
 def named_nodes(verdicts: Mapping[str, Verdict], placed: Mapping[int, str]) -> list[str]:
-    """The probed nodes the False conditions' messages name (a message names at most
-    ``messages.MOST_NAMED`` nodes; the controller passes the findings' nodes when it has them)."""
-    text = " ".join(v.message for v in verdicts.values() if v.status == constants.FALSE)
-    return messages.named_nodes(text, list(placed.values()))
+    """The probed nodes the False conditions' messages single out
+    (:func:`disttrain.diagnosis.attribution.culprits`: the node a message starts with, else
+    those its fix names, else all it names); a peer a message only mentions ("nothing from
+    node-b got through") is not one: a Retry would keep that bystander out next round."""
+    nodes = list(placed.values())
+    out: list[str] = []
+    for v in verdicts.values():
+        if v.status == constants.FALSE:
+            out += [n for n in culprits(v.message, nodes) if n not in out]
+    return out
 
 
 def problem_answer(problem: Problem) -> Answer:

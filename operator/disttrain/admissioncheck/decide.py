@@ -52,11 +52,14 @@ from disttrain.api import constants
 from disttrain.api.types import ProbeSpec
 from disttrain.children import observe
 from disttrain.diagnosis import messages
+from disttrain_probe.contract import vocabulary
 
 GIVE_UP_SECONDS = 1800  # undecided this long: Retry (the probe budget ends a shadow far sooner)
 WAIT_SECONDS = 15.0  # look again while the shadow probes (its Events also wake the check)
 GONE_SECONDS = 2.0  # a stale shadow being deleted: look again soon
 ERROR_SECONDS = 30.0
+# a round's failure that says only that the probes could not all be placed
+TOO_FEW_NODES = (vocabulary.PROBE_UNSCHEDULABLE, vocabulary.NOT_ENOUGH_NODES)
 EVENT_REASONS = {ans.READY: "PreflightReady", ans.RETRY: "PreflightRetry", ans.REJECTED: "PreflightRejected"}
 
 
@@ -85,7 +88,8 @@ class Decision:
     ours), ``state`` the answer's state (None: no answer), node labels to add (``label``)
     and remove (``unlabel``) of key ``label_key``, an ``event`` (type, reason, message)
     on the job ``event_on`` (apiVersion, kind, name, uid), ``requeue`` (seconds), and
-    ``avoid``: the Workload's new :data:`~.shadow.ANN_AVOID` (a Retry's nodes added)."""
+    ``avoid``: the Workload's new :data:`~.shadow.ANN_AVOID` (a Retry's nodes added; ""
+    clears it) and ``avoid_why`` its :data:`~.shadow.ANN_AVOID_WHY`."""
 
     create: Optional[dict[str, Any]] = None
     delete: Optional[str] = None
@@ -98,6 +102,7 @@ class Decision:
     event_on: Optional[dict[str, str]] = None
     requeue: Optional[float] = None
     avoid: Optional[str] = None  # the Workload's new avoid annotation (shadow.ANN_AVOID), before the answer
+    avoid_why: Optional[str] = None  # with it, the verdict that named them (shadow.ANN_AVOID_WHY)
 
 
 def _meta(obj: Any) -> dict[str, Any]:
@@ -267,6 +272,22 @@ def _verdict(seen: Seen, plan: Plan, key: Optional[str]) -> Decision:
                 requeue_after_seconds=ans.RETRY_AFTER_SECONDS)
             return _answer(seen, a, key)
         return _answer(seen, a, key, requeue=WAIT_SECONDS)
-    if a.state == ans.RETRY:  # the next round's probes keep off the nodes it named
-        return _answer(seen, a, key, avoid=shadow.avoid_more(seen.workload, a.avoid))
+    if a.state == ans.RETRY:
+        return _retry(seen, a, key, ans.failed(verdicts).reason)
     return _answer(seen, a, key)
+
+
+def _retry(seen: Seen, a: ans.Answer, key: Optional[str], reason: str) -> Decision:
+    """A Retry: the next round's probes keep off the nodes it named. When the probes could
+    not be placed while earlier rounds' nodes were kept out, the cause is still the verdict
+    that named those nodes, not the scheduler's word: it is said again, and the next round
+    probes every node (the fault may be fixed; else it is measured and named again)."""
+    earlier = shadow.avoided(seen.workload)
+    if earlier and reason in TOO_FEW_NODES:
+        nodes = ", ".join(earlier[:messages.MOST_NAMED]) + (" ..." if len(earlier) > messages.MOST_NAMED else "")
+        why = shadow.avoided_why(seen.workload) or "an earlier preflight failed on them"
+        a = replace(a, avoid=(), message=messages.bound(
+            f"{nodes} kept out after this verdict left too few nodes (the next try probes every node): {why}"))
+        return _answer(seen, a, key, avoid="", avoid_why="")
+    more = shadow.avoid_more(seen.workload, a.avoid)
+    return _answer(seen, a, key, avoid=more, avoid_why=a.message if more is not None else None)

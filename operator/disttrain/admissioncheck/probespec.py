@@ -12,7 +12,8 @@ they will), the trainer's rank and rendezvous variables (``RANK``, ``MASTER_*``,
 ``PET_*``: the job's operator sets them, the probe sets its own) and its command left
 out (the probe pod runs the probe, never the job's command), ``rendezvous.port`` the
 job's master port, ``network.socketIfname`` the job's ``NCCL_SOCKET_IFNAME`` (``auto``
-when unset: the probe chooses), ``network.hostNetwork`` the template's, the probe settings
+when unset: the probe chooses), ``network.hostNetwork`` the template's (taken out of the template, where a
+DistTrainingJob refuses it), the probe settings
 the operator is configured with, placement Pods. The probe pod of rank r is pinned, on
 top of that, to the topology domain Kueue assigned the pod of the same index
 (:func:`disttrain.admissioncheck.topology.selector_of_pod`), and owned by the Workload
@@ -69,6 +70,7 @@ def _template(p: PodSetPlan, flavors: Mapping[str, Flavor]) -> dict[str, Any]:
     """The pod set's template as the probe pod's: see the module docstring."""
     tmpl = copy.deepcopy(p.template)
     spec = tmpl["spec"]
+    spec.pop("hostNetwork", None)  # a DistTrainingJob says it in network.hostNetwork
     for c in spec.get("containers") or []:
         if isinstance(c, dict) and c.get("name") == p.trainer:
             c.pop("command", None)
@@ -99,12 +101,13 @@ def probe_specs(plan: Plan, flavors: Optional[Mapping[str, Flavor]] = None,
     out: dict[str, DistTrainingJobSpec] = {}
     for i, p in enumerate(plan.pod_sets):
         tmpl = _template(p, flavors or {})
+        host_network = (p.template.get("spec") or {}).get("hostNetwork") is True
         raw = {
             "numNodes": plan.num_nodes,
             "template": tmpl,
             "trainerContainer": p.trainer,
             "rendezvous": {"port": plan.master_port},
-            "network": {"hostNetwork": tmpl["spec"].get("hostNetwork") is True,
+            "network": {"hostNetwork": host_network,
                         "socketIfname": plan.socket_ifname or "auto"},
             "probe": settings,
         }

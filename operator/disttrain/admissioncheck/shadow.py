@@ -44,6 +44,8 @@ ANN_ATTEMPT = f"{constants.GROUP}/check-attempt"  # the check's retryCount when 
 # on the Workload: the nodes its Retries named, for the next rounds' probes to keep off
 ANN_AVOID = "preflight.disttrain.dev/avoid"
 MOST_AVOIDED = 64  # the latest nodes kept (an annotation is bounded; so is a nodeAffinity)
+# on the Workload: the verdict that put the latest nodes in ANN_AVOID (at most 400 characters)
+ANN_AVOID_WHY = "preflight.disttrain.dev/avoid-why"
 
 
 def avoided(workload: Any) -> tuple[str, ...]:
@@ -54,6 +56,14 @@ def avoided(workload: Any) -> tuple[str, ...]:
     if not isinstance(raw, str):
         return ()
     return tuple(dict.fromkeys(n for n in (x.strip() for x in raw.split(",")) if n and len(n) <= 253))[-MOST_AVOIDED:]
+
+
+def avoided_why(workload: Any) -> str:
+    """The verdict that named the avoided nodes (:data:`ANN_AVOID_WHY`; "" when unknown)."""
+    meta = workload.get("metadata") if isinstance(workload, dict) else None
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
+    raw = ann.get(ANN_AVOID_WHY) if isinstance(ann, dict) else None
+    return raw[:400] if isinstance(raw, str) else ""
 
 
 def avoid_more(workload: Any, nodes: Sequence[str]) -> Optional[str]:

@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from disttrain.admissioncheck import decide as D
 from disttrain.admissioncheck.probespec import Flavor
-from disttrain.admissioncheck.shadow import ANN_AVOID
+from disttrain.admissioncheck.shadow import ANN_AVOID, ANN_AVOID_WHY
 from disttrain.admissioncheck.status import FIELD_MANAGER, active_body
 from disttrain.admissioncheck.workload import CONTROLLER_NAME, WORKLOAD_API_VERSION
 from disttrain.api import constants
@@ -74,17 +74,28 @@ class AdmissionController:
         raw = cast(dict[str, Any], self.kube.custom.list_cluster_custom_object(GROUP, VERSION, "admissionchecks"))
         mine = [i for i in raw.get("items") or []
                 if isinstance(i, dict) and (i.get("spec") or {}).get("controllerName") == CONTROLLER_NAME]
-        ts = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        for check in mine:  # Kueue holds a ClusterQueue inactive until its checks are Active
-            body = active_body(check, ts)
-            if body is not None:
-                self.kube.custom.patch_cluster_custom_object_status(
-                    GROUP, VERSION, "admissionchecks", body["metadata"]["name"], body,
-                    field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
-                log.info("marked AdmissionCheck %s Active", body["metadata"]["name"])
+        for check in mine:
+            self.activate(check)
         names = frozenset(str(i["metadata"]["name"]) for i in mine)
         self._checks = (now + CHECKS_TTL_SECONDS, names)
         return names
+
+    def activate(self, check: Any) -> None:
+        """Mark the AdmissionCheck ``check`` (as the API returns it) Active when its
+        controllerName is ours and it is not yet: Kueue holds every ClusterQueue that lists
+        it inactive until then. Called for each watch event of an AdmissionCheck, so a
+        check is Active within a second of its creation, before any Workload arrives.
+        Raises the client's ApiException on a failed call."""
+        if not isinstance(check, dict) or (check.get("spec") or {}).get("controllerName") != CONTROLLER_NAME:
+            return
+        body = active_body(check, datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+        if body is None:
+            return
+        self.kube.custom.patch_cluster_custom_object_status(
+            GROUP, VERSION, "admissionchecks", body["metadata"]["name"], body,
+            field_manager=FIELD_MANAGER, force=True, _content_type=APPLY)
+        self._checks = None  # a new check of ours: list them again at the next step
+        log.info("marked AdmissionCheck %s Active", body["metadata"]["name"])
 
     def _flavor(self, name: str) -> Optional[Flavor]:
         rf = self.kube.get_object(WORKLOAD_API_VERSION, "ResourceFlavor", None, name)
@@ -170,8 +181,9 @@ class AdmissionController:
             self._label(d.label_key, d.unlabel, None)
             self._label(d.label_key, d.label, "true")
         if d.avoid is not None:  # before the Retry: the next round reads it
+            ann = {ANN_AVOID: d.avoid, **({ANN_AVOID_WHY: d.avoid_why} if d.avoid_why is not None else {})}
             self.kube.custom.patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, "workloads", name, {"metadata": {"annotations": {ANN_AVOID: d.avoid}}},
+                GROUP, VERSION, namespace, "workloads", name, {"metadata": {"annotations": ann}},
                 _content_type="application/merge-patch+json")
         for body in d.answers:
             self.kube.custom.patch_namespaced_custom_object_status(

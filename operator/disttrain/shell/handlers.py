@@ -43,6 +43,7 @@ SWEEP_SECONDS = float(os.environ.get("DISTTRAIN_SWEEP_SECONDS", "10"))
 _reconciler: Optional[Reconciler] = None
 _queue: Optional[WorkQueue] = None
 _admission: Optional[WorkQueue] = None  # Workloads, when the admission check is enabled
+_checker: Optional[admission.AdmissionController] = None  # its controller
 
 
 def _forget(key: Key) -> None:
@@ -53,7 +54,7 @@ def _forget(key: Key) -> None:
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_) -> None:
-    global _reconciler, _queue, _admission
+    global _reconciler, _queue, _admission, _checker
     # kopf's own progress goes to annotations under our prefix; .status is for users.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="kopf.disttrain.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -69,7 +70,7 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
     _queue = WorkQueue(_reconciler.step, on_forget=_forget)
     asyncio.create_task(_queue.sweep(SWEEP_SECONDS))
     if admission.enabled():
-        checker = admission.AdmissionController(_reconciler.kube)
+        checker = _checker = admission.AdmissionController(_reconciler.kube)
         _admission = WorkQueue(checker.step, on_forget=checker.forget)
         asyncio.create_task(_admission.sweep(SWEEP_SECONDS))
         log.info("Kueue admission check controller on (controllerName %s)", admission.CONTROLLER_NAME)
@@ -96,6 +97,15 @@ async def pod_event(labels, namespace, **_) -> None:
 
 
 if admission.enabled():
+    @kopf.on.event(admission.GROUP, admission.VERSION, "admissionchecks")
+    async def admission_check_event(event, body, **_) -> None:
+        # a check of ours goes Active at once (a ClusterQueue listing it admits nothing before)
+        if _checker is not None and event.get("type") != "DELETED":
+            try:
+                await asyncio.to_thread(_checker.activate, dict(body))
+            except Exception as exc:  # the next Workload step lists and marks the checks again
+                log.warning("AdmissionCheck %s not marked Active: %s", body.get("metadata", {}).get("name"), exc)
+
     @kopf.on.event(admission.GROUP, admission.VERSION, "workloads")
     async def workload_event(name, namespace, **_) -> None:
         # DELETED too: the step finds it gone, removes its nodes' label and forgets it

@@ -179,7 +179,8 @@ def test_admission_check_off_by_default_and_wired_when_enabled():
     assert added == {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "list"),
                      ("kueue.x-k8s.io", "workloads", "watch"), ("kueue.x-k8s.io", "workloads", "patch"),
                      ("kueue.x-k8s.io", "workloads/status", "patch"),
-                     ("kueue.x-k8s.io", "admissionchecks", "list"), ("kueue.x-k8s.io", "admissionchecks/status", "patch"),
+                     ("kueue.x-k8s.io", "admissionchecks", "list"), ("kueue.x-k8s.io", "admissionchecks", "watch"),
+                     ("kueue.x-k8s.io", "admissionchecks/status", "patch"),
                      ("kueue.x-k8s.io", "resourceflavors", "get"), ("disttrain.dev", "disttrainingjobs", "create"),
                      ("", "nodes", "patch")}
     assert not any(d["kind"] == "AdmissionCheck" for d in on)

@@ -8,7 +8,10 @@ anti-affinity rules. preemption: ...``. :func:`classify` reads it:
   anti-affinity can never be met): fail at once (NotEnoughNodes);
 - ``wait``: some node is only busy (Insufficient cpu/memory/GPU, its rendezvous hostPort
   taken by another job, too many pods): the pod will schedule when that frees up, so the
-  job waits and says why (WaitingForResources), as a batch/v1 Job would;
+  job waits and says why (WaitingForResources), as a batch/v1 Job would; unless the nodes
+  its own constraints leave are fewer than the ranks (``0/2 nodes are available: 1
+  Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector`` for 2 ranks, one
+  per node): then no capacity freed can place them, and it is ``unschedulable``;
 - ``unschedulable``: the pod's own constraints exclude the nodes (node selector or
   affinity, untolerated taints, cordoned nodes, volume conflicts): fail at once
   (ProbeUnschedulable) with the scheduler's words and the fix;
@@ -53,6 +56,11 @@ def classify(message: str, num_nodes: int) -> str:
     if total is not None and total < num_nodes:
         return "not-enough-nodes"
     items = reasons(message)
+    # the nodes the pod's own constraints rule out for good; each rank needs a node of its
+    # own, so when the others are fewer than the ranks, no capacity freed can help
+    ruled_out = sum(n for n, r in items if not any(t in r for t in TRANSIENT) and ANTI_AFFINITY not in r)
+    if total is not None and ruled_out and total - ruled_out < num_nodes:
+        return "unschedulable"
     if any(any(t in r for t in TRANSIENT) for _, r in items):
         return "wait"
     if items and all(ANTI_AFFINITY in r for _, r in items):

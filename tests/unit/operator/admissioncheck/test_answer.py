@@ -110,3 +110,25 @@ def test_named_nodes_are_the_probed_nodes_false_messages_mention():
 def test_a_workload_problem_is_rejected_with_its_field():
     got = A.problem_answer(Problem("WorkloadUnreadable", "spec.podSets", "spec.podSets: not a list"))
     assert got.state == A.REJECTED and "spec.podSets" in got.message and len(got.message) <= 400
+
+
+def test_ready_does_not_name_the_probes_own_master_as_the_job_s():
+    """Seen on the cluster: the Ready message said MASTER_ADDR=<the preflight's probe pod>,
+    a pod gone once the probes end; the job's own operator sets its MASTER_ADDR."""
+    msg = "2 nodes validated; NCCL_SOCKET_IFNAME=eth0; MASTER_ADDR=job-pf-0556bfb6-0.job-pf-0556bfb6; busbw 0.61 GB/s"
+    got = A.answer({V.VALIDATED: Verdict(T, V.ALL_CHECKS_PASSED, msg)}, PLAN, PLACED)
+    assert got.message == "2 nodes validated; NCCL_SOCKET_IFNAME=eth0; busbw 0.61 GB/s"
+
+
+@pytest.mark.parametrize("culprit,peer", [("n0", "n1"), ("n1", "n0"), ("n2", "n0")])
+def test_a_retry_avoids_the_culprit_not_the_peer_its_message_mentions(culprit, peer):
+    """Found on the cluster: the Retry's avoid list held both nodes of a 2-node job, the
+    blocked one and the peer whose connections it dropped, so the next round had none."""
+    msg = (f"{culprit}: inbound TCP to its ephemeral ports (net.ipv4.ip_local_port_range 32768-60999) is "
+           f"blocked: nothing from {peer} got through on eth0, while {culprit}'s own connections out and the "
+           f"master port 29500 worked; open that TCP range to the other nodes on {culprit}'s firewall")
+    verdicts = failed(V.NETWORK_VALIDATED, V.EPHEMERAL_PORTS_BLOCKED, msg)
+    named = A.named_nodes(verdicts, PLACED)
+    assert named == [culprit]
+    got = A.answer(verdicts, PLAN, PLACED, named)
+    assert got.state == A.RETRY and got.avoid == (culprit,)

@@ -251,3 +251,33 @@ def test_a_job_of_the_shadow_s_name_that_is_not_the_workload_s_is_never_deleted_
     assert state_of(d) == [A.RETRY] and "is not this check's" in d.answers[0]["status"]["admissionChecks"][0]["message"]
     gone = D.decide(seen(checked(quota=False), theirs))
     assert gone.delete is None
+
+
+def test_too_few_nodes_once_the_culprits_are_kept_out_says_the_culprits_verdict_again():
+    """Found on the cluster: 2 nodes, node-b's firewall named; the next round kept node-b
+    out and its probes could not be placed, and the Retry said only the scheduler's
+    "0/2 nodes are available ... node affinity", as if the job's selector were wrong."""
+    wl = checked()
+    blocked = "EphemeralPortsBlocked: node-b drops connections on ports 32768-60999; open them on node-b"
+    job = shadow_of(wl, "False", reason=V.EPHEMERAL_PORTS_BLOCKED, message=blocked.split(": ", 1)[1])
+    first = D.decide(seen(wl, job, probe_pods(job)))
+    assert (first.avoid, first.avoid_why) == ("node-b", blocked)
+    nxt = checked(retry=1)
+    nxt["metadata"]["annotations"] = {S.ANN_AVOID: first.avoid, S.ANN_AVOID_WHY: first.avoid_why}
+    job2 = shadow_of(nxt, "False", reason=V.PROBE_UNSCHEDULABLE,
+                     message="rank 0: 0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector")
+    d = D.decide(seen(nxt, job2, probe_pods(job2, ranks=[])))
+    entry = d.answers[0]["status"]["admissionChecks"][0]
+    assert entry["state"] == A.RETRY
+    assert entry["message"].startswith("node-b kept out") and blocked in entry["message"]
+    assert "affinity" not in entry["message"] and len(entry["message"]) <= 400
+    assert (d.avoid, d.avoid_why) == ("", "")  # the next round probes every node again
+    assert S.avoided({"metadata": {"annotations": {S.ANN_AVOID: d.avoid}}}) == ()
+
+
+def test_unschedulable_probes_with_nothing_kept_out_are_the_scheduler_s_verdict():
+    wl = checked()
+    job = shadow_of(wl, "False", reason=V.PROBE_UNSCHEDULABLE, message="rank 0: 0/3 nodes are available: 3 Insufficient cpu")
+    d = D.decide(seen(wl, job, probe_pods(job, ranks=[])))
+    assert "Insufficient cpu" in d.answers[0]["status"]["admissionChecks"][0]["message"]
+    assert d.avoid is None

@@ -118,3 +118,19 @@ def test_a_parsed_plan_gives_every_rank_a_probe_pod_or_a_problem(wl, rank):
     pod = P.probe_pod(plan, specs, rank, ProbeMaster(addr="10.0.0.1"), attempt=1)
     assert _env(pod)["RANK"] == str(rank) and _env(pod)["WORLD_SIZE"] == str(plan.num_nodes)
     assert pod["metadata"]["ownerReferences"][0]["uid"] == plan.uid
+
+
+@pytest.mark.parametrize("host_network", [True, False])
+def test_a_host_network_template_probes_on_the_host_network(host_network):
+    """Kubeflow's jobs say hostNetwork in the pod template, where a DistTrainingJob refuses
+    it (found on the cluster: the digits PyTorchJob was Rejected as TemplateRefused); the
+    probe takes it as network.hostNetwork, so its pods share the job's network mode."""
+    tmpl = template(ports=[{"name": "pytorchjob-port", "containerPort": 23456}],
+                    hostNetwork=host_network, dnsPolicy="ClusterFirstWithHostNet")
+    plan = parse_workload(workload("PyTorchJob", [pod_set("master", 1, tmpl), pod_set("worker", 2, tmpl)]))
+    specs = P.probe_specs(plan)
+    assert not isinstance(specs, Problem), specs
+    assert specs["worker"].network.host_network is host_network
+    pod = P.probe_pod(plan, specs, 1, ProbeMaster(addr="10.0.0.1"), attempt=1)
+    assert bool(pod["spec"].get("hostNetwork")) is host_network
+    assert plan.pod_sets[0].template["spec"]["hostNetwork"] is host_network  # the plan is not changed

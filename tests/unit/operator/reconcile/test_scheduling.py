@@ -1,6 +1,8 @@
 """The scheduler's unschedulable message: fail at once, or wait for capacity."""
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from disttrain.api import constants
 from disttrain.reconcile import conditions as cond
@@ -24,6 +26,14 @@ ANTI = "didn't match pod anti-affinity rules"
     ("0/2 nodes are available: 2 node(s) had untolerated taint {gpu: true}.", 2, "unschedulable"),
     ("0/4 nodes are available: 4 Insufficient memory.", 8, "not-enough-nodes"),  # never enough nodes
     ("unschedulable", 2, "unschedulable"),
+    # found on the cluster (the admission check kept the culprit out): one node busy, the
+    # other ruled out by the pod's own affinity, two ranks: freeing cpu cannot place them
+    ("0/2 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector.", 2,
+     "unschedulable"),
+    ("0/3 nodes are available: 1 Insufficient cpu, 1 node(s) didn't match Pod's node affinity/selector, "
+     f"1 node(s) {ANTI}.", 2, "wait"),  # two nodes remain for two ranks
+    ("0/4 nodes are available: 2 Insufficient cpu, 2 node(s) had untolerated taint {gpu: true}.", 3,
+     "unschedulable"),
     ("minCount (2) cannot be satisfied: 0 scheduled, 1 remaining", 2, "gang"),
 ])
 def test_classify(message, n, want):
@@ -103,3 +113,20 @@ def test_summarize_counts_identical_messages_once():
     out = summarize([(3, busy), (1, busy), (2, "x" * 500)], 4, each=100)
     assert out.startswith("ranks 1, 3: 0/4 nodes are available: 4 Insufficient cpu;") and "preemption" not in out
     assert "rank 2: " + "x" * 97 + "..." in out and len(out) < 200
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from(
+    ["Insufficient cpu", "node(s) didn't have free ports for the requested pod ports", f"node(s) {ANTI}",
+     "node(s) didn't match Pod's node affinity/selector", "node(s) had untolerated taint {x: y}"])),
+    min_size=1, max_size=4), st.integers(1, 8))
+def test_busy_nodes_are_waited_for_only_when_enough_nodes_could_ever_hold_the_ranks(items, n):
+    """Oracle: "wait" only when the nodes not ruled out by the pod's own constraints are at
+    least the ranks (one per node)."""
+    total = sum(c for c, _ in items)
+    msg = f"0/{total} nodes are available: " + ", ".join(f"{c} {r}" for c, r in items) + "."
+    got = classify(msg, n)
+    ruled_out = sum(c for c, r in items if "affinity/selector" in r or "taint" in r)
+    if got == "wait":
+        assert total - ruled_out >= n
+    if total >= n and ruled_out and total - ruled_out < n:
+        assert got == "unschedulable"

@@ -146,7 +146,10 @@ def test_a_retry_records_the_nodes_to_avoid_before_it_is_written():
     kinds = [x[0] for x in api.calls]
     assert kinds.index("patch workload") < kinds.index("apply status")
     patch = api.calls[kinds.index("patch workload")]
-    assert patch[1] == {"metadata": {"annotations": {"preflight.disttrain.dev/avoid": "node-b"}}}
+    assert patch[1] == {"metadata": {"annotations": {
+        "preflight.disttrain.dev/avoid": "node-b",
+        "preflight.disttrain.dev/avoid-why": "EphemeralPortsBlocked: node-b drops connections on 32768-60999; "
+                                             "open them on node-b"}}}
     assert patch[2] == "application/merge-patch+json"
     assert api.calls[kinds.index("apply status")][1] == A.RETRY
 
@@ -195,6 +198,24 @@ def test_our_admission_check_is_marked_active_once():
     c._checks = None  # the cache expired
     c.ours()
     assert [x[0] for x in api.calls].count("activate check") == 1
+
+
+def test_a_check_of_ours_is_marked_active_from_its_watch_event_before_any_workload():
+    """Found on the cluster: the check went Active only when a Workload was first stepped,
+    so a new ClusterQueue listing it showed inactive until then."""
+    api = FakeApi(None)
+    c = controller(api)
+    (ours, other) = api.list_cluster_custom_object("kueue.x-k8s.io", "v1beta2", "admissionchecks")["items"]
+    api.calls.clear()
+    c.activate(other)
+    c.activate("not a dict")
+    assert api.calls == []
+    c.activate(ours)
+    assert [x[0] for x in api.calls] == ["activate check"]
+    assert api.check_status["conditions"][0]["status"] == "True"
+    ours["status"] = api.check_status
+    c.activate(ours)  # already Active at its generation: nothing written
+    assert [x[0] for x in api.calls] == ["activate check"]
 
 
 def _handlers_register_workloads(env_value: Optional[str]) -> bool:
