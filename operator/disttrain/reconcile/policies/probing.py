@@ -58,9 +58,13 @@ def scheduling_verdict(s: Step, by_rank: dict[int, dict]) -> bool:
         kinds = {scheduling.classify(m, n) for _, _, m in unsched} - {"gang"}
         words = [(r, m) for r, _, m in unsched]
         msg = scheduling.summarize(words, n)
+        if kinds <= {"wait"} or (kinds <= {"wait", "unschedulable"}
+                                 and any("Insufficient " in m for _, _, m in unsched)):
+            decided = _not_offered(s, unsched)  # a resource no node the pods may use offers
+            if decided is not None:  # names the nodes that offer it and what rules them out
+                return decided
         if kinds <= {"wait"}:  # only busy nodes (or a gang waiting for them): it schedules later
-            decided = _not_offered(s, unsched)
-            return _wait(s, msg) if decided is None else decided
+            return _wait(s, msg)
         scheduled = sorted({node for p in by_rank.values() if (node := observe.node(p))})
         if "not-enough-nodes" in kinds:
             reason = vocabulary.NOT_ENOUGH_NODES

@@ -316,3 +316,24 @@ def test_a_resource_only_on_nodes_the_pod_may_not_use_is_not_offered(tolerations
     assert found is not None and want in found.message, found
     assert found.message.startswith("no node the pod may use offers 1 nvidia.com/gpu (ruled out: node-c (")
     assert "let the pods onto node-c" in found.message and len(found.message) <= 400
+
+
+@pytest.mark.parametrize("ranks_nodes", [(2, 2), (3, 3)])
+def test_a_resource_only_a_tainted_node_offers_is_named_when_the_nodes_left_are_too_few(ranks_nodes):
+    """The scheduler rules the one node that offers example.com/foo out by its taint and says
+    Insufficient for the others, so too few nodes remain for one rank each (classify:
+    unschedulable); the verdict is still what no node the pods may use offers, naming the
+    tainted node and the fix, not the scheduler's summary (the e2e test
+    test_a_resource_only_a_tainted_node_offers_is_not_offered caught it)."""
+    n, total = ranks_nodes
+    taint = [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]
+    alloc = [{"cpu": "8"} for _ in range(total - 1)] + [{"cpu": "8", "example.com/foo": "4"}]
+    last = f"node-{chr(97 + total - 1)}"
+    offered = NodeOffers(tuple((f"node-{chr(97 + i)}", a) for i, a in enumerate(alloc)), True, {},
+                         {last: ({}, taint)})
+    msg = (f"0/{total} nodes are available: {total - 1} Insufficient example.com/foo, 1 node(s) had "
+           "untolerated taint {dedicated: ml}.")
+    pods = [asking(f"j-probe-{r}", C.ROLE_PROBE, r, limits={"example.com/foo": "1"}, message=msg) for r in range(n)]
+    check(probing.apply, given().nodes(n).probing().with_pods(*pods).observing(nodes=offered),
+          Want(Outcome.CONTINUE, {C.PROBES_SCHEDULED: (UNK, V.RESOURCE_NOT_OFFERED)},
+               says={C.PROBES_SCHEDULED: f"ruled out: {last} (taint dedicated=ml:NoSchedule)"}))
