@@ -28,11 +28,16 @@ def image_archives(state: Path) -> list[tuple[str, str]]:
     return [(ref, path) for ref, _, path in (ln.partition(" ") for ln in lines) if path]
 
 
+def _ctr(ctr: str, d: Path, *args: str) -> subprocess.CompletedProcess:
+    """``ctr`` against the node's containerd (socket under ``d``), namespace k8s.io."""
+    return subprocess.run([ctr, "--address", str(d / "containerd.sock"), "-n", "k8s.io", *args],
+                          capture_output=True, text=True)
+
+
 def node_images(ctr: str, d: Path) -> dict[str, str]:
     """``{ref: manifest digest}`` of the images in the node's containerd (namespace
     k8s.io). Raises ImageError when ``ctr`` fails."""
-    r = subprocess.run([ctr, "--address", str(d / "containerd.sock"), "-n", "k8s.io",
-                        "images", "ls"], capture_output=True, text=True)
+    r = _ctr(ctr, d, "images", "ls")
     if r.returncode != 0:
         raise ImageError(f"ctr images ls: {r.stderr.strip()[-300:]}")
     return parse_images_ls(r.stdout)
@@ -76,9 +81,7 @@ def import_images(ctr: str, d: Path, root: Path, archives: list[tuple[str, str]]
     marks.mkdir(exist_ok=True)
     for ref, archive in stale(archives, marks, node_images(ctr, d)):
         t0 = time.monotonic()
-        r = subprocess.run([ctr, "--address", str(d / "containerd.sock"), "-n", "k8s.io",
-                            "images", "import", "--snapshotter", "overlayfs", archive],
-                           capture_output=True, text=True)
+        r = _ctr(ctr, d, "images", "import", "--snapshotter", "overlayfs", archive)
         if r.returncode != 0:
             raise ImageError(f"ctr images import {archive}: {r.stderr.strip()[-300:]}")
         digest = node_images(ctr, d).get(ref)

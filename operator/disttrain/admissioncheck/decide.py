@@ -284,7 +284,7 @@ def _retry(seen: Seen, a: ans.Answer, key: Optional[str], reason: str) -> Decisi
     probes every node (the fault may be fixed; else it is measured and named again)."""
     earlier = shadow.avoided(seen.workload)
     if earlier and reason in TOO_FEW_NODES:
-        nodes = ", ".join(earlier[:messages.MOST_NAMED]) + (" ..." if len(earlier) > messages.MOST_NAMED else "")
+        nodes = messages.node_list(earlier, messages.MOST_NAMED)
         why = shadow.avoided_why(seen.workload) or "an earlier preflight failed on them"
         a = replace(a, avoid=(), message=messages.bound(
             f"{nodes} kept out after this verdict left too few nodes (the next try probes every node): {why}"))

@@ -48,22 +48,25 @@ MOST_AVOIDED = 64  # the latest nodes kept (an annotation is bounded; so is a no
 ANN_AVOID_WHY = "preflight.disttrain.dev/avoid-why"
 
 
-def avoided(workload: Any) -> tuple[str, ...]:
-    """The nodes ``workload``'s earlier Retries named (:data:`ANN_AVOID`)."""
+def _annotation(workload: Any, key: str) -> Optional[str]:
+    """The string annotation ``key`` of ``workload`` (None: absent or not a string)."""
     meta = workload.get("metadata") if isinstance(workload, dict) else None
     ann = meta.get("annotations") if isinstance(meta, dict) else None
-    raw = ann.get(ANN_AVOID) if isinstance(ann, dict) else None
-    if not isinstance(raw, str):
+    raw = ann.get(key) if isinstance(ann, dict) else None
+    return raw if isinstance(raw, str) else None
+
+
+def avoided(workload: Any) -> tuple[str, ...]:
+    """The nodes ``workload``'s earlier Retries named (:data:`ANN_AVOID`)."""
+    raw = _annotation(workload, ANN_AVOID)
+    if raw is None:
         return ()
     return tuple(dict.fromkeys(n for n in (x.strip() for x in raw.split(",")) if n and len(n) <= 253))[-MOST_AVOIDED:]
 
 
 def avoided_why(workload: Any) -> str:
     """The verdict that named the avoided nodes (:data:`ANN_AVOID_WHY`; "" when unknown)."""
-    meta = workload.get("metadata") if isinstance(workload, dict) else None
-    ann = meta.get("annotations") if isinstance(meta, dict) else None
-    raw = ann.get(ANN_AVOID_WHY) if isinstance(ann, dict) else None
-    return raw[:400] if isinstance(raw, str) else ""
+    return (_annotation(workload, ANN_AVOID_WHY) or "")[:400]
 
 
 def avoid_more(workload: Any, nodes: Sequence[str]) -> Optional[str]:
