@@ -116,6 +116,8 @@ def _updates(plan: Plan, socket_ifnames: Mapping[int, Optional[str]]) -> list[di
     return out
 
 
+# While the probes wait to be placed, the check's message says why (capacity, a resource)
+WAITING_REASONS = (vocabulary.WAITING_FOR_RESOURCES, vocabulary.RESOURCE_NOT_OFFERED)
 # The probes' own master (a pod of the preflight, gone once it ends) in the Validated
 # message (checkconditions); the job's operator gives the job its own MASTER_ADDR.
 _SHADOW_MASTER = re.compile(r"; MASTER_ADDR=[^;]*")
@@ -130,6 +132,9 @@ def answer(verdicts: Mapping[str, Verdict], plan: Plan, placed: Mapping[int, str
     ``retry_count``: the check's ``retryCount`` in the Workload."""
     summary = verdicts.get(vocabulary.VALIDATED)
     if summary is None or summary.status not in (constants.TRUE, constants.FALSE):
+        placing = verdicts.get(vocabulary.PROBES_SCHEDULED)
+        if placing is not None and placing.status == constants.UNKNOWN and placing.reason in WAITING_REASONS:
+            return Answer(PENDING, messages.bound(placing.message))  # why the probes cannot start yet
         return Answer(PENDING, messages.bound(summary.message if summary else "the preflight probes are running"))
     if summary.status == constants.TRUE:
         return Answer(READY, messages.bound(_SHADOW_MASTER.sub("", summary.message)),

@@ -132,3 +132,17 @@ def test_a_retry_avoids_the_culprit_not_the_peer_its_message_mentions(culprit, p
     assert named == [culprit]
     got = A.answer(verdicts, PLAN, PLACED, named)
     assert got.state == A.RETRY and got.avoid == (culprit,)
+
+
+@pytest.mark.parametrize("reason", [V.WAITING_FOR_RESOURCES, V.RESOURCE_NOT_OFFERED])
+def test_pending_says_why_the_probes_cannot_start_yet(reason):
+    """Seen on the cluster: an earlier job held every node's CPU; the shadow said
+    WaitingForResources with the scheduler's sentence, the Workload only "preflight probe
+    running"."""
+    why = "waiting for capacity: rank 1: 0/3 nodes are available: 3 Insufficient cpu"
+    verdicts = {V.VALIDATED: Verdict(U, V.PROBING, "preflight probe running"),
+                V.PROBES_SCHEDULED: Verdict(U, reason, why)}
+    got = A.answer(verdicts, PLAN, {})
+    assert got.state == A.PENDING and got.message == why
+    verdicts[V.PROBES_SCHEDULED] = Verdict(U, V.PROBES_PENDING, "1/3 probe pods scheduled")
+    assert A.answer(verdicts, PLAN, {}).message == "preflight probe running"
