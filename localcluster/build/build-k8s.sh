@@ -12,6 +12,8 @@
 #     module: Kubeflow's training operator, the peer `localcluster up --kubeflow` runs
 #   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/bin/kueue        (Kueue's manager, cmd/kueue)
 #   $DISTTRAIN_CACHE/kueue-$KUEUE_VERSION/config/           (its CRDs, ClusterRole, webhooks)
+#   $DISTTRAIN_CACHE/jobset-$JOBSET_VERSION/{bin/jobset,config/}  (JobSet: manager, CRD, ClusterRole, webhooks)
+#   $DISTTRAIN_CACHE/trainer-$TRAINER_VERSION/{bin/trainer-controller-manager,config/}  (Trainer v2)
 #   $DISTTRAIN_CACHE/kube-network-policies-$KUBE_NETWORK_POLICIES_VERSION/bin/kube-network-policies
 #     (sigs.k8s.io/kube-network-policies ./cmd: the NetworkPolicy enforcer scenarios run)
 #
@@ -179,6 +181,21 @@ build_training_operator() {
   done
 }
 
+# stage_config TOP SRC DEST:REL...: copy each SRC/REL (a glob) into TOP/config/DEST/,
+# replacing TOP/config at once (a cache is never half-written).
+stage_config() {
+  local top="$1" src="$2" pair dest rel
+  shift 2
+  rm -rf "$top/config.tmp"
+  for pair in "$@"; do
+    dest="${pair%%:*}" rel="${pair#*:}"
+    mkdir -p "$top/config.tmp/$dest"
+    cp $src/$rel "$top/config.tmp/$dest/"
+  done
+  chmod -R u+w "$top/config.tmp"
+  rm -rf "$top/config" && mv "$top/config.tmp" "$top/config"
+}
+
 # Kueue (sigs.k8s.io/kueue) has no replace directives, so `go install m@v` builds its own
 # cmd/kueue main. The manifests `localcluster/cluster/kueue.py` applies come from the same module
 # version: the CRDs (config/components/crd/bases), the manager's ClusterRole
@@ -193,13 +210,8 @@ build_kueue() {
   mkdir -p "$out"
   local dir
   dir="$(cd /tmp && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  rm -rf "$top/config.tmp"
-  mkdir -p "$top/config.tmp/crd" "$top/config.tmp/rbac" "$top/config.tmp/webhook"
-  cp "$dir"/config/components/crd/bases/*.yaml "$top/config.tmp/crd/"
-  cp "$dir/config/components/rbac/role.yaml" "$top/config.tmp/rbac/"
-  cp "$dir/config/components/webhook/manifests.yaml" "$top/config.tmp/webhook/"
-  chmod -R u+w "$top/config.tmp"
-  rm -rf "$top/config" && mv "$top/config.tmp" "$top/config"
+  stage_config "$top" "$dir/config/components" "crd:crd/bases/*.yaml" "rbac:rbac/role.yaml" \
+    "webhook:webhook/manifests.yaml"
   if [ ! -x "$out/kueue" ]; then
     log "kueue $KUEUE_VERSION: go install sigs.k8s.io/kueue/cmd/kueue"
     local tmpbin="$top/bin.tmp"
@@ -208,6 +220,67 @@ build_kueue() {
       -X sigs.k8s.io/kueue/pkg/version.GitVersion=$KUEUE_VERSION" \
       "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION") && mv "$tmpbin/kueue" "$out/kueue"
     rm -rf "$tmpbin"
+  fi
+}
+
+# JobSet (sigs.k8s.io/jobset): its main package is the module root. `go install m@v` fails
+# here (it reads the module's version list, which the proxy refuses for jobset), so the
+# module's source is downloaded and built in a writable copy. The manifests
+# `localcluster/cluster/jobset.py` applies come from the same module version: the CRD
+# (config/components/crd/bases), the manager's ClusterRole (config/components/rbac/role.yaml)
+# and the webhooks (config/components/webhook/manifests.yaml and its patches).
+build_jobset() {
+  local top="$CACHE/jobset-$JOBSET_VERSION"
+  local out="$top/bin"
+  if [ -x "$out/jobset" ] && [ -f "$top/config/webhook/manifests.yaml" ] \
+      && [ -f "$top/config/rbac/role.yaml" ] && ls "$top"/config/crd/*.yaml >/dev/null 2>&1; then
+    log "jobset $JOBSET_VERSION: cached"; return
+  fi
+  mkdir -p "$out"
+  local dir t0=$SECONDS
+  dir="$(cd /tmp && go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  stage_config "$top" "$dir/config/components" "crd:crd/bases/*.yaml" "rbac:rbac/role.yaml" \
+    "webhook:webhook/manifests.yaml"
+  if [ ! -x "$out/jobset" ]; then
+    log "jobset $JOBSET_VERSION: go build (module root)"
+    local src="$top/src"
+    rm -rf "$src" && cp -r "$dir" "$src" && chmod -R u+w "$src"
+    (cd "$src" && go build -trimpath -ldflags "-s -w \
+      -X sigs.k8s.io/jobset/pkg/version.GitVersion=$JOBSET_VERSION" -o "$out/jobset.tmp" .) \
+      && mv "$out/jobset.tmp" "$out/jobset"
+    rm -rf "$src"
+    log "jobset $JOBSET_VERSION: built in $((SECONDS - t0)) s"
+  fi
+}
+
+# Kubeflow Trainer v2 (github.com/kubeflow/trainer/v2): `go install` builds its
+# cmd/trainer-controller-manager (no replace directives). The manifests
+# `localcluster/cluster/trainer.py` applies come from the same module version: the CRDs
+# (manifests/base/crds), the ClusterRole (manifests/base/rbac/role.yaml), the webhooks
+# (manifests/base/webhook/manifests.yaml) and the torch runtime
+# (manifests/base/runtimes/torch_distributed.yaml).
+build_trainer() {
+  local top="$CACHE/trainer-$TRAINER_VERSION"
+  local out="$top/bin" mod="github.com/kubeflow/trainer/v2"
+  if [ -x "$out/trainer-controller-manager" ] && [ -f "$top/config/webhook/manifests.yaml" ] \
+      && [ -f "$top/config/rbac/role.yaml" ] && [ -f "$top/config/runtimes/torch_distributed.yaml" ] \
+      && ls "$top"/config/crd/*.yaml >/dev/null 2>&1; then
+    log "trainer $TRAINER_VERSION: cached"; return
+  fi
+  mkdir -p "$out"
+  local dir t0=$SECONDS
+  dir="$(cd /tmp && go mod download -json "$mod@$TRAINER_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  stage_config "$top" "$dir/manifests/base" "crd:crds/trainer.kubeflow.org_*.yaml" \
+    "rbac:rbac/role.yaml" "webhook:webhook/manifests.yaml" "runtimes:runtimes/torch_distributed.yaml"
+  if [ ! -x "$out/trainer-controller-manager" ]; then
+    log "trainer $TRAINER_VERSION: go install $mod/cmd/trainer-controller-manager"
+    local tmpbin="$top/bin.tmp"
+    rm -rf "$tmpbin" && mkdir -p "$tmpbin"
+    (cd /tmp && GOBIN="$tmpbin" go install -trimpath -ldflags "-s -w" \
+      "$mod/cmd/trainer-controller-manager@$TRAINER_VERSION") \
+      && mv "$tmpbin/trainer-controller-manager" "$out/trainer-controller-manager"
+    rm -rf "$tmpbin"
+    log "trainer $TRAINER_VERSION: built in $((SECONDS - t0)) s"
   fi
 }
 
@@ -237,10 +310,12 @@ case "$what" in
   coredns) build_coredns ;;
   kubeflow) build_training_operator ;;
   kueue) build_kueue ;;
+  jobset) build_jobset ;;
+  trainer) build_trainer ;;
   netpol) build_kube_network_policies ;;
   # what `make demo` starts: no Kueue, no Kubeflow training operator (their targets build them)
   demo) build_etcd; build_k8s; build_helm; build_coredns ;;
   all) build_etcd; build_k8s; build_helm; build_coredns; build_training_operator; build_kueue
-       build_kube_network_policies ;;
-  *) echo "usage: $0 [all|demo|k8s|etcd|helm|coredns|kubeflow|kueue|netpol]" >&2; exit 2 ;;
+       build_jobset; build_trainer; build_kube_network_policies ;;
+  *) echo "usage: $0 [all|demo|k8s|etcd|helm|coredns|kubeflow|kueue|jobset|trainer|netpol]" >&2; exit 2 ;;
 esac

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from localcluster.cluster import controlplane, kubeflow, kueue, kueue_objects
+from localcluster.cluster import controlplane, jobset, kubeflow, kueue, kueue_objects, trainer
 from localcluster.common import procs
 from localcluster.common.config import (
     FABRIC_NS,
@@ -63,10 +63,13 @@ def _digest(doc: dict) -> str:
 
 @dataclass(frozen=True)
 class Addons:
-    """What `up` runs beside the nodes: Kubeflow's training operator (``kubeflow``), and
-    Kueue with these options (``kueue``; None: a scenario's, else an earlier `up`'s)."""
+    """What `up` runs beside the nodes: Kubeflow's training operator (``kubeflow``),
+    JobSet (``jobset``), Kubeflow Trainer v2 (``trainer``) and Kueue with these options (``kueue``; None: a scenario's, else
+    an earlier `up`'s)."""
 
     kubeflow: bool = False
+    jobset: bool = False
+    trainer: bool = False  # Kubeflow Trainer v2 (TrainJob); implies jobset
     kueue: "kueue_objects.Options | None" = None
 
 
@@ -99,7 +102,9 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
 
     Cluster DNS (CoreDNS, ``dns.py``) is set up after the nodes and answers before this
     returns. ``addons.kubeflow`` also runs Kubeflow's training operator (``kubeflow.py``,
-    ready before this returns); without it, one that runs is left running. With
+    ready before this returns); without it, one that runs is left running; likewise
+    ``addons.jobset`` and JobSet (``jobset.py``), ``addons.trainer`` and Trainer v2
+    (``trainer.py``, with JobSet), before Kueue. With
     ``addons.kueue`` (or a scenario's ``kueue`` key) Kueue comes last, with its queues
     (``kueue.py``); without, a Kueue an earlier `up` started is kept (restarted if it died)
     with the options it had; `down` stops it.
@@ -109,7 +114,8 @@ def up(nodes: int = 2, gpus: int = 0, timeout: float = 120.0, scenario=None,
     "agent" as the node agent. A node whose runtime changed is rebuilt.
 
     Raises ControlPlaneError, NetworkError, FirewallError, ValueError (bad --nodes),
-    dns.DnsError, kubeflow.KubeflowError, kueue.KueueError or TimeoutError.
+    dns.DnsError, kubeflow.KubeflowError, gomanager.ManagerError (JobSet, Trainer), kueue.KueueError or
+    TimeoutError.
     """
     t0 = time.monotonic()
     if os.geteuid() != 0:
@@ -271,13 +277,20 @@ def _ensure_dns(b: _Bringup, client) -> None:
 
 
 def _ensure_addons(b: _Bringup, client, scenario, addons: Addons) -> None:
-    """Kubeflow's training operator when asked; Kueue when asked (by ``addons`` or the
+    """Kubeflow's training operator and JobSet when asked; Kueue when asked (by ``addons`` or the
     scenario) or when an earlier `up` started it (with the options it had)."""
     state = b.state
     if addons.kubeflow:
         pid = kubeflow.ensure(state, client, timeout=b.timeout)
         b.say(f"Kubeflow training operator ready (pid {pid}, PyTorchJob; log "
               f"{state}/logs/{kubeflow.PROCESS}.log)")
+    if addons.jobset or addons.trainer:  # before Kueue: its integrations need the CRDs
+        pid = jobset.ensure(state, client, timeout=b.timeout)
+        b.say(f"JobSet ready (pid {pid}; log {state}/logs/{jobset.PROCESS}.log)")
+    if addons.trainer:
+        pid = trainer.ensure(state, client, timeout=b.timeout)
+        b.say(f"Kubeflow Trainer v2 ready (pid {pid}, ClusterTrainingRuntime {trainer.RUNTIME}; "
+              f"log {state}/logs/{trainer.PROCESS}.log)")
     kueue_options = addons.kueue
     if kueue_options is None and scenario is not None and scenario.kueue is not None:
         kueue_options = scenario.kueue.options()

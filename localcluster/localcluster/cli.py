@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from localcluster.bringup import Addons, load_cfg, say, up
-from localcluster.cluster import controlplane, kubeflow, kueue, kueue_objects
+from localcluster.cluster import controlplane, jobset, kubeflow, kueue, kueue_objects, trainer
 from localcluster.common import procs
 from localcluster.common.config import (
     FABRIC_NS,
@@ -72,6 +72,8 @@ def down() -> None:
     except Exception as e:  # module absent or broken: not ours to fix here
         say(f"operator not stopped: {e}")
     kf_stopped = [kubeflow.PROCESS] if kubeflow.stop(state) else []
+    kf_stopped += [trainer.PROCESS] if trainer.stop(state) else []
+    kf_stopped += [jobset.PROCESS] if jobset.stop(state) else []
     agents = sorted((state / "run").glob("agent-*.pid")) if (state / "run").exists() else []
     agents += sorted((state / "run").glob("node-*.pid")) if (state / "run").exists() else []
     agents += sorted((state / "run").glob("nodedns-*.pid")) if (state / "run").exists() else []
@@ -126,6 +128,11 @@ def status() -> int:
     if kf is not None:  # only once `up --kubeflow` started it
         ok &= kf.startswith("healthy")
         print(f"  {'training operator (kubeflow)':26s} {kf}")
+    for name, line in (("jobset", jobset.status_line(state)),
+                       ("trainer (kubeflow v2)", trainer.status_line(state))):
+        if line is not None:  # only once `up --jobset`/`--trainer` started it
+            ok &= line.startswith("healthy")
+            print(f"  {name:26s} {line}")
     cfg = load_cfg(state)
     if cfg.get("kueue"):
         h = kueue.kueue_healthy(state)
@@ -180,6 +187,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"node) or agent (the node agent); default $DISTTRAIN_NODE_RUNTIME or {DEFAULT_RUNTIME}")
     u.add_argument("--kubeflow", action="store_true",
                    help="also run Kubeflow's training operator (PyTorchJob), see localcluster/README.md")
+    u.add_argument("--jobset", action="store_true",
+                   help="also run JobSet (sigs.k8s.io/jobset), see localcluster/cluster/jobset.py")
+    u.add_argument("--trainer", action="store_true",
+                   help="also run Kubeflow Trainer v2 (TrainJob) and JobSet, see "
+                        "localcluster/cluster/trainer.py")
     u.add_argument("--kueue", action="store_true",
                    help="also run Kueue with a ClusterQueue and LocalQueue(s) (see kueue.py)")
     u.add_argument("--kueue-quota", default="",
@@ -207,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                                    tuple(a.kueue_namespaces or ["default"]),
                                    tuple(a.kueue_integrations or kueue_objects.DEFAULT_INTEGRATIONS))
             print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, runtime=a.runtime,
-                     addons=Addons(kubeflow=a.kubeflow, kueue=ko)))
+                     addons=Addons(kubeflow=a.kubeflow, jobset=a.jobset, trainer=a.trainer, kueue=ko)))
         except Exception as e:
             say(f"up failed: {e}")
             return 1

@@ -49,6 +49,7 @@ from typing import Optional
 
 import yaml
 
+from localcluster.cluster import gomanager
 from localcluster.common import pki, procs
 from localcluster.common.config import (
     KUBEFLOW_HEALTH_PORT,
@@ -158,14 +159,10 @@ WEBHOOK_DIR = "k8s-webhook-server"  # the operator reads /tmp/k8s-webhook-server
 
 
 def argv(binary: Path, kubeconfig: Path, tmp: Path) -> list[str]:
-    """The command line: a private mount namespace where ``tmp``/k8s-webhook-server is
-    /tmp/k8s-webhook-server (the operator reads its serving certificate from that
-    hard-coded path), then the binary (same pid: ``unshare`` and ``sh`` exec). Only that
-    directory is bound, not all of /tmp: a checkout under /tmp (its kubeconfig there) stays
-    visible."""
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mkdir -p /tmp/{WEBHOOK_DIR} && mount --bind "$0/{WEBHOOK_DIR}" /tmp/{WEBHOOK_DIR} '
-            '&& exec "$@"', str(tmp), str(binary), *operator_args(kubeconfig)]
+    """The command line: the binary in a private mount namespace where
+    ``tmp``/k8s-webhook-server is /tmp/k8s-webhook-server (the operator reads its serving
+    certificate from that hard-coded path; ``gomanager.with_private_cert_dir``)."""
+    return gomanager.with_private_cert_dir(tmp, [str(binary), *operator_args(kubeconfig)])
 
 
 def _container_env(c: dict, name: str, value: str) -> None:

@@ -120,13 +120,7 @@ def ensure_files(state: Path, integrations: Iterable[str] = DEFAULT_INTEGRATIONS
     write_kubeconfig(d / "kueue.kubeconfig", USER, p / "ca.crt", crt, key)
     scrt, skey = pki.ensure_cert(p, "kueue-serving", "kueue-webhook", serving=["localhost", "127.0.0.1"])
     for target in (d / "certs", d / "etc" / "kueue" / "metrics" / "certs"):
-        target.mkdir(parents=True, exist_ok=True)
-        for src, name in ((scrt, "tls.crt"), (skey, "tls.key")):
-            data = src.read_bytes()
-            f = target / name
-            if not f.exists() or f.read_bytes() != data:
-                f.write_bytes(data)
-                f.chmod(0o600)
+        pki.install_pair(scrt, skey, target)
     text = yaml.safe_dump(render_config(d / "certs", integrations=integrations), sort_keys=False)
     cfg = d / "config.yaml"
     changed = not cfg.exists() or cfg.read_text() != text

@@ -218,7 +218,8 @@ PLURALS = {"CustomResourceDefinition": "customresourcedefinitions",
            "MutatingWebhookConfiguration": "mutatingwebhookconfigurations",
            "ValidatingWebhookConfiguration": "validatingwebhookconfigurations",
            "Namespace": "namespaces", "ResourceFlavor": "resourceflavors",
-           "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues"}
+           "ClusterQueue": "clusterqueues", "LocalQueue": "localqueues",
+           "ClusterTrainingRuntime": "clustertrainingruntimes"}
 
 
 def object_path(obj: dict) -> str:

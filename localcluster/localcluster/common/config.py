@@ -50,6 +50,10 @@ KUBEFLOW_METRICS_PORT = 18071 + _PORT_OFFSET
 KUBEFLOW_HEALTH_PORT = 18072 + _PORT_OFFSET
 KUEUE_WEBHOOK_PORT = 16471 + _PORT_OFFSET  # Kueue's webhook server (https, 127.0.0.1)
 KUEUE_HEALTH_PORT = 16472 + _PORT_OFFSET  # Kueue's healthz/readyz (http, 127.0.0.1)
+JOBSET_WEBHOOK_PORT = 18073 + _PORT_OFFSET  # JobSet's webhook server (https, 127.0.0.1)
+JOBSET_HEALTH_PORT = 18074 + _PORT_OFFSET  # JobSet's healthz/readyz (http, 127.0.0.1)
+TRAINER_WEBHOOK_PORT = 18075 + _PORT_OFFSET  # Kubeflow Trainer v2's webhook server (https)
+TRAINER_HEALTH_PORT = 18076 + _PORT_OFFSET  # Kubeflow Trainer v2's healthz/readyz (http)
 
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service ClusterIP (see serviceproxy.py)
@@ -114,6 +118,18 @@ def training_operator_dir() -> Path:
     ``manifests/`` (the PyTorchJob CRD, ClusterRole and webhook configuration of the same
     module). The files may not exist yet."""
     return cache_dir() / f"training-operator-{versions()['TRAINING_OPERATOR_VERSION']}"
+def jobset_dir() -> Path:
+    """``<cache>/jobset-<JOBSET_VERSION>``: ``bin/jobset`` and ``config/`` (its CRD,
+    ClusterRole and webhooks, copied from the same module version by ``build-k8s.sh jobset``)."""
+    return cache_dir() / f"jobset-{versions()['JOBSET_VERSION']}"
+
+
+def trainer_dir() -> Path:
+    """``<cache>/trainer-<TRAINER_VERSION>``: ``bin/trainer-controller-manager`` and
+    ``config/`` (CRDs, ClusterRole, webhooks, the torch runtime; ``build-k8s.sh trainer``)."""
+    return cache_dir() / f"trainer-{versions()['TRAINER_VERSION']}"
+
+
 def kueue_dir() -> Path:
     """``<cache>/kueue-<KUEUE_VERSION>``: ``bin/kueue`` and ``config/`` (its CRDs,
     ClusterRole and webhooks, copied from the same module version by ``build-k8s.sh kueue``)."""

@@ -205,3 +205,16 @@ def ensure_node_pki(pki: Path, node: str, internal_ip: str) -> dict[str, Path]:
     sc, sk = ensure_cert(pki, f"node-{node}-serving", f"system:node:{node}", ["system:nodes"],
                          serving=[node, "localhost", "127.0.0.1", internal_ip])
     return {"client_crt": c, "client_key": k, "serving_crt": sc, "serving_key": sk}
+
+
+def install_pair(crt: Path, key: Path, target: Path) -> None:
+    """Copy a certificate and its key to ``target``/tls.crt and ``target``/tls.key (mode
+    0600; the directory is created), where a server reads them; an unchanged file is left
+    alone. Raises OSError."""
+    target.mkdir(parents=True, exist_ok=True)
+    for src, name in ((crt, "tls.crt"), (key, "tls.key")):
+        data = src.read_bytes()
+        f = target / name
+        if not f.exists() or f.read_bytes() != data:
+            f.write_bytes(data)
+            f.chmod(0o600)
