@@ -1,10 +1,12 @@
 """The preflight as a Kueue admission check (docs/admission-check.md), on the real cluster:
-the chart installed with ``kueue.admissionCheck.enabled``, Kueue with the PyTorchJob and
-batch/Job integrations, Kubeflow's training operator, and a ClusterQueue that lists the
-check. A healthy PyTorchJob is probed, admitted and trains on the validated nodes; with a
-firewall on one node's ephemeral range (either rank's node) the Workload gets ``Retry``
-with the verdict naming that node, in its status and in an Event on the job, and no pod of
-the job is ever created; an indexed Job likewise.
+the chart installed with ``kueue.admissionCheck.enabled``, Kueue with the PyTorchJob,
+TrainJob, JobSet and batch/Job integrations, Kubeflow's training operator, Trainer v2,
+JobSet, and a
+ClusterQueue that lists the check. A healthy PyTorchJob is probed, admitted and trains on
+the validated nodes; with a firewall on one node's ephemeral range (either rank's node)
+the Workload gets ``Retry`` with the verdict naming that node, in its status and in an
+Event on the job, and no pod of the job is ever created; an indexed Job, a JobSet and a
+TrainJob likewise.
 
 The firewall lets the node's own Service relay (10.96.0.1:443) through: in a real cluster
 pod traffic to a Service is forwarded after DNAT and never meets a host's input chain,
@@ -53,12 +55,15 @@ def _cluster_queue() -> dict:
 
 @pytest.fixture(scope="module")
 def checked(cluster):
-    """Kueue (PyTorchJob and Job integrations), Kubeflow's operator, the chart with the
+    """Kueue (PyTorchJob, TrainJob, JobSet and Job integrations), Kubeflow's operator,
+    Trainer v2 and JobSet, the chart with the
     admission check on, and the ClusterQueue that lists it; all taken down at the end."""
-    p = _localcluster("up", "--nodes", str(len(cluster.node_names)), "--kubeflow", "--kueue",
-                      "--kueue-integration", "batch/job", "--kueue-integration", "kubeflow.org/pytorchjob")
+    p = _localcluster("up", "--nodes", str(len(cluster.node_names)), "--kubeflow", "--trainer", "--kueue",
+                      "--kueue-integration", "batch/job", "--kueue-integration", "kubeflow.org/pytorchjob",
+                      "--kueue-integration", "jobset.x-k8s.io/jobset",
+                      "--kueue-integration", "trainer.kubeflow.org/trainjob")
     if p.returncode != 0:
-        pytest.fail(f"localcluster up --kubeflow --kueue failed:\n{p.stderr}\n{p.stdout}")
+        pytest.fail(f"localcluster up --kubeflow --trainer --kueue failed:\n{p.stderr}\n{p.stdout}")
     operator_install.stop()
     operator_install.helm_install("kueue.enabled=true", "kueue.admissionCheck.enabled=true",
                                   "kueue.admissionCheck.create=true")
@@ -85,7 +90,7 @@ def queue(checked, ns):
     for n in checked.node_names:
         firewall.clear(node_spec_by_name(n).netns)
     # the next test's probes need the nodes' hostNetwork port 29500: wait for these pods to go
-    checked.kubectl("delete", "pytorchjobs,jobs", "--all", "-n", ns, "--wait=true", "--timeout=60s",
+    checked.kubectl("delete", "pytorchjobs,trainjobs,jobsets,jobs", "--all", "-n", ns, "--wait=true", "--timeout=60s",
                     check=False, timeout=70)
     wait_for(lambda: not json.loads(checked.kubectl("get", "pods", "-n", ns, "-o", "json").stdout)["items"],
              90, what=f"the pods of {ns} gone")
@@ -103,18 +108,48 @@ def _pytorchjob() -> list[dict]:
     return docs
 
 
+def _indexed_job_spec() -> dict:
+    """Two ranks as an indexed Job's spec (rank = completion index): each prints where it ran."""
+    return {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{
+                "name": "trainer", "image": "ghcr.io/disttrain/examples-digits:0.1.0",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "echo rank $JOB_COMPLETION_INDEX ifname $IFNAME"],
+                "env": [{"name": "IFNAME", "valueFrom": {"fieldRef": {
+                    "fieldPath": "metadata.annotations['disttrain.dev/socket-ifname']"}}}],
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}
+
+
 def _indexed_job() -> dict:
-    """Two ranks as an indexed Job (rank = completion index): each prints where it ran."""
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "ranks", "labels": {"kueue.x-k8s.io/queue-name": LQ}},
-            "spec": {"completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0,
-                     "template": {"spec": {"restartPolicy": "Never", "containers": [{
-                         "name": "trainer", "image": "ghcr.io/disttrain/examples-digits:0.1.0",
-                         "imagePullPolicy": "IfNotPresent",
-                         "command": ["sh", "-c", "echo rank $JOB_COMPLETION_INDEX ifname $IFNAME"],
-                         "env": [{"name": "IFNAME", "valueFrom": {"fieldRef": {
-                             "fieldPath": "metadata.annotations['disttrain.dev/socket-ifname']"}}}],
-                         "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}]}}}}
+            "spec": _indexed_job_spec()}
+
+
+def _jobset() -> dict:
+    """The same two ranks as a JobSet: one replicated job ``node`` (Kueue's pod set of
+    replicas x parallelism = 2 pods)."""
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": "ranks-js", "labels": {"kueue.x-k8s.io/queue-name": LQ}},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 1,
+                                         "template": {"spec": _indexed_job_spec()}}]}}
+
+
+def _trainjob() -> dict:
+    """The same two ranks as a Trainer v2 TrainJob on the ``torch-distributed`` runtime
+    (Kueue's pod set ``node``; the runtime sets PET_NODE_RANK)."""
+    c = _indexed_job_spec()["template"]["spec"]["containers"][0]
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "ranks-tj", "labels": {"kueue.x-k8s.io/queue-name": LQ}},
+            "spec": {"runtimeRef": {"name": "torch-distributed"},
+                     "trainer": {"numNodes": 2, "image": c["image"],
+                                 "command": ["sh", "-c", "echo rank $PET_NODE_RANK ifname $IFNAME"],
+                                 "env": c["env"], "resourcesPerNode": c["resources"]}}}
+
+
+def _docs(kind: str) -> list[dict]:
+    return {"PyTorchJob": _pytorchjob, "indexed Job": lambda: [_indexed_job()],
+            "JobSet": lambda: [_jobset()], "TrainJob": lambda: [_trainjob()]}[kind]()
 
 
 def _workload(cluster, ns: str) -> dict:
@@ -137,10 +172,10 @@ def _events(cluster, ns: str, reason: str) -> list[str]:
     return [e.get("message") or "" for e in out if e.get("reason") == reason]
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "indexed Job"])
+@pytest.mark.parametrize("kind", ["PyTorchJob", "indexed Job", "JobSet", "TrainJob"])
 def test_a_healthy_job_is_validated_admitted_and_runs_on_the_validated_nodes(checked, queue, kind):
     cluster, ns = checked, queue
-    docs = _pytorchjob() if kind == "PyTorchJob" else [_indexed_job()]
+    docs = _docs(kind)
     t0 = time.monotonic()
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(docs))
     wait_for(lambda: _entry(_workload(cluster, ns)).get("state") == "Ready", 120, what="check Ready")
@@ -198,11 +233,16 @@ def test_a_blocked_ephemeral_range_holds_the_pytorchjob_with_retry_naming_the_no
     assert not _true(_workload(cluster, ns), "Admitted")
 
 
-def test_a_blocked_ephemeral_range_holds_an_indexed_job(checked, queue):
+@pytest.mark.parametrize("kind,culprit", [("indexed Job", "node-b"), ("JobSet", "node-a"),
+                                          ("TrainJob", "node-b")])
+def test_a_blocked_ephemeral_range_holds_an_indexed_job_a_jobset_and_a_trainjob(checked, queue, kind, culprit):
     cluster, ns = checked, queue
-    firewall.apply(node_spec_by_name("node-b").netns, BLOCK_EPHEMERAL)
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(_indexed_job()))
+    firewall.apply(node_spec_by_name(culprit).netns, BLOCK_EPHEMERAL)
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(_docs(kind)))
     wait_for(lambda: _entry(_workload(cluster, ns)).get("state") == "Retry", 120, what="check Retry")
     msg = _entry(_workload(cluster, ns))["message"]
-    assert msg.startswith("EphemeralPortsBlocked") and "node-b" in msg, msg
+    assert msg.startswith("EphemeralPortsBlocked") and culprit in msg, msg
+    other = next(n for n in cluster.node_names if n != culprit)
+    assert f"{other}:" not in msg
+    assert any(culprit in m for m in _events(cluster, ns, "PreflightRetry"))
     assert not _job_pods(cluster, ns)
