@@ -139,6 +139,20 @@ def label_key(workload: Any) -> Optional[str]:
     return f"{ans.LABEL_PREFIX}/{name}" if name else None
 
 
+def orphan_labels(node_labels: Mapping[str, Mapping[str, str]], live: frozenset[str]) -> dict[str, list[str]]:
+    """Node -> our label keys (``preflight.disttrain.dev/...``) on it that no Workload in
+    ``live`` (their :func:`label_key`) selects: left behind when a Workload went while the
+    operator was down. Pure. The caller lists the nodes before the Workloads, so a label
+    put on for a Workload created in between is never taken for an orphan."""
+    prefix = ans.LABEL_PREFIX + "/"
+    out: dict[str, list[str]] = {}
+    for node, labels in node_labels.items():
+        keys = sorted(k for k in labels if k.startswith(prefix) and k not in live)
+        if keys:
+            out[node] = keys
+    return out
+
+
 def concerned(workload: Any, ours: frozenset[str]) -> bool:
     """Whether ``workload`` lists one of our checks (else the shell reads nothing more)."""
     st = workload.get("status") if isinstance(workload, dict) else None

@@ -194,6 +194,43 @@ class AdmissionController:
             if d.event_on is not None:
                 self._event(d.event_on, namespace, d.event)
 
+    # ---- the orphan-label sweep --------------------------------------------------------------
+    def _all(self, list_page: Any) -> list[Any]:
+        """Every item of a paginated list call (``list_page(_continue=token)``), 500 a page."""
+        items: list[Any] = []
+        token: Optional[str] = None
+        while True:
+            page = list_page(limit=500, **({"_continue": token} if token else {}))
+            if isinstance(page, dict):
+                items += page.get("items") or []
+                token = (page.get("metadata") or {}).get("continue")
+            else:
+                items += page.items or []
+                token = page.metadata._continue if page.metadata else None
+            if not token:
+                return items
+
+    def sweep_labels(self) -> int:
+        """Take our validated-node labels off every node where no Workload selects them any
+        more (a Workload deleted while the operator was down leaves them; a running operator
+        takes them off when the Workload goes). Nodes are listed before Workloads
+        (:func:`~disttrain.admissioncheck.decide.orphan_labels`). Returns how many labels it
+        took off. Raises the client's ApiException on a failed call."""
+        nodes = self._all(self.kube.core.list_node)
+        labels = {str(n.metadata.name): dict(n.metadata.labels or {}) for n in nodes if n.metadata and n.metadata.name}
+        workloads = self._all(lambda **kw: self.kube.custom.list_cluster_custom_object(GROUP, VERSION, "workloads", **kw))
+        live = frozenset(k for wl in workloads if (k := D.label_key(wl))) | frozenset(self.label_keys.values())
+        taken = 0
+        for node, keys in D.orphan_labels(labels, live).items():
+            try:
+                self.kube.core.patch_node(node, {"metadata": {"labels": {k: None for k in keys}}})
+                taken += len(keys)
+                log.info("took orphan label(s) %s off node %s", ", ".join(keys), node)
+            except ApiException as exc:
+                if exc.status != 404:  # a node gone needs no unlabel
+                    raise
+        return taken
+
     # ---- the step ----------------------------------------------------------------------
     def step(self, namespace: str, name: str, now: Optional[datetime] = None) -> StepResult:
         """One read-decide-apply of Workload ``name``. Never raises."""

@@ -52,6 +52,23 @@ def _forget(key: Key) -> None:
     metrics.forget(*key)
 
 
+LABEL_SWEEP_SECONDS = 300.0  # orphan validated-node labels are looked for at start and this often
+
+
+async def _sweep_labels(checker: "admission.AdmissionController") -> None:
+    """At start and every :data:`LABEL_SWEEP_SECONDS`: take off the validated-node labels of
+    Workloads that went while the operator was down (a failed sweep is logged and retried
+    at the next turn)."""
+    while True:
+        try:
+            n = await asyncio.to_thread(checker.sweep_labels)
+            if n:
+                log.info("took %d orphan validated-node label(s) off", n)
+        except Exception as exc:  # noqa: BLE001 - the apiserver may be down: next turn
+            log.warning("orphan-label sweep failed: %s", exc)
+        await asyncio.sleep(LABEL_SWEEP_SECONDS)
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, **_) -> None:
     global _reconciler, _queue, _admission, _checker
@@ -73,6 +90,7 @@ async def configure(settings: kopf.OperatorSettings, **_) -> None:
         checker = _checker = admission.AdmissionController(_reconciler.kube)
         _admission = WorkQueue(checker.step, on_forget=checker.forget)
         asyncio.create_task(_admission.sweep(SWEEP_SECONDS))
+        asyncio.create_task(_sweep_labels(checker))
         log.info("Kueue admission check controller on (controllerName %s)", admission.CONTROLLER_NAME)
 
 

@@ -1,6 +1,9 @@
 """The admission check controller's decisions over one Workload's life (pure)."""
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from disttrain.admissioncheck import answer as A
 from disttrain.admissioncheck import decide as D
 from disttrain.admissioncheck import shadow as S
@@ -281,3 +284,16 @@ def test_unschedulable_probes_with_nothing_kept_out_are_the_scheduler_s_verdict(
     d = D.decide(seen(wl, job, probe_pods(job, ranks=[])))
     assert "Insufficient cpu" in d.answers[0]["status"]["admissionChecks"][0]["message"]
     assert d.avoid is None
+
+
+@given(st.dictionaries(st.sampled_from(["node-a", "node-b", "node-c"]),
+                       st.dictionaries(st.sampled_from([f"{A.LABEL_PREFIX}/j1", f"{A.LABEL_PREFIX}/j2",
+                                                        f"{A.LABEL_PREFIX}/j3", "pool", f"{A.LABEL_PREFIX}x/j1"]),
+                                       st.just("true"))),
+       st.frozensets(st.sampled_from([f"{A.LABEL_PREFIX}/j1", f"{A.LABEL_PREFIX}/j2"])))
+def test_orphan_labels_are_exactly_our_keys_no_live_workload_selects(nodes, live):
+    out = D.orphan_labels(nodes, live)
+    for node, labels in nodes.items():
+        want = sorted(k for k in labels if k.startswith(A.LABEL_PREFIX + "/") and k not in live)
+        assert out.get(node, []) == want
+    assert all(out.values())  # no node listed with nothing to take off

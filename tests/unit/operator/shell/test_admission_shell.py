@@ -21,6 +21,7 @@ class FakeApi:
 
     def __init__(self, wl: Optional[dict]) -> None:
         self.wl, self.jobs, self.pods = wl, {}, []
+        self.other_workloads: list[dict] = []
         self.node_labels: dict[str, dict[str, str]] = {"node-a": {}, "node-b": {}, "node-c": {}, "node-x": {}}
         self.calls: list[tuple] = []
         self.fail: Optional[str] = None
@@ -46,7 +47,14 @@ class FakeApi:
         return copy.deepcopy(self.pods)
 
     # CustomObjectsApi
-    def list_cluster_custom_object(self, group: str, version: str, plural: str) -> dict:
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, limit: int = 0,
+                                   _continue: Optional[str] = None) -> dict:
+        if plural == "workloads":  # pages of one Workload each: the sweep must follow "continue"
+            self._maybe_fail("list workloads")
+            wls = [w for w in [self.wl, *self.other_workloads] if w is not None]
+            i = int(_continue or 0)
+            more = {"continue": str(i + 1)} if i + 1 < len(wls) else {}
+            return {"items": copy.deepcopy(wls[i:i + 1]), "metadata": more}
         self._maybe_fail("list admissionchecks")
         return {"items": [{"metadata": {"name": CHECK, "generation": 1}, "spec": {"controllerName": CONTROLLER_NAME},
                            "status": self.check_status},
@@ -76,10 +84,10 @@ class FakeApi:
         self.check_status = copy.deepcopy(body["status"])
 
     # CoreV1Api
-    def list_node(self, label_selector: str, limit: int) -> Any:
-        items = [SimpleNamespace(metadata=SimpleNamespace(name=n)) for n, labels in self.node_labels.items()
-                 if label_selector in labels]
-        return SimpleNamespace(items=items)
+    def list_node(self, label_selector: Optional[str] = None, limit: int = 0, _continue: Optional[str] = None) -> Any:
+        items = [SimpleNamespace(metadata=SimpleNamespace(name=n, labels=dict(labels)))
+                 for n, labels in self.node_labels.items() if label_selector is None or label_selector in labels]
+        return SimpleNamespace(items=items, metadata=SimpleNamespace(_continue=None))
 
     def patch_node(self, name: str, body: dict) -> None:
         self._maybe_fail("patch node")
@@ -242,3 +250,32 @@ def test_the_operator_watches_no_workload_unless_the_check_is_enabled():
     assert not _handlers_register_workloads(None)
     assert not _handlers_register_workloads("0")
     assert _handlers_register_workloads("1")
+
+
+def test_the_sweep_takes_off_only_labels_no_workload_selects():
+    wl = checked()
+    api = FakeApi(wl)
+    live = D.label_key(wl)
+    other = checked(owner="other")
+    api.other_workloads = [other]  # on the second page of the Workload list
+    gone = f"{A.LABEL_PREFIX}/ddp-pf-deadbeef"
+    api.node_labels["node-a"] = {live: "true", gone: "true", "pool": "gpu"}
+    api.node_labels["node-b"] = {D.label_key(other): "true", gone: "true"}
+    api.node_labels["node-c"] = {"preflight.disttrain.dev.example/x": "1"}  # not our prefix
+    assert controller(api).sweep_labels() == 2
+    assert api.node_labels["node-a"] == {live: "true", "pool": "gpu"}
+    assert api.node_labels["node-b"] == {D.label_key(other): "true"}
+    assert api.node_labels["node-c"] == {"preflight.disttrain.dev.example/x": "1"}
+    assert controller(api).sweep_labels() == 0
+
+
+def test_a_failed_list_takes_nothing_off():
+    api = FakeApi(checked())
+    api.node_labels["node-a"] = {f"{A.LABEL_PREFIX}/ddp-pf-deadbeef": "true"}
+    api.fail = "list workloads"
+    try:
+        controller(api).sweep_labels()
+        raise AssertionError("the failed list was not raised")
+    except ApiException:
+        pass
+    assert api.node_labels["node-a"]  # nothing decided without the Workloads
