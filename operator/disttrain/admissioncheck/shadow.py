@@ -126,14 +126,16 @@ def shadow_job(plan: Plan, specs: Mapping[str, DistTrainingJobSpec], attempt: in
 
 
 def workload_of(job: Any) -> Optional[str]:
-    """The Workload a preflight-only job probes for (None: not one of the check's)."""
-    meta = job.get("metadata") if isinstance(job, dict) else None
-    if not isinstance(meta, dict) or not isinstance(meta.get("labels"), dict):
+    """The Workload a preflight-only job probes for (None: not one of the check's). ``job``
+    is any mapping: a dict, or the read-only body kopf hands a watch handler (not a dict;
+    read as one, a shadow's verdict reached its Workload only at the next sweep)."""
+    meta = job.get("metadata") if isinstance(job, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("labels"), Mapping):
         return None
     if meta["labels"].get(constants.LABEL_PREFLIGHT_ONLY) != "true":
         return None
     ann = meta.get("annotations")
-    name = ann.get(ANN_WORKLOAD) if isinstance(ann, dict) else None
+    name = ann.get(ANN_WORKLOAD) if isinstance(ann, Mapping) else None
     return name if isinstance(name, str) and name else None
 
 

@@ -1,6 +1,7 @@
 """The admission check controller's decisions over one Workload's life (pure)."""
 from __future__ import annotations
 
+import kopf
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,6 +28,8 @@ def test_an_awaiting_workload_gets_one_preflight_only_job_owned_by_it_and_a_pend
     assert job["metadata"]["ownerReferences"][0]["uid"] == wl["metadata"]["uid"]
     assert job["spec"]["numNodes"] == 3 and job["spec"]["rendezvous"]["port"] == 23456
     assert S.workload_of(job) == wl["metadata"]["name"]
+    # as the job's watch handler gets it: kopf's read-only body, a Mapping and no dict
+    assert S.workload_of(kopf.Body(job)) == wl["metadata"]["name"]
     assert state_of(d) == [A.PENDING] and d.answers[0]["status"]["admissionChecks"][0]["name"] == CHECK
     assert D.decide(seen(wl)).create == job  # same name and body every time: the create is idempotent
 
