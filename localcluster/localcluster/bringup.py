@@ -297,9 +297,7 @@ def _ensure_addons(b: _Bringup, client, scenario, addons: Addons) -> None:
     if kueue_options is None and b.cfg.get("kueue"):  # started by an earlier `up`: keep it up
         kueue_options = kueue_objects.Options.from_json(b.cfg["kueue"])
     if kueue_options is not None:
-        secs = kueue.ensure_kueue(state, client, dict(kueue_options.quota),
-                                  kueue_options.namespaces, kueue_options.integrations,
-                                  timeout=b.timeout)
+        secs = kueue.ensure_kueue(state, client, kueue_options, timeout=b.timeout)
         b.cfg["kueue"] = kueue_options.to_json()
         save_cfg(state, b.cfg)
         b.say(f"kueue ready ({'started, queues Active in %.1fs' % secs if secs else 'kept running'}; "

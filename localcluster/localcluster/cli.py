@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                    choices=sorted(kueue_objects.INTEGRATION_RESOURCES),
                    help="a Kueue integration to enable (repeatable; default: "
                         + ", ".join(kueue_objects.DEFAULT_INTEGRATIONS) + ")")
+    u.add_argument("--kueue-wait-for-pods-ready", default="", metavar="TIMEOUT",
+                   help="Kueue's waitForPodsReady with this timeout (e.g. 5m) and blockAdmission")
     sub.add_parser("down", help="stop everything and clean up")
     sub.add_parser("status", help="show health")
     sub.add_parser("env", help="print export lines for KUBECONFIG and PATH")
@@ -214,10 +216,12 @@ def main(argv: list[str] | None = None) -> int:
                 from localcluster.scenarios import loader
                 sc = loader.load(a.scenario)
             ko = None
-            if a.kueue or a.kueue_quota or a.kueue_namespaces or a.kueue_integrations:
+            if (a.kueue or a.kueue_quota or a.kueue_namespaces or a.kueue_integrations
+                    or a.kueue_wait_for_pods_ready):
                 ko = kueue_objects.Options(tuple(sorted(kueue_objects.parse_quota(a.kueue_quota).items())),
                                    tuple(a.kueue_namespaces or ["default"]),
-                                   tuple(a.kueue_integrations or kueue_objects.DEFAULT_INTEGRATIONS))
+                                   tuple(a.kueue_integrations or kueue_objects.DEFAULT_INTEGRATIONS),
+                                   a.kueue_wait_for_pods_ready)
             print(up(a.nodes, a.gpus_per_node, a.timeout, scenario=sc, runtime=a.runtime,
                      addons=Addons(kubeflow=a.kubeflow, jobset=a.jobset, trainer=a.trainer, kueue=ko)))
         except Exception as e:

@@ -53,17 +53,22 @@ def _cluster_queue() -> dict:
                      "admissionChecksStrategy": {"admissionChecks": [{"name": CHECK}]}}}
 
 
+def _up(cluster, *extra: str) -> None:
+    p = _localcluster("up", "--nodes", str(len(cluster.node_names)), "--kubeflow", "--trainer", "--kueue",
+                      "--kueue-integration", "batch/job", "--kueue-integration", "kubeflow.org/pytorchjob",
+                      "--kueue-integration", "jobset.x-k8s.io/jobset",
+                      "--kueue-integration", "trainer.kubeflow.org/trainjob", *extra)
+    if p.returncode != 0:
+        pytest.fail(f"localcluster up --kubeflow --trainer --kueue {' '.join(extra)} failed:\n"
+                    f"{p.stderr}\n{p.stdout}")
+
+
 @pytest.fixture(scope="module")
 def checked(cluster):
     """Kueue (PyTorchJob, TrainJob, JobSet and Job integrations), Kubeflow's operator,
     Trainer v2 and JobSet, the chart with the
     admission check on, and the ClusterQueue that lists it; all taken down at the end."""
-    p = _localcluster("up", "--nodes", str(len(cluster.node_names)), "--kubeflow", "--trainer", "--kueue",
-                      "--kueue-integration", "batch/job", "--kueue-integration", "kubeflow.org/pytorchjob",
-                      "--kueue-integration", "jobset.x-k8s.io/jobset",
-                      "--kueue-integration", "trainer.kubeflow.org/trainjob")
-    if p.returncode != 0:
-        pytest.fail(f"localcluster up --kubeflow --trainer --kueue failed:\n{p.stderr}\n{p.stdout}")
+    _up(cluster)
     operator_install.stop()
     operator_install.helm_install("kueue.enabled=true", "kueue.admissionCheck.enabled=true",
                                   "kueue.admissionCheck.create=true")
@@ -246,3 +251,53 @@ def test_a_blocked_ephemeral_range_holds_an_indexed_job_a_jobset_and_a_trainjob(
     assert f"{other}:" not in msg
     assert any(culprit in m for m in _events(cluster, ns, "PreflightRetry"))
     assert not _job_pods(cluster, ns)
+
+
+def test_a_validated_node_label_left_by_a_workload_that_went_is_taken_off_after_a_restart(checked):
+    """The labels the Ready answers select on outlive their Workload when it goes while
+    the operator is down: a restarted operator takes them off (and nothing else)."""
+    cluster = checked
+    orphan, kept = "preflight.disttrain.dev/gone-pf-0123abcd", "example.com/pool"
+    node = cluster.node_names[-1]
+    cluster.kubectl("label", "node", node, f"{orphan}=true", f"{kept}=a", "--overwrite")
+    try:
+        before = {p["metadata"]["name"] for p in operator_pods(cluster)}
+        cluster.kubectl("delete", "pod", "-n", operator_install.NAMESPACE, *before, "--wait=false")
+        wait_for(lambda: [p for p in operator_pods(cluster) if p["metadata"]["name"] not in before
+                          and p["status"].get("phase") == "Running"], 90, what="a new operator pod Running")
+
+        def labels() -> dict:
+            return json.loads(cluster.kubectl("get", "node", node, "-o", "json").stdout)["metadata"]["labels"]
+        wait_for(lambda: orphan not in labels(), 60, what=f"{orphan} taken off {node}")
+        assert labels()[kept] == "a"
+    finally:
+        cluster.kubectl("label", "node", node, f"{orphan}-", f"{kept}-", check=False)
+
+PODS_READY_TIMEOUT = 5  # seconds: shorter than a probe round (6 to 8 s at 2 nodes), longer than pod start (1 s)
+
+
+def test_the_probe_does_not_count_against_kueues_wait_for_pods_ready(checked, queue):
+    """Kueue's waitForPodsReady timeout runs from the Workload's admission, which the
+    check's Ready precedes: with a timeout shorter than the probe round, a healthy job is
+    still admitted, its pods become ready in time and it is never evicted."""
+    cluster, ns = checked, queue
+    _up(cluster, "--kueue-wait-for-pods-ready", f"{PODS_READY_TIMEOUT}s")
+    try:
+        cluster.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump_all(_pytorchjob()))
+        t0 = time.monotonic()
+        seen: dict[str, float] = {}
+        while "Finished" not in seen:
+            assert time.monotonic() - t0 < 240, f"not Finished in 240 s; seen {seen}"
+            wl = _workload(cluster, ns)
+            for c in ("QuotaReserved", "Admitted", "PodsReady", "Evicted", "Finished"):
+                if c not in seen and _true(wl, c):
+                    seen[c] = time.monotonic() - t0
+            assert "Evicted" not in seen, f"evicted: {(wl.get('status') or {}).get('conditions')}"
+            time.sleep(0.2)
+        # the probe round outlasted the timeout: had it counted, the job would be evicted
+        assert seen["Admitted"] - seen["QuotaReserved"] > PODS_READY_TIMEOUT, seen
+        assert "PodsReady" in seen and seen["PodsReady"] - seen["Admitted"] < PODS_READY_TIMEOUT, seen
+        assert all(p["status"]["phase"] == "Succeeded" for p in _job_pods(cluster, ns))
+        print(f"\nwaitForPodsReady {PODS_READY_TIMEOUT}s: " + ", ".join(f"{k} {v:.1f}s" for k, v in seen.items()))
+    finally:
+        _up(cluster)  # Kueue as the other tests run it

@@ -51,10 +51,10 @@ from localcluster.cluster.kueue_objects import (
     API,
     CLUSTER_QUEUE,
     DEFAULT_INTEGRATIONS,
-    DEFAULT_QUOTA,
     MANAGED_BY,
     NAMESPACE,
     USER,
+    Options,
     object_path,
     queue_objects,
     rbac_objects,
@@ -109,7 +109,8 @@ def kueue_state(state: Path) -> Path:
     return state / "kueue"
 
 
-def ensure_files(state: Path, integrations: Iterable[str] = DEFAULT_INTEGRATIONS) -> bool:
+def ensure_files(state: Path, integrations: Iterable[str] = DEFAULT_INTEGRATIONS,
+                 wait_for_pods_ready: str = "") -> bool:
     """Write Kueue's client and serving certificates (cluster CA), kubeconfig, the
     metrics certificate under the /etc overlay and config.yaml. Returns True if
     config.yaml changed (a running Kueue must restart). Raises FileNotFoundError if the
@@ -121,7 +122,8 @@ def ensure_files(state: Path, integrations: Iterable[str] = DEFAULT_INTEGRATIONS
     scrt, skey = pki.ensure_cert(p, "kueue-serving", "kueue-webhook", serving=["localhost", "127.0.0.1"])
     for target in (d / "certs", d / "etc" / "kueue" / "metrics" / "certs"):
         pki.install_pair(scrt, skey, target)
-    text = yaml.safe_dump(render_config(d / "certs", integrations=integrations), sort_keys=False)
+    text = yaml.safe_dump(render_config(d / "certs", integrations=integrations,
+                                        wait_for_pods_ready=wait_for_pods_ready), sort_keys=False)
     cfg = d / "config.yaml"
     changed = not cfg.exists() or cfg.read_text() != text
     if changed:
@@ -256,22 +258,22 @@ def _log_tail(state: Path, n: int = 20) -> str:
         return "(no log)"
 
 
-def ensure_kueue(state: Path, client, quota: Optional[dict[str, str]] = None,
-                 namespaces: Iterable[str] = ("default",),
-                 integrations: Iterable[str] = DEFAULT_INTEGRATIONS,
+def ensure_kueue(state: Path, client, options: Optional[Options] = None,
                  timeout: float = 90.0) -> float:
     """Bring Kueue up against the running apiserver (idempotent: a healthy Kueue whose
-    config is unchanged keeps running) with the queues of :func:`queue_objects`
-    (``quota`` defaults to :data:`DEFAULT_QUOTA`; LocalQueue ``user-queue`` in each of
-    ``namespaces``). ``client`` is an admin ``kubeapi.KubeClient``; ``timeout`` in
-    seconds. Returns the seconds from starting the process to an Active ClusterQueue
-    (0.0 when a running Kueue was kept).
+    config is unchanged keeps running) as ``options`` ask (default :class:`Options`: quota
+    :data:`DEFAULT_QUOTA`, LocalQueue ``user-queue`` in ``default``, the default
+    integrations, no waitForPodsReady), with the queues of :func:`queue_objects`.
+    ``client`` is an admin ``kubeapi.KubeClient``; ``timeout`` in seconds. Returns the
+    seconds from starting the process to an Active ClusterQueue (0.0 when a running Kueue
+    was kept).
 
     Raises KueueError (not built, exited, not ready in time), kubeapi.ApiError, OSError.
     """
+    options = options or Options()
+    quota, namespaces, integrations = dict(options.quota), options.namespaces, options.integrations
     check_built()
-    integrations = list(integrations)
-    changed = ensure_files(state, integrations)
+    changed = ensure_files(state, integrations, options.wait_for_pods_ready)
     ca_pem = (state / "pki" / "ca.crt").read_bytes()
     ensure_base_objects(client, ca_pem, integrations, timeout=timeout)
     t0: Optional[float] = None
@@ -288,7 +290,7 @@ def ensure_kueue(state: Path, client, quota: Optional[dict[str, str]] = None,
                 raise KueueError(f"kueue not ready after {timeout:.0f}s; {state}/logs/"
                                  f"{KUEUE}.log:\n" + _log_tail(state))
             time.sleep(0.2)
-    ensure_queues(client, dict(quota or DEFAULT_QUOTA), namespaces, timeout=timeout)
+    ensure_queues(client, quota, namespaces, timeout=timeout)
     return 0.0 if t0 is None else time.monotonic() - t0
 
 

@@ -37,6 +37,7 @@ INTEGRATION_RESOURCES = {
 # The CRDs upstream serves through the conversion webhook (config/components/crd/kustomization.yaml).
 CONVERTED_CRDS = ("localqueues", "clusterqueues", "cohorts", "workloads", "multikueueclusters")
 QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$")  # Go's time.ParseDuration, positive
 RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 
 
@@ -44,23 +45,28 @@ RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-
 class Options:
     """What `up --kueue` (or a scenario's ``kueue`` key) asks for: the ClusterQueue's
     nominal quota (resource -> quantity), the namespaces that get the LocalQueue
-    ``user-queue``, and Kueue's integrations (see :data:`INTEGRATION_RESOURCES`)."""
+    ``user-queue``, Kueue's integrations (see :data:`INTEGRATION_RESOURCES`), and
+    ``wait_for_pods_ready``: Kueue's ``waitForPodsReady`` timeout (a duration such as
+    ``"10s"``; with ``blockAdmission: true``), empty for off."""
 
     quota: tuple[tuple[str, str], ...] = tuple(sorted(DEFAULT_QUOTA.items()))
     namespaces: tuple[str, ...] = ("default",)
     integrations: tuple[str, ...] = DEFAULT_INTEGRATIONS
+    wait_for_pods_ready: str = ""
 
     def to_json(self) -> dict:
         """A JSON-able dict (what `up` keeps in ``<state>/cluster.json``)."""
         return {"quota": dict(self.quota), "namespaces": list(self.namespaces),
-                "integrations": list(self.integrations)}
+                "integrations": list(self.integrations),
+                "waitForPodsReady": self.wait_for_pods_ready}
 
     @classmethod
     def from_json(cls, d: dict) -> "Options":
-        """Inverse of :meth:`to_json`. Raises KeyError/TypeError/AttributeError for a
+        """Inverse of :meth:`to_json` (a dict of an older `up` without
+        ``waitForPodsReady`` reads as off). Raises KeyError/TypeError/AttributeError for a
         malformed dict."""
         return cls(tuple(sorted(d["quota"].items())), tuple(d["namespaces"]),
-                   tuple(d["integrations"]))
+                   tuple(d["integrations"]), str(d.get("waitForPodsReady") or ""))
 
 
 # -- pure parts -------------------------------------------------------------------------
@@ -84,13 +90,19 @@ def parse_quota(text: str) -> dict[str, str]:
 
 def render_config(cert_dir: Path | str, *, webhook_port: int = KUEUE_WEBHOOK_PORT,
                   health_port: int = KUEUE_HEALTH_PORT,
-                  integrations: Iterable[str] = DEFAULT_INTEGRATIONS) -> dict:
+                  integrations: Iterable[str] = DEFAULT_INTEGRATIONS,
+                  wait_for_pods_ready: str = "") -> dict:
     """Kueue's Configuration (``config.kueue.x-k8s.io/v1beta2``) for a host process:
     everything on 127.0.0.1, our own certificates in ``cert_dir`` (``tls.crt``,
     ``tls.key``), one replica (no leader election), metrics off, only labelled jobs
-    queued. Ports are TCP ports. Raises ValueError for an integration this module does
-    not know (see :data:`INTEGRATION_RESOURCES`)."""
+    queued; with ``wait_for_pods_ready`` (a duration, e.g. ``"10s"``) Kueue's
+    ``waitForPodsReady`` with that timeout and ``blockAdmission: true``. Ports are TCP
+    ports. Raises ValueError for an integration this module does not know (see
+    :data:`INTEGRATION_RESOURCES`) or a timeout that is no duration."""
     integrations = list(integrations)
+    if wait_for_pods_ready and not DURATION.match(wait_for_pods_ready):
+        raise ValueError(f"waitForPodsReady timeout {wait_for_pods_ready!r} is no duration "
+                         "(e.g. 10s, 5m, 1h30m)")
     unknown = [i for i in integrations if i not in INTEGRATION_RESOURCES]
     if unknown:
         raise ValueError(f"unknown Kueue integration(s) {unknown}; known: "
@@ -109,6 +121,8 @@ def render_config(cert_dir: Path | str, *, webhook_port: int = KUEUE_WEBHOOK_POR
         # Off: VisibilityOnDemand is an aggregated API server we do not register; MultiKueue
         # watches Secrets in its namespace (kubeconfigs of worker clusters) we do not have.
         "featureGates": {"VisibilityOnDemand": False, "MultiKueue": False},
+        **({"waitForPodsReady": {"timeout": wait_for_pods_ready, "blockAdmission": True}}
+           if wait_for_pods_ready else {}),
     }
 
 

@@ -158,3 +158,19 @@ def test_scenario_kueue_key():
 def test_options_round_trip_through_cluster_json():
     o = kueue_objects.Options((("cpu", "2"), ("memory", "4Gi")), ("a", "b"), ("batch/job", "pod"))
     assert kueue_objects.Options.from_json(json.loads(json.dumps(o.to_json()))) == o
+
+
+def test_wait_for_pods_ready_is_off_unless_asked_and_then_blocks_admission():
+    assert "waitForPodsReady" not in kueue_objects.render_config("/c")
+    cfg = kueue_objects.render_config("/c", wait_for_pods_ready="1m30s")
+    assert cfg["waitForPodsReady"] == {"timeout": "1m30s", "blockAdmission": True}
+    for bad in ("10", "-5s", "5 m", "soon"):
+        with pytest.raises(ValueError, match="no duration"):
+            kueue_objects.render_config("/c", wait_for_pods_ready=bad)
+
+
+def test_an_older_cluster_json_without_wait_for_pods_ready_reads_as_off():
+    o = kueue_objects.Options(wait_for_pods_ready="10s")
+    assert kueue_objects.Options.from_json(json.loads(json.dumps(o.to_json()))) == o
+    old = {k: v for k, v in kueue_objects.Options().to_json().items() if k != "waitForPodsReady"}
+    assert kueue_objects.Options.from_json(old).wait_for_pods_ready == ""
