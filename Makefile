@@ -6,7 +6,7 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DISTTRAIN_CACHE ?= $(HOME)/.cache/disttrain
 
-.PHONY: prune-images test-scenarios test-in-place test-stall test-regression system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
+.PHONY: prune-images test-scenarios test-in-place test-stall test-regression system-deps venv build-cluster images up down demo lint test test-unit test-probe test-e2e fuzz test-scale bench bench-admission-check bench-diagnosis bench-scale bench-screening crds chart-readme api-docs module-docs clean gpu-check chaos test-corpus test-generated test-generated-direct
 
 # System tools (ip, tc, nft, unshare, go, make, ...): every target that builds or runs the
 # local cluster checks them first, so a missing one is installed (Debian packages, with the
@@ -191,6 +191,12 @@ test-scale: system-deps venv build-cluster
 bench: system-deps venv build-cluster images
 	@$(SYSTEM_DEPS) nodes
 	$(VPY) benchmarks/bench_overhead.py $(BENCH_ARGS)
+
+# The admission check's cost: quota reservation -> admission with the check vs the same
+# job in a ClusterQueue without it, one run (benchmarks/results/admission-check.md).
+bench-admission-check: system-deps venv build-cluster images
+	@$(SYSTEM_DEPS) nodes
+	$(VPY) benchmarks/bench_admission_check.py $(BENCH_ARGS)
 
 # Time to diagnosis of every failing scenario, probe on vs the same job without probes
 # (capped, 300 s by default); e.g. BENCH_ARGS='--cap 60 --scenario firewall-master-drop'.
