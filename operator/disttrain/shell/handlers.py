@@ -26,6 +26,7 @@ from typing import Optional
 
 import kopf
 from kubernetes import config as kube_config
+from kubernetes.client.rest import ApiException
 
 from disttrain.admissioncheck.shadow import workload_of
 from disttrain.api import constants
@@ -58,12 +59,18 @@ LABEL_SWEEP_SECONDS = 300.0  # orphan validated-node labels are looked for at st
 async def _sweep_labels(checker: "admission.AdmissionController") -> None:
     """At start and every :data:`LABEL_SWEEP_SECONDS`: take off the validated-node labels of
     Workloads that went while the operator was down (a failed sweep is logged and retried
-    at the next turn)."""
+    at the next turn). Refused (403: the chart's ``watchNamespaces`` grants Workloads per
+    namespace, not the cluster-wide list the sweep needs), it says so once and stops."""
     while True:
         try:
             n = await asyncio.to_thread(checker.sweep_labels)
             if n:
                 log.info("took %d orphan validated-node label(s) off", n)
+        except ApiException as exc:
+            if exc.status == 403:
+                log.info("orphan-label sweep off: no cluster-wide list of Workloads or nodes (%s)", exc.reason)
+                return
+            log.warning("orphan-label sweep failed: %s", exc)
         except Exception as exc:  # noqa: BLE001 - the apiserver may be down: next turn
             log.warning("orphan-label sweep failed: %s", exc)
         await asyncio.sleep(LABEL_SWEEP_SECONDS)

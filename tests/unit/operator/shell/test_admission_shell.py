@@ -279,3 +279,30 @@ def test_a_failed_list_takes_nothing_off():
     except ApiException:
         pass
     assert api.node_labels["node-a"]  # nothing decided without the Workloads
+
+
+def test_the_label_sweep_retries_a_failure_and_stops_once_refused():
+    """Run in a fresh interpreter (importing the handlers registers them with kopf): the
+    sweep loop retries a 500, and a 403 (``watchNamespaces``: no cluster-wide Workload list)
+    ends it instead of a warning every 5 minutes forever."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[4]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(str(root / p) for p in ("operator", "probe_image")))
+    code = (
+        "import asyncio\n"
+        "from kubernetes.client.rest import ApiException\n"
+        "from disttrain.shell import handlers\n"
+        "calls = []\n"
+        "class C:\n"
+        "    def sweep_labels(self):\n"
+        "        calls.append(1)\n"
+        "        raise ApiException(status=500 if len(calls) == 1 else 403)\n"
+        "handlers.LABEL_SWEEP_SECONDS = 0.0\n"
+        "asyncio.run(asyncio.wait_for(handlers._sweep_labels(C()), 10))\n"
+        "print(len(calls))\n")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "2"
