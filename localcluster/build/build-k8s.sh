@@ -29,6 +29,20 @@ export CGO_ENABLED=0
 
 log() { printf '[build] %s\n' "$*" >&2; }
 
+# module_dir MOD@VERSION: download the module (module cache) and print its directory.
+module_dir() {
+  (cd /tmp && go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')
+}
+
+# staged TOP FILE...: true when TOP/config holds a crd/*.yaml and each FILE (relative to
+# TOP/config), i.e. stage_config ran to the end for this build.
+staged() {
+  local top="$1" f
+  shift
+  ls "$top"/config/crd/*.yaml >/dev/null 2>&1 || return 1
+  for f in "$@"; do [ -f "$top/config/$f" ] || return 1; done
+}
+
 build_k8s() {
   local out="$CACHE/k8s-$K8S_VERSION/bin"
   local want=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
@@ -40,7 +54,7 @@ build_k8s() {
   mkdir -p "$mod" "$out"
   log "kubernetes $K8S_VERSION: downloading module"
   local dir
-  dir="$(cd /tmp && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  dir="$(module_dir "k8s.io/kubernetes@$K8S_VERSION")"
   {
     echo "module disttrain.dev/localcluster/k8sbuild"
     echo
@@ -121,7 +135,7 @@ build_coredns() {
   local mod="$CACHE/coredns-$COREDNS_VERSION/src"
   mkdir -p "$out" "$mod"
   local dir
-  dir="$(cd /tmp && go mod download -json "github.com/coredns/coredns@$COREDNS_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  dir="$(module_dir "github.com/coredns/coredns@$COREDNS_VERSION")"
   {
     echo "module disttrain.dev/localcluster/corednsbuild"
     echo
@@ -174,7 +188,7 @@ build_training_operator() {
       "$mod/cmd/training-operator.v1@$TRAINING_OPERATOR_VERSION"
   fi
   local dir
-  dir="$(cd /tmp && go mod download -json "$mod@$TRAINING_OPERATOR_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  dir="$(module_dir "$mod@$TRAINING_OPERATOR_VERSION")"
   for f in "${TRAINING_OPERATOR_MANIFESTS[@]}"; do
     mkdir -p "$man/$(dirname "$f")"
     install -m 0644 "$dir/manifests/base/$f" "$man/$f"
@@ -203,13 +217,12 @@ stage_config() {
 build_kueue() {
   local top="$CACHE/kueue-$KUEUE_VERSION"
   local out="$top/bin"
-  if [ -x "$out/kueue" ] && [ -f "$top/config/webhook/manifests.yaml" ] \
-      && [ -f "$top/config/rbac/role.yaml" ] && ls "$top"/config/crd/*.yaml >/dev/null 2>&1; then
+  if [ -x "$out/kueue" ] && staged "$top" webhook/manifests.yaml rbac/role.yaml; then
     log "kueue $KUEUE_VERSION: cached"; return
   fi
   mkdir -p "$out"
   local dir
-  dir="$(cd /tmp && go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  dir="$(module_dir "sigs.k8s.io/kueue@$KUEUE_VERSION")"
   stage_config "$top" "$dir/config/components" "crd:crd/bases/*.yaml" "rbac:rbac/role.yaml" \
     "webhook:webhook/manifests.yaml"
   if [ ! -x "$out/kueue" ]; then
@@ -232,13 +245,12 @@ build_kueue() {
 build_jobset() {
   local top="$CACHE/jobset-$JOBSET_VERSION"
   local out="$top/bin"
-  if [ -x "$out/jobset" ] && [ -f "$top/config/webhook/manifests.yaml" ] \
-      && [ -f "$top/config/rbac/role.yaml" ] && ls "$top"/config/crd/*.yaml >/dev/null 2>&1; then
+  if [ -x "$out/jobset" ] && staged "$top" webhook/manifests.yaml rbac/role.yaml; then
     log "jobset $JOBSET_VERSION: cached"; return
   fi
   mkdir -p "$out"
   local dir t0=$SECONDS
-  dir="$(cd /tmp && go mod download -json "sigs.k8s.io/jobset@$JOBSET_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  dir="$(module_dir "sigs.k8s.io/jobset@$JOBSET_VERSION")"
   stage_config "$top" "$dir/config/components" "crd:crd/bases/*.yaml" "rbac:rbac/role.yaml" \
     "webhook:webhook/manifests.yaml"
   if [ ! -x "$out/jobset" ]; then
@@ -262,14 +274,13 @@ build_jobset() {
 build_trainer() {
   local top="$CACHE/trainer-$TRAINER_VERSION"
   local out="$top/bin" mod="github.com/kubeflow/trainer/v2"
-  if [ -x "$out/trainer-controller-manager" ] && [ -f "$top/config/webhook/manifests.yaml" ] \
-      && [ -f "$top/config/rbac/role.yaml" ] && [ -f "$top/config/runtimes/torch_distributed.yaml" ] \
-      && ls "$top"/config/crd/*.yaml >/dev/null 2>&1; then
+  if [ -x "$out/trainer-controller-manager" ] \
+      && staged "$top" webhook/manifests.yaml rbac/role.yaml runtimes/torch_distributed.yaml; then
     log "trainer $TRAINER_VERSION: cached"; return
   fi
   mkdir -p "$out"
   local dir t0=$SECONDS
-  dir="$(cd /tmp && go mod download -json "$mod@$TRAINER_VERSION" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  dir="$(module_dir "$mod@$TRAINER_VERSION")"
   stage_config "$top" "$dir/manifests/base" "crd:crds/trainer.kubeflow.org_*.yaml" \
     "rbac:rbac/role.yaml" "webhook:webhook/manifests.yaml" "runtimes:runtimes/torch_distributed.yaml"
   if [ ! -x "$out/trainer-controller-manager" ]; then

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from localcluster.cluster.kueue import _load_yaml_docs, apply, apply_if_changed
+from localcluster.cluster.kueue import _load_yaml_docs, apply, apply_crds
 from localcluster.common import pki, procs
 from localcluster.common.kubeconfig import write_kubeconfig
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "localcluster"}
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 WEBHOOK_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 
 
@@ -148,17 +147,9 @@ class Manager:
         """Apply ``crds`` (and wait until Established), then ``objects`` (RBAC, webhooks,
         ...). Raises kubeapi.ApiError, ManagerError (a CRD not Established within
         ``timeout`` seconds)."""
-        for crd in crds:
-            apply_if_changed(client, crd)
-        deadline = time.monotonic() + timeout
-        for crd in crds:
-            name = crd["metadata"]["name"]
-            while not any(c.get("type") == "Established" and c.get("status") == "True"
-                          for c in (client.get(f"{CRDS}/{name}").get("status") or {})
-                          .get("conditions") or []):
-                if time.monotonic() > deadline:
-                    raise ManagerError(f"CRD {name} not Established after {timeout:.0f}s")
-                time.sleep(0.2)
+        late = apply_crds(client, crds, timeout)
+        if late is not None:
+            raise ManagerError(f"CRD {late} not Established after {timeout:.0f}s")
         for obj in objects:
             apply(client, obj)
 

@@ -173,6 +173,24 @@ def apply_if_changed(client, obj: dict) -> bool:
     return True
 
 
+def apply_crds(client, crds: list[dict], timeout: float = 60.0) -> Optional[str]:
+    """:func:`apply_if_changed` each CRD, then wait until every one is Established.
+    Returns None, or the name of the first CRD not Established within ``timeout`` seconds.
+    Raises kubeapi.ApiError."""
+    for crd in crds:
+        apply_if_changed(client, crd)
+    deadline = time.monotonic() + timeout
+    for crd in crds:
+        name = crd["metadata"]["name"]
+        while not any(c.get("type") == "Established" and c.get("status") == "True"
+                      for c in (client.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                                .get("status") or {}).get("conditions") or []):
+            if time.monotonic() > deadline:
+                return name
+            time.sleep(0.2)
+    return None
+
+
 def ensure_base_objects(client, ca_pem: bytes,
                         integrations: Iterable[str] = DEFAULT_INTEGRATIONS,
                         timeout: float = 60.0) -> None:
@@ -186,19 +204,9 @@ def ensure_base_objects(client, ca_pem: bytes,
         apply(client, obj)
     crds = [with_conversion(d, ca_pem) for f in sorted((m / "crd").glob("*.yaml"))
             for d in _load_yaml_docs(f)]
-    for crd in crds:
-        apply_if_changed(client, crd)
-    deadline = time.monotonic() + timeout
-    for crd in crds:
-        name = crd["metadata"]["name"]
-        while True:
-            cur = client.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            if any(c.get("type") == "Established" and c.get("status") == "True"
-                   for c in (cur.get("status") or {}).get("conditions") or []):
-                break
-            if time.monotonic() > deadline:
-                raise KueueError(f"CRD {name} not Established after {timeout:.0f}s")
-            time.sleep(0.2)
+    late = apply_crds(client, crds, timeout)
+    if late is not None:
+        raise KueueError(f"CRD {late} not Established after {timeout:.0f}s")
     for obj in webhook_configurations(_load_yaml_docs(m / "webhook" / "manifests.yaml"), ca_pem,
                                       integrations):
         apply(client, obj)
