@@ -190,6 +190,10 @@ def test_a_healthy_job_is_validated_admitted_and_runs_on_the_validated_nodes(che
     entry = _entry(wl)
     assert "nodes validated" in entry["message"] and "MASTER_ADDR" not in entry["message"], entry
     [key] = {k for u in entry["podSetUpdates"] for k in u["nodeSelector"]}
+    # Kubeflow marks a PyTorchJob Succeeded (so Kueue the Workload Finished) when the master
+    # ends; a worker may still be running for a moment: wait until every pod has ended
+    wait_for(lambda: all(p["status"].get("phase") in ("Succeeded", "Failed") for p in _job_pods(cluster, ns)),
+             60, what="every pod of the job ended")
     pods = _job_pods(cluster, ns)
     assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
     for p in pods:  # pinned to what was validated, and told the interface
